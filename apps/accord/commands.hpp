@@ -1,0 +1,22 @@
+// The subcommands of the `accord` command line. Each registers its options
+// on the app and returns the function that runs it once parsing succeeded;
+// that function returns the process exit code.
+#pragma once
+
+#include <functional>
+
+namespace CLI {
+class App;
+}
+
+namespace accord::cli {
+
+using Command = std::function<int()>;
+
+Command add_generate_command(CLI::App& app);
+Command add_synth_command(CLI::App& app);
+
+// Prints "accord: error: <message>" to stderr and returns exit code 1.
+int fail(const std::string& message);
+
+}  // namespace accord::cli

@@ -1,0 +1,120 @@
+// accord generate: load a model, generate text, stream it or report JSON.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "apps/accord/commands.hpp"
+#include "apps/accord/model_files.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/generate/generator.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/tokenizer.hpp"
+#include "runtime/model/transformer.hpp"
+
+namespace accord::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::string tokenizer;
+  std::string prompt;
+  int max_tokens = 256;
+  float temperature = 1.0f;
+  float top_p = 0.9f;
+  std::uint64_t seed = 0;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool json = false;
+};
+
+Result<Tokenizer> load_tokenizer(const GenerateArgs& args, const Model& model) {
+  if (!args.tokenizer.empty()) return Tokenizer::load_llama2c(args.tokenizer);
+  const auto candidates = tokenizer_candidates(args.model, model.config().vocab_size);
+  for (const auto& path : candidates) {
+    if (std::filesystem::is_regular_file(path)) return Tokenizer::load_llama2c(path);
+  }
+  std::string tried;
+  for (const auto& path : candidates) tried += "\n  " + path;
+  return Error(ErrorCode::io, "no tokenizer given and none found beside the model; pass --tokenizer. Looked for:" +
+                                  tried);
+}
+
+nlohmann::json to_json(const GenerationResult& result, const Model& model, int threads) {
+  return {
+      {"model", model.path()},
+      {"model_format", model.format()},
+      {"threads", threads},
+      {"prompt_tokens", result.prompt_tokens},
+      {"generated_tokens", result.generated_tokens},
+      {"text", result.text},
+      {"stop_reason", std::string(to_string(result.stop_reason))},
+      {"prefill_seconds", result.prefill_seconds},
+      {"decode_seconds", result.decode_seconds},
+      {"prefill_tokens_per_second", result.prefill_tokens_per_second()},
+      {"decode_tokens_per_second", result.decode_tokens_per_second()},
+  };
+}
+
+int run_generate(const GenerateArgs& args) {
+  auto model = Model::load(args.model);
+  if (!model) return fail(model.error().message());
+  auto tokenizer = load_tokenizer(args, *model);
+  if (!tokenizer) return fail(tokenizer.error().message());
+
+  cpu::ThreadPool pool(args.threads);
+  Transformer transformer(*model, pool);
+  GenerationOptions options;
+  options.max_tokens = args.max_tokens;
+  options.sampler = {args.temperature, args.top_p, args.seed};
+
+  PieceSink stream;
+  if (!args.json) {
+    stream = [](std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  auto result = generate(transformer, *tokenizer, args.prompt, options, stream);
+  if (!result) return fail(result.error().message());
+  if (args.json) {
+    // Invalid UTF-8 (a byte piece cut from a multi-byte character) is
+    // replaced rather than making the whole report unprintable.
+    std::cout << to_json(*result, *model, args.threads).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << std::endl;
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr, "accord: %zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s (%s)\n",
+                 result->prompt_tokens.size(), result->prefill_tokens_per_second(),
+                 result->generated_tokens.size(), result->decode_tokens_per_second(),
+                 std::string(to_string(result->stop_reason)).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt");
+  cmd->add_option("--model", args->model, "llama2.c checkpoint (.bin)")->required();
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "tokenizer.bin (default: NAME.tokenizer.bin, tokenizer.bin or tok<vocab>.bin beside the model)");
+  cmd->add_option("--prompt", args->prompt, "prompt text (default: empty, start from BOS alone)");
+  cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate, prompt excluded")->capture_default_str();
+  cmd->add_option("--temperature", args->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", args->top_p, "nucleus sampling threshold in (0, 1]; 1 = off")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "random seed of the sampler")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "CPU threads of the rank's pool")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json,
+                "print one JSON object at the end (tokens, text, speeds) instead of streaming text");
+  return [args] { return run_generate(*args); };
+}
+
+}  // namespace accord::cli

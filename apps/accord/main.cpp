@@ -1,0 +1,39 @@
+// accord: run a language-model text session from the command line.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "apps/accord/commands.hpp"
+
+namespace accord::cli {
+
+int fail(const std::string& message) {
+  std::fflush(stdout);
+  std::cerr << "accord: error: " << message << std::endl;
+  return 1;
+}
+
+}  // namespace accord::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"accord: a transaction-safe runtime for language-model text sessions"};
+  app.require_subcommand(1);
+  const accord::cli::Command generate = accord::cli::add_generate_command(app);
+  const accord::cli::Command synth = accord::cli::add_synth_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "accord: error: " << e.what() << "\nRun with --help for usage." << std::endl;
+    return 2;
+  }
+  try {
+    if (app.got_subcommand("generate")) return generate();
+    return synth();
+  } catch (const std::exception& e) {
+    return accord::cli::fail(std::string("unexpected failure: ") + e.what());
+  }
+}

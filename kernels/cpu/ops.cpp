@@ -1,0 +1,118 @@
+#include "kernels/cpu/ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace accord::cpu {
+
+float dot(const float* a, const float* b, int n) {
+  // Eight independent partial sums: the compiler maps them onto SIMD lanes,
+  // and the order of additions stays the same on every target.
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) s[l] += a[i + l] * b[i + l];
+  }
+  float sum = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void matmul(ThreadPool& pool, float* out, const float* x, const float* w, int batch, int cols, int rows) {
+  // Rows are split among threads; each weight row is read once per batch and
+  // stays in cache while every token of the batch uses it.
+  pool.parallel_for(
+      static_cast<std::size_t>(rows),
+      [&](std::size_t begin, std::size_t end) {
+        for (std::size_t r = begin; r < end; ++r) {
+          const float* row = w + r * static_cast<std::size_t>(cols);
+          for (int t = 0; t < batch; ++t) {
+            out[static_cast<std::size_t>(t) * rows + r] = dot(row, x + static_cast<std::size_t>(t) * cols, cols);
+          }
+        }
+      },
+      16);
+}
+
+void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
+  float ss = 0.0f;
+  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+  ss /= static_cast<float>(n);
+  ss += eps;
+  ss = 1.0f / std::sqrt(ss);
+  for (int i = 0; i < n; ++i) out[i] = weight[i] * (ss * x[i]);
+}
+
+void softmax(float* x, int n) {
+  float max = x[0];
+  for (int i = 1; i < n; ++i) max = std::max(max, x[i]);
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  for (int i = 0; i < n; ++i) x[i] /= sum;
+}
+
+void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = v + static_cast<std::size_t>(h) * head_size;
+    for (int j = 0; j < head_size / 2; ++j) {
+      const float v0 = head[2 * j];
+      const float v1 = head[2 * j + 1];
+      head[2 * j] = v0 * cos[j] - v1 * sin[j];
+      head[2 * j + 1] = v0 * sin[j] + v1 * cos[j];
+    }
+  }
+}
+
+void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta) {
+  const int half = head_size / 2;
+  for (int pos = 0; pos < seq_len; ++pos) {
+    for (int j = 0; j < half; ++j) {
+      const float freq = 1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(head_size));
+      const float angle = static_cast<float>(pos) * freq;
+      cos[static_cast<std::size_t>(pos) * half + j] = std::cos(angle);
+      sin[static_cast<std::size_t>(pos) * half + j] = std::sin(angle);
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int n) {
+  for (int i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g * (1.0f / (1.0f + std::exp(-g))) * up[i];
+  }
+}
+
+void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos, int n_heads,
+               int n_kv_heads, int head_size) {
+  const int group = n_heads / n_kv_heads;
+  const int q_dim = n_heads * head_size;
+  const float scale = std::sqrt(static_cast<float>(head_size));
+  // One task per (token, head); each owns its output slice and its scores.
+  pool.parallel_for(static_cast<std::size_t>(batch) * n_heads, [&](std::size_t begin, std::size_t end) {
+    std::vector<float> scores(static_cast<std::size_t>(first_pos + batch));
+    for (std::size_t task = begin; task < end; ++task) {
+      const int t = static_cast<int>(task / n_heads);
+      const int h = static_cast<int>(task % n_heads);
+      const int pos = first_pos + t;
+      const std::size_t kv_offset = static_cast<std::size_t>(h / group) * head_size;
+      const float* qh = q + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
+      for (int p = 0; p <= pos; ++p) {
+        scores[p] = dot(qh, kv.keys + static_cast<std::size_t>(p) * kv.kv_dim + kv_offset, head_size) / scale;
+      }
+      softmax(scores.data(), pos + 1);
+      float* oh = out + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
+      std::fill(oh, oh + head_size, 0.0f);
+      for (int p = 0; p <= pos; ++p) {
+        const float* vp = kv.values + static_cast<std::size_t>(p) * kv.kv_dim + kv_offset;
+        const float a = scores[p];
+        for (int i = 0; i < head_size; ++i) oh[i] += a * vp[i];
+      }
+    }
+  });
+}
+
+}  // namespace accord::cpu

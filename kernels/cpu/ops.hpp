@@ -1,0 +1,60 @@
+// CPU kernels of the Llama forward pass: flat functions over float arrays.
+//
+// Determinism: every output element is reduced in one fixed order that
+// depends neither on the pool size nor on the number of rows in a batch.
+// Threads split work by output rows (or by token and head), never inside a
+// reduction, so logits are bit-identical for any thread count and for a
+// prompt run as one batch or token by token.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/cpu/thread_pool.hpp"
+
+namespace accord::cpu {
+
+// Dot product of a[n] and b[n] in a fixed order: eight interleaved partial
+// sums, combined pairwise, then the tail in order.
+float dot(const float* a, const float* b, int n);
+
+// out[t][r] = dot(w[r], x[t]).
+// x: (batch, cols)  w: (rows, cols) row-major  out: (batch, rows)
+void matmul(ThreadPool& pool, float* out, const float* x, const float* w, int batch, int cols, int rows);
+
+// out[i] = weight[i] * (x[i] / sqrt(mean(x^2) + eps)).  out may alias x.
+// x, weight, out: (n)
+void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);
+
+// In place: x[i] = exp(x[i] - max) / sum.  x: (n)
+void softmax(float* x, int n);
+
+// In place rotation of adjacent pairs (v[2j], v[2j+1]) of every head by the
+// angle of pair index j. v: (n_heads, head_size); cos, sin: (head_size / 2)
+// for the token's position.
+void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin);
+
+// RoPE angle tables: cos and sin of pos * theta^(-2j / head_size) for every
+// position and pair j, computed in float exactly as llama2.c's run.c does.
+// cos, sin: (seq_len, head_size / 2)
+void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta);
+
+// In place: gate[i] = silu(gate[i]) * up[i].  gate, up: (n)
+void silu_mul(float* gate, const float* up, int n);
+
+// One layer's key and value cache, laid out by position.
+// keys, values: (capacity, kv_dim) with kv_dim = n_kv_heads * head_size.
+struct KvView {
+  const float* keys;
+  const float* values;
+  int kv_dim;
+};
+
+// Causal grouped-query attention for a batch of tokens whose keys and values
+// are already in the cache. Token t sits at position first_pos + t and
+// attends to positions 0..first_pos + t.
+// q: (batch, n_heads * head_size)  out: (batch, n_heads * head_size)
+// Query head h reads key/value head h / (n_heads / n_kv_heads).
+void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos, int n_heads,
+               int n_kv_heads, int head_size);
+
+}  // namespace accord::cpu

@@ -1,0 +1,59 @@
+// A fixed pool of worker threads owned by one rank.
+//
+// parallel_for splits [0, n) into contiguous chunks, one per thread, and
+// blocks until all are done. The caller's thread runs the first chunk, so a
+// pool of size 1 starts no thread at all. Work is split by index only: a
+// kernel whose per-index computation does not depend on the chunk bounds
+// gives bit-identical results for every pool size.
+//
+// Thread safety: one parallel_for at a time per pool (the rank's execution
+// path owns it); calls from several threads at once are serialised.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace accord::cpu {
+
+class ThreadPool {
+ public:
+  // threads >= 1: the number of threads that share the work, caller included.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  using RangeFn = std::function<void(std::size_t begin, std::size_t end)>;
+
+  // Runs fn over [0, n) in at most size() chunks of at least min_chunk
+  // indices each (fewer chunks when n is small), and returns when all ran.
+  // An exception thrown by fn is rethrown here after every chunk finished.
+  void parallel_for(std::size_t n, const RangeFn& fn, std::size_t min_chunk = 1);
+
+ private:
+  void worker_loop(int index);
+  void run_chunk(int chunk);
+
+  std::vector<std::thread> workers_;
+  std::mutex call_mutex_;  // serialises parallel_for callers
+
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  const RangeFn* job_ = nullptr;
+  std::size_t job_size_ = 0;
+  int job_chunks_ = 0;
+  int pending_ = 0;
+  unsigned long generation_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr failure_;
+};
+
+}  // namespace accord::cpu

@@ -1,0 +1,95 @@
+// Errors are values: every fallible call returns Result<T> (or Status) with
+// an ErrorCode and a message meant for the person who ran the command.
+// Exceptions do not cross module boundaries; only `main` exits the process.
+#pragma once
+
+#include <cassert>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace accord {
+
+enum class ErrorCode {
+  // The caller broke a documented precondition: a bad option, a token id
+  // outside the vocabulary, a prompt past the context. Nothing was changed.
+  contract,
+  // A file could not be opened, mapped, read or written.
+  io,
+  // A model or tokenizer file is malformed: truncated, impossible shapes,
+  // unknown format version.
+  format,
+  // The files are well formed but do not fit together or are not supported:
+  // a vocabulary of another size than the model's, an unsupported layout.
+  architecture,
+};
+
+std::string_view to_string(ErrorCode code);
+
+class Error {
+ public:
+  Error(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  ErrorCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  ErrorCode code_;
+  std::string message_;
+};
+
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : data_(std::move(value)) {}
+  Result(Error error) : data_(std::move(error)) {}
+
+  bool ok() const { return data_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+
+  T& value() & {
+    assert(ok());
+    return std::get<0>(data_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<0>(data_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<0>(std::move(data_));
+  }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+  const Error& error() const {
+    assert(!ok());
+    return std::get<1>(data_);
+  }
+
+ private:
+  std::variant<T, Error> data_;
+};
+
+// The result of a call that returns nothing but may fail.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : error_(std::move(error)), failed_(true) {}
+
+  bool ok() const { return !failed_; }
+  explicit operator bool() const { return ok(); }
+  const Error& error() const {
+    assert(failed_);
+    return error_;
+  }
+
+ private:
+  Error error_{ErrorCode::contract, {}};
+  bool failed_ = false;
+};
+
+}  // namespace accord

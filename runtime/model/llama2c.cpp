@@ -1,0 +1,192 @@
+#include "runtime/model/llama2c.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "kernels/cpu/ops.hpp"
+
+namespace accord::llama2c {
+
+namespace {
+
+constexpr std::uint32_t kMagic = 0x616b3432;  // "ak42" little-endian
+constexpr std::size_t kLegacyHeaderBytes = 7 * sizeof(std::int32_t);
+constexpr std::size_t kV1HeaderBytes = 256;
+
+struct TensorSpan {
+  Tensor tensor;
+  std::size_t count;  // floats, all layers together
+};
+
+// The tensors of a checkpoint in file order, with their sizes. The loader
+// and the writer both walk this list, so they cannot disagree.
+std::vector<TensorSpan> file_order(const ModelConfig& c, Layout layout) {
+  const std::size_t L = c.n_layers, D = c.dim, H = c.hidden_dim, V = c.vocab_size, KV = c.kv_dim();
+  const std::size_t rope = static_cast<std::size_t>(c.seq_len) * c.head_size() / 2;
+  std::vector<TensorSpan> order;
+  if (layout == Layout::legacy) {
+    order = {{Tensor::token_embedding, V * D}, {Tensor::rms_att, L * D},  {Tensor::wq, L * D * D},
+             {Tensor::wk, L * KV * D},         {Tensor::wv, L * KV * D},  {Tensor::wo, L * D * D},
+             {Tensor::rms_ffn, L * D},         {Tensor::w1, L * H * D},   {Tensor::w2, L * D * H},
+             {Tensor::w3, L * H * D},          {Tensor::rms_final, D},    {Tensor::freq_cis_real, rope},
+             {Tensor::freq_cis_imag, rope}};
+  } else {
+    order = {{Tensor::rms_att, L * D},  {Tensor::rms_ffn, L * D},  {Tensor::rms_final, D},
+             {Tensor::token_embedding, V * D}, {Tensor::wq, L * D * D}, {Tensor::wk, L * KV * D},
+             {Tensor::wv, L * KV * D}, {Tensor::wo, L * D * D},   {Tensor::w1, L * H * D},
+             {Tensor::w2, L * D * H},  {Tensor::w3, L * H * D}};
+  }
+  if (!c.shared_classifier) order.push_back({Tensor::classifier, V * D});
+  return order;
+}
+
+std::size_t header_bytes(Layout layout) { return layout == Layout::legacy ? kLegacyHeaderBytes : kV1HeaderBytes; }
+
+std::int32_t read_i32(const std::byte* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+Error format_error(const MappedFile& file, const std::string& what) {
+  return Error(ErrorCode::format, file.path() + ": " + what);
+}
+
+// Reads the seven shape fields that both layouts share.
+ModelConfig read_shape(const std::byte* p) {
+  ModelConfig c;
+  c.dim = read_i32(p + 0);
+  c.hidden_dim = read_i32(p + 4);
+  c.n_layers = read_i32(p + 8);
+  c.n_heads = read_i32(p + 12);
+  c.n_kv_heads = read_i32(p + 16);
+  c.vocab_size = read_i32(p + 20);
+  c.seq_len = read_i32(p + 24);
+  return c;
+}
+
+Result<std::pair<ModelConfig, Layout>> read_header(const MappedFile& file) {
+  const auto bytes = file.bytes();
+  if (bytes.size() < kLegacyHeaderBytes) {
+    return format_error(file, "truncated: " + std::to_string(bytes.size()) + " bytes is shorter than a llama2.c header");
+  }
+  if (static_cast<std::uint32_t>(read_i32(bytes.data())) != kMagic) {
+    ModelConfig c = read_shape(bytes.data());
+    // A negative vocabulary size marks a separate classifier. INT32_MIN has
+    // no positive counterpart and is left for validate() to refuse.
+    c.shared_classifier = c.vocab_size > 0;
+    if (c.vocab_size < 0 && c.vocab_size != INT32_MIN) c.vocab_size = -c.vocab_size;
+    return std::pair{c, Layout::legacy};
+  }
+  if (bytes.size() < kV1HeaderBytes) return format_error(file, "truncated inside the 256-byte version header");
+  const std::int32_t version = read_i32(bytes.data() + 4);
+  if (version == 2) {
+    return Error(ErrorCode::architecture,
+                 file.path() + ": llama2.c version 2 (int8 quantized) checkpoints are not supported; export fp32");
+  }
+  if (version != 1) return format_error(file, "unknown llama2.c format version " + std::to_string(version));
+  ModelConfig c = read_shape(bytes.data() + 8);
+  c.shared_classifier = std::to_integer<int>(bytes[36]) != 0;
+  return std::pair{c, Layout::v1};
+}
+
+void assign(ModelWeights& w, const ModelConfig& c, Tensor tensor, const float* p) {
+  const std::size_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim();
+  auto per_layer = [&](const float* LayerWeights::*field, std::size_t stride) {
+    for (std::size_t l = 0; l < w.layers.size(); ++l) w.layers[l].*field = p + l * stride;
+  };
+  switch (tensor) {
+    case Tensor::token_embedding: w.token_embedding = p; break;
+    case Tensor::rms_att: per_layer(&LayerWeights::rms_att, D); break;
+    case Tensor::wq: per_layer(&LayerWeights::wq, D * D); break;
+    case Tensor::wk: per_layer(&LayerWeights::wk, KV * D); break;
+    case Tensor::wv: per_layer(&LayerWeights::wv, KV * D); break;
+    case Tensor::wo: per_layer(&LayerWeights::wo, D * D); break;
+    case Tensor::rms_ffn: per_layer(&LayerWeights::rms_ffn, D); break;
+    case Tensor::w1: per_layer(&LayerWeights::w1, H * D); break;
+    case Tensor::w2: per_layer(&LayerWeights::w2, D * H); break;
+    case Tensor::w3: per_layer(&LayerWeights::w3, H * D); break;
+    case Tensor::rms_final: w.rms_final = p; break;
+    case Tensor::freq_cis_real:
+    case Tensor::freq_cis_imag: break;  // run.c recomputes RoPE; so do we
+    case Tensor::classifier: w.classifier = p; break;
+  }
+}
+
+}  // namespace
+
+Result<Model> load(MappedFile file) {
+  auto header = read_header(file);
+  if (!header) return header.error();
+  const auto [config, layout] = *header;
+  if (Status valid = validate(config); !valid) return format_error(file, valid.error().message());
+
+  const auto order = file_order(config, layout);
+  std::size_t expected = header_bytes(layout);
+  for (const auto& span : order) expected += span.count * sizeof(float);
+  if (file.size() != expected) {
+    return format_error(file, (file.size() < expected ? "truncated: " : "unexpected trailing data: ") +
+                                  std::to_string(file.size()) + " bytes, but the header (dim " +
+                                  std::to_string(config.dim) + ", " + std::to_string(config.n_layers) +
+                                  " layers, vocab " + std::to_string(config.vocab_size) + ") implies " +
+                                  std::to_string(expected));
+  }
+
+  ModelWeights weights;
+  weights.layers.resize(static_cast<std::size_t>(config.n_layers));
+  const auto* cursor = reinterpret_cast<const float*>(file.bytes().data() + header_bytes(layout));
+  for (const auto& span : order) {
+    assign(weights, config, span.tensor, cursor);
+    cursor += span.count;
+  }
+  if (config.shared_classifier) weights.classifier = weights.token_embedding;
+  std::string format = layout == Layout::legacy ? "llama2c-legacy" : "llama2c-v1";
+  return Model(config, std::move(weights), std::move(file), std::move(format));
+}
+
+Status write(const std::string& path, const ModelConfig& config, Layout layout, const TensorWriter& fill) {
+  if (Status valid = validate(config); !valid) return valid;
+  const std::string temporary = path + ".partial";
+  std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+  if (!out) return Error(ErrorCode::io, "cannot create " + temporary + ": " + std::strerror(errno));
+
+  std::vector<std::int32_t> shape = {config.dim,        config.hidden_dim, config.n_layers, config.n_heads,
+                                     config.n_kv_heads, config.vocab_size, config.seq_len};
+  std::vector<char> header(header_bytes(layout), 0);
+  if (layout == Layout::legacy) {
+    if (!config.shared_classifier) shape[5] = -shape[5];
+    std::memcpy(header.data(), shape.data(), kLegacyHeaderBytes);
+  } else {
+    const std::int32_t version = 1;
+    std::memcpy(header.data(), &kMagic, 4);
+    std::memcpy(header.data() + 4, &version, 4);
+    std::memcpy(header.data() + 8, shape.data(), kLegacyHeaderBytes);
+    header[36] = config.shared_classifier ? 1 : 0;
+  }
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+
+  std::vector<float> buffer;
+  std::vector<float> rope_scratch(static_cast<std::size_t>(config.seq_len) * config.head_size() / 2);
+  for (const auto& span : file_order(config, layout)) {
+    buffer.assign(span.count, 0.0f);
+    if (span.tensor == Tensor::freq_cis_real) {
+      cpu::rope_tables(buffer.data(), rope_scratch.data(), config.seq_len, config.head_size(), config.rope_theta);
+    } else if (span.tensor == Tensor::freq_cis_imag) {
+      cpu::rope_tables(rope_scratch.data(), buffer.data(), config.seq_len, config.head_size(), config.rope_theta);
+    } else {
+      fill(span.tensor, buffer.data(), span.count);
+    }
+    out.write(reinterpret_cast<const char*>(buffer.data()), static_cast<std::streamsize>(span.count * sizeof(float)));
+  }
+  out.close();
+  if (!out) return Error(ErrorCode::io, "cannot write " + temporary + ": " + std::strerror(errno));
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) return Error(ErrorCode::io, "cannot rename " + temporary + " to " + path + ": " + ec.message());
+  return {};
+}
+
+}  // namespace accord::llama2c

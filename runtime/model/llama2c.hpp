@@ -1,0 +1,52 @@
+// llama2.c checkpoints (`.bin`): reading and writing.
+//
+// Two layouts exist. The legacy export (version 0) is a header of seven
+// int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
+// a negative vocab_size means the classifier is stored separately) followed
+// by fp32 tensors in run.c order, including the old RoPE tables that run.c
+// skips. Version 1 starts with the magic "ak42", has a 256-byte header and
+// no RoPE tables. Version 2 (int8) is refused with a clear error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "runtime/error.hpp"
+#include "runtime/model/model.hpp"
+
+namespace accord::llama2c {
+
+enum class Layout { legacy, v1 };
+
+// Parses and validates the file's header and maps every tensor. The file
+// must be exactly as long as its header says.
+Result<Model> load(MappedFile file);
+
+// The tensors of a checkpoint, each stacked over all layers.
+enum class Tensor {
+  token_embedding,
+  rms_att,
+  wq,
+  wk,
+  wv,
+  wo,
+  rms_ffn,
+  w1,
+  w2,
+  w3,
+  rms_final,
+  freq_cis_real,
+  freq_cis_imag,
+  classifier,
+};
+
+// Fills `out` with the `count` floats of `tensor` for a new file.
+using TensorWriter = std::function<void(Tensor tensor, float* out, std::size_t count)>;
+
+// Writes a checkpoint atomically enough for our use (to `path`, via a
+// temporary name and rename). The RoPE tables of the legacy layout are
+// written as run.c's exporter computed them; `fill` provides the rest.
+Status write(const std::string& path, const ModelConfig& config, Layout layout, const TensorWriter& fill);
+
+}  // namespace accord::llama2c

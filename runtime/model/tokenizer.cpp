@@ -1,0 +1,197 @@
+#include "runtime/model/tokenizer.hpp"
+
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "runtime/io/mapped_file.hpp"
+
+namespace accord {
+
+namespace {
+
+// The byte a `<0xNN>` piece stands for, or -1 for any other piece.
+int byte_piece_value(std::string_view piece) {
+  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
+  int value = 0;
+  for (char c : piece.substr(3, 2)) {
+    value *= 16;
+    if (c >= '0' && c <= '9') {
+      value += c - '0';
+    } else if (c >= 'A' && c <= 'F') {
+      value += c - 'A' + 10;
+    } else if (c >= 'a' && c <= 'f') {
+      value += c - 'a' + 10;
+    } else {
+      return -1;
+    }
+  }
+  return value;
+}
+
+bool is_utf8_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+}  // namespace
+
+Result<Tokenizer> Tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<float> scores, int bos_id,
+                                         int eos_id) {
+  if (pieces.empty()) return Error(ErrorCode::format, "the vocabulary is empty");
+  if (pieces.size() != scores.size()) {
+    return Error(ErrorCode::format, "the vocabulary has " + std::to_string(pieces.size()) + " pieces but " +
+                                        std::to_string(scores.size()) + " scores");
+  }
+  Tokenizer t;
+  t.pieces_ = std::move(pieces);
+  t.scores_ = std::move(scores);
+  t.bos_id_ = bos_id;
+  t.eos_id_ = eos_id;
+  t.byte_ids_.fill(-1);
+  for (int id = 0; id < t.vocab_size(); ++id) {
+    const std::string& piece = t.pieces_[static_cast<std::size_t>(id)];
+    t.ids_.emplace(piece, id);
+    const int byte = byte_piece_value(piece);
+    if (byte >= 0 && t.byte_ids_[static_cast<std::size_t>(byte)] < 0) t.byte_ids_[static_cast<std::size_t>(byte)] = id;
+  }
+  return t;
+}
+
+Result<Tokenizer> Tokenizer::load_llama2c(const std::string& path) {
+  auto file = MappedFile::open(path);
+  if (!file) return file.error();
+  const auto bytes = file->bytes();
+  auto malformed = [&](const std::string& what) {
+    return Error(ErrorCode::format, path + ": not a llama2.c tokenizer: " + what);
+  };
+  if (bytes.size() < 4) return malformed("shorter than its 4-byte header");
+  std::int32_t max_length;
+  std::memcpy(&max_length, bytes.data(), 4);
+  if (max_length < 1 || max_length > (1 << 16)) {
+    return malformed("max token length " + std::to_string(max_length) + " is out of range");
+  }
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::size_t at = 4;
+  while (at < bytes.size()) {
+    if (bytes.size() - at < 8) return malformed("truncated inside the entry of token " + std::to_string(pieces.size()));
+    float score;
+    std::int32_t length;
+    std::memcpy(&score, bytes.data() + at, 4);
+    std::memcpy(&length, bytes.data() + at + 4, 4);
+    at += 8;
+    if (length < 0 || length > max_length || static_cast<std::size_t>(length) > bytes.size() - at) {
+      return malformed("token " + std::to_string(pieces.size()) + " has length " + std::to_string(length) +
+                       (length > max_length ? " above the maximum " + std::to_string(max_length) : " past the end"));
+    }
+    pieces.emplace_back(reinterpret_cast<const char*>(bytes.data() + at), static_cast<std::size_t>(length));
+    scores.push_back(score);
+    at += static_cast<std::size_t>(length);
+  }
+  return from_pieces(std::move(pieces), std::move(scores));
+}
+
+Status Tokenizer::write_llama2c(const std::string& path) const {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Error(ErrorCode::io, "cannot create " + path + ": " + std::strerror(errno));
+  std::int32_t max_length = 1;
+  for (const auto& p : pieces_) max_length = std::max(max_length, static_cast<std::int32_t>(p.size()));
+  out.write(reinterpret_cast<const char*>(&max_length), 4);
+  for (int id = 0; id < vocab_size(); ++id) {
+    const std::string& p = pieces_[static_cast<std::size_t>(id)];
+    const auto length = static_cast<std::int32_t>(p.size());
+    out.write(reinterpret_cast<const char*>(&scores_[static_cast<std::size_t>(id)]), 4);
+    out.write(reinterpret_cast<const char*>(&length), 4);
+    out.write(p.data(), length);
+  }
+  out.close();
+  if (!out) return Error(ErrorCode::io, "cannot write " + path + ": " + std::strerror(errno));
+  return {};
+}
+
+int Tokenizer::lookup(std::string_view piece) const {
+  const auto it = ids_.find(std::string(piece));
+  return it == ids_.end() ? -1 : it->second;
+}
+
+Result<std::vector<int>> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
+  std::vector<int> tokens;
+  if (bos) tokens.push_back(bos_id_);
+  // Non-empty text starts with a dummy-prefix space (its piece, or its byte).
+  if (!text.empty()) {
+    const int space = lookup(" ");
+    if (space >= 0) {
+      tokens.push_back(space);
+    } else if (byte_ids_[' '] >= 0) {
+      tokens.push_back(byte_ids_[' ']);
+    } else {
+      return Error(ErrorCode::contract, "the vocabulary has no piece for the dummy-prefix space");
+    }
+  }
+
+  // One token per code point; unknown code points fall back to byte pieces.
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t end = i + 1;
+    while (end < text.size() && end - i < 4 && is_utf8_continuation(static_cast<unsigned char>(text[end]))) ++end;
+    const std::string_view code_point = text.substr(i, end - i);
+    if (const int id = lookup(code_point); id >= 0) {
+      tokens.push_back(id);
+    } else {
+      for (unsigned char byte : code_point) {
+        if (byte_ids_[byte] < 0) {
+          char name[8];
+          std::snprintf(name, sizeof name, "<0x%02X>", byte);
+          return Error(ErrorCode::contract, std::string("cannot encode byte ") + name +
+                                                ": the vocabulary has neither a piece nor a byte fallback for it");
+        }
+        tokens.push_back(byte_ids_[byte]);
+      }
+    }
+    i = end;
+  }
+
+  // Merge the best-scoring adjacent pair until no pair forms a piece.
+  // Ties go to the leftmost pair, as in run.c.
+  std::string joined;
+  const std::size_t first = bos ? 1 : 0;
+  for (;;) {
+    float best_score = -1e10f;
+    int best_id = -1;
+    std::size_t best_index = 0;
+    for (std::size_t i = first; i + 1 < tokens.size(); ++i) {
+      joined = piece(tokens[i]);
+      joined += piece(tokens[i + 1]);
+      const int id = lookup(joined);
+      if (id >= 0 && scores_[static_cast<std::size_t>(id)] > best_score) {
+        best_score = scores_[static_cast<std::size_t>(id)];
+        best_id = id;
+        best_index = i;
+      }
+    }
+    if (best_id < 0) break;
+    tokens[best_index] = best_id;
+    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_index) + 1);
+  }
+
+  if (eos) tokens.push_back(eos_id_);
+  return tokens;
+}
+
+std::string Tokenizer::decode(int previous, int token) const {
+  std::string_view text = piece(token);
+  if (previous == bos_id_ && !text.empty() && text.front() == ' ') text.remove_prefix(1);
+  std::string out;
+  if (const int byte = byte_piece_value(text); byte >= 0) {
+    out.push_back(static_cast<char>(byte));
+  } else {
+    out = std::string(text);
+  }
+  if (out.size() == 1) {
+    const auto c = static_cast<unsigned char>(out[0]);
+    if (!(std::isprint(c) || std::isspace(c))) return {};
+  }
+  return out;
+}
+
+}  // namespace accord

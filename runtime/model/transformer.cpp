@@ -1,0 +1,112 @@
+#include "runtime/model/transformer.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/cpu/ops.hpp"
+
+namespace accord {
+
+namespace {
+
+void add_in_place(float* x, const float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace
+
+Transformer::Transformer(const Model& model, cpu::ThreadPool& pool) : model_(model), pool_(pool) {
+  const ModelConfig& c = model_.config();
+  const std::size_t table = static_cast<std::size_t>(c.seq_len) * (c.head_size() / 2);
+  rope_cos_.resize(table);
+  rope_sin_.resize(table);
+  cpu::rope_tables(rope_cos_.data(), rope_sin_.data(), c.seq_len, c.head_size(), c.rope_theta);
+  logits_.resize(static_cast<std::size_t>(c.vocab_size));
+}
+
+Status Transformer::check_input(std::span<const int> tokens, int pos) const {
+  const ModelConfig& c = model_.config();
+  if (tokens.empty()) return Error(ErrorCode::contract, "no tokens to run");
+  for (int id : tokens) {
+    if (id < 0 || id >= c.vocab_size) {
+      return Error(ErrorCode::contract, "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                            std::to_string(c.vocab_size - 1) + ")");
+    }
+  }
+  if (pos < 0 || static_cast<long long>(pos) + static_cast<long long>(tokens.size()) > c.seq_len) {
+    return Error(ErrorCode::contract, "positions " + std::to_string(pos) + ".." +
+                                          std::to_string(pos + static_cast<long long>(tokens.size()) - 1) +
+                                          " are past the model's context of " + std::to_string(c.seq_len) +
+                                          " tokens");
+  }
+  return {};
+}
+
+void Transformer::resize_scratch(int batch) {
+  const ModelConfig& c = model_.config();
+  const std::size_t b = static_cast<std::size_t>(batch);
+  for (auto* buffer : {&x_, &xb_, &xb2_, &q_}) buffer->resize(b * c.dim);
+  for (auto* buffer : {&hb_, &hb2_}) buffer->resize(b * c.hidden_dim);
+}
+
+void Transformer::embed(std::span<const int> tokens) {
+  const std::size_t dim = static_cast<std::size_t>(model_.config().dim);
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    const float* row = model_.weights().token_embedding + static_cast<std::size_t>(tokens[t]) * dim;
+    std::copy(row, row + dim, x_.data() + t * dim);
+  }
+}
+
+void Transformer::run_unit(int unit, int pos, int batch, KvCache& kv) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
+  const int dim = c.dim, kv_dim = c.kv_dim(), hs = c.head_size();
+  const std::size_t rows = static_cast<std::size_t>(batch);
+  float* keys = kv.keys(unit) + static_cast<std::size_t>(pos) * kv_dim;
+  float* values = kv.values(unit) + static_cast<std::size_t>(pos) * kv_dim;
+
+  // Attention: queries into q_, keys and values straight into the cache.
+  for (std::size_t t = 0; t < rows; ++t) cpu::rmsnorm(&xb_[t * dim], &x_[t * dim], w.rms_att, dim, c.norm_eps);
+  cpu::matmul(pool_, q_.data(), xb_.data(), w.wq, batch, dim, dim);
+  cpu::matmul(pool_, keys, xb_.data(), w.wk, batch, dim, kv_dim);
+  cpu::matmul(pool_, values, xb_.data(), w.wv, batch, dim, kv_dim);
+  for (std::size_t t = 0; t < rows; ++t) {
+    const std::size_t angle = (static_cast<std::size_t>(pos) + t) * (hs / 2);
+    cpu::rope(&q_[t * dim], c.n_heads, hs, &rope_cos_[angle], &rope_sin_[angle]);
+    cpu::rope(keys + t * kv_dim, c.n_kv_heads, hs, &rope_cos_[angle], &rope_sin_[angle]);
+  }
+  const cpu::KvView view{kv.keys(unit), kv.values(unit), kv_dim};
+  cpu::attention(pool_, xb_.data(), q_.data(), view, batch, pos, c.n_heads, c.n_kv_heads, hs);
+  cpu::matmul(pool_, xb2_.data(), xb_.data(), w.wo, batch, dim, dim);
+  add_in_place(x_.data(), xb2_.data(), rows * dim);
+
+  // Feed-forward: w2(silu(w1 x) * w3 x).
+  for (std::size_t t = 0; t < rows; ++t) cpu::rmsnorm(&xb_[t * dim], &x_[t * dim], w.rms_ffn, dim, c.norm_eps);
+  cpu::matmul(pool_, hb_.data(), xb_.data(), w.w1, batch, dim, c.hidden_dim);
+  cpu::matmul(pool_, hb2_.data(), xb_.data(), w.w3, batch, dim, c.hidden_dim);
+  cpu::silu_mul(hb_.data(), hb2_.data(), batch * c.hidden_dim);
+  cpu::matmul(pool_, xb_.data(), hb_.data(), w.w2, batch, c.hidden_dim, dim);
+  add_in_place(x_.data(), xb_.data(), rows * dim);
+}
+
+void Transformer::run_head(int batch) {
+  const ModelConfig& c = model_.config();
+  float* last = &x_[static_cast<std::size_t>(batch - 1) * c.dim];
+  cpu::rmsnorm(last, last, model_.weights().rms_final, c.dim, c.norm_eps);
+  cpu::matmul(pool_, logits_.data(), last, model_.weights().classifier, 1, c.dim, c.vocab_size);
+}
+
+Result<std::span<const float>> Transformer::forward(std::span<const int> tokens, int pos, KvCache& kv) {
+  if (Status ok = check_input(tokens, pos); !ok) return ok.error();
+  if (kv.first_unit() != 0 || kv.unit_count() != model_.config().n_layers) {
+    return Error(ErrorCode::contract, "the KV cache must hold every unit of the model for a full forward pass");
+  }
+  const int batch = static_cast<int>(tokens.size());
+  resize_scratch(batch);
+  embed(tokens);
+  for (int unit = 0; unit < model_.config().n_layers; ++unit) run_unit(unit, pos, batch, kv);
+  run_head(batch);
+  return std::span<const float>(logits_);
+}
+
+}  // namespace accord

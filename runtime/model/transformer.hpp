@@ -1,0 +1,56 @@
+// The Llama forward pass over a Model, on the CPU kernels.
+//
+// A Transformer holds scratch buffers and the RoPE tables; the weights stay
+// in the Model and the keys/values in a caller-owned KvCache. One forward
+// call at a time (the scratch is shared); the thread pool is the rank's.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/error.hpp"
+#include "runtime/model/kv_cache.hpp"
+#include "runtime/model/model.hpp"
+
+namespace accord {
+
+class Transformer {
+ public:
+  // model and pool must outlive the Transformer.
+  Transformer(const Model& model, cpu::ThreadPool& pool);
+
+  const Model& model() const { return model_; }
+
+  // Checks that every id is in the vocabulary and that positions
+  // [pos, pos + tokens.size()) fit the context. Contract error otherwise.
+  Status check_input(std::span<const int> tokens, int pos) const;
+
+  // Runs `tokens` at positions pos, pos + 1, ... as one batch, appending
+  // their keys and values to kv (which must hold every unit), and returns
+  // the logits of the last token: (vocab). The span stays valid until the
+  // next call. On a failed check nothing, kv included, is changed.
+  Result<std::span<const float>> forward(std::span<const int> tokens, int pos, KvCache& kv);
+
+ private:
+  void resize_scratch(int batch);
+  void embed(std::span<const int> tokens);
+  void run_unit(int unit, int pos, int batch, KvCache& kv);
+  void run_head(int batch);
+
+  const Model& model_;
+  cpu::ThreadPool& pool_;
+  std::vector<float> rope_cos_;  // (seq_len, head_size / 2)
+  std::vector<float> rope_sin_;  // (seq_len, head_size / 2)
+
+  // Activations for a batch of B tokens.
+  std::vector<float> x_;       // (B, dim) residual stream
+  std::vector<float> xb_;      // (B, dim) normed input / attention output
+  std::vector<float> xb2_;     // (B, dim) projection output
+  std::vector<float> q_;       // (B, dim) queries
+  std::vector<float> hb_;      // (B, hidden_dim) gate
+  std::vector<float> hb2_;     // (B, hidden_dim) up
+  std::vector<float> logits_;  // (vocab) of the last token
+};
+
+}  // namespace accord
