@@ -88,6 +88,7 @@ int run_generate(const GenerateArgs& args) {
               << std::endl;
   } else {
     std::printf("\n");
+    std::fflush(stdout);
     std::fprintf(stderr, "accord: %zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s (%s)\n",
                  result->prompt_tokens.size(), result->prefill_tokens_per_second(),
                  result->generated_tokens.size(), result->decode_tokens_per_second(),

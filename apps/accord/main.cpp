@@ -20,6 +20,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const accord::cli::Command generate = accord::cli::add_generate_command(app);
   const accord::cli::Command synth = accord::cli::add_synth_command(app);
+  if (argc > 1 && argv[1][0] != '-') {
+    const auto known = app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; });
+    if (known.empty()) {
+      std::cerr << "accord: error: unknown command '" << argv[1] << "' (commands: generate, synth)" << std::endl;
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

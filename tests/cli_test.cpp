@@ -1,0 +1,133 @@
+// The `accord` command line, run as a user would: golden output, JSON
+// fields, help, and a clear non-zero exit for every kind of bad input.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/reference.hpp"
+#include "tests/support.hpp"
+
+namespace accord {
+namespace {
+
+using test::run_accord;
+
+// Expects exit code `code` (not a crash) and `fragment` in the output.
+void expect_failure(const std::vector<std::string>& args, int code, const std::string& fragment) {
+  const auto result = run_accord(args);
+  EXPECT_EQ(result.exit_code, code) << result.output;
+  EXPECT_NE(result.output.find(fragment), std::string::npos) << "expected '" << fragment << "' in:\n" << result.output;
+}
+
+std::vector<std::string> generate_args(const std::string& model, const std::string& tokenizer,
+                                       std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"generate", "--model", model, "--tokenizer", tokenizer};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// Generation on stories260K with its tokenizer.
+std::vector<std::string> generate_args(std::vector<std::string> extra) {
+  return generate_args(test::stories_model(), test::stories_tokenizer(), std::move(extra));
+}
+
+TEST(Cli, GreedyJsonMatchesRunC) {
+  for (const auto& c : test::greedy_cases()) {
+    const auto result = run_accord(generate_args({"--prompt", c.prompt, "--temperature", "0", "--max-tokens",
+                                                  std::to_string(c.generated_tokens.size()), "--json"}));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const auto json = nlohmann::json::parse(result.output);
+    EXPECT_EQ(json.at("prompt_tokens").get<std::vector<int>>(), c.prompt_tokens);
+    EXPECT_EQ(json.at("generated_tokens").get<std::vector<int>>(), c.generated_tokens);
+    EXPECT_EQ(json.at("text").get<std::string>(), c.text);
+    EXPECT_GT(json.at("prefill_tokens_per_second").get<double>(), 0.0);
+    EXPECT_GT(json.at("decode_tokens_per_second").get<double>(), 0.0);
+  }
+}
+
+TEST(Cli, StreamsTheSameText) {
+  const auto c = test::greedy_cases().at(1);
+  const auto result = run_accord(generate_args({"--prompt", c.prompt, "--temperature", "0", "--max-tokens",
+                                                std::to_string(c.generated_tokens.size()), "--threads", "1"}));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output.rfind(c.text + "\n", 0), 0u) << result.output;
+}
+
+TEST(Cli, EveryCommandHasHelp) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--help"}, {"generate", "--help"}, {"synth", "--help"}}) {
+    const auto result = run_accord(args);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("Usage"), std::string::npos) << result.output;
+  }
+  EXPECT_NE(run_accord({"generate", "--help"}).output.find("--max-tokens"), std::string::npos);
+  EXPECT_NE(run_accord({"synth", "--help"}).output.find("--kv-heads"), std::string::npos);
+}
+
+TEST(Cli, SynthesisedModelGeneratesWithItsTokenizer) {
+  test::TempDir dir;
+  const std::string model = dir.file("tiny.bin");
+  const auto synth = run_accord({"synth", "--dim", "64", "--hidden", "96", "--layers", "2", "--heads", "4",
+                                 "--kv-heads", "2", "--vocab", "320", "--seq", "64", "--seed", "3", "--out", model});
+  ASSERT_EQ(synth.exit_code, 0) << synth.output;
+  const auto result = run_accord({"generate", "--model", model, "--prompt", "hello", "--max-tokens", "5",
+                                  "--temperature", "0", "--json"});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto json = nlohmann::json::parse(result.output);
+  EXPECT_LE(json.at("generated_tokens").size(), 5u);
+}
+
+TEST(Cli, RefusesBadModelFiles) {
+  test::TempDir dir;
+  test::write_bytes(dir.file("garbage.bin"), std::vector<std::byte>(1000, std::byte{0x5A}));
+  expect_failure({"generate", "--model", dir.file("garbage.bin"), "--tokenizer", test::stories_tokenizer()}, 1,
+                 "accord: error:");
+  auto truncated = test::read_bytes(test::stories_model());
+  truncated.resize(truncated.size() / 2);
+  test::write_bytes(dir.file("truncated.bin"), truncated);
+  expect_failure({"generate", "--model", dir.file("truncated.bin"), "--tokenizer", test::stories_tokenizer()}, 1,
+                 "truncated");
+  expect_failure({"generate", "--model", dir.file("absent.bin")}, 1, "cannot open");
+}
+
+TEST(Cli, RefusesMissingOrMismatchedTokenizer) {
+  test::TempDir dir;
+  const auto bytes = test::read_bytes(test::stories_model());
+  test::write_bytes(dir.file("alone.bin"), bytes);
+  expect_failure({"generate", "--model", dir.file("alone.bin")}, 1, "no tokenizer given and none found");
+  expect_failure(generate_args(test::stories_model(), dir.file("absent-tokenizer.bin")), 1, "cannot open");
+  const auto synth = run_accord({"synth", "--dim", "64", "--hidden", "96", "--layers", "1", "--heads", "4",
+                                 "--kv-heads", "4", "--vocab", "300", "--seq", "16", "--out", dir.file("s.bin")});
+  ASSERT_EQ(synth.exit_code, 0) << synth.output;
+  expect_failure(generate_args(test::stories_model(), dir.file("s.tokenizer.bin")), 1,
+                 "the tokenizer has 300 tokens but the model's vocabulary has 512");
+}
+
+TEST(Cli, RefusesBadOptions) {
+  expect_failure(generate_args({"--max-tokens", "0"}), 1, "max tokens must be at least 1");
+  expect_failure(generate_args({"--max-tokens", "-3"}), 1, "max tokens must be at least 1");
+  expect_failure(generate_args({"--temperature", "-1"}), 1, "temperature");
+  expect_failure(generate_args({"--top-p", "2"}), 1, "top-p");
+  expect_failure(generate_args({"--threads", "0"}), 2, "threads");
+  expect_failure(generate_args({"--max-tokens", "many"}), 2, "max-tokens");
+  expect_failure(generate_args({"--frobnicate"}), 2, "frobnicate");
+  expect_failure({"launch"}, 2, "launch");
+  expect_failure({}, 2, "subcommand");
+  expect_failure({"generate"}, 2, "--model");
+}
+
+TEST(Cli, RefusesAPromptPastTheContext) {
+  std::string prompt;
+  for (int i = 0; i < 300; ++i) prompt += "zq ";
+  expect_failure(generate_args({"--prompt", prompt}), 1, "past the model's context of 512 tokens");
+}
+
+TEST(Cli, SynthRefusesImpossibleShapes) {
+  test::TempDir dir;
+  expect_failure({"synth", "--dim", "66", "--heads", "4", "--out", dir.file("x.bin")}, 1, "not a multiple");
+  expect_failure({"synth", "--vocab", "100", "--out", dir.file("x.bin")}, 1, "at least 259");
+  expect_failure({"synth", "--layers", "0", "--out", dir.file("x.bin")}, 1, "n_layers is 0");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.bin")));
+}
+
+}  // namespace
+}  // namespace accord

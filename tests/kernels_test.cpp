@@ -1,0 +1,132 @@
+#include "kernels/cpu/ops.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace accord::cpu {
+namespace {
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Kernels, DotMatchesDoubleReferenceWithTails) {
+  for (int n : {1, 7, 8, 9, 64, 173}) {
+    const auto a = random_floats(static_cast<std::size_t>(n), 1);
+    const auto b = random_floats(static_cast<std::size_t>(n), 2);
+    double expected = 0;
+    for (int i = 0; i < n; ++i) expected += static_cast<double>(a[i]) * b[i];
+    EXPECT_NEAR(dot(a.data(), b.data(), n), expected, 1e-5) << "n " << n;
+  }
+}
+
+TEST(Kernels, MatmulIsBitIdenticalAcrossThreadCountsAndBatchSizes) {
+  const int rows = 131, cols = 77, batch = 5;
+  const auto w = random_floats(static_cast<std::size_t>(rows) * cols, 3);
+  const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 4);
+  std::vector<float> reference(static_cast<std::size_t>(batch) * rows);
+  ThreadPool one(1);
+  matmul(one, reference.data(), x.data(), w.data(), batch, cols, rows);
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> out(reference.size());
+    matmul(pool, out.data(), x.data(), w.data(), batch, cols, rows);
+    EXPECT_TRUE(bit_identical(out, reference)) << threads << " threads";
+  }
+  // Each row of a batch equals the same row computed alone.
+  for (int t = 0; t < batch; ++t) {
+    std::vector<float> single(static_cast<std::size_t>(rows));
+    matmul(one, single.data(), x.data() + static_cast<std::size_t>(t) * cols, w.data(), 1, cols, rows);
+    EXPECT_EQ(0, std::memcmp(single.data(), reference.data() + static_cast<std::size_t>(t) * rows,
+                             single.size() * sizeof(float)));
+  }
+}
+
+TEST(Kernels, RmsnormNormalisesToUnitRootMeanSquare) {
+  const std::vector<float> x = {1, -2, 3, -4};
+  const std::vector<float> weight = {1, 1, 1, 2};
+  std::vector<float> out(4);
+  rmsnorm(out.data(), x.data(), weight.data(), 4, 0.0f);
+  const float rms = std::sqrt((1 + 4 + 9 + 16) / 4.0f);
+  EXPECT_FLOAT_EQ(out[0], 1 / rms);
+  EXPECT_FLOAT_EQ(out[3], 2 * -4 / rms);
+}
+
+TEST(Kernels, SoftmaxSumsToOneAndSurvivesLargeValues) {
+  std::vector<float> x = {1000.0f, 1001.0f, 999.0f};
+  softmax(x.data(), 3);
+  EXPECT_NEAR(x[0] + x[1] + x[2], 1.0f, 1e-6);
+  EXPECT_GT(x[1], x[0]);
+  EXPECT_FALSE(std::isnan(x[2]));
+}
+
+TEST(Kernels, RopeAtPositionZeroIsIdentityAndPreservesNorm) {
+  const int seq = 4, hs = 8;
+  std::vector<float> cos(static_cast<std::size_t>(seq) * hs / 2), sin(cos.size());
+  rope_tables(cos.data(), sin.data(), seq, hs, 10000.0f);
+  auto v = random_floats(16, 5);
+  const auto original = v;
+  rope(v.data(), 2, hs, cos.data(), sin.data());
+  EXPECT_TRUE(bit_identical(v, original));
+  rope(v.data(), 2, hs, &cos[3 * hs / 2], &sin[3 * hs / 2]);
+  for (int pair = 0; pair < 8; ++pair) {
+    const float before = original[2 * pair] * original[2 * pair] + original[2 * pair + 1] * original[2 * pair + 1];
+    const float after = v[2 * pair] * v[2 * pair] + v[2 * pair + 1] * v[2 * pair + 1];
+    EXPECT_NEAR(before, after, 1e-5);
+  }
+  EXPECT_NE(v[0], original[0]);
+}
+
+TEST(Kernels, SiluMul) {
+  std::vector<float> gate = {0.0f, 2.0f};
+  const std::vector<float> up = {5.0f, 3.0f};
+  silu_mul(gate.data(), up.data(), 2);
+  EXPECT_FLOAT_EQ(gate[0], 0.0f);
+  EXPECT_FLOAT_EQ(gate[1], 2.0f / (1.0f + std::exp(-2.0f)) * 3.0f);
+}
+
+TEST(Kernels, AttentionOverOnePositionReturnsItsValue) {
+  // With a single cached position the softmax weight is 1: out = value.
+  const int hs = 4;
+  const std::vector<float> q = random_floats(8, 6);  // 2 heads
+  const std::vector<float> keys = random_floats(4, 7);  // 1 kv head
+  const std::vector<float> values = {1, 2, 3, 4};
+  std::vector<float> out(8);
+  ThreadPool pool(2);
+  attention(pool, out.data(), q.data(), {keys.data(), values.data(), 4}, 1, 0, 2, 1, hs);
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4}));
+}
+
+TEST(Kernels, AttentionIsCausalAndBatchInvariant) {
+  const int hs = 8, heads = 4, kv_heads = 2, positions = 6, kv_dim = kv_heads * hs;
+  const auto keys = random_floats(static_cast<std::size_t>(positions) * kv_dim, 8);
+  const auto values = random_floats(keys.size(), 9);
+  const auto q = random_floats(static_cast<std::size_t>(positions) * heads * hs, 10);
+  ThreadPool pool(2);
+  std::vector<float> batched(q.size());
+  attention(pool, batched.data(), q.data(), {keys.data(), values.data(), kv_dim}, positions, 0, heads, kv_heads, hs);
+  for (int t = 0; t < positions; ++t) {
+    std::vector<float> single(static_cast<std::size_t>(heads) * hs);
+    attention(pool, single.data(), q.data() + static_cast<std::size_t>(t) * heads * hs,
+              {keys.data(), values.data(), kv_dim}, 1, t, heads, kv_heads, hs);
+    EXPECT_EQ(0, std::memcmp(single.data(), batched.data() + static_cast<std::size_t>(t) * heads * hs,
+                             single.size() * sizeof(float)))
+        << "position " << t;
+  }
+}
+
+}  // namespace
+}  // namespace accord::cpu

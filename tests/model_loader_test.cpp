@@ -1,0 +1,145 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/model/llama2c.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/synthetic.hpp"
+#include "runtime/model/transformer.hpp"
+#include "tests/support.hpp"
+
+namespace accord {
+namespace {
+
+using test::TempDir;
+
+std::vector<float> first_logits(const Model& model) {
+  cpu::ThreadPool pool(1);
+  Transformer transformer(model, pool);
+  KvCache kv(model.config(), 0, model.config().n_layers);
+  const std::vector<int> tokens = {1, 5, 9};
+  auto logits = transformer.forward(tokens, 0, kv);
+  EXPECT_TRUE(logits) << logits.error().message();
+  return {logits->begin(), logits->end()};
+}
+
+TEST(ModelLoader, ReadsStoriesConfiguration) {
+  auto model = Model::load(test::stories_model());
+  ASSERT_TRUE(model) << model.error().message();
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(c.dim, 64);
+  EXPECT_EQ(c.hidden_dim, 172);
+  EXPECT_EQ(c.n_layers, 5);
+  EXPECT_EQ(c.n_heads, 8);
+  EXPECT_EQ(c.n_kv_heads, 4);
+  EXPECT_EQ(c.vocab_size, 512);
+  EXPECT_EQ(c.seq_len, 512);
+  EXPECT_TRUE(c.shared_classifier);
+  EXPECT_EQ(model->format(), "llama2c-legacy");
+  EXPECT_EQ(model->weights().classifier, model->weights().token_embedding);
+}
+
+TEST(ModelLoader, LegacyAndVersion1LayoutsHoldTheSameModel) {
+  TempDir dir;
+  SyntheticModelOptions options{test::small_config(), 11, llama2c::Layout::legacy};
+  const Model legacy = test::synthetic_model(dir, options, "legacy.bin");
+  options.layout = llama2c::Layout::v1;
+  const Model v1 = test::synthetic_model(dir, options, "v1.bin");
+  EXPECT_EQ(v1.format(), "llama2c-v1");
+  EXPECT_EQ(first_logits(legacy), first_logits(v1));
+}
+
+TEST(ModelLoader, SeparateClassifierIsReadFromItsOwnTensor) {
+  TempDir dir;
+  for (auto layout : {llama2c::Layout::legacy, llama2c::Layout::v1}) {
+    SyntheticModelOptions options{test::small_config(), 12, layout};
+    options.config.shared_classifier = false;
+    const Model model = test::synthetic_model(dir, options);
+    EXPECT_FALSE(model.config().shared_classifier);
+    EXPECT_NE(model.weights().classifier, model.weights().token_embedding);
+    // Shared and separate classifiers give different logits for the same seed.
+    options.config.shared_classifier = true;
+    const Model shared = test::synthetic_model(dir, options, "shared.bin");
+    EXPECT_NE(first_logits(model), first_logits(shared));
+  }
+}
+
+TEST(ModelLoader, SameSeedSameBytesOtherSeedOtherBytes) {
+  TempDir dir;
+  SyntheticModelOptions options{test::small_config(), 5, llama2c::Layout::legacy};
+  ASSERT_TRUE(write_synthetic_model(dir.file("a.bin"), options));
+  ASSERT_TRUE(write_synthetic_model(dir.file("b.bin"), options));
+  options.seed = 6;
+  ASSERT_TRUE(write_synthetic_model(dir.file("c.bin"), options));
+  EXPECT_EQ(test::read_bytes(dir.file("a.bin")), test::read_bytes(dir.file("b.bin")));
+  EXPECT_NE(test::read_bytes(dir.file("a.bin")), test::read_bytes(dir.file("c.bin")));
+}
+
+// Loads `bytes` as a model file and expects a clear error of `code` whose
+// message contains `fragment`.
+void expect_refused(const std::vector<std::byte>& bytes, ErrorCode code, const std::string& fragment) {
+  TempDir dir;
+  test::write_bytes(dir.file("bad.bin"), bytes);
+  auto model = Model::load(dir.file("bad.bin"));
+  ASSERT_FALSE(model) << "loaded a model that should be refused (" << fragment << ")";
+  EXPECT_EQ(model.error().code(), code) << model.error().message();
+  EXPECT_NE(model.error().message().find(fragment), std::string::npos) << model.error().message();
+}
+
+std::vector<std::byte> with_header_field(std::vector<std::byte> bytes, int field, std::int32_t value) {
+  std::memcpy(bytes.data() + 4 * field, &value, 4);
+  return bytes;
+}
+
+TEST(ModelLoader, RefusesTruncatedAndPaddedFiles) {
+  auto bytes = test::read_bytes(test::stories_model());
+  auto truncated = bytes;
+  truncated.resize(bytes.size() - 1);
+  expect_refused(truncated, ErrorCode::format, "truncated");
+  auto padded = bytes;
+  padded.push_back(std::byte{0});
+  expect_refused(padded, ErrorCode::format, "trailing data");
+  expect_refused(std::vector<std::byte>(bytes.begin(), bytes.begin() + 10), ErrorCode::format, "truncated");
+  expect_refused({}, ErrorCode::format, "truncated");
+}
+
+TEST(ModelLoader, RefusesImpossibleShapes) {
+  const auto bytes = test::read_bytes(test::stories_model());
+  expect_refused(with_header_field(bytes, 0, 0), ErrorCode::format, "dim is 0");
+  expect_refused(with_header_field(bytes, 0, 1 << 30), ErrorCode::format, "dim is");
+  expect_refused(with_header_field(bytes, 3, 7), ErrorCode::format, "not a multiple of n_heads");
+  expect_refused(with_header_field(bytes, 4, 3), ErrorCode::format, "not a multiple of n_kv_heads");
+  expect_refused(with_header_field(bytes, 5, INT32_MIN), ErrorCode::format, "vocab_size");
+  expect_refused(with_header_field(bytes, 6, -5), ErrorCode::format, "seq_len");
+  // A shape that is valid but does not match the data that follows.
+  expect_refused(with_header_field(bytes, 2, 6), ErrorCode::format, "implies");
+}
+
+TEST(ModelLoader, RefusesGarbageAndOtherFormats) {
+  std::vector<std::byte> garbage(4096);
+  for (std::size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<std::byte>((i * 7919 + 13) & 0xFF);
+  expect_refused(garbage, ErrorCode::format, "");
+  std::vector<std::byte> v2(256, std::byte{0});
+  const std::uint32_t magic = 0x616b3432;
+  const std::int32_t version = 2;
+  std::memcpy(v2.data(), &magic, 4);
+  std::memcpy(v2.data() + 4, &version, 4);
+  expect_refused(v2, ErrorCode::architecture, "version 2");
+  auto v9 = v2;
+  v9[4] = std::byte{9};
+  expect_refused(v9, ErrorCode::format, "unknown llama2.c format version 9");
+  std::vector<std::byte> gguf = {std::byte{'G'}, std::byte{'G'}, std::byte{'U'}, std::byte{'F'}};
+  gguf.resize(64);
+  expect_refused(gguf, ErrorCode::architecture, "GGUF");
+}
+
+TEST(ModelLoader, MissingFileIsAnIoError) {
+  auto model = Model::load("/nonexistent/accord/model.bin");
+  ASSERT_FALSE(model);
+  EXPECT_EQ(model.error().code(), ErrorCode::io);
+  EXPECT_NE(model.error().message().find("/nonexistent/accord/model.bin"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace accord

@@ -1,0 +1,63 @@
+#include "runtime/model/sampler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+namespace accord {
+namespace {
+
+const std::vector<float> kLogits = {0.5f, 2.0f, 1.9f, -3.0f, 0.0f, 2.0f};
+
+TEST(Sampler, GreedyTakesTheFirstMaximum) {
+  Sampler sampler({0.0f, 0.9f, 1});
+  EXPECT_EQ(sampler.sample(kLogits), 1);
+}
+
+TEST(Sampler, SameSeedSameTokensOtherSeedOtherTokens) {
+  auto draw = [](std::uint64_t seed) {
+    Sampler sampler({1.0f, 1.0f, seed});
+    std::vector<int> tokens;
+    for (int i = 0; i < 64; ++i) tokens.push_back(sampler.sample(kLogits));
+    return tokens;
+  };
+  EXPECT_EQ(draw(7), draw(7));
+  EXPECT_NE(draw(7), draw(8));
+  EXPECT_NE(draw(0), std::vector<int>(64, draw(0)[0]));  // seed 0 is not a stuck stream
+}
+
+TEST(Sampler, TopPKeepsOnlyTheNucleus) {
+  // Probabilities after softmax: token 1 and 5 dominate; a small top-p must
+  // never pick the unlikely tokens 0, 3 or 4.
+  Sampler sampler({1.0f, 0.5f, 3});
+  std::map<int, int> counts;
+  for (int i = 0; i < 500; ++i) counts[sampler.sample(kLogits)]++;
+  for (int unlikely : {0, 3, 4}) EXPECT_EQ(counts[unlikely], 0) << unlikely;
+  EXPECT_GT(counts[1] + counts[5], 0);
+}
+
+TEST(Sampler, LowTemperatureSharpensTowardsArgmax) {
+  Sampler sampler({0.01f, 1.0f, 5});
+  for (int i = 0; i < 50; ++i) {
+    const int t = sampler.sample(kLogits);
+    EXPECT_TRUE(t == 1 || t == 5) << t;
+  }
+}
+
+TEST(Sampler, TinyTopPStillReturnsAToken) {
+  Sampler sampler({1.0f, 1e-6f, 9});
+  const int t = sampler.sample(kLogits);
+  EXPECT_GE(t, 0);
+  EXPECT_LT(t, 6);
+}
+
+TEST(Sampler, RejectsInvalidOptions) {
+  EXPECT_FALSE(validate(SamplerOptions{-0.1f, 0.9f, 0}));
+  EXPECT_FALSE(validate(SamplerOptions{1.0f, 0.0f, 0}));
+  EXPECT_FALSE(validate(SamplerOptions{1.0f, 1.5f, 0}));
+  EXPECT_TRUE(validate(SamplerOptions{0.0f, 1.0f, 0}));
+}
+
+}  // namespace
+}  // namespace accord

@@ -1,0 +1,107 @@
+#include "tests/support.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+namespace accord::test {
+
+std::filesystem::path shared_dir() {
+  if (const char* dir = std::getenv("ACCORD_SHARED")) return dir;
+  return ACCORD_SHARED_DIR;
+}
+
+std::string stories_model() { return (shared_dir() / "models" / "stories260K.bin").string(); }
+std::string stories_tokenizer() { return (shared_dir() / "models" / "tok512.bin").string(); }
+
+TempDir::TempDir() {
+  std::random_device random;
+  path_ = std::filesystem::temp_directory_path() / ("accord-test-" + std::to_string(random()));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.dim = 72;
+  c.hidden_dim = 100;
+  c.n_layers = 3;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.vocab_size = 300;
+  c.seq_len = 40;
+  return c;
+}
+
+Model synthetic_model(const TempDir& dir, const SyntheticModelOptions& options, const std::string& name) {
+  const std::string path = dir.file(name);
+  Status written = write_synthetic_model(path, options);
+  if (!written) ADD_FAILURE() << written.error().message();
+  auto model = Model::load(path);
+  if (!model) {
+    ADD_FAILURE() << model.error().message();
+    std::abort();
+  }
+  return std::move(*model);
+}
+
+std::vector<std::byte> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> bytes(chars.size());
+  std::memcpy(bytes.data(), chars.data(), chars.size());
+  return bytes;
+}
+
+void write_bytes(const std::string& path, const std::vector<std::byte>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+namespace {
+
+std::string shell_quote(const std::string& arg) {
+  std::string quoted(1, '\'');
+  for (char c : arg) {
+    if (c == '\'') {
+      quoted.append("'\\''");
+    } else {
+      quoted.push_back(c);
+    }
+  }
+  quoted.push_back('\'');
+  return quoted;
+}
+
+}  // namespace
+
+CommandResult run_accord(const std::vector<std::string>& args) {
+  std::string command = shell_quote(ACCORD_BINARY);
+  for (const auto& arg : args) {
+    command.push_back(' ');
+    command.append(shell_quote(arg));
+  }
+  command += " 2>&1 </dev/null";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  CommandResult result{0, {}};
+  std::array<char, 4096> buffer;
+  std::size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  // A crash shows as 128 + signal, so tests can tell it from a clean failure.
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+}  // namespace accord::test

@@ -1,0 +1,52 @@
+// Helpers shared by the tests: where the shared models live, temporary
+// folders, synthetic models, and running the `accord` binary.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "runtime/model/model.hpp"
+#include "runtime/model/synthetic.hpp"
+
+namespace accord::test {
+
+// ../shared beside the checkout (ACCORD_SHARED overrides it).
+std::filesystem::path shared_dir();
+std::string stories_model();      // models/stories260K.bin
+std::string stories_tokenizer();  // models/tok512.bin
+
+// A fresh empty folder, removed when the object goes away.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A small synthetic shape with grouped-query attention and odd sizes, so
+// kernels meet tails and several threads get work.
+ModelConfig small_config();
+
+// Writes a synthetic model into dir and loads it; fails the test on error.
+Model synthetic_model(const TempDir& dir, const SyntheticModelOptions& options, const std::string& name = "m.bin");
+
+std::vector<std::byte> read_bytes(const std::string& path);
+void write_bytes(const std::string& path, const std::vector<std::byte>& bytes);
+
+struct CommandResult {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs the accord binary with the given arguments (shell-quoted here).
+CommandResult run_accord(const std::vector<std::string>& args);
+
+}  // namespace accord::test
