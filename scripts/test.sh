@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what accord needs, builds it and runs the whole test suite twice:
+# a Release build, then a build under AddressSanitizer and
+# UndefinedBehaviorSanitizer. Tests read the shared models from ../shared
+# (override with ACCORD_SHARED=DIR).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+"$root/scripts/setup.sh"
+
+run_suite() {
+  local build=$1
+  shift
+  echo "== accord: building $build"
+  "$root/scripts/build.sh" "$build" -DACCORD_BUILD_BENCH=OFF "$@"
+  echo "== accord: testing $build"
+  ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+}
+
+run_suite "$root/build" -DCMAKE_BUILD_TYPE=Release
+run_suite "$root/build-sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCORD_SANITIZE=ON
