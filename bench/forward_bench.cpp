@@ -1,0 +1,182 @@
+// The whole forward pass on a synthetic llama2.c model: decode (one token per
+// step) and prefill (64 or 256 tokens as one batch), on 1 and 2 threads.
+//
+// Shapes: "15M" (dim 288) runs by default and takes seconds; "110M" (dim 768)
+// is registered only when ACCORD_BENCH_110M=1. Each benchmark's name carries
+// its shape, so --benchmark_filter=110M selects one. Model files are written
+// on first use into one temporary directory, removed at exit.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/model/kv_cache.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/synthetic.hpp"
+#include "runtime/model/transformer.hpp"
+
+namespace {
+
+struct Shape {
+  std::string name;
+  accord::ModelConfig config;
+};
+
+Shape make_shape(std::string name, int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads,
+                 int vocab_size, int seq_len) {
+  accord::ModelConfig c;
+  c.dim = dim;
+  c.hidden_dim = hidden_dim;
+  c.n_layers = n_layers;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.vocab_size = vocab_size;
+  c.seq_len = seq_len;
+  return {std::move(name), c};
+}
+
+// Loaded synthetic models by shape name; their files live in one temporary
+// directory that the destructor (at process exit) removes.
+class ModelStore {
+ public:
+  static ModelStore& instance() {
+    static ModelStore store;
+    return store;
+  }
+
+  ~ModelStore() {
+    models_.clear();  // unmap before removing the files
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+
+  // The model of `shape`, written and loaded on first use; nullptr and a
+  // message in `error` on failure.
+  const accord::Model* get(const Shape& shape, std::string& error) {
+    if (auto it = models_.find(shape.name); it != models_.end()) return &it->second;
+    if (dir_.empty() && !make_dir(error)) return nullptr;
+
+    const std::string path = (dir_ / (shape.name + ".bin")).string();
+    accord::SyntheticModelOptions options;
+    options.config = shape.config;
+    if (accord::Status written = accord::write_synthetic_model(path, options); !written) {
+      error = "write_synthetic_model: " + written.error().message();
+      return nullptr;
+    }
+    accord::Result<accord::Model> model = accord::Model::load(path);
+    if (!model) {
+      error = "Model::load: " + model.error().message();
+      return nullptr;
+    }
+    return &models_.emplace(shape.name, std::move(model).value()).first->second;
+  }
+
+ private:
+  bool make_dir(std::string& error) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "accord-bench-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      error = "cannot create a temporary directory";
+      return false;
+    }
+    dir_ = pattern;
+    return true;
+  }
+
+  std::filesystem::path dir_;
+  std::map<std::string, accord::Model> models_;
+};
+
+// An arbitrary but fixed token id for position `pos`.
+int token_at(int pos, int vocab_size) { return (pos * 7919 + 1) % vocab_size; }
+
+// One token per iteration at positions 0, 1, ... Attention grows with the
+// position, so the figure is an average over the positions reached; at the
+// end of the context the position wraps to 0 and the cache is overwritten.
+void BM_decode(benchmark::State& state, const Shape& shape) {
+  std::string error;
+  const accord::Model* model = ModelStore::instance().get(shape, error);
+  if (model == nullptr) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  const accord::ModelConfig& config = model->config();
+  accord::cpu::ThreadPool pool(static_cast<int>(state.range(0)));
+  accord::Transformer transformer(*model, pool);
+  accord::KvCache kv(config, 0, config.n_layers);
+
+  int pos = 0;
+  for (auto _ : state) {
+    const int token = token_at(pos, config.vocab_size);
+    auto logits = transformer.forward(std::span<const int>(&token, 1), pos, kv);
+    if (!logits) {
+      state.SkipWithError(logits.error().message().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(logits->data());
+    pos = (pos + 1) % config.seq_len;
+  }
+  state.counters["tok"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// A prompt of state.range(0) tokens as one batch at position 0, per iteration.
+void BM_prefill(benchmark::State& state, const Shape& shape) {
+  std::string error;
+  const accord::Model* model = ModelStore::instance().get(shape, error);
+  if (model == nullptr) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  const accord::ModelConfig& config = model->config();
+  const int n_tokens = static_cast<int>(state.range(0));
+  accord::cpu::ThreadPool pool(static_cast<int>(state.range(1)));
+  accord::Transformer transformer(*model, pool);
+  accord::KvCache kv(config, 0, config.n_layers);
+
+  std::vector<int> prompt(static_cast<std::size_t>(n_tokens));
+  for (int i = 0; i < n_tokens; ++i) prompt[static_cast<std::size_t>(i)] = token_at(i, config.vocab_size);
+
+  for (auto _ : state) {
+    auto logits = transformer.forward(prompt, 0, kv);
+    if (!logits) {
+      state.SkipWithError(logits.error().message().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(logits->data());
+  }
+  state.counters["tok"] = benchmark::Counter(n_tokens, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+bool register_forward_benchmarks() {
+  std::vector<Shape> shapes = {make_shape("15M", 288, 768, 6, 6, 6, 32000, 256)};
+  if (const char* v = std::getenv("ACCORD_BENCH_110M"); v != nullptr && std::string_view(v) == "1") {
+    shapes.push_back(make_shape("110M", 768, 2048, 12, 12, 12, 32000, 1024));
+  }
+  // Real time, not CPU time: CPU time counts the calling thread only.
+  for (const Shape& shape : shapes) {
+    benchmark::RegisterBenchmark(("forward_decode/" + shape.name).c_str(), BM_decode, shape)
+        ->ArgName("threads")
+        ->Arg(1)
+        ->Arg(2)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("forward_prefill/" + shape.name).c_str(), BM_prefill, shape)
+        ->ArgNames({"tokens", "threads"})
+        ->ArgsProduct({{64, 256}, {1, 2}})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  return true;
+}
+
+// Registered at static initialisation, like the BENCHMARK macros, so that
+// benchmark_main sees them.
+[[maybe_unused]] const bool registered = register_forward_benchmarks();
+
+}  // namespace
