@@ -2,37 +2,92 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace accord::cpu {
 
-float dot(const float* a, const float* b, int n) {
-  // Eight independent partial sums: the compiler maps them onto SIMD lanes,
-  // and the order of additions stays the same on every target.
-  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+// Built for AVX2 and for the baseline, picked at load time. The order of
+// additions is written out in the code and FP contraction is off, so both
+// clones give bit-identical results; AVX2 only holds the eight partial sums
+// in one register instead of two.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ACCORD_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ACCORD_SIMD_CLONES
+#endif
+
+namespace {
+
+constexpr int kLanes = 8;
+
+// Eight floats as one value (GCC/Clang vector extension): lane-wise
+// arithmetic, one AVX register or two SSE registers.
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline Lanes load_lanes(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The fixed combination of the partial sums shared by every dot product.
+inline float combine(Lanes s) { return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); }
+
+// R rows of w (row r starts at w + r * stride) against x, each reduced in
+// exactly the order of dot(): lane l sums the products i = l mod 8, the
+// lanes combine in a fixed tree, then the tail adds in order. Several rows
+// share every load of x.
+template <int R>
+[[gnu::always_inline]] inline void dot_rows(const float* w, std::size_t stride, const float* x, int n, float* out) {
+  Lanes s[R] = {};
   int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) s[l] += a[i + l] * b[i + l];
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes xv = load_lanes(x + i);
+    for (int r = 0; r < R; ++r) s[r] += load_lanes(w + r * stride + i) * xv;
   }
-  float sum = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+  for (int r = 0; r < R; ++r) {
+    float sum = combine(s[r]);
+    for (int j = i; j < n; ++j) sum += w[r * stride + j] * x[j];
+    out[r] = sum;
+  }
+}
+
+// Rows [begin, end) of out = x * w^T, in blocks of four rows per pass over
+// each token of the batch.
+ACCORD_SIMD_CLONES void matmul_rows(float* out, const float* x, const float* w, int batch, int cols, int rows,
+                                    std::size_t begin, std::size_t end) {
+  constexpr int kBlock = 4;
+  const auto stride = static_cast<std::size_t>(cols);
+  float block[kBlock];
+  std::size_t r = begin;
+  for (; r + kBlock <= end; r += kBlock) {
+    for (int t = 0; t < batch; ++t) {
+      dot_rows<kBlock>(w + r * stride, stride, x + static_cast<std::size_t>(t) * stride, cols, block);
+      for (int k = 0; k < kBlock; ++k) out[static_cast<std::size_t>(t) * rows + r + k] = block[k];
+    }
+  }
+  for (; r < end; ++r) {
+    for (int t = 0; t < batch; ++t) {
+      dot_rows<1>(w + r * stride, stride, x + static_cast<std::size_t>(t) * stride, cols, block);
+      out[static_cast<std::size_t>(t) * rows + r] = block[0];
+    }
+  }
+}
+
+}  // namespace
+
+ACCORD_SIMD_CLONES float dot(const float* a, const float* b, int n) {
+  float out;
+  dot_rows<1>(a, 0, b, n, &out);
+  return out;
 }
 
 void matmul(ThreadPool& pool, float* out, const float* x, const float* w, int batch, int cols, int rows) {
-  // Rows are split among threads; each weight row is read once per batch and
-  // stays in cache while every token of the batch uses it.
+  // Rows are split among threads; each weight row is read once per batch.
   pool.parallel_for(
       static_cast<std::size_t>(rows),
-      [&](std::size_t begin, std::size_t end) {
-        for (std::size_t r = begin; r < end; ++r) {
-          const float* row = w + r * static_cast<std::size_t>(cols);
-          for (int t = 0; t < batch; ++t) {
-            out[static_cast<std::size_t>(t) * rows + r] = dot(row, x + static_cast<std::size_t>(t) * cols, cols);
-          }
-        }
-      },
-      16);
+      [&](std::size_t begin, std::size_t end) { matmul_rows(out, x, w, batch, cols, rows, begin, end); }, 16);
 }
 
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {

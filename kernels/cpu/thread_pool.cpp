@@ -6,6 +6,19 @@
 
 namespace accord::cpu {
 
+namespace {
+
+// About 50 microseconds of polling before a thread goes to sleep.
+constexpr int kSpinIterations = 20000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
 ThreadPool::ThreadPool(int threads) {
   if (threads < 1) throw std::invalid_argument("ThreadPool needs at least one thread");
   workers_.reserve(static_cast<std::size_t>(threads - 1));
@@ -16,14 +29,16 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   work_ready_.notify_all();
   for (auto& worker : workers_) worker.join();
 }
 
 void ThreadPool::run_chunk(int chunk) {
-  const std::size_t begin = job_size_ * static_cast<std::size_t>(chunk) / static_cast<std::size_t>(job_chunks_);
-  const std::size_t end = job_size_ * static_cast<std::size_t>(chunk + 1) / static_cast<std::size_t>(job_chunks_);
+  const auto chunks = static_cast<std::size_t>(job_chunks_);
+  const std::size_t begin = job_size_ * static_cast<std::size_t>(chunk) / chunks;
+  const std::size_t end = job_size_ * static_cast<std::size_t>(chunk + 1) / chunks;
   try {
     if (begin < end) (*job_)(begin, end);
   } catch (...) {
@@ -35,17 +50,31 @@ void ThreadPool::run_chunk(int chunk) {
 void ThreadPool::worker_loop(int index) {
   unsigned long seen = 0;
   for (;;) {
+    for (int spin = 0; spin < kSpinIterations && generation_.load(std::memory_order_acquire) == seen; ++spin) {
+      cpu_relax();
+    }
     {
       std::unique_lock lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      work_ready_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
       if (stopping_) return;
-      seen = generation_;
+      seen = generation_.load(std::memory_order_acquire);
+      // A worker without a chunk is not waited for, so it must not look at
+      // the job again once the lock is gone: the next job may replace it.
       if (index >= job_chunks_) continue;
     }
     run_chunk(index);
-    std::lock_guard lock(mutex_);
-    if (--pending_ == 0) work_done_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Taking the lock orders this notify after the caller's predicate check.
+      std::lock_guard lock(mutex_);
+      work_done_.notify_one();
+    }
   }
+}
+
+void ThreadPool::wait_for_workers() {
+  for (int spin = 0; spin < kSpinIterations && pending_.load(std::memory_order_acquire) != 0; ++spin) cpu_relax();
+  std::unique_lock lock(mutex_);
+  work_done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
 }
 
 void ThreadPool::parallel_for(std::size_t n, const RangeFn& fn, std::size_t min_chunk) {
@@ -62,14 +91,14 @@ void ThreadPool::parallel_for(std::size_t n, const RangeFn& fn, std::size_t min_
     job_ = &fn;
     job_size_ = n;
     job_chunks_ = chunks;
-    pending_ = chunks - 1;
+    pending_.store(chunks - 1, std::memory_order_relaxed);
     failure_ = nullptr;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   work_ready_.notify_all();
   run_chunk(0);
-  std::unique_lock lock(mutex_);
-  work_done_.wait(lock, [&] { return pending_ == 0; });
+  wait_for_workers();
+  std::lock_guard lock(mutex_);
   job_ = nullptr;
   if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
 }

@@ -10,6 +10,7 @@
 // path owns it); calls from several threads at once are serialised.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -40,20 +41,25 @@ class ThreadPool {
  private:
   void worker_loop(int index);
   void run_chunk(int chunk);
+  void wait_for_workers();
 
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // serialises parallel_for callers
 
-  std::mutex mutex_;  // guards everything below
+  // A job is published by bumping generation_ under mutex_; workers spin on
+  // it briefly (a decode step issues dozens of small jobs back to back, and
+  // a sleeping thread takes tens of microseconds to wake) and then sleep on
+  // work_ready_. pending_ counts the workers still running the job.
+  std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
-  const RangeFn* job_ = nullptr;
-  std::size_t job_size_ = 0;
-  int job_chunks_ = 0;
-  int pending_ = 0;
-  unsigned long generation_ = 0;
-  bool stopping_ = false;
-  std::exception_ptr failure_;
+  std::atomic<unsigned long> generation_{0};
+  std::atomic<int> pending_{0};
+  bool stopping_ = false;             // guarded by mutex_
+  const RangeFn* job_ = nullptr;      // written before generation_ is bumped
+  std::size_t job_size_ = 0;          // likewise
+  int job_chunks_ = 0;                // likewise
+  std::exception_ptr failure_;        // guarded by mutex_
 };
 
 }  // namespace accord::cpu
