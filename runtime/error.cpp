@@ -12,6 +12,16 @@ std::string_view to_string(ErrorCode code) {
       return "format";
     case ErrorCode::architecture:
       return "architecture";
+    case ErrorCode::state:
+      return "state";
+    case ErrorCode::prompt_cache:
+      return "prompt_cache";
+    case ErrorCode::mechanism:
+      return "mechanism";
+    case ErrorCode::commit_aborted:
+      return "commit_aborted";
+    case ErrorCode::commit_indeterminate:
+      return "commit_indeterminate";
   }
   return "unknown";
 }

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cassert>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,6 +25,22 @@ enum class ErrorCode {
   // The files are well formed but do not fit together or are not supported:
   // a vocabulary of another size than the model's, an unsupported layout.
   architecture,
+  // The session's state does not allow the call: a checkpoint from another
+  // session or one whose rows were overwritten, a session that is unusable.
+  state,
+  // A prompt cache was refused: missing, corrupted, from another model,
+  // topology or prefix, an unknown format version, a path outside the root.
+  prompt_cache,
+  // The machinery failed while running a step: an observer threw or
+  // refused, a kernel or device reported an error, an injected fault.
+  mechanism,
+  // The step was aborted and every change it made was undone; the epoch
+  // says which transaction. The session stays usable.
+  commit_aborted,
+  // Restoring after a failure did not succeed, so the state can no longer
+  // be proven to equal any committed state (epoch and phase say where).
+  // The session refuses work until it is reset.
+  commit_indeterminate,
 };
 
 std::string_view to_string(ErrorCode code);
@@ -34,9 +52,29 @@ class Error {
   ErrorCode code() const { return code_; }
   const std::string& message() const { return message_; }
 
+  // The transaction the error belongs to, when it came out of one.
+  std::optional<std::uint64_t> epoch() const { return epoch_; }
+  // The phase that failed ("Execution", ...), empty when none applies.
+  const std::string& phase() const { return phase_; }
+  // True when the failure came before the step changed any state.
+  bool before_state_mutation() const { return before_state_mutation_; }
+
+  Error& at(std::uint64_t epoch, std::string phase) {
+    epoch_ = epoch;
+    phase_ = std::move(phase);
+    return *this;
+  }
+  Error& mark_before_state_mutation() {
+    before_state_mutation_ = true;
+    return *this;
+  }
+
  private:
   ErrorCode code_;
   std::string message_;
+  std::optional<std::uint64_t> epoch_;
+  std::string phase_;
+  bool before_state_mutation_ = false;
 };
 
 template <class T>

@@ -30,15 +30,16 @@ TEST(Golden, GreedyGenerationMatchesRunC) {
   auto tokenizer = Tokenizer::load_llama2c(test::stories_tokenizer());
   ASSERT_TRUE(tokenizer);
   cpu::ThreadPool pool(2);
-  Transformer transformer(model, pool);
+  Session session(model, pool);
   const auto cases = test::greedy_cases();
   ASSERT_EQ(cases.size(), 3u);
   for (const auto& c : cases) {
+    ASSERT_TRUE(session.reset());
     GenerationOptions options;
     options.max_tokens = static_cast<int>(c.generated_tokens.size());
     options.sampler.temperature = 0.0f;
     std::string streamed;
-    auto result = generate(transformer, *tokenizer, c.prompt, options, [&](std::string_view p) { streamed += p; });
+    auto result = generate(session, *tokenizer, c.prompt, options, [&](std::string_view p) { streamed += p; });
     ASSERT_TRUE(result) << result.error().message();
     EXPECT_EQ(result->prompt_tokens, c.prompt_tokens) << c.prompt;
     EXPECT_EQ(result->generated_tokens, c.generated_tokens) << c.prompt;
@@ -117,11 +118,11 @@ TEST(Golden, SampledGenerationIsReproducible) {
   ASSERT_TRUE(tokenizer);
   auto run = [&](int threads, std::uint64_t seed) {
     cpu::ThreadPool pool(threads);
-    Transformer transformer(model, pool);
+    Session session(model, pool);
     GenerationOptions options;
     options.max_tokens = 40;
     options.sampler = {0.9f, 0.9f, seed};
-    return generate(transformer, *tokenizer, "Once upon a time", options)->generated_tokens;
+    return generate(session, *tokenizer, "Once upon a time", options)->generated_tokens;
   };
   const auto first = run(1, 42);
   EXPECT_EQ(first, run(2, 42));
@@ -158,16 +159,17 @@ TEST(Golden, GenerationStopsAtTheEndOfTheContext) {
   auto tokenizer = synthetic_tokenizer(c.vocab_size);
   ASSERT_TRUE(tokenizer);
   cpu::ThreadPool pool(1);
-  Transformer transformer(model, pool);
+  Session session(model, pool);
   GenerationOptions options;
   options.max_tokens = 100;
   options.sampler = {1.0f, 1.0f, 2};
-  auto result = generate(transformer, *tokenizer, "ab", options);
+  auto result = generate(session, *tokenizer, "ab", options);
   ASSERT_TRUE(result) << result.error().message();
   // Positions 0..seq_len-1 are all used; the last sampled token needs none.
   EXPECT_EQ(result->stop_reason, StopReason::context_full);
   EXPECT_EQ(result->prompt_tokens.size() + result->generated_tokens.size(), static_cast<std::size_t>(c.seq_len + 1));
-  auto too_long = generate(transformer, *tokenizer, "a prompt far longer than eight tokens", options);
+  ASSERT_TRUE(session.reset());
+  auto too_long = generate(session, *tokenizer, "a prompt far longer than eight tokens", options);
   ASSERT_FALSE(too_long);
   EXPECT_NE(too_long.error().message().find("past the model's context"), std::string::npos);
 }

@@ -14,7 +14,7 @@
 #include "runtime/generate/generator.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/tokenizer.hpp"
-#include "runtime/model/transformer.hpp"
+#include "runtime/session/session.hpp"
 
 namespace accord::cli {
 
@@ -30,6 +30,7 @@ struct GenerateArgs {
   std::uint64_t seed = 0;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool json = false;
+  std::string prompt_cache;
 };
 
 Result<Tokenizer> load_tokenizer(const GenerateArgs& args, const Model& model) {
@@ -44,10 +45,31 @@ Result<Tokenizer> load_tokenizer(const GenerateArgs& args, const Model& model) {
                                   tried);
 }
 
-nlohmann::json to_json(const GenerationResult& result, const Model& model, int threads) {
+nlohmann::json to_json(const SessionReport& r) {
   return {
-      {"model", model.path()},
-      {"model_format", model.format()},
+      {"model_identity", r.model_identity},
+      {"weights_bytes", r.weights_bytes},
+      {"weights_resident_bytes", r.weights_resident_bytes},
+      {"weights_residency", r.weights_residency},
+      {"kv_bytes_used", r.kv_bytes_used},
+      {"kv_bytes_capacity", r.kv_bytes_capacity},
+      {"position", r.position},
+      {"context", r.context},
+      {"last_epoch", r.last_epoch},
+      {"committed_epoch", r.committed_epoch},
+      {"state_epoch", r.state_epoch},
+      {"last_outcome", r.last_outcome},
+      {"last_error", r.last_error},
+      {"aborted_transactions", r.aborted_transactions},
+      {"restoration_generation", r.restoration_generation},
+      {"state_digest", r.state_digest},
+  };
+}
+
+nlohmann::json to_json(const GenerationResult& result, const Session& session, int threads) {
+  nlohmann::json json = {
+      {"model", session.model().path()},
+      {"model_format", session.model().format()},
       {"threads", threads},
       {"prompt_tokens", result.prompt_tokens},
       {"generated_tokens", result.generated_tokens},
@@ -57,7 +79,14 @@ nlohmann::json to_json(const GenerationResult& result, const Model& model, int t
       {"decode_seconds", result.decode_seconds},
       {"prefill_tokens_per_second", result.prefill_tokens_per_second()},
       {"decode_tokens_per_second", result.decode_tokens_per_second()},
+      {"report", to_json(session.report())},
   };
+  if (result.prompt_cache != PromptCacheOutcome::unused) {
+    json["prompt_cache"] = std::string(to_string(result.prompt_cache));
+    json["prompt_cache_tokens_reused"] = result.prompt_cache_tokens_reused;
+    if (result.prompt_cache == PromptCacheOutcome::rejected) json["prompt_cache_reason"] = result.prompt_cache_reason;
+  }
+  return json;
 }
 
 int run_generate(const GenerateArgs& args) {
@@ -67,10 +96,11 @@ int run_generate(const GenerateArgs& args) {
   if (!tokenizer) return fail(tokenizer.error().message());
 
   cpu::ThreadPool pool(args.threads);
-  Transformer transformer(*model, pool);
+  Session session(*model, pool);
   GenerationOptions options;
   options.max_tokens = args.max_tokens;
   options.sampler = {args.temperature, args.top_p, args.seed};
+  options.prompt_cache = args.prompt_cache;
 
   PieceSink stream;
   if (!args.json) {
@@ -79,12 +109,13 @@ int run_generate(const GenerateArgs& args) {
       std::fflush(stdout);
     };
   }
-  auto result = generate(transformer, *tokenizer, args.prompt, options, stream);
+  auto warn = [](const std::string& warning) { std::cerr << "accord: warning: " << warning << std::endl; };
+  auto result = generate(session, *tokenizer, args.prompt, options, stream, warn);
   if (!result) return fail(result.error().message());
   if (args.json) {
     // Invalid UTF-8 (a byte piece cut from a multi-byte character) is
     // replaced rather than making the whole report unprintable.
-    std::cout << to_json(*result, *model, args.threads).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+    std::cout << to_json(*result, session, args.threads).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
               << std::endl;
   } else {
     std::printf("\n");
@@ -113,6 +144,8 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "CPU threads of the rank's pool")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd->add_option("--prompt-cache", args->prompt_cache,
+                  "prompt cache folder: reuse a cached prefix of the prompt, or save one (docs/prompt-cache.md)");
   cmd->add_flag("--json", args->json,
                 "print one JSON object at the end (tokens, text, speeds) instead of streaming text");
   return [args] { return run_generate(*args); };

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "runtime/model/kv_cache.hpp"
+#include "runtime/io/digest.hpp"
 
 namespace accord {
 
@@ -12,6 +12,48 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Status check_request(const Session& session, const Tokenizer& tokenizer, const GenerationOptions& options) {
+  if (options.max_tokens < 1) {
+    return Error(ErrorCode::contract, "max tokens must be at least 1, got " + std::to_string(options.max_tokens));
+  }
+  if (Status ok = validate(options.sampler); !ok) return ok;
+  const ModelConfig& config = session.model().config();
+  if (tokenizer.vocab_size() != config.vocab_size) {
+    return Error(ErrorCode::architecture, "the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+                                              " tokens but the model's vocabulary has " +
+                                              std::to_string(config.vocab_size));
+  }
+  if (session.position() != 0) return Error(ErrorCode::state, "generation needs an empty session");
+  return {};
+}
+
+// Loads the cached prefix when it is one of the prompt's, and says how many
+// tokens it covers. A cache that exists but fails validation is reported as
+// rejected and left alone.
+struct CacheUse {
+  PromptCacheOutcome outcome = PromptCacheOutcome::unused;
+  std::string reason;
+  int reused = 0;
+};
+
+CacheUse try_prompt_cache(Session& session, const std::filesystem::path& root, std::span<const int> prompt) {
+  // The last prompt token is always run: its logits pick the first token.
+  const auto cacheable = prompt.first(prompt.size() - 1);
+  auto live = read_live_generation(root, 0);
+  if (!live) {
+    if (!std::filesystem::exists(rank_folder(root, 0) / "CURRENT")) return {PromptCacheOutcome::saved, "", 0};
+    return {PromptCacheOutcome::rejected, live.error().message(), 0};
+  }
+  const int n = live->manifest.prefix_token_count;
+  const bool is_prefix = n >= 1 && n <= static_cast<int>(cacheable.size()) &&
+                         live->manifest.prefix_sha256 == token_ids_sha256(cacheable.first(static_cast<std::size_t>(n)));
+  if (!is_prefix) return {PromptCacheOutcome::saved, "", 0};  // another prompt's prefix: replace it
+  Status loaded =
+      session.load_prompt_cache(root, generation_cache_descriptor(), cacheable.first(static_cast<std::size_t>(n)));
+  if (!loaded) return {PromptCacheOutcome::rejected, loaded.error().message(), 0};
+  return {PromptCacheOutcome::hit, "", n};
 }
 
 }  // namespace
@@ -28,6 +70,22 @@ std::string_view to_string(StopReason reason) {
   return "unknown";
 }
 
+std::string_view to_string(PromptCacheOutcome outcome) {
+  switch (outcome) {
+    case PromptCacheOutcome::unused:
+      return "unused";
+    case PromptCacheOutcome::hit:
+      return "hit";
+    case PromptCacheOutcome::saved:
+      return "saved";
+    case PromptCacheOutcome::rejected:
+      return "rejected";
+  }
+  return "unknown";
+}
+
+PromptCacheDescriptor generation_cache_descriptor() { return {"prompt-prefix", "accord-generate"}; }
+
 double GenerationResult::prefill_tokens_per_second() const {
   return prefill_seconds > 0 ? static_cast<double>(prompt_tokens.size()) / prefill_seconds : 0.0;
 }
@@ -36,28 +94,20 @@ double GenerationResult::decode_tokens_per_second() const {
   return decode_seconds > 0 ? decode_steps / decode_seconds : 0.0;
 }
 
-Result<GenerationResult> generate(Transformer& transformer, const Tokenizer& tokenizer, std::string_view prompt,
-                                  const GenerationOptions& options, const PieceSink& sink) {
-  if (options.max_tokens < 1) {
-    return Error(ErrorCode::contract, "max tokens must be at least 1, got " + std::to_string(options.max_tokens));
-  }
-  if (Status ok = validate(options.sampler); !ok) return ok.error();
-  const ModelConfig& config = transformer.model().config();
-  if (tokenizer.vocab_size() != config.vocab_size) {
-    return Error(ErrorCode::architecture, "the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
-                                              " tokens but the model's vocabulary has " +
-                                              std::to_string(config.vocab_size));
-  }
+Result<GenerationResult> generate(Session& session, const Tokenizer& tokenizer, std::string_view prompt,
+                                  const GenerationOptions& options, const PieceSink& sink, const WarningSink& warn) {
+  if (Status ok = check_request(session, tokenizer, options); !ok) return ok.error();
   auto encoded = tokenizer.encode(prompt, /*bos=*/true, /*eos=*/false);
   if (!encoded) return encoded.error();
 
   GenerationResult result;
   result.prompt_tokens = std::move(*encoded);
   const int prompt_length = static_cast<int>(result.prompt_tokens.size());
-  if (prompt_length > config.seq_len) {
+  const int context = session.model().config().seq_len;
+  if (prompt_length > context) {
     return Error(ErrorCode::contract, "the prompt is " + std::to_string(prompt_length) +
-                                          " tokens long, past the model's context of " +
-                                          std::to_string(config.seq_len) + " tokens");
+                                          " tokens long, past the model's context of " + std::to_string(context) +
+                                          " tokens");
   }
 
   auto emit = [&](int previous, int token) {
@@ -67,18 +117,36 @@ Result<GenerationResult> generate(Transformer& transformer, const Tokenizer& tok
   };
   for (int i = 1; i < prompt_length; ++i) emit(result.prompt_tokens[i - 1], result.prompt_tokens[i]);
 
-  KvCache kv(config, 0, config.n_layers);
-  Sampler sampler(options.sampler);
+  const std::span<const int> prompt_ids(result.prompt_tokens);
   const auto prefill_start = Clock::now();
-  auto logits = transformer.forward(result.prompt_tokens, 0, kv);
+  if (!options.prompt_cache.empty() && prompt_length >= 2) {
+    CacheUse use = try_prompt_cache(session, options.prompt_cache, prompt_ids);
+    result.prompt_cache = use.outcome;
+    result.prompt_cache_reason = use.reason;
+    result.prompt_cache_tokens_reused = use.reused;
+    if (use.outcome == PromptCacheOutcome::rejected && warn) {
+      warn("prompt cache rejected, prefilling from scratch: " + use.reason);
+    }
+  }
+  auto logits = session.prefill(prompt_ids.subspan(static_cast<std::size_t>(result.prompt_cache_tokens_reused)));
   if (!logits) return logits.error();
   result.prefill_seconds = seconds_since(prefill_start);
+  if (result.prompt_cache == PromptCacheOutcome::saved) {
+    auto saved = session.save_prompt_cache(options.prompt_cache, generation_cache_descriptor(),
+                                           prompt_ids.first(prompt_ids.size() - 1));
+    if (!saved) {
+      result.prompt_cache = PromptCacheOutcome::rejected;
+      result.prompt_cache_reason = saved.error().message();
+      if (warn) warn("could not save the prompt cache: " + saved.error().message());
+    }
+  }
 
+  Sampler sampler(options.sampler);
   int previous = result.prompt_tokens.back();
-  int pos = prompt_length;
   const auto decode_start = Clock::now();
+  std::span<const float> last = logits->logits;  // valid until the next session call
   for (;;) {
-    const int next = sampler.sample(*logits);
+    const int next = sampler.sample(last);
     if (next == tokenizer.bos_id() || next == tokenizer.eos_id()) {
       result.stop_reason = StopReason::end_of_sequence;
       break;
@@ -86,16 +154,15 @@ Result<GenerationResult> generate(Transformer& transformer, const Tokenizer& tok
     result.generated_tokens.push_back(next);
     emit(previous, next);
     if (static_cast<int>(result.generated_tokens.size()) >= options.max_tokens) break;
-    if (pos >= config.seq_len) {
+    if (session.position() >= context) {
       result.stop_reason = StopReason::context_full;
       break;
     }
-    const int step_input = next;
-    logits = transformer.forward(std::span<const int>(&step_input, 1), pos, kv);
-    if (!logits) return logits.error();
+    auto step = session.decode(next);
+    if (!step) return step.error();
+    last = step->logits;
     ++result.decode_steps;
     previous = next;
-    ++pos;
   }
   result.decode_seconds = seconds_since(decode_start);
   return result;

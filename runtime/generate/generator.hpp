@@ -1,5 +1,6 @@
-// Text generation on top of a forward pass: tokenize, prefill the prompt as
-// one batch, then sample and decode one token at a time, streaming pieces.
+// Text generation on top of a session: tokenize, prefill the prompt as one
+// transaction (reusing a prompt cache when one fits), then sample and decode
+// one token at a time, streaming pieces.
 //
 // Counting follows llama2.c: the prompt (BOS included) is prefilled, the
 // first token is sampled from the prefill's logits, and every further token
@@ -7,7 +8,9 @@
 // model samples BOS or EOS (not emitted), or when the context is full.
 #pragma once
 
+#include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,26 +18,44 @@
 #include "runtime/error.hpp"
 #include "runtime/model/sampler.hpp"
 #include "runtime/model/tokenizer.hpp"
-#include "runtime/model/transformer.hpp"
+#include "runtime/session/session.hpp"
 
 namespace accord {
 
 struct GenerationOptions {
   int max_tokens = 256;  // >= 1
   SamplerOptions sampler;
+  // A prompt cache root: reused when it holds a prefix of the prompt for
+  // this model, written otherwise. Empty: no cache.
+  std::filesystem::path prompt_cache;
 };
 
 enum class StopReason { max_tokens, end_of_sequence, context_full };
 std::string_view to_string(StopReason reason);
+
+// What happened with the prompt cache.
+enum class PromptCacheOutcome {
+  unused,    // no cache was asked for, or the prompt is too short to cache
+  hit,       // a cached prefix was loaded; only the rest was prefilled
+  saved,     // no usable prefix was there; the prompt's prefix was saved
+  rejected,  // a cache was there but failed validation: cold prefill, not overwritten
+};
+std::string_view to_string(PromptCacheOutcome outcome);
+
+// The descriptor under which `accord generate` saves and loads prefixes.
+PromptCacheDescriptor generation_cache_descriptor();
 
 struct GenerationResult {
   std::vector<int> prompt_tokens;     // BOS included
   std::vector<int> generated_tokens;  // sampled ids, prompt excluded
   std::string text;                   // prompt and generated pieces as run.c prints them
   StopReason stop_reason = StopReason::max_tokens;
-  double prefill_seconds = 0;  // forward of the whole prompt
+  double prefill_seconds = 0;  // loading the cache (if any) and the forward of the rest
   double decode_seconds = 0;   // every later forward step together
   int decode_steps = 0;
+  PromptCacheOutcome prompt_cache = PromptCacheOutcome::unused;
+  std::string prompt_cache_reason;  // why it was rejected
+  int prompt_cache_tokens_reused = 0;
 
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;
@@ -42,10 +63,14 @@ struct GenerationResult {
 
 // Receives each printable piece as soon as it is known, prompt pieces first.
 using PieceSink = std::function<void(std::string_view piece)>;
+// Receives warnings (a rejected prompt cache).
+using WarningSink = std::function<void(const std::string& warning)>;
 
-// Fails before any forward step when the options are invalid, the prompt
-// cannot be encoded or does not fit the context.
-Result<GenerationResult> generate(Transformer& transformer, const Tokenizer& tokenizer, std::string_view prompt,
-                                  const GenerationOptions& options, const PieceSink& sink = {});
+// Generates from the session's current state, which must be empty. Fails
+// before any forward step when the options are invalid or the prompt cannot
+// be encoded or does not fit the context.
+Result<GenerationResult> generate(Session& session, const Tokenizer& tokenizer, std::string_view prompt,
+                                  const GenerationOptions& options, const PieceSink& sink = {},
+                                  const WarningSink& warn = {});
 
 }  // namespace accord

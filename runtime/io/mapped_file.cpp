@@ -7,7 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace accord {
 
@@ -46,6 +48,16 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   }
   ::close(fd);
   return file;
+}
+
+std::size_t MappedFile::resident_bytes() const {
+  if (data_ == nullptr) return 0;
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> pages((size_ + page - 1) / page);
+  if (::mincore(const_cast<std::byte*>(data_), size_, pages.data()) != 0) return 0;
+  std::size_t resident = 0;
+  for (unsigned char p : pages) resident += (p & 1) ? page : 0;
+  return std::min(resident, size_);
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept

@@ -26,6 +26,8 @@ class MappedFile {
   std::span<const std::byte> bytes() const { return {data_, size_}; }
   std::size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Bytes of the mapping now in memory (mincore), 0 when unknown.
+  std::size_t resident_bytes() const;
 
  private:
   const std::byte* data_ = nullptr;

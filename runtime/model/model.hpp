@@ -67,6 +67,7 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   const std::string& path() const { return file_.path(); }
   std::size_t file_bytes() const { return file_.size(); }
+  std::size_t resident_bytes() const { return file_.resident_bytes(); }
   // A short name of the on-disk format, e.g. "llama2c-legacy".
   const std::string& format() const { return format_; }
 

@@ -21,7 +21,6 @@ Transformer::Transformer(const Model& model, cpu::ThreadPool& pool) : model_(mod
   rope_cos_.resize(table);
   rope_sin_.resize(table);
   cpu::rope_tables(rope_cos_.data(), rope_sin_.data(), c.seq_len, c.head_size(), c.rope_theta);
-  logits_.resize(static_cast<std::size_t>(c.vocab_size));
 }
 
 Status Transformer::check_input(std::span<const int> tokens, int pos) const {
@@ -50,6 +49,8 @@ void Transformer::resize_scratch(int batch) {
 }
 
 void Transformer::embed(std::span<const int> tokens) {
+  batch_ = static_cast<int>(tokens.size());
+  resize_scratch(batch_);
   const std::size_t dim = static_cast<std::size_t>(model_.config().dim);
   for (std::size_t t = 0; t < tokens.size(); ++t) {
     const float* row = model_.weights().token_embedding + static_cast<std::size_t>(tokens[t]) * dim;
@@ -57,10 +58,14 @@ void Transformer::embed(std::span<const int> tokens) {
   }
 }
 
-void Transformer::run_unit(int unit, int pos, int batch, KvCache& kv) {
+std::span<float> Transformer::hidden() {
+  return {x_.data(), static_cast<std::size_t>(batch_) * model_.config().dim};
+}
+
+void Transformer::run_unit(int unit, int pos, KvCache& kv) {
   const ModelConfig& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
-  const int dim = c.dim, kv_dim = c.kv_dim(), hs = c.head_size();
+  const int dim = c.dim, kv_dim = c.kv_dim(), hs = c.head_size(), batch = batch_;
   const std::size_t rows = static_cast<std::size_t>(batch);
   float* keys = kv.keys(unit) + static_cast<std::size_t>(pos) * kv_dim;
   float* values = kv.values(unit) + static_cast<std::size_t>(pos) * kv_dim;
@@ -89,11 +94,17 @@ void Transformer::run_unit(int unit, int pos, int batch, KvCache& kv) {
   add_in_place(x_.data(), xb_.data(), rows * dim);
 }
 
-void Transformer::run_head(int batch) {
+std::span<float> Transformer::head(Rows rows) {
   const ModelConfig& c = model_.config();
-  float* last = &x_[static_cast<std::size_t>(batch - 1) * c.dim];
-  cpu::rmsnorm(last, last, model_.weights().rms_final, c.dim, c.norm_eps);
-  cpu::matmul(pool_, logits_.data(), last, model_.weights().classifier, 1, c.dim, c.vocab_size);
+  const int first = rows == Rows::all ? 0 : batch_ - 1;
+  const int count = batch_ - first;
+  const auto dim = static_cast<std::size_t>(c.dim);
+  for (int t = 0; t < count; ++t) {
+    cpu::rmsnorm(&xb_[t * dim], &x_[(first + t) * dim], model_.weights().rms_final, c.dim, c.norm_eps);
+  }
+  logits_.resize(static_cast<std::size_t>(count) * c.vocab_size);
+  cpu::matmul(pool_, logits_.data(), xb_.data(), model_.weights().classifier, count, c.dim, c.vocab_size);
+  return logits_;
 }
 
 Result<std::span<const float>> Transformer::forward(std::span<const int> tokens, int pos, KvCache& kv) {
@@ -101,12 +112,9 @@ Result<std::span<const float>> Transformer::forward(std::span<const int> tokens,
   if (kv.first_unit() != 0 || kv.unit_count() != model_.config().n_layers) {
     return Error(ErrorCode::contract, "the KV cache must hold every unit of the model for a full forward pass");
   }
-  const int batch = static_cast<int>(tokens.size());
-  resize_scratch(batch);
   embed(tokens);
-  for (int unit = 0; unit < model_.config().n_layers; ++unit) run_unit(unit, pos, batch, kv);
-  run_head(batch);
-  return std::span<const float>(logits_);
+  for (int unit = 0; unit < model_.config().n_layers; ++unit) run_unit(unit, pos, kv);
+  return std::span<const float>(head(Rows::last));
 }
 
 }  // namespace accord

@@ -32,11 +32,17 @@ class Transformer {
   // next call. On a failed check nothing, kv included, is changed.
   Result<std::span<const float>> forward(std::span<const int> tokens, int pos, KvCache& kv);
 
+  // The same pass one stage at a time, for callers that look between units
+  // (observers, pipeline ranks). Inputs must have passed check_input.
+  void embed(std::span<const int> tokens);        // starts a batch
+  void run_unit(int unit, int pos, KvCache& kv);  // kv must hold `unit`
+  std::span<float> hidden();                      // (batch, dim) residual stream
+  enum class Rows { last, all };
+  std::span<float> head(Rows rows);  // (rows, vocab) logits, valid until the next call
+  int batch() const { return batch_; }
+
  private:
   void resize_scratch(int batch);
-  void embed(std::span<const int> tokens);
-  void run_unit(int unit, int pos, int batch, KvCache& kv);
-  void run_head(int batch);
 
   const Model& model_;
   cpu::ThreadPool& pool_;
@@ -50,7 +56,8 @@ class Transformer {
   std::vector<float> q_;       // (B, dim) queries
   std::vector<float> hb_;      // (B, hidden_dim) gate
   std::vector<float> hb2_;     // (B, hidden_dim) up
-  std::vector<float> logits_;  // (vocab) of the last token
+  std::vector<float> logits_;  // (rows, vocab)
+  int batch_ = 0;
 };
 
 }  // namespace accord

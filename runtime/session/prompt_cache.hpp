@@ -1,0 +1,107 @@
+// The prompt cache on disk (docs/prompt-cache.md): one folder per rank,
+// each with a CURRENT file naming the live generation and a generations/
+// folder. A generation holds the rank's manifest.json and its KV shard.
+//
+// Writing is a reversible two-step: prepare a generation under a temporary
+// name (written, fsynced, checksum re-read), then publish it by renaming it
+// into generations/ and switching CURRENT, remembering the previous one.
+// commit() removes superseded generations; revert() points CURRENT back.
+// Reading validates everything (version, identity, topology, prefix,
+// paths, size, checksum) before any byte reaches the caller.
+//
+// One writer per cache root at a time; readers may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/error.hpp"
+
+namespace accord {
+
+inline constexpr int kPromptCacheFormatVersion = 1;
+
+// Who a cache is for, chosen by the caller: a name for what the prefix is
+// (say "system-prompt-v3") and a namespace that keeps applications apart.
+struct PromptCacheDescriptor {
+  std::string name;
+  std::string cache_namespace;
+  bool operator==(const PromptCacheDescriptor&) const = default;
+};
+
+struct PromptCacheTopology {
+  int ranks = 1;
+  int rank = 0;
+  int first_unit = 0;
+  int unit_count = 0;
+  bool operator==(const PromptCacheTopology&) const = default;
+};
+
+struct PromptCacheManifest {
+  int format_version = kPromptCacheFormatVersion;
+  std::string model_identity;
+  PromptCacheTopology topology;
+  int kv_dim = 0;
+  int prefix_token_count = 0;
+  std::string prefix_sha256;  // of the prefix ids as little-endian u32
+  PromptCacheDescriptor descriptor;
+  std::string prepared_input;  // identity of a prepared input, empty for plain tokens
+  std::uint64_t epoch = 0;     // the saving transaction
+  std::string save_id;         // the same on every rank of one save
+  std::string shard_file = "kv.bin";
+  std::uint64_t shard_bytes = 0;
+  std::string shard_sha256;
+};
+
+std::string manifest_to_json(const PromptCacheManifest& manifest);
+Result<PromptCacheManifest> manifest_from_json(std::string_view text);
+
+// The folder of one rank: root/rank-NN.
+std::filesystem::path rank_folder(const std::filesystem::path& root, int rank);
+
+// A generation written and verified but not yet visible.
+struct PreparedGeneration {
+  std::filesystem::path rank_dir;
+  std::string name;                    // final name under generations/
+  std::filesystem::path staging_path;  // where it lies until published
+};
+
+// A published generation, with what is needed to take it back.
+struct Publication {
+  PreparedGeneration generation;
+  std::optional<std::string> previous;  // CURRENT before the switch
+};
+
+// Writes manifest and shard into a temporary folder of rank_dir, fsyncs
+// them, and re-reads the shard to check its checksum.
+Result<PreparedGeneration> prepare_generation(const std::filesystem::path& root, const PromptCacheManifest& manifest,
+                                              std::span<const std::byte> shard);
+
+// Removes a prepared generation that will not be published.
+void discard_generation(const PreparedGeneration& generation);
+
+// Renames the generation into generations/ and switches CURRENT to it.
+Result<Publication> publish_generation(const PreparedGeneration& generation);
+
+// Makes a publication final: removes every other generation of the rank.
+void commit_publication(const Publication& publication);
+
+// Points CURRENT back to the previous generation (or removes it when there
+// was none) and deletes the new generation.
+Status revert_publication(const Publication& publication);
+
+// The live generation of `rank`: its manifest, validated against the root.
+struct LiveGeneration {
+  PromptCacheManifest manifest;
+  std::filesystem::path shard_path;
+};
+Result<LiveGeneration> read_live_generation(const std::filesystem::path& root, int rank);
+
+// Reads the shard of a live generation and checks size and checksum.
+Result<std::vector<std::byte>> read_shard(const LiveGeneration& live);
+
+}  // namespace accord

@@ -1,0 +1,501 @@
+#include "runtime/session/session.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "runtime/io/digest.hpp"
+#include "runtime/model/identity.hpp"
+
+namespace accord {
+
+namespace {
+
+std::uint64_t random_u64() {
+  std::random_device random;
+  return (static_cast<std::uint64_t>(random()) << 32) | random();
+}
+
+std::string random_hex() {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::uint64_t v = random_u64();
+  std::string hex(16, '0');
+  for (char& c : hex) {
+    c = kDigits[v & 0xF];
+    v >>= 4;
+  }
+  return hex;
+}
+
+Error before_mutation(ErrorCode code, const std::string& message) {
+  return std::move(Error(code, message).mark_before_state_mutation());
+}
+
+}  // namespace
+
+// One transaction: a fresh epoch, phases run in order, then commit; any
+// failure undoes what the transaction changed and returns a typed error.
+class Session::Transaction {
+ public:
+  Transaction(Session& session, std::string operation)
+      : session_(session), operation_(std::move(operation)), epoch_(session.next_epoch_++) {}
+
+  std::uint64_t epoch() const { return epoch_; }
+
+  // Saves what the transaction may overwrite, so abort can put it back.
+  void protect_rows(int first, int count) { undo_ = session_.state_.capture_rows(first, count); }
+  // Something to reverse on abort besides the state (a publication).
+  void on_abort(std::function<Status()> reverse) { reverse_ = std::move(reverse); }
+
+  // Runs the local work of `phase`, then the failure hook. An exception is
+  // a failed phase too.
+  Status phase(Phase phase, const std::function<Status()>& work) {
+    current_ = phase;
+    try {
+      if (Status s = work(); !s) return s;
+      if (session_.failure_hook_) return session_.failure_hook_(phase, epoch_);
+    } catch (const std::exception& e) {
+      return Error(ErrorCode::mechanism, std::string("exception: ") + e.what());
+    }
+    return {};
+  }
+
+  // Runs the phases after the work: mechanism completion, then Commit with
+  // `install` (which makes provisional state authoritative). Returns the
+  // failure, already aborted, or success with the epoch committed.
+  Status commit(const std::function<void()>& install) {
+    if (Status s = phase(Phase::MechanismCompletion, [] { return Status{}; }); !s) return abort(s.error());
+    if (Status s = phase(Phase::Commit, [&] {
+          install();
+          return Status{};
+        });
+        !s) {
+      return abort(s.error());
+    }
+    session_.committed_epoch_ = epoch_;
+    session_.last_outcome_ = "committed";
+    session_.last_error_.clear();
+    return {};
+  }
+
+  // Undoes the transaction and returns `cause` tagged with epoch and phase.
+  Error abort(const Error& cause) {
+    const std::string phase_name(to_string(current_));
+    if (undo_) {
+      session_.state_.restore(*undo_);
+      ++session_.restoration_generation_;
+    }
+    ++session_.aborted_transactions_;
+    session_.last_outcome_ = "aborted";
+    Error error(cause.code(), operation_ + " aborted at epoch " + std::to_string(epoch_) + " in " + phase_name +
+                                  ": " + cause.message());
+    error.at(epoch_, phase_name);
+    if (reverse_) {
+      if (Status reversed = reverse_(); !reversed) {
+        error = Error(ErrorCode::commit_indeterminate,
+                      error.message() + "; undoing its publication failed too: " + reversed.error().message());
+        error.at(epoch_, phase_name);
+      }
+    }
+    session_.last_error_ = error.message();
+    return error;
+  }
+
+ private:
+  Session& session_;
+  std::string operation_;
+  std::uint64_t epoch_;
+  Phase current_ = Phase::StateCheckpoint;
+  std::optional<SessionState::Undo> undo_;
+  std::function<Status()> reverse_;
+};
+
+Session::Session(const Model& model, cpu::ThreadPool& pool)
+    : model_(model),
+      transformer_(model, pool),
+      state_(model.config(), 0, model.config().n_layers),
+      model_identity_(accord::model_identity(model)),
+      session_id_(random_u64()) {}
+
+// ---------------------------------------------------------------------------
+// Forward steps: StateCheckpoint, Execution, OutputObservation,
+// OutputPublication, MechanismCompletion, Commit.
+
+Result<StepResult> Session::forward(std::span<const int> tokens) {
+  return run_step(tokens, Transformer::Rows::all, nullptr);
+}
+Result<StepResult> Session::forward_with_observer(std::span<const int> tokens, StepObserver& observer) {
+  return run_step(tokens, Transformer::Rows::all, &observer);
+}
+Result<StepResult> Session::prefill(std::span<const int> tokens) {
+  return run_step(tokens, Transformer::Rows::last, nullptr);
+}
+Result<StepResult> Session::prefill_with_observer(std::span<const int> tokens, StepObserver& observer) {
+  return run_step(tokens, Transformer::Rows::last, &observer);
+}
+Result<StepResult> Session::decode(int token) { return run_step({&token, 1}, Transformer::Rows::last, nullptr); }
+Result<StepResult> Session::decode_with_observer(int token, StepObserver& observer) {
+  return run_step({&token, 1}, Transformer::Rows::last, &observer);
+}
+
+Status Session::execute_units(std::span<const int> tokens, int first_position, StepObserver* observer) {
+  transformer_.embed(tokens);
+  for (int unit = 0; unit < model_.config().n_layers; ++unit) {
+    transformer_.run_unit(unit, first_position, state_.kv());
+    if (observer != nullptr) {
+      Status s = observer->on_unit_output(unit, first_position, transformer_.hidden(), transformer_.batch());
+      if (!s) return Error(ErrorCode::mechanism, "unit observer failed after unit " + std::to_string(unit) + ": " +
+                                                     s.error().message());
+    }
+  }
+  return {};
+}
+
+Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer) {
+  const int first = state_.position();
+  if (Status ok = transformer_.check_input(tokens, first); !ok) {
+    return before_mutation(ok.error().code(), ok.error().message());
+  }
+  Transaction tx(*this, "forward step");
+  tx.protect_rows(first, static_cast<int>(tokens.size()));
+  std::span<float> logits;
+  if (Status s = tx.phase(Phase::StateCheckpoint, [] { return Status{}; }); !s) return tx.abort(s.error());
+  if (Status s = tx.phase(Phase::Execution, [&] { return execute_units(tokens, first, observer); }); !s) {
+    return tx.abort(s.error());
+  }
+  if (Status s = tx.phase(Phase::OutputObservation,
+                          [&] {
+                            logits = transformer_.head(rows);
+                            if (observer == nullptr) return Status{};
+                            const int n = static_cast<int>(logits.size()) / model_.config().vocab_size;
+                            Status o = observer->on_logits(first + static_cast<int>(tokens.size()) - n, logits, n);
+                            if (o) return o;
+                            return Status(Error(ErrorCode::mechanism, "logits observer failed: " + o.error().message()));
+                          });
+      !s) {
+    return tx.abort(s.error());
+  }
+  if (Status s = tx.phase(Phase::OutputPublication,
+                          [&] {
+                            published_.assign(logits.begin(), logits.end());
+                            return Status{};
+                          });
+      !s) {
+    return tx.abort(s.error());
+  }
+  if (Status s = tx.commit([&] { state_.commit_rows(first, tokens, tx.epoch()); }); !s) return s.error();
+  const int n = static_cast<int>(published_.size()) / model_.config().vocab_size;
+  return StepResult{tx.epoch(), first + static_cast<int>(tokens.size()) - n, n, published_};
+}
+
+// ---------------------------------------------------------------------------
+// Checkpoints, rollback, reset.
+
+Result<SessionCheckpoint> Session::checkpoint() {
+  Transaction tx(*this, "checkpoint");
+  SessionCheckpoint cp;
+  if (Status s = tx.phase(Phase::SessionCheckpoint,
+                          [&] {
+                            cp = {session_id_, reset_count_, state_.position(), state_.state_epoch(), state_.digest()};
+                            return Status{};
+                          });
+      !s) {
+    return tx.abort(s.error());
+  }
+  if (Status s = tx.commit([] {}); !s) return s.error();
+  return cp;
+}
+
+Result<CompleteCheckpoint> Session::checkpoint_complete() {
+  auto state = checkpoint();
+  if (!state) return state.error();
+  return CompleteCheckpoint{*state, committed_prompt_input_identity()};
+}
+
+Status Session::check_checkpoint(const SessionCheckpoint& cp) const {
+  if (cp.session_id != session_id_) return Error(ErrorCode::state, "the checkpoint belongs to another session");
+  if (cp.reset_count != reset_count_) {
+    return Error(ErrorCode::state, "the checkpoint was taken before the session was reset");
+  }
+  if (!state_.rows_unchanged_since(cp.position, cp.state_epoch)) {
+    return Error(ErrorCode::state, "rows below the checkpoint's position " + std::to_string(cp.position) +
+                                       " were overwritten after it was taken");
+  }
+  return {};
+}
+
+Status Session::rollback(const SessionCheckpoint& checkpoint) {
+  Transaction tx(*this, "rollback");
+  tx.protect_rows(0, 0);
+  if (Status s = tx.phase(Phase::SessionRollbackPreparation, [&] { return check_checkpoint(checkpoint); }); !s) {
+    return tx.abort(s.error());
+  }
+  if (Status s = tx.commit([&] {
+        state_.rewind(checkpoint.position, checkpoint.state_epoch);
+        keep_prepared_input_within_position();
+      });
+      !s) {
+    return s;
+  }
+  ++restoration_generation_;
+  return {};
+}
+
+Status Session::rollback_complete(const CompleteCheckpoint& checkpoint) {
+  if (checkpoint.prompt && checkpoint.prompt->token_count != checkpoint.state.position) {
+    return before_mutation(ErrorCode::contract, "the checkpoint's prompt identity does not match its state");
+  }
+  if (Status s = rollback(checkpoint.state); !s) return s;
+  prepared_.reset();
+  if (checkpoint.prompt && !checkpoint.prompt->prepared_input.empty()) {
+    prepared_ = PreparedInput{checkpoint.prompt->prepared_input, checkpoint.prompt->prepared_token_count};
+  }
+  return {};
+}
+
+Status Session::reset() {
+  Transaction tx(*this, "reset");
+  tx.protect_rows(0, 0);
+  if (Status s = tx.phase(Phase::SessionResetPreparation, [] { return Status{}; }); !s) return tx.abort(s.error());
+  return tx.commit([&] {
+    state_.rewind(0, tx.epoch());
+    prepared_.reset();
+    ++reset_count_;
+  });
+}
+
+void Session::keep_prepared_input_within_position() {
+  if (prepared_ && prepared_->token_count > state_.position()) prepared_.reset();
+}
+
+// ---------------------------------------------------------------------------
+// Prompt cache.
+
+PromptCacheTopology Session::topology() const { return {1, 0, 0, model_.config().n_layers}; }
+
+Result<PromptCacheSaveResult> Session::save_prompt_cache(const std::filesystem::path& root,
+                                                         const PromptCacheDescriptor& descriptor,
+                                                         std::span<const int> prefix) {
+  return save(root, descriptor, prefix, "");
+}
+
+Result<PromptCacheSaveResult> Session::save_prompt_cache_for_input(const std::filesystem::path& root,
+                                                                   const PromptCacheDescriptor& descriptor,
+                                                                   std::span<const int> prefix,
+                                                                   const std::string& prepared_input) {
+  if (prepared_input.empty()) return before_mutation(ErrorCode::contract, "the prepared input identity is empty");
+  return save(root, descriptor, prefix, prepared_input);
+}
+
+Result<PromptCacheSaveResult> Session::save(const std::filesystem::path& root,
+                                            const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
+                                            const std::string& prepared_input) {
+  Transaction tx(*this, "prompt cache save");
+  PromptCacheManifest manifest;
+  std::vector<std::byte> shard;
+  std::optional<PreparedGeneration> prepared;
+  std::optional<Publication> publication;
+  if (Status s = tx.phase(Phase::PromptCacheSavePreflight,
+                          [&]() -> Status {
+                            const auto held = state_.tokens();
+                            if (prefix.empty() || prefix.size() > held.size() ||
+                                !std::equal(prefix.begin(), prefix.end(), held.begin())) {
+                              return Error(ErrorCode::contract,
+                                           "the prefix to save is not the start of the session's tokens");
+                            }
+                            return {};
+                          });
+      !s) {
+    return tx.abort(s.error());
+  }
+  if (Status s = tx.phase(Phase::PromptCacheSavePreparation,
+                          [&]() -> Status {
+                            const KvCache& kv = state_.kv();
+                            const auto floats = prefix.size() * static_cast<std::size_t>(kv.kv_dim());
+                            shard.resize(floats * sizeof(float) * 2 * kv.unit_count());
+                            std::byte* out = shard.data();
+                            for (int u = kv.first_unit(); u < kv.first_unit() + kv.unit_count(); ++u) {
+                              std::memcpy(out, kv.keys(u), floats * sizeof(float));
+                              std::memcpy(out + floats * sizeof(float), kv.values(u), floats * sizeof(float));
+                              out += 2 * floats * sizeof(float);
+                            }
+                            manifest.model_identity = model_identity_;
+                            manifest.topology = topology();
+                            manifest.kv_dim = kv.kv_dim();
+                            manifest.prefix_token_count = static_cast<int>(prefix.size());
+                            manifest.prefix_sha256 = token_ids_sha256(prefix);
+                            manifest.descriptor = descriptor;
+                            manifest.prepared_input = prepared_input;
+                            manifest.epoch = tx.epoch();
+                            manifest.save_id = random_hex();
+                            manifest.shard_bytes = shard.size();
+                            manifest.shard_sha256 = sha256_hex(shard);
+                            auto g = prepare_generation(root, manifest, shard);
+                            if (!g) return g.error();
+                            prepared = std::move(*g);
+                            return {};
+                          });
+      !s) {
+    return tx.abort(s.error());
+  }
+  tx.on_abort([&]() -> Status {
+    if (publication) return revert_publication(*publication);
+    discard_generation(*prepared);
+    return {};
+  });
+  if (Status s = tx.phase(Phase::PromptCacheSavePublication,
+                          [&]() -> Status {
+                            auto p = publish_generation(*prepared);
+                            if (!p) return p.error();
+                            publication = std::move(*p);
+                            return {};
+                          });
+      !s) {
+    return tx.abort(s.error());
+  }
+  if (Status s = tx.commit([&] { commit_publication(*publication); }); !s) return s.error();
+  return PromptCacheSaveResult{tx.epoch(), prepared->name, manifest.prefix_token_count, manifest.shard_bytes};
+}
+
+Status Session::load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
+                                  std::span<const int> prefix) {
+  return load(root, expected, prefix, "");
+}
+
+Status Session::load_prompt_cache_for_input(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
+                                            std::span<const int> prefix, const std::string& prepared_input) {
+  if (prepared_input.empty()) return before_mutation(ErrorCode::contract, "the prepared input identity is empty");
+  return load(root, expected, prefix, prepared_input);
+}
+
+Status Session::check_cache_manifest(const PromptCacheManifest& m, const PromptCacheDescriptor& expected,
+                                     std::span<const int> prefix, const std::string& prepared_input) const {
+  auto refuse = [](const std::string& why) { return Status(Error(ErrorCode::prompt_cache, why)); };
+  if (m.model_identity != model_identity_) {
+    return refuse("the cache was saved by another model (identity " + m.model_identity + ", this model is " +
+                  model_identity_ + ")");
+  }
+  if (!(m.topology == topology())) {
+    return refuse("the cache was saved with " + std::to_string(m.topology.ranks) +
+                  " rank(s) and another partition; this session has 1 rank holding every unit");
+  }
+  if (m.kv_dim != model_.config().kv_dim()) return refuse("the cache's KV width differs from the model's");
+  if (!(m.descriptor == expected)) {
+    return refuse("the cache was saved as '" + m.descriptor.name + "' in namespace '" + m.descriptor.cache_namespace +
+                  "', not as '" + expected.name + "' in '" + expected.cache_namespace + "'");
+  }
+  if (m.prepared_input != prepared_input) return refuse("the cache was saved for another prepared input");
+  if (m.prefix_token_count != static_cast<int>(prefix.size()) || m.prefix_sha256 != token_ids_sha256(prefix)) {
+    return refuse("the cache holds other prefix tokens (" + std::to_string(m.prefix_token_count) +
+                  " tokens) than the " + std::to_string(prefix.size()) + " given");
+  }
+  if (m.prefix_token_count < 1 || m.prefix_token_count > model_.config().seq_len) {
+    return refuse("the cache's prefix length is outside the model's context");
+  }
+  return {};
+}
+
+Status Session::load(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
+                     std::span<const int> prefix, const std::string& prepared_input) {
+  if (Status ok = transformer_.check_input(prefix, 0); !ok) {
+    return before_mutation(ok.error().code(), ok.error().message());
+  }
+  Transaction tx(*this, "prompt cache load");
+  tx.protect_rows(0, static_cast<int>(prefix.size()));
+  std::optional<LiveGeneration> live;
+  std::vector<std::byte> shard;
+  if (Status s = tx.phase(Phase::PromptCacheLoadPreflight,
+                          [&]() -> Status {
+                            auto g = read_live_generation(root, 0);
+                            if (!g) return g.error();
+                            if (Status ok = check_cache_manifest(g->manifest, expected, prefix, prepared_input); !ok) {
+                              return ok;
+                            }
+                            live = std::move(*g);
+                            return {};
+                          });
+      !s) {
+    return tx.abort(s.error());
+  }
+  if (Status s = tx.phase(Phase::PromptCacheLoadPreparation,
+                          [&]() -> Status {
+                            auto bytes = read_shard(*live);
+                            if (!bytes) return bytes.error();
+                            const KvCache& kv = state_.kv();
+                            const std::size_t expected_bytes =
+                                prefix.size() * kv.kv_dim() * sizeof(float) * 2 * kv.unit_count();
+                            if (bytes->size() != expected_bytes) {
+                              return Error(ErrorCode::prompt_cache, "the shard is " + std::to_string(bytes->size()) +
+                                                                        " bytes; the prefix needs " +
+                                                                        std::to_string(expected_bytes));
+                            }
+                            shard = std::move(*bytes);
+                            return {};
+                          });
+      !s) {
+    return tx.abort(s.error());
+  }
+  return tx.commit([&] {
+    KvCache& kv = state_.kv();
+    const auto floats = prefix.size() * static_cast<std::size_t>(kv.kv_dim());
+    const std::byte* in = shard.data();
+    for (int u = kv.first_unit(); u < kv.first_unit() + kv.unit_count(); ++u) {
+      std::memcpy(kv.keys(u), in, floats * sizeof(float));
+      std::memcpy(kv.values(u), in + floats * sizeof(float), floats * sizeof(float));
+      in += 2 * floats * sizeof(float);
+    }
+    state_.commit_rows(0, prefix, tx.epoch());
+    prepared_.reset();
+    if (!prepared_input.empty()) prepared_ = PreparedInput{prepared_input, static_cast<int>(prefix.size())};
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Reports.
+
+std::optional<PromptInputIdentity> Session::committed_prompt_input_identity() const {
+  if (state_.position() == 0) return std::nullopt;
+  PromptInputIdentity id;
+  if (prepared_) {
+    id.prepared_input = prepared_->identity;
+    id.prepared_token_count = prepared_->token_count;
+  }
+  id.token_count = state_.position();
+  id.tokens_sha256 = token_ids_sha256(state_.tokens());
+  return id;
+}
+
+SessionReport Session::report() const {
+  SessionReport r;
+  r.model_identity = model_identity_;
+  r.weights_bytes = model_.file_bytes();
+  r.weights_resident_bytes = model_.resident_bytes();
+  r.weights_residency = "memory-mapped";
+  r.kv_bytes_used = state_.used_bytes();
+  r.kv_bytes_capacity = state_.kv().capacity_bytes();
+  r.position = state_.position();
+  r.context = state_.capacity();
+  r.last_epoch = next_epoch_ - 1;
+  r.committed_epoch = committed_epoch_;
+  r.state_epoch = state_.state_epoch();
+  r.last_outcome = last_outcome_;
+  r.last_error = last_error_;
+  r.aborted_transactions = aborted_transactions_;
+  r.restoration_generation = restoration_generation_;
+  r.state_digest = state_.digest();
+  return r;
+}
+
+MaterializationReport Session::materialization_report() const {
+  const KvCache& kv = state_.kv();
+  MaterializationReport r;
+  r.weights_mapped_bytes = model_.file_bytes();
+  r.weights_resident_bytes = model_.resident_bytes();
+  r.kv_allocated_bytes = kv.capacity_bytes();
+  r.kv_materialized_bytes =
+      static_cast<std::uint64_t>(state_.high_water()) * kv.kv_dim() * kv.unit_count() * 2 * sizeof(float);
+  r.high_water_position = state_.high_water();
+  return r;
+}
+
+}  // namespace accord

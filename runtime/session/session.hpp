@@ -1,0 +1,189 @@
+// The single-rank transactional session: the user's handle on a model's
+// text state. Every operation is a transaction with an epoch that only
+// grows. It runs its phases (phase.hpp) in order; when any of them fails,
+// the session restores exactly the state it had before and returns a typed
+// error carrying the epoch and the phase. Nothing a failed step did remains.
+//
+// Threading: one call at a time; the session owns its state, borrows the
+// model and the rank's thread pool (both must outlive it).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/error.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/transformer.hpp"
+#include "runtime/session/observer.hpp"
+#include "runtime/session/phase.hpp"
+#include "runtime/session/prompt_cache.hpp"
+#include "runtime/session/state.hpp"
+
+namespace accord {
+
+// Called after each phase's local work; an error (or exception) fails the
+// phase as if the work had. Tests and fault scenarios use it.
+using FailureHook = std::function<Status(Phase phase, std::uint64_t epoch)>;
+
+// The output of a forward step. logits: (rows, vocab), valid until the next
+// call on the session.
+struct StepResult {
+  std::uint64_t epoch = 0;
+  int first_position = 0;
+  int rows = 0;
+  std::span<const float> logits;
+};
+
+// An opaque point to come back to with rollback().
+struct SessionCheckpoint {
+  std::uint64_t session_id = 0;
+  std::uint64_t reset_count = 0;
+  int position = 0;
+  std::uint64_t state_epoch = 0;
+  std::string digest;  // of the state when taken
+};
+
+// What produced the committed prompt: the tokens below the position and,
+// when it came from a prepared input (the _for_input operations), that
+// input's identity and the number of tokens it covers.
+struct PromptInputIdentity {
+  std::string prepared_input;
+  int prepared_token_count = 0;
+  int token_count = 0;
+  std::string tokens_sha256;
+  bool operator==(const PromptInputIdentity&) const = default;
+};
+
+struct CompleteCheckpoint {
+  SessionCheckpoint state;
+  std::optional<PromptInputIdentity> prompt;
+};
+
+struct SessionReport {
+  std::string model_identity;
+  std::uint64_t weights_bytes = 0;
+  std::uint64_t weights_resident_bytes = 0;
+  std::string weights_residency;  // "memory-mapped"
+  std::uint64_t kv_bytes_used = 0;
+  std::uint64_t kv_bytes_capacity = 0;
+  int position = 0;
+  int context = 0;
+  std::uint64_t last_epoch = 0;       // the newest transaction, committed or not
+  std::uint64_t committed_epoch = 0;  // the newest committed transaction
+  std::uint64_t state_epoch = 0;      // the commit that produced the current state
+  std::string last_outcome;           // "none", "committed" or "aborted"
+  std::string last_error;             // when aborted
+  std::uint64_t aborted_transactions = 0;
+  std::uint64_t restoration_generation = 0;
+  std::string state_digest;
+};
+
+struct MaterializationReport {
+  std::uint64_t weights_mapped_bytes = 0;
+  std::uint64_t weights_resident_bytes = 0;
+  std::uint64_t kv_allocated_bytes = 0;
+  std::uint64_t kv_materialized_bytes = 0;  // rows ever written
+  int high_water_position = 0;
+};
+
+struct PromptCacheSaveResult {
+  std::uint64_t epoch = 0;
+  std::string generation;
+  int prefix_token_count = 0;
+  std::uint64_t shard_bytes = 0;
+};
+
+class Session {
+ public:
+  Session(const Model& model, cpu::ThreadPool& pool);
+
+  // Runs tokens at the current position; returns the logits of every row.
+  Result<StepResult> forward(std::span<const int> tokens);
+  Result<StepResult> forward_with_observer(std::span<const int> tokens, StepObserver& observer);
+  // Runs tokens at the current position; returns the last row's logits.
+  Result<StepResult> prefill(std::span<const int> tokens);
+  Result<StepResult> prefill_with_observer(std::span<const int> tokens, StepObserver& observer);
+  Result<StepResult> decode(int token);
+  Result<StepResult> decode_with_observer(int token, StepObserver& observer);
+
+  Result<SessionCheckpoint> checkpoint();
+  Status rollback(const SessionCheckpoint& checkpoint);
+  Result<CompleteCheckpoint> checkpoint_complete();
+  Status rollback_complete(const CompleteCheckpoint& checkpoint);
+  // Empties the state; checkpoints taken before are refused afterwards.
+  Status reset();
+
+  // Saves the state's first prefix.size() rows, which must hold exactly
+  // `prefix`, as the live generation of the cache at `root`.
+  Result<PromptCacheSaveResult> save_prompt_cache(const std::filesystem::path& root,
+                                                  const PromptCacheDescriptor& descriptor,
+                                                  std::span<const int> prefix);
+  Result<PromptCacheSaveResult> save_prompt_cache_for_input(const std::filesystem::path& root,
+                                                            const PromptCacheDescriptor& descriptor,
+                                                            std::span<const int> prefix,
+                                                            const std::string& prepared_input);
+  // Replaces the state with the cached prefix after checking that the cache
+  // is for this model and topology, was saved under `expected`, and holds
+  // exactly `prefix`. Refused caches leave the state untouched.
+  Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
+                           std::span<const int> prefix);
+  Status load_prompt_cache_for_input(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
+                                     std::span<const int> prefix, const std::string& prepared_input);
+
+  SessionReport report() const;
+  MaterializationReport materialization_report() const;
+  std::optional<PromptInputIdentity> committed_prompt_input_identity() const;
+  // Counts successful restorations: aborted steps undone and rollbacks.
+  std::uint64_t successful_state_restoration_generation() const { return restoration_generation_; }
+
+  const Model& model() const { return model_; }
+  const std::string& model_identity() const { return model_identity_; }
+  int position() const { return state_.position(); }
+  std::span<const int> tokens() const { return state_.tokens(); }
+  std::string state_digest() const { return state_.digest(); }
+
+  void set_failure_hook(FailureHook hook) { failure_hook_ = std::move(hook); }
+
+ private:
+  class Transaction;
+
+  Result<StepResult> run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer);
+  Status execute_units(std::span<const int> tokens, int first_position, StepObserver* observer);
+  Result<PromptCacheSaveResult> save(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                                     std::span<const int> prefix, const std::string& prepared_input);
+  Status load(const std::filesystem::path& root, const PromptCacheDescriptor& expected, std::span<const int> prefix,
+              const std::string& prepared_input);
+  Status check_cache_manifest(const PromptCacheManifest& manifest, const PromptCacheDescriptor& expected,
+                              std::span<const int> prefix, const std::string& prepared_input) const;
+  Status check_checkpoint(const SessionCheckpoint& checkpoint) const;
+  PromptCacheTopology topology() const;
+  void keep_prepared_input_within_position();
+
+  const Model& model_;
+  Transformer transformer_;
+  SessionState state_;
+  std::string model_identity_;
+  std::uint64_t session_id_;
+  std::uint64_t next_epoch_ = 1;
+  std::uint64_t committed_epoch_ = 0;
+  std::uint64_t reset_count_ = 0;
+  std::uint64_t restoration_generation_ = 0;
+  std::uint64_t aborted_transactions_ = 0;
+  std::string last_outcome_ = "none";
+  std::string last_error_;
+  struct PreparedInput {
+    std::string identity;
+    int token_count = 0;  // the tokens it produced, from position 0
+  };
+  std::optional<PreparedInput> prepared_;  // cleared when the state no longer holds its tokens
+  std::vector<float> published_;                 // (rows, vocab) of the last step
+  FailureHook failure_hook_;
+};
+
+}  // namespace accord

@@ -1,0 +1,76 @@
+// The state of one rank's session: the KV cache of its units, the committed
+// position, the token held at every row, and bookkeeping that lets a
+// checkpoint prove its rows were not overwritten since.
+//
+// Rows at and past the position are not state: nothing reads them. A step
+// appends rows; before it does, capture_rows() saves exactly what it may
+// overwrite, and restore() puts it back byte for byte, so an aborted step
+// leaves memory as it found it.
+//
+// Owned by the session (and, with several ranks, by the rank's state actor);
+// not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/model/kv_cache.hpp"
+
+namespace accord {
+
+class SessionState {
+ public:
+  SessionState(const ModelConfig& config, int first_unit, int unit_count);
+
+  KvCache& kv() { return kv_; }
+  const KvCache& kv() const { return kv_; }
+  int position() const { return position_; }
+  int capacity() const { return kv_.capacity(); }
+  // The epoch of the commit that produced the current contents.
+  std::uint64_t state_epoch() const { return state_epoch_; }
+  // Token ids at rows [0, position).
+  std::span<const int> tokens() const { return {tokens_.data(), static_cast<std::size_t>(position_)}; }
+  // The highest row ever written plus one.
+  int high_water() const { return high_water_; }
+
+  // What a step starting now may overwrite: rows [first, first + count).
+  struct Undo {
+    int position = 0;
+    std::uint64_t state_epoch = 0;
+    int high_water = 0;
+    int first_row = 0;
+    int row_count = 0;
+    std::vector<float> keys, values;  // (units, row_count, kv_dim)
+    std::vector<int> tokens;
+    std::vector<std::uint64_t> row_epochs;
+  };
+  Undo capture_rows(int first, int count) const;
+  void restore(const Undo& undo);
+
+  // Records that rows [first, first + count) now hold `ids`, written by the
+  // transaction `epoch`, and moves the position to first + count.
+  void commit_rows(int first, std::span<const int> ids, std::uint64_t epoch);
+
+  // Moves the position back to a checkpoint's; rows below it are kept.
+  void rewind(int position, std::uint64_t state_epoch);
+
+  // True when no row below `position` was written after `state_epoch`.
+  bool rows_unchanged_since(int position, std::uint64_t state_epoch) const;
+
+  // XXH3-128 over the KV rows below the position, the position, the state
+  // epoch and the tokens: equal digests mean equal observable state.
+  std::string digest() const;
+
+  std::size_t used_bytes() const;
+
+ private:
+  KvCache kv_;
+  int position_ = 0;
+  int high_water_ = 0;
+  std::uint64_t state_epoch_ = 0;
+  std::vector<int> tokens_;                // (capacity)
+  std::vector<std::uint64_t> row_epochs_;  // (capacity) transaction that wrote each row
+};
+
+}  // namespace accord
