@@ -150,8 +150,14 @@ Result<Publication> publish_generation(const PreparedGeneration& generation) {
 
 void commit_publication(const Publication& publication) {
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(publication.generation.rank_dir / kGenerations, ec)) {
+  const fs::path& dir = publication.generation.rank_dir;
+  for (const auto& entry : fs::directory_iterator(dir / kGenerations, ec)) {
     if (entry.path().filename() != publication.generation.name) fs::remove_all(entry.path(), ec);
+  }
+  // Staging folders left by saves that died before publishing (there is
+  // one writer at a time, so none of them is still being written).
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().starts_with(".staging-")) fs::remove_all(entry.path(), ec);
   }
 }
 

@@ -87,7 +87,8 @@ void discard_generation(const PreparedGeneration& generation);
 // Renames the generation into generations/ and switches CURRENT to it.
 Result<Publication> publish_generation(const PreparedGeneration& generation);
 
-// Makes a publication final: removes every other generation of the rank.
+// Makes a publication final: removes every other generation of the rank
+// and the staging folders of saves that died before publishing.
 void commit_publication(const Publication& publication);
 
 // Points CURRENT back to the previous generation (or removes it when there
