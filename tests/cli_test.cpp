@@ -2,6 +2,7 @@
 // fields, help, and a clear non-zero exit for every kind of bad input.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tests/reference.hpp"
@@ -127,6 +128,58 @@ TEST(Cli, SynthRefusesImpossibleShapes) {
   expect_failure({"synth", "--vocab", "100", "--out", dir.file("x.bin")}, 1, "at least 259");
   expect_failure({"synth", "--layers", "0", "--out", dir.file("x.bin")}, 1, "n_layers is 0");
   EXPECT_FALSE(std::filesystem::exists(dir.file("x.bin")));
+}
+
+
+TEST(Cli, PromptCacheIsSavedThenHitThenRejectedWhenCorrupt) {
+  test::TempDir dir;
+  const std::string cache = dir.file("cache");
+  const auto args = generate_args({"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "20",
+                                   "--prompt-cache", cache, "--json"});
+  auto run = [&] {
+    const auto result = run_accord(args);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return result;
+  };
+  const auto first = nlohmann::json::parse(run().output);
+  EXPECT_EQ(first.at("prompt_cache"), "saved");
+  EXPECT_EQ(first.at("prompt_cache_tokens_reused"), 0);
+
+  const auto second = nlohmann::json::parse(run().output);
+  EXPECT_EQ(second.at("prompt_cache"), "hit");
+  EXPECT_EQ(second.at("prompt_cache_tokens_reused"), 4);  // BOS and three of the prompt's four tokens
+  EXPECT_EQ(second.at("generated_tokens"), first.at("generated_tokens"));
+  EXPECT_EQ(second.at("text"), first.at("text"));
+
+  // Corrupt the shard: the run warns, prefills cold and prints the same.
+  std::ifstream current(cache + "/rank-00/CURRENT");
+  std::string generation;
+  std::getline(current, generation);
+  const std::string shard = cache + "/rank-00/generations/" + generation + "/kv.bin";
+  auto bytes = test::read_bytes(shard);
+  bytes[3] ^= std::byte{0x10};
+  test::write_bytes(shard, bytes);
+  const auto result = run_accord(args);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("accord: warning: prompt cache rejected"), std::string::npos) << result.output;
+  const auto third = nlohmann::json::parse(result.output.substr(result.output.find('{')));
+  EXPECT_EQ(third.at("prompt_cache"), "rejected");
+  EXPECT_NE(third.at("prompt_cache_reason").get<std::string>().find("corrupted"), std::string::npos);
+  EXPECT_EQ(third.at("generated_tokens"), first.at("generated_tokens"));
+  // A rejected cache is left alone for inspection, not overwritten.
+  EXPECT_EQ(test::read_bytes(shard), bytes);
+}
+
+TEST(Cli, JsonCarriesTheSessionReport) {
+  const auto result = run_accord(generate_args({"--prompt", "The cat sat", "--temperature", "0", "--max-tokens", "3",
+                                                "--json"}));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto report = nlohmann::json::parse(result.output).at("report");
+  EXPECT_EQ(report.at("position"), 8);  // 6 prompt tokens + 2 decode steps
+  EXPECT_EQ(report.at("last_outcome"), "committed");
+  EXPECT_EQ(report.at("weights_bytes"), 1056540);
+  EXPECT_EQ(report.at("state_digest").get<std::string>().size(), 32u);
+  EXPECT_EQ(report.at("kv_bytes_capacity"), 512 * 5 * 32 * 2 * 4);
 }
 
 }  // namespace
