@@ -21,6 +21,7 @@
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/transformer.hpp"
+#include "runtime/session/session.hpp"
 
 namespace {
 
@@ -77,6 +78,9 @@ class ModelStore {
     }
     return &models_.emplace(shape.name, std::move(model).value()).first->second;
   }
+
+  // A folder for files beside the models (after the first get()).
+  const std::filesystem::path& dir() const { return dir_; }
 
  private:
   bool make_dir(std::string& error) {
@@ -153,6 +157,62 @@ void BM_prefill(benchmark::State& state, const Shape& shape) {
   state.counters["tok"] = benchmark::Counter(n_tokens, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The 256-token prompt of the prompt-cache pair below.
+std::vector<int> cache_prompt(const accord::ModelConfig& config) {
+  std::vector<int> prompt(256);
+  for (int i = 0; i < 256; ++i) prompt[static_cast<std::size_t>(i)] = token_at(i, config.vocab_size);
+  return prompt;
+}
+
+// Cold: an empty session prefills all 256 tokens.
+void BM_prompt_cold_prefill(benchmark::State& state, const Shape& shape) {
+  std::string error;
+  const accord::Model* model = ModelStore::instance().get(shape, error);
+  if (model == nullptr) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  accord::cpu::ThreadPool pool(static_cast<int>(state.range(0)));
+  accord::Session session(*model, pool);
+  const auto prompt = cache_prompt(model->config());
+  for (auto _ : state) {
+    if (!session.reset() || !session.prefill(prompt)) {
+      state.SkipWithError("cold prefill failed");
+      break;
+    }
+  }
+  state.counters["tok"] = benchmark::Counter(256, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Warm: the same logits from a cache holding the first 255 tokens (loaded,
+// checked by SHA-256) and a one-token prefill of the last.
+void BM_prompt_cache_load(benchmark::State& state, const Shape& shape) {
+  std::string error;
+  const accord::Model* model = ModelStore::instance().get(shape, error);
+  if (model == nullptr) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  accord::cpu::ThreadPool pool(static_cast<int>(state.range(0)));
+  accord::Session session(*model, pool);
+  const auto prompt = cache_prompt(model->config());
+  const auto prefix = std::span<const int>(prompt).first(255);
+  const auto root = ModelStore::instance().dir() / ("cache-" + shape.name);
+  const accord::PromptCacheDescriptor descriptor{"bench", "bench"};
+  if (!session.prefill(prefix) || !session.save_prompt_cache(root, descriptor, prefix)) {
+    state.SkipWithError("saving the prompt cache failed");
+    return;
+  }
+  for (auto _ : state) {
+    if (!session.reset() || !session.load_prompt_cache(root, descriptor, prefix) ||
+        !session.prefill(std::span<const int>(prompt).last(1))) {
+      state.SkipWithError("cache load failed");
+      break;
+    }
+  }
+  state.counters["tok"] = benchmark::Counter(256, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 bool register_forward_benchmarks() {
   std::vector<Shape> shapes = {make_shape("15M", 288, 768, 6, 6, 6, 32000, 256)};
   if (const char* v = std::getenv("ACCORD_BENCH_110M"); v != nullptr && std::string_view(v) == "1") {
@@ -171,6 +231,12 @@ bool register_forward_benchmarks() {
         ->ArgsProduct({{64, 256}, {1, 2}})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+    for (auto* bm : {benchmark::RegisterBenchmark(("prompt_cold_prefill_256/" + shape.name).c_str(),
+                                                  BM_prompt_cold_prefill, shape),
+                     benchmark::RegisterBenchmark(("prompt_cache_load_255_plus_1/" + shape.name).c_str(),
+                                                  BM_prompt_cache_load, shape)}) {
+      bm->ArgName("threads")->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
   }
   return true;
 }
