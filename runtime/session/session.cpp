@@ -87,8 +87,11 @@ class Session::Transaction {
     }
     ++session_.aborted_transactions_;
     session_.last_outcome_ = "aborted";
-    Error error(cause.code(), operation_ + " aborted at epoch " + std::to_string(epoch_) + " in " + phase_name +
-                                  ": " + cause.message());
+    // A failure of the commit itself is reported as the commit aborting;
+    // earlier failures keep the kind of their cause.
+    const ErrorCode code = current_ == Phase::Commit ? ErrorCode::commit_aborted : cause.code();
+    Error error(code, operation_ + " aborted at epoch " + std::to_string(epoch_) + " in " + phase_name + ": " +
+                          cause.message());
     error.at(epoch_, phase_name);
     if (reverse_) {
       if (Status reversed = reverse_(); !reversed) {
