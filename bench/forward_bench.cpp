@@ -97,6 +97,14 @@ class ModelStore {
   std::map<std::string, accord::Model> models_;
 };
 
+// The model of `shape`, or nullptr after marking the benchmark skipped.
+const accord::Model* model_or_skip(benchmark::State& state, const Shape& shape) {
+  std::string error;
+  const accord::Model* model = ModelStore::instance().get(shape, error);
+  if (model == nullptr) state.SkipWithError(error.c_str());
+  return model;
+}
+
 // An arbitrary but fixed token id for position `pos`.
 int token_at(int pos, int vocab_size) { return (pos * 7919 + 1) % vocab_size; }
 
@@ -104,12 +112,8 @@ int token_at(int pos, int vocab_size) { return (pos * 7919 + 1) % vocab_size; }
 // position, so the figure is an average over the positions reached; at the
 // end of the context the position wraps to 0 and the cache is overwritten.
 void BM_decode(benchmark::State& state, const Shape& shape) {
-  std::string error;
-  const accord::Model* model = ModelStore::instance().get(shape, error);
-  if (model == nullptr) {
-    state.SkipWithError(error.c_str());
-    return;
-  }
+  const accord::Model* model = model_or_skip(state, shape);
+  if (model == nullptr) return;
   const accord::ModelConfig& config = model->config();
   accord::cpu::ThreadPool pool(static_cast<int>(state.range(0)));
   accord::Transformer transformer(*model, pool);
@@ -131,12 +135,8 @@ void BM_decode(benchmark::State& state, const Shape& shape) {
 
 // A prompt of state.range(0) tokens as one batch at position 0, per iteration.
 void BM_prefill(benchmark::State& state, const Shape& shape) {
-  std::string error;
-  const accord::Model* model = ModelStore::instance().get(shape, error);
-  if (model == nullptr) {
-    state.SkipWithError(error.c_str());
-    return;
-  }
+  const accord::Model* model = model_or_skip(state, shape);
+  if (model == nullptr) return;
   const accord::ModelConfig& config = model->config();
   const int n_tokens = static_cast<int>(state.range(0));
   accord::cpu::ThreadPool pool(static_cast<int>(state.range(1)));
@@ -166,12 +166,8 @@ std::vector<int> cache_prompt(const accord::ModelConfig& config) {
 
 // Cold: an empty session prefills all 256 tokens.
 void BM_prompt_cold_prefill(benchmark::State& state, const Shape& shape) {
-  std::string error;
-  const accord::Model* model = ModelStore::instance().get(shape, error);
-  if (model == nullptr) {
-    state.SkipWithError(error.c_str());
-    return;
-  }
+  const accord::Model* model = model_or_skip(state, shape);
+  if (model == nullptr) return;
   accord::cpu::ThreadPool pool(static_cast<int>(state.range(0)));
   accord::Session session(*model, pool);
   const auto prompt = cache_prompt(model->config());
@@ -187,12 +183,8 @@ void BM_prompt_cold_prefill(benchmark::State& state, const Shape& shape) {
 // Warm: the same logits from a cache holding the first 255 tokens (loaded,
 // checked by SHA-256) and a one-token prefill of the last.
 void BM_prompt_cache_load(benchmark::State& state, const Shape& shape) {
-  std::string error;
-  const accord::Model* model = ModelStore::instance().get(shape, error);
-  if (model == nullptr) {
-    state.SkipWithError(error.c_str());
-    return;
-  }
+  const accord::Model* model = model_or_skip(state, shape);
+  if (model == nullptr) return;
   accord::cpu::ThreadPool pool(static_cast<int>(state.range(0)));
   accord::Session session(*model, pool);
   const auto prompt = cache_prompt(model->config());

@@ -16,19 +16,9 @@
 namespace accord {
 namespace {
 
-Model load_stories() {
-  auto model = Model::load(test::stories_model());
-  if (!model) {
-    ADD_FAILURE() << model.error().message();
-    std::abort();
-  }
-  return std::move(*model);
-}
-
 TEST(Golden, GreedyGenerationMatchesRunC) {
-  const Model model = load_stories();
-  auto tokenizer = Tokenizer::load_llama2c(test::stories_tokenizer());
-  ASSERT_TRUE(tokenizer);
+  const Model model = test::load_stories_model();
+  const Tokenizer tokenizer = test::load_stories_tokenizer();
   cpu::ThreadPool pool(2);
   Session session(model, pool);
   const auto cases = test::greedy_cases();
@@ -39,7 +29,7 @@ TEST(Golden, GreedyGenerationMatchesRunC) {
     options.max_tokens = static_cast<int>(c.generated_tokens.size());
     options.sampler.temperature = 0.0f;
     std::string streamed;
-    auto result = generate(session, *tokenizer, c.prompt, options, [&](std::string_view p) { streamed += p; });
+    auto result = generate(session, tokenizer, c.prompt, options, [&](std::string_view p) { streamed += p; });
     ASSERT_TRUE(result) << result.error().message();
     EXPECT_EQ(result->prompt_tokens, c.prompt_tokens) << c.prompt;
     EXPECT_EQ(result->generated_tokens, c.generated_tokens) << c.prompt;
@@ -50,7 +40,7 @@ TEST(Golden, GreedyGenerationMatchesRunC) {
 }
 
 TEST(Golden, FirstLogitsOfBosMatchRunC) {
-  const Model model = load_stories();
+  const Model model = test::load_stories_model();
   const auto reference = test::first_logits();
   ASSERT_EQ(reference.first8.size(), 8u);
   cpu::ThreadPool pool(1);
@@ -89,13 +79,9 @@ std::vector<float> trace(const Model& model, int threads, bool prefill_as_batch)
   return all;
 }
 
-bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 TEST(Golden, LogitsAreBitIdenticalForOneAndTwoThreads) {
-  const Model stories = load_stories();
-  EXPECT_TRUE(bit_identical(trace(stories, 1, true), trace(stories, 2, true)));
+  const Model stories = test::load_stories_model();
+  EXPECT_TRUE(test::bit_identical(trace(stories, 1, true), trace(stories, 2, true)));
   test::TempDir dir;
   ModelConfig wide = test::small_config();
   wide.dim = 256;
@@ -103,26 +89,25 @@ TEST(Golden, LogitsAreBitIdenticalForOneAndTwoThreads) {
   wide.n_heads = 8;
   const Model synthetic = test::synthetic_model(dir, {wide, 3, llama2c::Layout::legacy});
   const auto one = trace(synthetic, 1, true);
-  EXPECT_TRUE(bit_identical(one, trace(synthetic, 2, true)));
-  EXPECT_TRUE(bit_identical(one, trace(synthetic, 3, true)));
+  EXPECT_TRUE(test::bit_identical(one, trace(synthetic, 2, true)));
+  EXPECT_TRUE(test::bit_identical(one, trace(synthetic, 3, true)));
 }
 
 TEST(Golden, BatchedPrefillEqualsTokenByToken) {
-  const Model stories = load_stories();
-  EXPECT_TRUE(bit_identical(trace(stories, 2, true), trace(stories, 2, false)));
+  const Model stories = test::load_stories_model();
+  EXPECT_TRUE(test::bit_identical(trace(stories, 2, true), trace(stories, 2, false)));
 }
 
 TEST(Golden, SampledGenerationIsReproducible) {
-  const Model model = load_stories();
-  auto tokenizer = Tokenizer::load_llama2c(test::stories_tokenizer());
-  ASSERT_TRUE(tokenizer);
+  const Model model = test::load_stories_model();
+  const Tokenizer tokenizer = test::load_stories_tokenizer();
   auto run = [&](int threads, std::uint64_t seed) {
     cpu::ThreadPool pool(threads);
     Session session(model, pool);
     GenerationOptions options;
     options.max_tokens = 40;
     options.sampler = {0.9f, 0.9f, seed};
-    return generate(session, *tokenizer, "Once upon a time", options)->generated_tokens;
+    return generate(session, tokenizer, "Once upon a time", options)->generated_tokens;
   };
   const auto first = run(1, 42);
   EXPECT_EQ(first, run(2, 42));
@@ -130,7 +115,7 @@ TEST(Golden, SampledGenerationIsReproducible) {
 }
 
 TEST(Golden, ForwardRefusesBadInputWithoutTouchingTheCache) {
-  const Model model = load_stories();
+  const Model model = test::load_stories_model();
   cpu::ThreadPool pool(1);
   Transformer transformer(model, pool);
   KvCache kv(model.config(), 0, model.config().n_layers);

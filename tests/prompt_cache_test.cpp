@@ -20,8 +20,6 @@ namespace fs = std::filesystem;
 const std::vector<int> kPrompt = {1, 403, 407, 261, 378, 432, 383, 286};
 const PromptCacheDescriptor kDescriptor{"story-opening", "tests"};
 
-std::vector<float> copy(std::span<const float> logits) { return {logits.begin(), logits.end()}; }
-
 std::span<const int> prefix(int n) { return std::span<const int>(kPrompt).first(static_cast<std::size_t>(n)); }
 
 class PromptCacheTest : public ::testing::Test {
@@ -78,14 +76,14 @@ TEST_F(PromptCacheTest, AHitGivesTheLogitsOfAColdPrefill) {
   const int n = static_cast<int>(kPrompt.size()) - 1;
   save(dir_.path(), n);
   auto cold = new_session();
-  const auto expected = copy(cold->prefill(kPrompt)->logits);
+  const auto expected = test::to_vector(cold->prefill(kPrompt)->logits);
 
   auto warm = new_session();
   ASSERT_TRUE(warm->prefill(std::vector<int>{1, 9, 9, 9}));  // some unrelated state first
   Status loaded = warm->load_prompt_cache(dir_.path(), kDescriptor, prefix(n));
   ASSERT_TRUE(loaded) << loaded.error().message();
   EXPECT_EQ(warm->position(), n);
-  const auto got = copy(warm->decode(kPrompt.back())->logits);
+  const auto got = test::to_vector(warm->decode(kPrompt.back())->logits);
   ASSERT_EQ(got.size(), expected.size());
   EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)));
   EXPECT_EQ(warm->state_digest().size(), 32u);
@@ -243,9 +241,7 @@ TEST_F(PromptCacheTest, AFailedPublicationIsReverted) {
   auto session = new_session();
   ASSERT_TRUE(session->prefill(prefix(7)));
   for (Phase phase : {Phase::PromptCacheSavePublication, Phase::MechanismCompletion}) {
-    session->set_failure_hook([=](Phase p, std::uint64_t) {
-      return p == phase ? Status(Error(ErrorCode::mechanism, "fault after the CURRENT switch")) : Status{};
-    });
+    session->set_failure_hook(test::fail_every(phase));
     auto saved = session->save_prompt_cache(dir_.path(), kDescriptor, prefix(7));
     ASSERT_FALSE(saved);
     EXPECT_EQ(saved.error().phase(), to_string(phase));

@@ -13,26 +13,11 @@
 namespace accord {
 namespace {
 
-Model load_stories() {
-  auto model = Model::load(test::stories_model());
-  if (!model) {
-    ADD_FAILURE() << model.error().message();
-    std::abort();
-  }
-  return std::move(*model);
-}
-
 const std::vector<int> kPrompt = {1, 403, 407, 261, 378};  // "Once upon a time"
-
-std::vector<float> copy(std::span<const float> logits) { return {logits.begin(), logits.end()}; }
-
-bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 class SessionTest : public ::testing::Test {
  protected:
-  Model model_ = load_stories();
+  Model model_ = test::load_stories_model();
   cpu::ThreadPool pool_{2};
   Session session_{model_, pool_};
 
@@ -43,7 +28,7 @@ class SessionTest : public ::testing::Test {
     for (int i = 0; i < steps; ++i) {
       auto step = session_.decode(argmax(logits));
       EXPECT_TRUE(step) << step.error().message();
-      logits = copy(step->logits);
+      logits = test::to_vector(step->logits);
       all.push_back(logits);
     }
     return all;
@@ -53,7 +38,7 @@ class SessionTest : public ::testing::Test {
 TEST_F(SessionTest, RollbackRestoresTheStateAndReplaysBitForBit) {
   auto prefill = session_.prefill(kPrompt);
   ASSERT_TRUE(prefill);
-  auto first = decode_greedy(copy(prefill->logits), 4);
+  auto first = decode_greedy(test::to_vector(prefill->logits), 4);
   auto checkpoint = session_.checkpoint();
   ASSERT_TRUE(checkpoint);
   const std::string digest_at_checkpoint = session_.state_digest();
@@ -66,7 +51,7 @@ TEST_F(SessionTest, RollbackRestoresTheStateAndReplaysBitForBit) {
   EXPECT_EQ(session_.position(), static_cast<int>(kPrompt.size()) + 4);
   auto again = decode_greedy(first.back(), 8);
   ASSERT_EQ(again.size(), rest.size());
-  for (std::size_t i = 0; i < rest.size(); ++i) EXPECT_TRUE(bit_identical(again[i], rest[i])) << "step " << i;
+  for (std::size_t i = 0; i < rest.size(); ++i) EXPECT_TRUE(test::bit_identical(again[i], rest[i])) << "step " << i;
   EXPECT_EQ(session_.successful_state_restoration_generation(), 1u);
 }
 
@@ -78,9 +63,7 @@ TEST_F(SessionTest, EpochsOnlyGrow) {
     EXPECT_GT(step->epoch, last);
     last = step->epoch;
   }
-  session_.set_failure_hook([](Phase phase, std::uint64_t) {
-    return phase == Phase::Execution ? Status(Error(ErrorCode::mechanism, "injected")) : Status{};
-  });
+  session_.set_failure_hook(test::fail_every(Phase::Execution));
   auto failed = session_.decode(5);
   ASSERT_FALSE(failed);
   ASSERT_TRUE(failed.error().epoch());
@@ -91,29 +74,21 @@ TEST_F(SessionTest, EpochsOnlyGrow) {
   EXPECT_GT(next->epoch, *failed.error().epoch());
 }
 
-// A hook that fails `phase` once, in the transaction numbered `epoch`.
-FailureHook fail_once(Phase target, std::uint64_t epoch) {
-  return [=](Phase phase, std::uint64_t e) -> Status {
-    if (phase == target && e == epoch) return Error(ErrorCode::mechanism, "injected fault");
-    return {};
-  };
-}
-
 TEST_F(SessionTest, AFailedStepLeavesNoTraceAndGenerationRecovers) {
   // The unfaulted run.
   auto prefill = session_.prefill(kPrompt);
   ASSERT_TRUE(prefill);
   std::vector<int> expected;
-  std::vector<float> logits = copy(prefill->logits);
+  std::vector<float> logits = test::to_vector(prefill->logits);
   for (int i = 0; i < 10; ++i) {
     expected.push_back(argmax(logits));
-    logits = copy(session_.decode(expected.back())->logits);
+    logits = test::to_vector(session_.decode(expected.back())->logits);
   }
 
   for (Phase phase : {Phase::StateCheckpoint, Phase::Execution, Phase::OutputObservation, Phase::OutputPublication,
                       Phase::MechanismCompletion, Phase::Commit}) {
     ASSERT_TRUE(session_.reset());
-    logits = copy(session_.prefill(kPrompt)->logits);
+    logits = test::to_vector(session_.prefill(kPrompt)->logits);
     std::vector<int> tokens;
     int faults = 0;
     for (int i = 0; i < 10; ++i) {
@@ -121,7 +96,7 @@ TEST_F(SessionTest, AFailedStepLeavesNoTraceAndGenerationRecovers) {
       if (i == 3) {
         const std::string digest = session_.state_digest();
         const auto report = session_.report();
-        session_.set_failure_hook(fail_once(phase, report.last_epoch + 1));
+        session_.set_failure_hook(test::fail_once(phase, report.last_epoch + 1));
         auto failed = session_.decode(tokens.back());
         ASSERT_FALSE(failed) << to_string(phase);
         ++faults;
@@ -134,7 +109,7 @@ TEST_F(SessionTest, AFailedStepLeavesNoTraceAndGenerationRecovers) {
       }
       auto step = session_.decode(tokens.back());
       ASSERT_TRUE(step) << step.error().message();
-      logits = copy(step->logits);
+      logits = test::to_vector(step->logits);
     }
     EXPECT_EQ(faults, 1);
     EXPECT_EQ(tokens, expected) << "after a fault in " << to_string(phase);
@@ -151,18 +126,16 @@ TEST_F(SessionTest, AbortRestoresTheOverwrittenRowsByteForByte) {
   ASSERT_TRUE(session_.decode(10));
   ASSERT_TRUE(session_.decode(11));
   auto c7 = session_.checkpoint();
-  const auto expected = copy(session_.decode(12)->logits);
+  const auto expected = test::to_vector(session_.decode(12)->logits);
   ASSERT_TRUE(session_.rollback(*c5));
 
-  session_.set_failure_hook([](Phase phase, std::uint64_t) {
-    return phase == Phase::Commit ? Status(Error(ErrorCode::mechanism, "late fault")) : Status{};
-  });
+  session_.set_failure_hook(test::fail_every(Phase::Commit));
   EXPECT_FALSE(session_.decode(99));  // wrote row 5, then failed at the last phase
   session_.set_failure_hook({});
 
   ASSERT_TRUE(session_.rollback(*c7)) << "the aborted step left row 5 marked as rewritten";
   EXPECT_EQ(session_.state_digest(), c7->digest);
-  EXPECT_TRUE(bit_identical(copy(session_.decode(12)->logits), expected));
+  EXPECT_TRUE(test::bit_identical(test::to_vector(session_.decode(12)->logits), expected));
 }
 
 TEST_F(SessionTest, CheckpointsRefuseStatesTheyCannotProve) {
@@ -266,15 +239,15 @@ class SteeringObserver : public StepObserver {
 TEST_F(SessionTest, AnInterventionChangesTheStateItWrites) {
   ASSERT_TRUE(session_.prefill(kPrompt));
   const auto checkpoint = session_.checkpoint();
-  auto plain = copy(session_.decode(10)->logits);
-  auto after_plain = copy(session_.decode(11)->logits);
+  auto plain = test::to_vector(session_.decode(10)->logits);
+  auto after_plain = test::to_vector(session_.decode(11)->logits);
   ASSERT_TRUE(session_.rollback(*checkpoint));
   SteeringObserver steer;
-  auto steered = copy(session_.decode_with_observer(10, steer)->logits);
-  auto after_steered = copy(session_.decode(11)->logits);
-  EXPECT_FALSE(bit_identical(plain, steered));
+  auto steered = test::to_vector(session_.decode_with_observer(10, steer)->logits);
+  auto after_steered = test::to_vector(session_.decode(11)->logits);
+  EXPECT_FALSE(test::bit_identical(plain, steered));
   // The next step reads the steered keys and values of units 2..4.
-  EXPECT_FALSE(bit_identical(after_plain, after_steered));
+  EXPECT_FALSE(test::bit_identical(after_plain, after_steered));
 }
 
 class FailingObserver : public StepObserver {
@@ -323,7 +296,7 @@ TEST_F(SessionTest, ReportTellsPositionEpochsAndOutcome) {
   EXPECT_EQ(r.committed_epoch, r.last_epoch);
   EXPECT_EQ(r.state_epoch, r.last_epoch);
   EXPECT_GT(r.weights_resident_bytes, 0u);
-  session_.set_failure_hook(fail_once(Phase::Execution, r.last_epoch + 1));
+  session_.set_failure_hook(test::fail_once(Phase::Execution, r.last_epoch + 1));
   EXPECT_FALSE(session_.decode(3));
   auto aborted = session_.report();
   EXPECT_EQ(aborted.last_outcome, "aborted");

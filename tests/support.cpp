@@ -20,6 +20,30 @@ std::filesystem::path shared_dir() {
 std::string stories_model() { return (shared_dir() / "models" / "stories260K.bin").string(); }
 std::string stories_tokenizer() { return (shared_dir() / "models" / "tok512.bin").string(); }
 
+Model load_stories_model() {
+  auto model = Model::load(stories_model());
+  if (!model) {
+    ADD_FAILURE() << model.error().message();
+    std::abort();
+  }
+  return std::move(*model);
+}
+
+Tokenizer load_stories_tokenizer() {
+  auto tokenizer = Tokenizer::load_llama2c(stories_tokenizer());
+  if (!tokenizer) {
+    ADD_FAILURE() << tokenizer.error().message();
+    std::abort();
+  }
+  return std::move(*tokenizer);
+}
+
+std::vector<float> to_vector(std::span<const float> values) { return {values.begin(), values.end()}; }
+
+bool bit_identical(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 TempDir::TempDir() {
   std::random_device random;
   path_ = std::filesystem::temp_directory_path() / ("accord-test-" + std::to_string(random()));
@@ -66,6 +90,20 @@ std::vector<std::byte> read_bytes(const std::string& path) {
 void write_bytes(const std::string& path, const std::vector<std::byte>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+FailureHook fail_once(Phase target, std::uint64_t epoch) {
+  return [=](Phase phase, std::uint64_t e) -> Status {
+    if (phase == target && e == epoch) return Error(ErrorCode::mechanism, "injected fault");
+    return {};
+  };
+}
+
+FailureHook fail_every(Phase target) {
+  return [=](Phase phase, std::uint64_t) -> Status {
+    if (phase == target) return Error(ErrorCode::mechanism, "injected fault");
+    return {};
+  };
 }
 
 namespace {

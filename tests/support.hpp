@@ -7,8 +7,12 @@
 #include <string>
 #include <vector>
 
+#include <span>
+
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
+#include "runtime/model/tokenizer.hpp"
+#include "runtime/session/session.hpp"
 
 namespace accord::test {
 
@@ -16,6 +20,14 @@ namespace accord::test {
 std::filesystem::path shared_dir();
 std::string stories_model();      // models/stories260K.bin
 std::string stories_tokenizer();  // models/tok512.bin
+
+// Loaded from the paths above; a missing file fails the test and stops the
+// binary, since every test that asks needs them.
+Model load_stories_model();
+Tokenizer load_stories_tokenizer();
+
+std::vector<float> to_vector(std::span<const float> values);
+bool bit_identical(std::span<const float> a, std::span<const float> b);
 
 // A fresh empty folder, removed when the object goes away.
 class TempDir {
@@ -40,6 +52,11 @@ Model synthetic_model(const TempDir& dir, const SyntheticModelOptions& options, 
 
 std::vector<std::byte> read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::vector<std::byte>& bytes);
+
+// Failure hooks: fail `phase` in the transaction numbered `epoch` only, or
+// every time it runs. The error is a mechanism error saying "injected fault".
+FailureHook fail_once(Phase phase, std::uint64_t epoch);
+FailureHook fail_every(Phase phase);
 
 struct CommandResult {
   int exit_code;

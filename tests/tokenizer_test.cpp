@@ -11,24 +11,15 @@ namespace {
 
 using test::TempDir;
 
-Tokenizer stories_tokenizer() {
-  auto t = Tokenizer::load_llama2c(test::stories_tokenizer());
-  if (!t) {
-    ADD_FAILURE() << t.error().message();
-    std::abort();
-  }
-  return std::move(*t);
-}
-
 TEST(Tokenizer, LoadsTok512) {
-  const Tokenizer t = stories_tokenizer();
+  const Tokenizer t = test::load_stories_tokenizer();
   EXPECT_EQ(t.vocab_size(), 512);
   EXPECT_EQ(t.piece(1), "\n<s>\n");
   EXPECT_EQ(t.piece(3), "<0x00>");
 }
 
 TEST(Tokenizer, EncodesReferencePromptsLikeRunC) {
-  const Tokenizer t = stories_tokenizer();
+  const Tokenizer t = test::load_stories_tokenizer();
   const auto cases = test::greedy_cases();
   ASSERT_FALSE(cases.empty());
   for (const auto& c : cases) {
@@ -39,13 +30,13 @@ TEST(Tokenizer, EncodesReferencePromptsLikeRunC) {
 }
 
 TEST(Tokenizer, EmptyTextGetsNoDummyPrefix) {
-  const Tokenizer t = stories_tokenizer();
+  const Tokenizer t = test::load_stories_tokenizer();
   EXPECT_EQ(*t.encode("", true, true), (std::vector<int>{1, 2}));
   EXPECT_TRUE(t.encode("", false, false)->empty());
 }
 
 TEST(Tokenizer, UnknownCodePointsFallBackToBytes) {
-  const Tokenizer t = stories_tokenizer();
+  const Tokenizer t = test::load_stories_tokenizer();
   // U+4E2D is not a piece of tok512: its UTF-8 bytes become <0xE4> <0xB8> <0xAD>.
   auto tokens = t.encode("\xE4\xB8\xAD", false, false);
   ASSERT_TRUE(tokens);
@@ -56,7 +47,7 @@ TEST(Tokenizer, UnknownCodePointsFallBackToBytes) {
 }
 
 TEST(Tokenizer, DecodeFollowsRunC) {
-  const Tokenizer t = stories_tokenizer();
+  const Tokenizer t = test::load_stories_tokenizer();
   const int once = 403;  // " Once"
   EXPECT_EQ(t.decode(1, once), "Once");    // leading space dropped after BOS
   EXPECT_EQ(t.decode(once, once), " Once");
