@@ -175,6 +175,23 @@ TEST_F(SessionTest, CheckpointsRefuseStatesTheyCannotProve) {
   EXPECT_FALSE(session_.rollback(*foreign));
 }
 
+TEST_F(SessionTest, AFailedResetOrRollbackChangesNothing) {
+  ASSERT_TRUE(session_.prefill(kPrompt));
+  auto checkpoint = session_.checkpoint();
+  ASSERT_TRUE(session_.decode(10));
+  const std::string digest = session_.state_digest();
+  session_.set_failure_hook(test::fail_every(Phase::Commit));
+  auto reset = session_.reset();
+  ASSERT_FALSE(reset);
+  EXPECT_EQ(reset.error().code(), ErrorCode::commit_aborted);
+  EXPECT_FALSE(session_.rollback(*checkpoint));
+  session_.set_failure_hook({});
+  EXPECT_EQ(session_.state_digest(), digest);
+  EXPECT_EQ(session_.position(), 6);
+  // The failed reset did not count: the checkpoint is still good.
+  EXPECT_TRUE(session_.rollback(*checkpoint));
+}
+
 TEST_F(SessionTest, BadInputFailsBeforeStateMutation) {
   ASSERT_TRUE(session_.prefill(kPrompt));
   const std::string digest = session_.state_digest();

@@ -38,7 +38,11 @@ Error before_mutation(ErrorCode code, const std::string& message) {
 class Session::Transaction {
  public:
   Transaction(Session& session, std::string operation)
-      : session_(session), operation_(std::move(operation)), epoch_(session.next_epoch_++) {}
+      : session_(session),
+        operation_(std::move(operation)),
+        epoch_(session.next_epoch_++),
+        prepared_(session.prepared_),
+        reset_count_(session.reset_count_) {}
 
   std::uint64_t epoch() const { return epoch_; }
 
@@ -85,6 +89,8 @@ class Session::Transaction {
       session_.state_.restore(*undo_);
       ++session_.restoration_generation_;
     }
+    session_.prepared_ = prepared_;
+    session_.reset_count_ = reset_count_;
     ++session_.aborted_transactions_;
     session_.last_outcome_ = "aborted";
     // A failure of the commit itself is reported as the commit aborting;
@@ -111,6 +117,9 @@ class Session::Transaction {
   Phase current_ = Phase::StateCheckpoint;
   std::optional<SessionState::Undo> undo_;
   std::function<Status()> reverse_;
+  // Session fields a commit may change, as they were before.
+  std::optional<PreparedInput> prepared_;
+  std::uint64_t reset_count_;
 };
 
 Session::Session(const Model& model, cpu::ThreadPool& pool)
