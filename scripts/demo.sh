@@ -5,7 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/scripts/setup.sh"
-"$root/scripts/build.sh" "$root/build" -DACCORD_BUILD_TESTS=OFF -DACCORD_BUILD_BENCH=OFF
+"$root/scripts/build.sh" --target accord "$root/build"
 accord=$root/build/apps/accord
 shared=${ACCORD_SHARED:-$(cd "$root/.." && pwd)/shared}
 

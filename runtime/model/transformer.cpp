@@ -58,6 +58,12 @@ void Transformer::embed(std::span<const int> tokens) {
   }
 }
 
+void Transformer::load_hidden(std::span<const float> rows) {
+  batch_ = static_cast<int>(rows.size() / static_cast<std::size_t>(model_.config().dim));
+  resize_scratch(batch_);
+  std::copy(rows.begin(), rows.end(), x_.begin());
+}
+
 std::span<float> Transformer::hidden() {
   return {x_.data(), static_cast<std::size_t>(batch_) * model_.config().dim};
 }

@@ -35,6 +35,7 @@ class Transformer {
   // The same pass one stage at a time, for callers that look between units
   // (observers, pipeline ranks). Inputs must have passed check_input.
   void embed(std::span<const int> tokens);        // starts a batch
+  void load_hidden(std::span<const float> rows);  // starts a batch from (rows, dim) activations
   void run_unit(int unit, int pos, KvCache& kv);  // kv must hold `unit`
   std::span<float> hidden();                      // (batch, dim) residual stream
   enum class Rows { last, all };

@@ -47,7 +47,7 @@ class Session::Transaction {
   std::uint64_t epoch() const { return epoch_; }
 
   // Saves what the transaction may overwrite, so abort can put it back.
-  void protect_rows(int first, int count) { undo_ = session_.state_.capture_rows(first, count); }
+  void protect_rows(int first, int count) { undo_ = session_.state().capture_rows(first, count); }
   // Something to reverse on abort besides the state (a publication).
   void on_abort(std::function<Status()> reverse) { reverse_ = std::move(reverse); }
 
@@ -86,7 +86,7 @@ class Session::Transaction {
   Error abort(const Error& cause) {
     const std::string phase_name(to_string(current_));
     if (undo_) {
-      session_.state_.restore(*undo_);
+      session_.state().restore(*undo_);
       ++session_.restoration_generation_;
     }
     session_.prepared_ = prepared_;
@@ -124,8 +124,7 @@ class Session::Transaction {
 
 Session::Session(const Model& model, cpu::ThreadPool& pool)
     : model_(model),
-      transformer_(model, pool),
-      state_(model.config(), 0, model.config().n_layers),
+      stage_(model, pool, Partition::balanced(model.config().n_layers, 1).value(), 0),
       model_identity_(accord::model_identity(model)),
       session_id_(random_u64()) {}
 
@@ -150,34 +149,21 @@ Result<StepResult> Session::decode_with_observer(int token, StepObserver& observ
   return run_step({&token, 1}, Transformer::Rows::last, &observer);
 }
 
-Status Session::execute_units(std::span<const int> tokens, int first_position, StepObserver* observer) {
-  transformer_.embed(tokens);
-  for (int unit = 0; unit < model_.config().n_layers; ++unit) {
-    transformer_.run_unit(unit, first_position, state_.kv());
-    if (observer != nullptr) {
-      Status s = observer->on_unit_output(unit, first_position, transformer_.hidden(), transformer_.batch());
-      if (!s) return Error(ErrorCode::mechanism, "unit observer failed after unit " + std::to_string(unit) + ": " +
-                                                     s.error().message());
-    }
-  }
-  return {};
-}
-
 Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer) {
-  const int first = state_.position();
-  if (Status ok = transformer_.check_input(tokens, first); !ok) {
+  const int first = state().position();
+  if (Status ok = stage_.check_step(tokens, {}); !ok) {
     return before_mutation(ok.error().code(), ok.error().message());
   }
   Transaction tx(*this, "forward step");
   tx.protect_rows(first, static_cast<int>(tokens.size()));
   std::span<float> logits;
   if (Status s = tx.phase(Phase::StateCheckpoint, [] { return Status{}; }); !s) return tx.abort(s.error());
-  if (Status s = tx.phase(Phase::Execution, [&] { return execute_units(tokens, first, observer); }); !s) {
+  if (Status s = tx.phase(Phase::Execution, [&] { return stage_.execute(tokens, {}, observer); }); !s) {
     return tx.abort(s.error());
   }
   if (Status s = tx.phase(Phase::OutputObservation,
                           [&] {
-                            logits = transformer_.head(rows);
+                            logits = stage_.logits(rows);
                             if (observer == nullptr) return Status{};
                             const int n = static_cast<int>(logits.size()) / model_.config().vocab_size;
                             Status o = observer->on_logits(first + static_cast<int>(tokens.size()) - n, logits, n);
@@ -195,7 +181,7 @@ Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::R
       !s) {
     return tx.abort(s.error());
   }
-  if (Status s = tx.commit([&] { state_.commit_rows(first, tokens, tx.epoch()); }); !s) return s.error();
+  if (Status s = tx.commit([&] { state().commit_rows(first, tokens, tx.epoch()); }); !s) return s.error();
   const int n = static_cast<int>(published_.size()) / model_.config().vocab_size;
   return StepResult{tx.epoch(), first + static_cast<int>(tokens.size()) - n, n, published_};
 }
@@ -208,7 +194,7 @@ Result<SessionCheckpoint> Session::checkpoint() {
   SessionCheckpoint cp;
   if (Status s = tx.phase(Phase::SessionCheckpoint,
                           [&] {
-                            cp = {session_id_, reset_count_, state_.position(), state_.state_epoch(), state_.digest()};
+                            cp = {session_id_, reset_count_, state().position(), state().state_epoch(), state().digest()};
                             return Status{};
                           });
       !s) {
@@ -229,7 +215,7 @@ Status Session::check_checkpoint(const SessionCheckpoint& cp) const {
   if (cp.reset_count != reset_count_) {
     return Error(ErrorCode::state, "the checkpoint was taken before the session was reset");
   }
-  if (!state_.rows_unchanged_since(cp.position, cp.state_epoch)) {
+  if (!state().rows_unchanged_since(cp.position, cp.state_epoch)) {
     return Error(ErrorCode::state, "rows below the checkpoint's position " + std::to_string(cp.position) +
                                        " were overwritten after it was taken");
   }
@@ -243,7 +229,7 @@ Status Session::rollback(const SessionCheckpoint& checkpoint) {
     return tx.abort(s.error());
   }
   if (Status s = tx.commit([&] {
-        state_.rewind(checkpoint.position, checkpoint.state_epoch);
+        state().rewind(checkpoint.position, checkpoint.state_epoch);
         keep_prepared_input_within_position();
       });
       !s) {
@@ -270,14 +256,14 @@ Status Session::reset() {
   tx.protect_rows(0, 0);
   if (Status s = tx.phase(Phase::SessionResetPreparation, [] { return Status{}; }); !s) return tx.abort(s.error());
   return tx.commit([&] {
-    state_.rewind(0, tx.epoch());
+    state().rewind(0, tx.epoch());
     prepared_.reset();
     ++reset_count_;
   });
 }
 
 void Session::keep_prepared_input_within_position() {
-  if (prepared_ && prepared_->token_count > state_.position()) prepared_.reset();
+  if (prepared_ && prepared_->token_count > state().position()) prepared_.reset();
 }
 
 // ---------------------------------------------------------------------------
@@ -309,7 +295,7 @@ Result<PromptCacheSaveResult> Session::save(const std::filesystem::path& root,
   std::optional<Publication> publication;
   if (Status s = tx.phase(Phase::PromptCacheSavePreflight,
                           [&]() -> Status {
-                            const auto held = state_.tokens();
+                            const auto held = state().tokens();
                             if (prefix.empty() || prefix.size() > held.size() ||
                                 !std::equal(prefix.begin(), prefix.end(), held.begin())) {
                               return Error(ErrorCode::contract,
@@ -322,7 +308,7 @@ Result<PromptCacheSaveResult> Session::save(const std::filesystem::path& root,
   }
   if (Status s = tx.phase(Phase::PromptCacheSavePreparation,
                           [&]() -> Status {
-                            const KvCache& kv = state_.kv();
+                            const KvCache& kv = state().kv();
                             const auto floats = prefix.size() * static_cast<std::size_t>(kv.kv_dim());
                             shard.resize(floats * sizeof(float) * 2 * kv.unit_count());
                             std::byte* out = shard.data();
@@ -409,7 +395,7 @@ Status Session::check_cache_manifest(const PromptCacheManifest& m, const PromptC
 
 Status Session::load(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
                      std::span<const int> prefix, const std::string& prepared_input) {
-  if (Status ok = transformer_.check_input(prefix, 0); !ok) {
+  if (Status ok = stage_.check_tokens(prefix, 0); !ok) {
     return before_mutation(ok.error().code(), ok.error().message());
   }
   Transaction tx(*this, "prompt cache load");
@@ -433,7 +419,7 @@ Status Session::load(const std::filesystem::path& root, const PromptCacheDescrip
                           [&]() -> Status {
                             auto bytes = read_shard(*live);
                             if (!bytes) return bytes.error();
-                            const KvCache& kv = state_.kv();
+                            const KvCache& kv = state().kv();
                             const std::size_t expected_bytes =
                                 prefix.size() * kv.kv_dim() * sizeof(float) * 2 * kv.unit_count();
                             if (bytes->size() != expected_bytes) {
@@ -448,7 +434,7 @@ Status Session::load(const std::filesystem::path& root, const PromptCacheDescrip
     return tx.abort(s.error());
   }
   return tx.commit([&] {
-    KvCache& kv = state_.kv();
+    KvCache& kv = state().kv();
     const auto floats = prefix.size() * static_cast<std::size_t>(kv.kv_dim());
     const std::byte* in = shard.data();
     for (int u = kv.first_unit(); u < kv.first_unit() + kv.unit_count(); ++u) {
@@ -456,7 +442,7 @@ Status Session::load(const std::filesystem::path& root, const PromptCacheDescrip
       std::memcpy(kv.values(u), in + floats * sizeof(float), floats * sizeof(float));
       in += 2 * floats * sizeof(float);
     }
-    state_.commit_rows(0, prefix, tx.epoch());
+    state().commit_rows(0, prefix, tx.epoch());
     prepared_.reset();
     if (!prepared_input.empty()) prepared_ = PreparedInput{prepared_input, static_cast<int>(prefix.size())};
   });
@@ -466,14 +452,14 @@ Status Session::load(const std::filesystem::path& root, const PromptCacheDescrip
 // Reports.
 
 std::optional<PromptInputIdentity> Session::committed_prompt_input_identity() const {
-  if (state_.position() == 0) return std::nullopt;
+  if (state().position() == 0) return std::nullopt;
   PromptInputIdentity id;
   if (prepared_) {
     id.prepared_input = prepared_->identity;
     id.prepared_token_count = prepared_->token_count;
   }
-  id.token_count = state_.position();
-  id.tokens_sha256 = token_ids_sha256(state_.tokens());
+  id.token_count = state().position();
+  id.tokens_sha256 = token_ids_sha256(state().tokens());
   return id;
 }
 
@@ -483,30 +469,30 @@ SessionReport Session::report() const {
   r.weights_bytes = model_.file_bytes();
   r.weights_resident_bytes = model_.resident_bytes();
   r.weights_residency = "memory-mapped";
-  r.kv_bytes_used = state_.used_bytes();
-  r.kv_bytes_capacity = state_.kv().capacity_bytes();
-  r.position = state_.position();
-  r.context = state_.capacity();
+  r.kv_bytes_used = state().used_bytes();
+  r.kv_bytes_capacity = state().kv().capacity_bytes();
+  r.position = state().position();
+  r.context = state().capacity();
   r.last_epoch = next_epoch_ - 1;
   r.committed_epoch = committed_epoch_;
-  r.state_epoch = state_.state_epoch();
+  r.state_epoch = state().state_epoch();
   r.last_outcome = last_outcome_;
   r.last_error = last_error_;
   r.aborted_transactions = aborted_transactions_;
   r.restoration_generation = restoration_generation_;
-  r.state_digest = state_.digest();
+  r.state_digest = state().digest();
   return r;
 }
 
 MaterializationReport Session::materialization_report() const {
-  const KvCache& kv = state_.kv();
+  const KvCache& kv = state().kv();
   MaterializationReport r;
   r.weights_mapped_bytes = model_.file_bytes();
   r.weights_resident_bytes = model_.resident_bytes();
   r.kv_allocated_bytes = kv.capacity_bytes();
   r.kv_materialized_bytes =
-      static_cast<std::uint64_t>(state_.high_water()) * kv.kv_dim() * kv.unit_count() * 2 * sizeof(float);
-  r.high_water_position = state_.high_water();
+      static_cast<std::uint64_t>(state().high_water()) * kv.kv_dim() * kv.unit_count() * 2 * sizeof(float);
+  r.high_water_position = state().high_water();
   return r;
 }
 

@@ -23,6 +23,7 @@
 #include "runtime/session/observer.hpp"
 #include "runtime/session/phase.hpp"
 #include "runtime/session/prompt_cache.hpp"
+#include "runtime/session/rank_stage.hpp"
 #include "runtime/session/state.hpp"
 
 namespace accord {
@@ -144,17 +145,18 @@ class Session {
 
   const Model& model() const { return model_; }
   const std::string& model_identity() const { return model_identity_; }
-  int position() const { return state_.position(); }
-  std::span<const int> tokens() const { return state_.tokens(); }
-  std::string state_digest() const { return state_.digest(); }
+  int position() const { return state().position(); }
+  std::span<const int> tokens() const { return state().tokens(); }
+  std::string state_digest() const { return state().digest(); }
 
   void set_failure_hook(FailureHook hook) { failure_hook_ = std::move(hook); }
 
  private:
   class Transaction;
 
+  SessionState& state() { return stage_.state(); }
+  const SessionState& state() const { return stage_.state(); }
   Result<StepResult> run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer);
-  Status execute_units(std::span<const int> tokens, int first_position, StepObserver* observer);
   Result<PromptCacheSaveResult> save(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                      std::span<const int> prefix, const std::string& prepared_input);
   Status load(const std::filesystem::path& root, const PromptCacheDescriptor& expected, std::span<const int> prefix,
@@ -166,8 +168,7 @@ class Session {
   void keep_prepared_input_within_position();
 
   const Model& model_;
-  Transformer transformer_;
-  SessionState state_;
+  RankStage stage_;  // every unit: one rank
   std::string model_identity_;
   std::uint64_t session_id_;
   std::uint64_t next_epoch_ = 1;

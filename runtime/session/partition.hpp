@@ -1,0 +1,39 @@
+// How a model's units are split over ranks for pipeline execution: each
+// rank holds one contiguous range; rank 0 also embeds the tokens and the
+// last rank also owns the head (the output owner). Between consecutive
+// ranks runs one route that carries the hidden activations.
+#pragma once
+
+#include <vector>
+
+#include "runtime/error.hpp"
+
+namespace accord {
+
+struct UnitRange {
+  int first = 0;
+  int count = 0;
+  int end() const { return first + count; }
+  bool operator==(const UnitRange&) const = default;
+};
+
+class Partition {
+ public:
+  // Ranges as equal as possible, the larger ones first: 5 units on 3 ranks
+  // give 2, 2, 1. Needs 1 <= ranks <= units.
+  static Result<Partition> balanced(int units, int ranks);
+  // Ranges of the given sizes, in rank order; each >= 1, summing to units.
+  static Result<Partition> from_counts(int units, const std::vector<int>& counts);
+
+  int ranks() const { return static_cast<int>(ranges_.size()); }
+  int units() const { return ranges_.back().end(); }
+  const UnitRange& range(int rank) const { return ranges_.at(static_cast<std::size_t>(rank)); }
+  bool is_first(int rank) const { return rank == 0; }
+  bool is_output_owner(int rank) const { return rank == ranks() - 1; }
+
+ private:
+  explicit Partition(std::vector<UnitRange> ranges) : ranges_(std::move(ranges)) {}
+  std::vector<UnitRange> ranges_;
+};
+
+}  // namespace accord

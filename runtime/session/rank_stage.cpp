@@ -1,0 +1,49 @@
+#include "runtime/session/rank_stage.hpp"
+
+#include <string>
+
+namespace accord {
+
+RankStage::RankStage(const Model& model, cpu::ThreadPool& pool, const Partition& partition, int rank)
+    : model_(model),
+      rank_(rank),
+      units_(partition.range(rank)),
+      first_(partition.is_first(rank)),
+      output_owner_(partition.is_output_owner(rank)),
+      transformer_(model, pool),
+      state_(model.config(), units_.first, units_.count) {}
+
+Status RankStage::check_step(std::span<const int> tokens, std::span<const float> activations) const {
+  if (Status ok = check_tokens(tokens, state_.position()); !ok) return ok;
+  if (!first_ && activations.size() != tokens.size() * static_cast<std::size_t>(model_.config().dim)) {
+    return Error(ErrorCode::contract, "rank " + std::to_string(rank_) + " expected activations of " +
+                                          std::to_string(tokens.size()) + " rows of " +
+                                          std::to_string(model_.config().dim) + ", got " +
+                                          std::to_string(activations.size()) + " values");
+  }
+  return {};
+}
+
+Status RankStage::execute(std::span<const int> tokens, std::span<const float> activations, StepObserver* observer) {
+  const int position = state_.position();
+  if (first_) {
+    transformer_.embed(tokens);
+  } else {
+    transformer_.load_hidden(activations);
+  }
+  for (int unit = units_.first; unit < units_.end(); ++unit) {
+    transformer_.run_unit(unit, position, state_.kv());
+    if (observer != nullptr) {
+      Status s = observer->on_unit_output(unit, position, transformer_.hidden(), transformer_.batch());
+      if (!s) return Error(ErrorCode::mechanism, "unit observer failed after unit " + std::to_string(unit) + ": " +
+                                                     s.error().message());
+    }
+  }
+  return {};
+}
+
+std::span<const float> RankStage::activations() { return transformer_.hidden(); }
+
+std::span<float> RankStage::logits(Transformer::Rows rows) { return transformer_.head(rows); }
+
+}  // namespace accord

@@ -1,0 +1,65 @@
+// One rank's share of a forward step, without any transport: the caller
+// (a session, or a rank's actors) moves activations between ranks.
+//
+// A RankStage owns the rank's SessionState (the KV cache of its units) and a
+// Transformer over the shared model. Rank 0 embeds token ids; every other
+// rank starts from the activations the previous rank produced. The output
+// owner (the last rank) ends with the head; the others end with the
+// activations for the next rank. Because every kernel reduces in one fixed
+// order, the logits of N stages equal those of one stage bit for bit.
+//
+// Not thread-safe; the model and the pool must outlive it.
+#pragma once
+
+#include <span>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/error.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/transformer.hpp"
+#include "runtime/session/observer.hpp"
+#include "runtime/session/partition.hpp"
+#include "runtime/session/state.hpp"
+
+namespace accord {
+
+class RankStage {
+ public:
+  RankStage(const Model& model, cpu::ThreadPool& pool, const Partition& partition, int rank);
+
+  int rank() const { return rank_; }
+  const UnitRange& units() const { return units_; }
+  bool is_first() const { return first_; }
+  bool is_output_owner() const { return output_owner_; }
+  SessionState& state() { return state_; }
+  const SessionState& state() const { return state_; }
+
+  // Checks token ids, positions from the current one, and (past rank 0) the
+  // shape of the incoming activations. Nothing changes when it fails.
+  Status check_step(std::span<const int> tokens, std::span<const float> activations) const;
+  // Checks token ids and that they fit the context from first_position.
+  Status check_tokens(std::span<const int> tokens, int first_position) const {
+    return transformer_.check_input(tokens, first_position);
+  }
+
+  // Runs the rank's units for `tokens` at the current position, writing
+  // their keys and values. Rank 0 embeds `tokens`; the others start from
+  // `activations` (rows, dim). The observer sees each unit's output.
+  Status execute(std::span<const int> tokens, std::span<const float> activations, StepObserver* observer);
+
+  // After execute: the activations for the next rank, (rows, dim).
+  std::span<const float> activations();
+  // After execute, on the output owner: the logits, (rows, vocab).
+  std::span<float> logits(Transformer::Rows rows);
+
+ private:
+  const Model& model_;
+  int rank_;
+  UnitRange units_;
+  bool first_;
+  bool output_owner_;
+  Transformer transformer_;
+  SessionState state_;
+};
+
+}  // namespace accord
