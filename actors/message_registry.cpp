@@ -1,0 +1,19 @@
+#include "actors/message_registry.hpp"
+
+#include <caf/actor_system_config.hpp>
+
+#include "messages/protocol.hpp"
+
+namespace accord {
+
+void register_message_types(caf::actor_system_config& config) {
+  // The names are part of the wire format: renaming one breaks every node
+  // that still uses the old name.
+  config.add_message_type<PhaseBegin>("accord.PhaseBegin");
+  config.add_message_type<PhaseStatus>("accord.PhaseStatus");
+  config.add_message_type<PhaseDecision>("accord.PhaseDecision");
+  config.add_message_type<AbortAcknowledgement>("accord.AbortAcknowledgement");
+  config.add_message_type<WireTensor>("accord.WireTensor");
+}
+
+}  // namespace accord

@@ -1,0 +1,210 @@
+// The messages of the phase protocol (DESIGN.md, "The phase protocol";
+// docs/protocol.md): the coordinator sends PhaseBegin to every rank, each
+// rank answers PhaseStatus, the coordinator sends one PhaseDecision to all;
+// after an abort every rank answers AbortAcknowledgement. Activations on a
+// route travel as WireTensor.
+//
+// Protocol types only: no CAF include. Every type has an inspect() overload
+// in the form CAF 0.17.6 expects (`f(x.a, x.b, ...)`), and enums travel as
+// their underlying integer; actors/message_registry.cpp registers them all.
+// Values decoded from the wire are not validated here: an enum may hold a
+// value that names nothing, which to_string() shows and receivers reject.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages/phase.hpp"
+
+namespace accord {
+
+using SessionId = std::uint64_t;
+// A transaction's number; only grows within a session.
+using Epoch = std::uint64_t;
+
+// Starts a rank's local part of one phase of transaction `epoch`.
+struct PhaseBegin {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  PhaseId phase;
+  // The phase's input, encoded by the operation that begins it (token ids,
+  // cache paths, ...); empty when the phase takes none.
+  std::vector<std::uint8_t> arguments;
+
+  bool operator==(const PhaseBegin&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PhaseBegin& x) {
+  return f(x.session, x.epoch, x.phase, x.arguments);
+}
+
+// Why a rank's local part failed: the wire form of the runtime's ErrorCode
+// (runtime/error.hpp) for the codes a rank's work can produce. It lives here
+// because messages/ depends on nothing else of ours.
+enum class FailureCode : std::uint8_t {
+  contract,      // a broken precondition: bad arguments for the phase
+  io,            // a file could not be opened, read or written
+  format,        // a malformed file
+  architecture,  // well-formed files that do not fit together
+  state,         // the rank's state does not allow the phase (poisoned, unsettled)
+  prompt_cache,  // a prompt cache shard was refused
+  mechanism,     // the machinery failed: an observer, a kernel, a device, an injected fault
+};
+
+inline std::string to_string(FailureCode code) {
+  switch (code) {
+    case FailureCode::contract: return "contract";
+    case FailureCode::io: return "io";
+    case FailureCode::format: return "format";
+    case FailureCode::architecture: return "architecture";
+    case FailureCode::state: return "state";
+    case FailureCode::prompt_cache: return "prompt_cache";
+    case FailureCode::mechanism: return "mechanism";
+  }
+  return "unknown_failure(" + std::to_string(static_cast<int>(code)) + ")";
+}
+
+// A rank's answer to PhaseBegin: its local part of `phase` succeeded, or
+// failed with a code and a message for the person who ran the command.
+struct PhaseStatus {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  PhaseId phase;
+  RankId rank = kNoRank;
+  bool ok = true;
+  FailureCode error_code = FailureCode::mechanism;  // meaningful when !ok
+  std::string error_message;                        // empty when ok
+
+  bool operator==(const PhaseStatus&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PhaseStatus& x) {
+  return f(x.session, x.epoch, x.phase, x.rank, x.ok, x.error_code, x.error_message);
+}
+
+enum class Decision : std::uint8_t {
+  proceed,  // every rank succeeded; go on to the transaction's next phase
+  commit,   // every rank succeeded in the final phase; provisional state becomes authoritative
+  abort,    // restore the transaction's checkpoint and acknowledge
+  poison,   // the ranks can no longer prove a common state: refuse work until a reset
+};
+
+inline std::string to_string(Decision decision) {
+  switch (decision) {
+    case Decision::proceed: return "proceed";
+    case Decision::commit: return "commit";
+    case Decision::abort: return "abort";
+    case Decision::poison: return "poison";
+  }
+  return "unknown_decision(" + std::to_string(static_cast<int>(decision)) + ")";
+}
+
+// What led to an abort or a poison.
+enum class CauseKind : std::uint8_t {
+  none,                     // proceed or commit
+  rank_error,               // the rank reported an error status
+  status_timeout,           // the rank's status did not arrive within the deadline
+  rank_down,                // the rank is gone
+  restore_failed,           // the rank could not restore the transaction's checkpoint
+  acknowledgement_timeout,  // the rank's abort acknowledgement did not arrive within the deadline
+};
+
+inline std::string to_string(CauseKind kind) {
+  switch (kind) {
+    case CauseKind::none: return "none";
+    case CauseKind::rank_error: return "rank_error";
+    case CauseKind::status_timeout: return "status_timeout";
+    case CauseKind::rank_down: return "rank_down";
+    case CauseKind::restore_failed: return "restore_failed";
+    case CauseKind::acknowledgement_timeout: return "acknowledgement_timeout";
+  }
+  return "unknown_cause(" + std::to_string(static_cast<int>(kind)) + ")";
+}
+
+struct DecisionCause {
+  CauseKind kind = CauseKind::none;
+  RankId rank = kNoRank;                            // the rank it names
+  FailureCode error_code = FailureCode::mechanism;  // for rank_error
+  std::string message;                              // the rank's own words, when it sent any
+
+  bool operator==(const DecisionCause&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, DecisionCause& x) {
+  return f(x.kind, x.rank, x.error_code, x.message);
+}
+
+// "rank 2 reported mechanism: observer threw", "rank 1 is down", ...
+inline std::string describe(const DecisionCause& cause) {
+  const std::string rank = "rank " + std::to_string(cause.rank);
+  const std::string detail = cause.message.empty() ? "" : ": " + cause.message;
+  switch (cause.kind) {
+    case CauseKind::none: return "no failure";
+    case CauseKind::rank_error: return rank + " reported " + to_string(cause.error_code) + detail;
+    case CauseKind::status_timeout: return rank + " did not report within the deadline";
+    case CauseKind::rank_down: return rank + " is down";
+    case CauseKind::restore_failed: return rank + " failed to restore" + detail;
+    case CauseKind::acknowledgement_timeout: return rank + " did not acknowledge the abort within the deadline";
+  }
+  return to_string(cause.kind);
+}
+
+// The coordinator's one decision on `phase`, the same for every rank.
+struct PhaseDecision {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  PhaseId phase;
+  Decision decision = Decision::proceed;
+  DecisionCause cause;  // kind none for proceed and commit
+
+  bool operator==(const PhaseDecision&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PhaseDecision& x) {
+  return f(x.session, x.epoch, x.phase, x.decision, x.cause);
+}
+
+// "poison at Execution of epoch 7: rank 1 is down".
+inline std::string describe(const PhaseDecision& decision) {
+  std::string text = to_string(decision.decision) + " at " + to_string(decision.phase) + " of epoch " +
+                     std::to_string(decision.epoch);
+  if (decision.cause.kind != CauseKind::none) text += ": " + describe(decision.cause);
+  return text;
+}
+
+// A rank's answer to an abort: it restored transaction `epoch`'s checkpoint,
+// or could not (and says why).
+struct AbortAcknowledgement {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  RankId rank = kNoRank;
+  bool restored = true;
+  std::string error_message;  // empty when restored
+
+  bool operator==(const AbortAcknowledgement&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, AbortAcknowledgement& x) {
+  return f(x.session, x.epoch, x.rank, x.restored, x.error_message);
+}
+
+// Hidden activations crossing a route on CPUs: row-major `data` of `shape`.
+struct WireTensor {
+  std::vector<std::int64_t> shape;
+  std::vector<float> data;
+
+  bool operator==(const WireTensor&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WireTensor& x) {
+  return f(x.shape, x.data);
+}
+
+}  // namespace accord

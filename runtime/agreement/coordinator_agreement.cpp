@@ -1,0 +1,212 @@
+#include "runtime/agreement/coordinator_agreement.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <string>
+#include <utility>
+
+namespace accord {
+
+CoordinatorAgreement::CoordinatorAgreement(SessionId session, RankId rank_count, AgreementOptions options)
+    : session_(session), rank_count_(rank_count), options_(options), down_(rank_count, false) {
+  assert(rank_count > 0);
+}
+
+Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition position,
+                                   std::vector<std::uint8_t> arguments) {
+  if (stage_ != Stage::idle) {
+    return Error(ErrorCode::contract, "phase " + to_string(phase_) + " of epoch " + std::to_string(epoch_) +
+                                          " is still being agreed on");
+  }
+  const bool continues_open_transaction = open_ && open_->epoch == epoch;
+  if (!continues_open_transaction) {
+    if (Status s = check_can_open(epoch); !s) return s;
+    open_ = OpenTransaction{epoch, false};
+  }
+  start_phase(epoch, phase, position, std::move(arguments));
+  return {};
+}
+
+Status CoordinatorAgreement::begin_reset(Epoch epoch, std::vector<std::uint8_t> arguments) {
+  if (stage_ != Stage::idle) {
+    return Error(ErrorCode::contract, "cannot reset while phase " + to_string(phase_) + " of epoch " +
+                                          std::to_string(epoch_) + " is being agreed on");
+  }
+  if (epoch <= epoch_) {
+    return Error(ErrorCode::contract,
+                 "epoch " + std::to_string(epoch) + " does not follow epoch " + std::to_string(epoch_));
+  }
+  const auto down = std::find(down_.begin(), down_.end(), true);
+  if (down != down_.end()) {
+    return Error(ErrorCode::state,
+                 "cannot reset: rank " + std::to_string(down - down_.begin()) + " is down");
+  }
+  // A reset supersedes a transaction left open: it replaces the state anyway.
+  open_ = OpenTransaction{epoch, true};
+  start_phase(epoch, phase_id(DistributedExecutionPhase::SessionResetPreparation), PhasePosition::intermediate,
+              std::move(arguments));
+  return {};
+}
+
+Status CoordinatorAgreement::check_can_open(Epoch epoch) const {
+  if (poison_) return Error(ErrorCode::commit_indeterminate, "session poisoned: " + describe(*poison_));
+  if (open_) {
+    return Error(ErrorCode::contract, "transaction " + std::to_string(open_->epoch) +
+                                          " is still open: end it with its last phase");
+  }
+  if (epoch <= epoch_) {
+    return Error(ErrorCode::contract,
+                 "epoch " + std::to_string(epoch) + " does not follow epoch " + std::to_string(epoch_));
+  }
+  return {};
+}
+
+void CoordinatorAgreement::start_phase(Epoch epoch, PhaseId phase, PhasePosition position,
+                                       std::vector<std::uint8_t> arguments) {
+  stage_ = Stage::collecting_statuses;
+  epoch_ = epoch;
+  phase_ = phase;
+  position_ = position;
+  answered_.assign(rank_count_, false);
+  unanswered_ = rank_count_;
+  ticks_in_stage_ = 0;
+  // Every rank is up here: a down rank poisons, and only a reset, which
+  // needs every rank, opens a transaction while poisoned.
+  const PhaseBegin begin{session_, epoch, phase, std::move(arguments)};
+  for (RankId rank = 0; rank < rank_count_; ++rank) ready_.messages.emplace_back(rank, begin);
+}
+
+void CoordinatorAgreement::step(const PhaseStatus& status) {
+  if (!accept_reply(status.session, status.epoch, status.rank)) return;
+  if (stage_ != Stage::collecting_statuses || status.phase != phase_) {
+    dropped_.count(DropReason::late);
+    return;
+  }
+  if (!record_answer(status.rank)) return;
+  if (!status.ok) {
+    start_abort({CauseKind::rank_error, status.rank, status.error_code, status.error_message});
+  } else if (unanswered_ == 0) {
+    decide_success();
+  }
+}
+
+void CoordinatorAgreement::step(const AbortAcknowledgement& acknowledgement) {
+  if (!accept_reply(acknowledgement.session, acknowledgement.epoch, acknowledgement.rank)) return;
+  if (stage_ != Stage::collecting_acknowledgements) {
+    dropped_.count(DropReason::late);
+    return;
+  }
+  if (!record_answer(acknowledgement.rank)) return;
+  if (!acknowledgement.restored) {
+    decide_poison({CauseKind::restore_failed, acknowledgement.rank, FailureCode::state,
+                   acknowledgement.error_message});
+  } else if (unanswered_ == 0) {
+    settle_abort();
+  }
+}
+
+bool CoordinatorAgreement::accept_reply(SessionId session, Epoch epoch, RankId rank) {
+  std::optional<DropReason> reason;
+  if (session != session_) {
+    reason = DropReason::other_session;
+  } else if (rank >= rank_count_) {
+    reason = DropReason::unknown_rank;
+  } else if (down_[rank]) {
+    reason = DropReason::rank_down;
+  } else if (epoch < epoch_) {
+    reason = DropReason::stale_epoch;
+  } else if (epoch > epoch_) {
+    reason = DropReason::future_epoch;
+  }
+  if (reason) dropped_.count(*reason);
+  return !reason;
+}
+
+// Marks the rank's answer in the current stage; false for a second one.
+bool CoordinatorAgreement::record_answer(RankId rank) {
+  if (answered_[rank]) {
+    dropped_.count(DropReason::duplicate);
+    return false;
+  }
+  answered_[rank] = true;
+  --unanswered_;
+  return true;
+}
+
+void CoordinatorAgreement::tick() {
+  if (stage_ == Stage::idle) return;
+  ++ticks_in_stage_;
+  if (stage_ == Stage::collecting_statuses && ticks_in_stage_ >= options_.status_deadline_ticks) {
+    start_abort({CauseKind::status_timeout, first_unanswered_rank(), FailureCode::mechanism, {}});
+  } else if (stage_ == Stage::collecting_acknowledgements &&
+             ticks_in_stage_ >= options_.acknowledgement_deadline_ticks) {
+    decide_poison({CauseKind::acknowledgement_timeout, first_unanswered_rank(), FailureCode::mechanism, {}});
+  }
+}
+
+void CoordinatorAgreement::rank_down(RankId rank) {
+  if (rank >= rank_count_ || down_[rank]) return;
+  down_[rank] = true;
+  // Already poisoned with nothing in flight: no rank has anything to stop.
+  if (poison_ && stage_ == Stage::idle && !open_) return;
+  decide_poison({CauseKind::rank_down, rank, FailureCode::mechanism, {}});
+}
+
+void CoordinatorAgreement::rank_up(RankId rank) {
+  if (rank < rank_count_) down_[rank] = false;
+}
+
+CoordinatorReady CoordinatorAgreement::take_ready() { return std::exchange(ready_, {}); }
+
+void CoordinatorAgreement::decide_success() {
+  const bool commit = position_ == PhasePosition::last;
+  const PhaseDecision success = decision(commit ? Decision::commit : Decision::proceed, {});
+  send_decision_to_reachable_ranks(success);
+  ready_.settled.push_back(success);
+  stage_ = Stage::idle;
+  if (!commit) return;
+  if (open_->is_reset) poison_.reset();
+  open_.reset();
+}
+
+void CoordinatorAgreement::start_abort(DecisionCause cause) {
+  send_decision_to_reachable_ranks(decision(Decision::abort, cause));
+  abort_cause_ = std::move(cause);
+  stage_ = Stage::collecting_acknowledgements;
+  answered_.assign(rank_count_, false);
+  unanswered_ = rank_count_;
+  ticks_in_stage_ = 0;
+}
+
+void CoordinatorAgreement::settle_abort() {
+  ready_.settled.push_back(decision(Decision::abort, abort_cause_));
+  stage_ = Stage::idle;
+  open_.reset();
+}
+
+void CoordinatorAgreement::decide_poison(DecisionCause cause) {
+  const PhaseDecision poison = decision(Decision::poison, std::move(cause));
+  send_decision_to_reachable_ranks(poison);
+  ready_.settled.push_back(poison);
+  // The first cause stays: it is why the session cannot be trusted.
+  if (!poison_) poison_ = poison;
+  stage_ = Stage::idle;
+  open_.reset();
+}
+
+void CoordinatorAgreement::send_decision_to_reachable_ranks(const PhaseDecision& decision) {
+  for (RankId rank = 0; rank < rank_count_; ++rank) {
+    if (!down_[rank]) ready_.messages.emplace_back(rank, decision);
+  }
+}
+
+PhaseDecision CoordinatorAgreement::decision(Decision kind, DecisionCause cause) const {
+  return PhaseDecision{session_, epoch_, phase_, kind, std::move(cause)};
+}
+
+RankId CoordinatorAgreement::first_unanswered_rank() const {
+  const auto it = std::find(answered_.begin(), answered_.end(), false);
+  return static_cast<RankId>(it - answered_.begin());
+}
+
+}  // namespace accord

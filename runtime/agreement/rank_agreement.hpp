@@ -1,0 +1,121 @@
+// A rank's side of the phase protocol as a pure state machine: what the
+// rank's agreement actor decides, without CAF or I/O. The actor feeds it the
+// coordinator's messages (step) and the results of the local work it asked
+// for (phase_done, phase_failed, restored, restore_failed); it carries out
+// the actions and sends the messages it takes from take_ready().
+//
+// Rules (docs/protocol.md):
+// - PhaseBegin for a new epoch opens a transaction, for the current epoch
+//   continues it after a proceed; either asks for the local work (RunPhase)
+//   and answers its result with PhaseStatus.
+// - proceed waits for the next phase; commit asks to commit; abort asks to
+//   restore once the local work in flight has finished (never under it) and
+//   answers AbortAcknowledgement; poison marks the rank poisoned.
+// - A poisoned rank answers every begin but a reset's with an error status,
+//   and every abort with a failed restore, until a reset commits. A rank
+//   that gets a new epoch before the previous one settled cannot prove its
+//   state and poisons itself.
+// - Messages for another session or epoch, duplicates, late and out-of-order
+//   ones are dropped and counted.
+//
+// Threading: not thread-safe; owned by the rank's agreement actor.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "messages/protocol.hpp"
+#include "runtime/agreement/dropped_messages.hpp"
+
+namespace accord {
+
+// Run the rank's local part of `phase`; report with phase_done/phase_failed.
+struct RunPhase {
+  Epoch epoch = 0;
+  PhaseId phase;
+  std::vector<std::uint8_t> arguments;
+  bool operator==(const RunPhase&) const = default;
+};
+// Make transaction `epoch`'s provisional state authoritative.
+struct CommitTransaction {
+  Epoch epoch = 0;
+  bool operator==(const CommitTransaction&) const = default;
+};
+// Restore transaction `epoch`'s checkpoint; report with restored/restore_failed.
+struct RestoreCheckpoint {
+  Epoch epoch = 0;
+  bool operator==(const RestoreCheckpoint&) const = default;
+};
+// The session is poisoned: drop provisional state and refuse work.
+struct MarkPoisoned {
+  PhaseDecision cause;
+  bool operator==(const MarkPoisoned&) const = default;
+};
+
+using RankAction = std::variant<RunPhase, CommitTransaction, RestoreCheckpoint, MarkPoisoned>;
+using RankMessage = std::variant<PhaseStatus, AbortAcknowledgement>;
+
+struct RankReady {
+  std::vector<RankMessage> messages;  // to the coordinator, in order
+  std::vector<RankAction> actions;    // for the rank's actors, in order
+};
+
+class RankAgreement {
+ public:
+  RankAgreement(SessionId session, RankId rank);
+
+  void step(const PhaseBegin& begin);
+  void step(const PhaseDecision& decision);
+
+  // The local work of RunPhase{epoch, phase} finished.
+  void phase_done(Epoch epoch, const PhaseId& phase);
+  void phase_failed(Epoch epoch, const PhaseId& phase, FailureCode code, std::string message);
+  // The RestoreCheckpoint{epoch} finished.
+  void restored(Epoch epoch);
+  void restore_failed(Epoch epoch, std::string message);
+
+  RankReady take_ready();
+
+  bool poisoned() const { return poison_.has_value(); }
+  // Why, while poisoned: the coordinator's decision or the rank's own finding.
+  const std::optional<PhaseDecision>& poison() const { return poison_; }
+  // True when no transaction of this rank awaits anything.
+  bool settled() const { return stage_ == Stage::settled; }
+  Epoch epoch() const { return epoch_; }
+  const DroppedMessages& dropped() const { return dropped_; }
+
+ private:
+  enum class Stage {
+    settled,            // the last transaction committed, aborted or was poisoned
+    working,            // the local part of phase_ runs
+    awaiting_decision,  // status sent
+    between_phases,     // proceeded; the next phase of epoch_ has not begun
+    restoring,          // the checkpoint is being restored
+  };
+
+  void open_transaction(const PhaseBegin& begin);
+  void run(const PhaseBegin& begin);
+  void refuse(const PhaseBegin& begin);
+  void report_local_result(Epoch epoch, const PhaseId& phase, bool ok, FailureCode code, std::string message);
+  void apply_decision(const PhaseDecision& decision);
+  void apply_abort();
+  void finish_restore(Epoch epoch, bool ok, std::string message);
+  void become_poisoned(PhaseDecision cause);
+  PhaseDecision own_poison(DecisionCause cause) const;
+
+  SessionId session_;
+  RankId rank_;
+  Stage stage_ = Stage::settled;
+  Epoch epoch_ = 0;  // the newest transaction begun
+  PhaseId phase_;    // the newest phase begun
+  bool decided_ = false;          // a decision on phase_ was applied
+  bool abort_requested_ = false;  // abort arrived while phase_ was working
+  bool in_reset_ = false;         // epoch_ is a reset transaction
+  std::optional<PhaseDecision> poison_;
+  DroppedMessages dropped_;
+  RankReady ready_;
+};
+
+}  // namespace accord

@@ -1,0 +1,188 @@
+// The protocol's message types cross CAF 0.17.6's binary serialization the
+// way they cross the middleman between nodes: inside a caf::message, by
+// registered name. Every type comes back equal; a node that did not register
+// a name refuses the message with sec::unknown_type.
+#include "actors/message_registry.hpp"
+
+#include <gtest/gtest.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/deep_to_string.hpp>
+#include <caf/message.hpp>
+#include <caf/sec.hpp>
+
+#include <set>
+
+#include "messages/protocol.hpp"
+
+namespace accord {
+namespace {
+
+using enum DistributedExecutionPhase;
+
+class SmallConfig : public caf::actor_system_config {
+ public:
+  explicit SmallConfig(bool register_protocol) {
+    set("scheduler.max-threads", 1);
+    if (register_protocol) register_message_types(*this);
+  }
+};
+
+class MessagesTest : public ::testing::Test {
+ protected:
+  SmallConfig sender_config_{true};
+  SmallConfig receiver_config_{true};
+  SmallConfig bare_config_{false};
+  caf::actor_system sender_{sender_config_};
+  caf::actor_system receiver_{receiver_config_};
+  caf::actor_system bare_{bare_config_};
+
+  std::vector<char> encode(const caf::message& message) {
+    std::vector<char> bytes;
+    caf::binary_serializer sink{sender_, bytes};
+    caf::message copy = message;
+    const caf::error err = sink(copy);
+    EXPECT_FALSE(err) << sender_.render(err);
+    return bytes;
+  }
+
+  caf::error decode(caf::actor_system& system, const std::vector<char>& bytes, caf::message& out) {
+    caf::binary_deserializer source{system, bytes};
+    return source(out);
+  }
+
+  template <class T>
+  void expect_round_trip(const T& value) {
+    const std::vector<char> bytes = encode(caf::make_message(value));
+    caf::message decoded;
+    const caf::error err = decode(receiver_, bytes, decoded);
+    ASSERT_FALSE(err) << receiver_.render(err);
+    ASSERT_TRUE(decoded.match_elements<T>()) << caf::to_string(decoded);
+    EXPECT_EQ(decoded.get_as<T>(0), value) << caf::to_string(decoded);
+  }
+};
+
+const PhaseId kRoute12 = boundary_phase_id(BoundarySourceReady, 1, 2);
+
+TEST_F(MessagesTest, PhaseBeginRoundTrips) {
+  expect_round_trip(PhaseBegin{7, 12, phase_id(Execution), {1, 2, 255}});
+  expect_round_trip(PhaseBegin{7, 13, kRoute12, {}});
+}
+
+TEST_F(MessagesTest, PhaseStatusRoundTrips) {
+  expect_round_trip(PhaseStatus{7, 12, phase_id(OutputObservation), 3, true, FailureCode::mechanism, ""});
+  expect_round_trip(PhaseStatus{7, 12, kRoute12, 2, false, FailureCode::prompt_cache, "shard checksum differs"});
+}
+
+TEST_F(MessagesTest, PhaseDecisionRoundTrips) {
+  expect_round_trip(PhaseDecision{7, 12, phase_id(Commit), Decision::commit, {}});
+  expect_round_trip(PhaseDecision{7, 12, kRoute12, Decision::poison,
+                                  {CauseKind::restore_failed, 1, FailureCode::state, "disk gone"}});
+}
+
+TEST_F(MessagesTest, AbortAcknowledgementRoundTrips) {
+  expect_round_trip(AbortAcknowledgement{7, 12, 0, true, ""});
+  expect_round_trip(AbortAcknowledgement{7, 12, 3, false, "checkpoint rows overwritten"});
+}
+
+TEST_F(MessagesTest, WireTensorRoundTripsBitForBit) {
+  expect_round_trip(WireTensor{{2, 3}, {0.5f, -1.25f, 3.0e-38f, -0.0f, 1.0e30f, 7.0f}});
+  expect_round_trip(WireTensor{{0, 4096}, {}});
+}
+
+TEST_F(MessagesTest, SeveralProtocolTypesInOneMessageRoundTrip) {
+  const PhaseBegin begin{1, 2, phase_id(Execution), {9}};
+  const WireTensor activations{{1, 2}, {1.0f, 2.0f}};
+  caf::message decoded;
+  ASSERT_FALSE(decode(receiver_, encode(caf::make_message(begin, activations)), decoded));
+  ASSERT_TRUE((decoded.match_elements<PhaseBegin, WireTensor>()));
+  EXPECT_EQ(decoded.get_as<PhaseBegin>(0), begin);
+  EXPECT_EQ(decoded.get_as<WireTensor>(1), activations);
+}
+
+TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {
+  for (const char* name : {"accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
+                           "accord.AbortAcknowledgement", "accord.WireTensor"}) {
+    EXPECT_NE(receiver_.types().make_value(name), nullptr) << name;
+    EXPECT_EQ(bare_.types().make_value(name), nullptr) << name;
+  }
+}
+
+TEST_F(MessagesTest, ANodeWithoutTheRegistrationRefusesTheMessageAsUnknownType) {
+  const std::vector<char> bytes = encode(caf::make_message(
+      PhaseStatus{7, 12, phase_id(Execution), 1, true, FailureCode::mechanism, ""}));
+  caf::binary_deserializer source{bare_, bytes};
+  caf::message decoded;
+  const caf::error err = caf::inspect(source, decoded);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err, caf::sec::unknown_type) << bare_.render(err);
+  EXPECT_NE(bare_.render(err).find("accord.PhaseStatus"), std::string::npos) << bare_.render(err);
+}
+
+// A CAF 0.17.6 quirk the actors must guard against: the inspector's call
+// operator (what BASP uses: `source(stages, msg)`) reaches message::load
+// through the serialize() path, which drops the error: no error comes back
+// and the message keeps whatever it held before.
+TEST_F(MessagesTest, TheCallOperatorHidesTheUnknownTypeAndLeavesTheMessageUnchanged) {
+  const std::vector<char> bytes = encode(caf::make_message(WireTensor{{1}, {1.0f}}));
+  caf::message decoded = caf::make_message(1);
+  EXPECT_FALSE(decode(bare_, bytes, decoded));
+  EXPECT_TRUE(decoded.match_elements<int>()) << caf::to_string(decoded);
+}
+
+TEST_F(MessagesTest, StringificationUsesPhaseNames) {
+  const std::string text = caf::deep_to_string(PhaseBegin{7, 12, kRoute12, {}});
+  EXPECT_NE(text.find("BoundarySourceReady"), std::string::npos) << text;
+}
+
+TEST(PhaseIdTest, PhasesAreTheTableOfDesignInOrder) {
+  const std::vector<std::string> expected = {
+      "StateCheckpoint", "PromptCacheLoadPreflight", "PromptCacheLoadPreparation", "PromptCacheSavePreflight",
+      "PromptCacheSavePreparation", "PromptCacheSavePublication", "SessionCheckpoint", "SessionResetPreparation",
+      "SessionRollbackPreparation", "BoundarySourceCompletion", "BoundarySourceReady", "Execution",
+      "OutputObservation", "PredictionTargetCapture", "PredictionTargetCapturePublication",
+      "PredictionTargetStatePreparation", "PredictionExtensionExecution", "OutputPublication",
+      "SamplingSynchronization", "MechanismCompletion", "Commit"};
+  ASSERT_EQ(expected.size(), static_cast<std::size_t>(kDistributedExecutionPhaseCount));
+  for (int i = 0; i < kDistributedExecutionPhaseCount; ++i) {
+    EXPECT_EQ(to_string(static_cast<DistributedExecutionPhase>(i)), expected[static_cast<std::size_t>(i)]);
+  }
+  EXPECT_EQ(to_string(static_cast<DistributedExecutionPhase>(kDistributedExecutionPhaseCount)),
+            "UnknownPhase(21)");
+}
+
+TEST(PhaseIdTest, OnlyTheBoundaryPhasesCarryARoute) {
+  int boundary = 0;
+  for (int i = 0; i < kDistributedExecutionPhaseCount; ++i) {
+    boundary += is_boundary_phase(static_cast<DistributedExecutionPhase>(i)) ? 1 : 0;
+  }
+  EXPECT_EQ(boundary, 2);
+  EXPECT_TRUE(phase_id(Execution).route.is_none());
+  EXPECT_EQ(to_string(phase_id(Execution)), "Execution");
+  EXPECT_EQ(to_string(boundary_phase_id(BoundarySourceCompletion, 0, 1)), "BoundarySourceCompletion(0->1)");
+}
+
+TEST(PhaseIdTest, EqualityComparesPhaseAndRoute) {
+  EXPECT_EQ(phase_id(Execution), phase_id(Execution));
+  EXPECT_NE(phase_id(Execution), phase_id(Commit));
+  EXPECT_NE(boundary_phase_id(BoundarySourceReady, 0, 1), boundary_phase_id(BoundarySourceReady, 1, 2));
+  EXPECT_NE(boundary_phase_id(BoundarySourceReady, 0, 1), boundary_phase_id(BoundarySourceCompletion, 0, 1));
+}
+
+TEST(ProtocolTextTest, CausesNameTheRankAndDecisionsThePhase) {
+  const PhaseDecision poison{1, 9, phase_id(Execution), Decision::poison, {CauseKind::rank_down, 2, {}, {}}};
+  EXPECT_EQ(describe(poison), "poison at Execution of epoch 9: rank 2 is down");
+  EXPECT_EQ(describe(DecisionCause{CauseKind::rank_error, 1, FailureCode::io, "no space"}),
+            "rank 1 reported io: no space");
+  std::set<std::string> kinds;
+  for (int i = 0; i <= static_cast<int>(CauseKind::acknowledgement_timeout); ++i) {
+    kinds.insert(to_string(static_cast<CauseKind>(i)));
+  }
+  EXPECT_EQ(kinds.size(), 6u);
+}
+
+}  // namespace
+}  // namespace accord
