@@ -3,6 +3,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "messages/protocol.hpp"
+#include "messages/session_api.hpp"
 
 namespace accord {
 
@@ -14,6 +15,12 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<PhaseDecision>("accord.PhaseDecision");
   config.add_message_type<AbortAcknowledgement>("accord.AbortAcknowledgement");
   config.add_message_type<WireTensor>("accord.WireTensor");
+  config.add_message_type<RouteTransfer>("accord.RouteTransfer");
+  config.add_message_type<StepOutput>("accord.StepOutput");
+  config.add_message_type<RankCheckpointReport>("accord.RankCheckpointReport");
+  config.add_message_type<std::vector<RankCheckpointReport>>("accord.RankCheckpointReports");
+  config.add_message_type<TransactionRequest>("accord.TransactionRequest");
+  config.add_message_type<TransactionReply>("accord.TransactionReply");
 }
 
 }  // namespace accord

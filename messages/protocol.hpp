@@ -207,4 +207,54 @@ typename Inspector::result_type inspect(Inspector& f, WireTensor& x) {
   return f(x.shape, x.data);
 }
 
+// Activations crossing `route` in transaction `epoch`, sent by the route's
+// source rank to its target once BoundarySourceCompletion was agreed.
+struct RouteTransfer {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  CommunicationRouteId route;
+  WireTensor activations;
+
+  bool operator==(const RouteTransfer&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RouteTransfer& x) {
+  return f(x.session, x.epoch, x.route, x.activations);
+}
+
+// The output owner's logits of transaction `epoch`, sent to the
+// coordinator in OutputPublication, before the rank's status.
+struct StepOutput {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  WireTensor logits;
+
+  bool operator==(const StepOutput&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
+  return f(x.session, x.epoch, x.logits);
+}
+
+// What a rank recorded for a distributed checkpoint (SessionCheckpoint),
+// sent to the coordinator before the rank's status.
+struct RankCheckpointReport {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  RankId rank = kNoRank;
+  std::int32_t position = 0;
+  std::uint64_t state_epoch = 0;
+  std::uint64_t reset_count = 0;
+  std::string digest;
+
+  bool operator==(const RankCheckpointReport&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RankCheckpointReport& x) {
+  return f(x.session, x.epoch, x.rank, x.position, x.state_epoch, x.reset_count, x.digest);
+}
+
 }  // namespace accord

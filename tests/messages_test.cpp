@@ -103,9 +103,16 @@ TEST_F(MessagesTest, SeveralProtocolTypesInOneMessageRoundTrip) {
   EXPECT_EQ(decoded.get_as<WireTensor>(1), activations);
 }
 
+TEST_F(MessagesTest, TransfersOutputsAndCheckpointReportsRoundTrip) {
+  expect_round_trip(RouteTransfer{7, 3, {0, 1}, WireTensor{{2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}}});
+  expect_round_trip(StepOutput{7, 3, WireTensor{{1, 3}, {-1.5f, 0.0f, 2.25f}}});
+  expect_round_trip(RankCheckpointReport{7, 3, 2, 41, 39, 1, "0123456789abcdef0123456789abcdef"});
+}
+
 TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {
   for (const char* name : {"accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
-                           "accord.AbortAcknowledgement", "accord.WireTensor"}) {
+                           "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer",
+                           "accord.StepOutput", "accord.RankCheckpointReport"}) {
     EXPECT_NE(receiver_.types().make_value(name), nullptr) << name;
     EXPECT_EQ(bare_.types().make_value(name), nullptr) << name;
   }

@@ -1,0 +1,28 @@
+// The coordinator of a distributed session (DESIGN.md, "The phase
+// protocol"): an event-based actor that turns each TransactionRequest into
+// the operation's phase sequence, runs CoordinatorAgreement (the pure
+// decision logic) over the ranks' replies, its own timer and the ranks'
+// down messages, and answers with one TransactionReply. The caller blocks
+// once per transaction, never per phase.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <chrono>
+
+#include "messages/protocol.hpp"
+#include "runtime/agreement/coordinator_agreement.hpp"
+
+namespace accord {
+
+struct CoordinatorOptions {
+  std::chrono::milliseconds tick{5};
+  AgreementOptions agreement;  // deadlines, in ticks
+};
+
+// Spawns the coordinator of `rank_count` ranks. Send it topology_atom with
+// the ranks' agreement actors (in rank order) before any request.
+caf::actor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
+                             CoordinatorOptions options);
+
+}  // namespace accord

@@ -1,0 +1,221 @@
+#include "actors/distributed_session.hpp"
+
+#include <caf/all.hpp>
+#include <random>
+
+#include "actors/atoms.hpp"
+#include "actors/coordinator.hpp"
+#include "actors/message_registry.hpp"
+#include "actors/rank_actors.hpp"
+#include "messages/session_api.hpp"
+#include "runtime/session/partition.hpp"
+#include "runtime/session/rank_worker.hpp"
+
+namespace accord {
+
+namespace {
+
+class SessionConfig : public caf::actor_system_config {
+ public:
+  SessionConfig() { register_distributed_session_types(*this); }
+};
+
+ErrorCode to_error_code(FailureCode code) {
+  switch (code) {
+    case FailureCode::contract: return ErrorCode::contract;
+    case FailureCode::io: return ErrorCode::io;
+    case FailureCode::format: return ErrorCode::format;
+    case FailureCode::architecture: return ErrorCode::architecture;
+    case FailureCode::state: return ErrorCode::state;
+    case FailureCode::prompt_cache: return ErrorCode::prompt_cache;
+    case FailureCode::mechanism: return ErrorCode::mechanism;
+  }
+  return ErrorCode::mechanism;
+}
+
+Error reply_error(const TransactionReply& reply) {
+  switch (reply.outcome) {
+    case TransactionOutcome::refused:
+      return std::move(Error(ErrorCode::state, reply.message).mark_before_state_mutation());
+    case TransactionOutcome::poisoned:
+      return std::move(Error(ErrorCode::commit_indeterminate, reply.message).at(reply.epoch, reply.phase));
+    default:
+      return std::move(Error(to_error_code(reply.error_code), "transaction aborted at epoch " +
+                                                                 std::to_string(reply.epoch) + ": " + reply.message)
+                           .at(reply.epoch, reply.phase));
+  }
+}
+
+std::uint64_t random_session_id() {
+  std::random_device random;
+  return (static_cast<std::uint64_t>(random()) << 32) | random();
+}
+
+}  // namespace
+
+void register_distributed_session_types(caf::actor_system_config& config) { register_message_types(config); }
+
+struct DistributedSession::Impl {
+  std::unique_ptr<SessionConfig> own_config;
+  std::unique_ptr<caf::actor_system> own_system;
+  caf::actor_system* system = nullptr;
+  const Model* model = nullptr;
+  SessionId session_id = random_session_id();
+  std::vector<RankActors> ranks;
+  caf::actor coordinator;
+  int position = 0;
+  std::uint64_t phases_run = 0;
+
+  ~Impl() {
+    if (system == nullptr) return;
+    // Stop every actor and wait for it, so no rank touches the model after
+    // the session is gone.
+    caf::scoped_actor self{*system};
+    std::vector<caf::actor> all = {coordinator};
+    for (const auto& rank : ranks) all.insert(all.end(), {rank.agreement, rank.execution, rank.state});
+    for (const auto& actor : all) self->send_exit(actor, caf::exit_reason::user_shutdown);
+    self->wait_for(all);
+  }
+
+  Status start(const Model& m, const DistributedOptions& options) {
+    model = &m;
+    const int units = m.config().n_layers;
+    auto partition = options.unit_counts.empty() ? Partition::balanced(units, options.ranks)
+                                                 : Partition::from_counts(units, options.unit_counts);
+    if (!partition) return partition.error();
+    if (options.threads_per_rank < 1) return Error(ErrorCode::contract, "each rank needs at least one thread");
+    if (options.phase_timeout_ms < 1) return Error(ErrorCode::contract, "the phase timeout must be positive");
+    CoordinatorOptions coordination;
+    const auto deadline = static_cast<std::uint32_t>(
+        std::max<std::int64_t>(1, options.phase_timeout_ms / coordination.tick.count()));
+    coordination.agreement = {deadline, deadline};
+    coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
+    std::vector<caf::actor> agreements;
+    for (int r = 0; r < partition->ranks(); ++r) {
+      auto worker = std::make_shared<RankWorker>(m, options.threads_per_rank, *partition, r);
+      ranks.push_back(spawn_rank(*system, std::move(worker), session_id, coordinator));
+      agreements.push_back(ranks.back().agreement);
+    }
+    for (std::size_t r = 0; r + 1 < ranks.size(); ++r) {
+      caf::anon_send(ranks[r].agreement, next_rank_atom::value, ranks[r + 1].agreement);
+    }
+    caf::anon_send(coordinator, topology_atom::value, agreements);
+    return {};
+  }
+
+  Result<TransactionReply> call(const TransactionRequest& request) {
+    caf::scoped_actor self{*system};
+    std::optional<TransactionReply> reply;
+    std::string failure;
+    self->request(coordinator, caf::infinite, request)
+        .receive([&](TransactionReply& r) { reply = std::move(r); },
+                 [&](caf::error& e) { failure = system->render(e); });
+    if (!reply) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
+    phases_run += reply->phases_run;
+    if (reply->outcome != TransactionOutcome::committed) return reply_error(*reply);
+    return std::move(*reply);
+  }
+
+  Status check_tokens(std::span<const int> tokens) const {
+    const ModelConfig& c = model->config();
+    if (tokens.empty()) return Error(ErrorCode::contract, "no tokens to run");
+    for (int id : tokens) {
+      if (id < 0 || id >= c.vocab_size) {
+        return Error(ErrorCode::contract, "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                              std::to_string(c.vocab_size - 1) + ")");
+      }
+    }
+    if (position + static_cast<long long>(tokens.size()) > c.seq_len) {
+      return Error(ErrorCode::contract, "positions past the model's context of " + std::to_string(c.seq_len) +
+                                            " tokens");
+    }
+    return {};
+  }
+
+  Result<DistributedStep> step(std::span<const int> tokens, bool all_rows) {
+    if (Status ok = check_tokens(tokens); !ok) return std::move(Error(ok.error()).mark_before_state_mutation());
+    TransactionRequest request;
+    request.kind = TransactionKind::forward_step;
+    request.tokens.assign(tokens.begin(), tokens.end());
+    request.all_rows = all_rows;
+    auto reply = call(request);
+    if (!reply) return reply.error();
+    position += static_cast<int>(tokens.size());
+    const int rows = reply->logits.shape.empty() ? 0 : static_cast<int>(reply->logits.shape[0]);
+    return DistributedStep{reply->epoch, rows, std::move(reply->logits.data)};
+  }
+};
+
+DistributedSession::DistributedSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DistributedSession::~DistributedSession() = default;
+
+Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Model& model,
+                                                                       const DistributedOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->own_config = std::make_unique<SessionConfig>();
+  impl->own_system = std::make_unique<caf::actor_system>(*impl->own_config);
+  impl->system = impl->own_system.get();
+  if (Status ok = impl->start(model, options); !ok) return ok.error();
+  return std::unique_ptr<DistributedSession>(new DistributedSession(std::move(impl)));
+}
+
+Result<std::unique_ptr<DistributedSession>> DistributedSession::create(caf::actor_system& system, const Model& model,
+                                                                       const DistributedOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->system = &system;
+  if (Status ok = impl->start(model, options); !ok) return ok.error();
+  return std::unique_ptr<DistributedSession>(new DistributedSession(std::move(impl)));
+}
+
+Result<DistributedStep> DistributedSession::forward(std::span<const int> tokens) { return impl_->step(tokens, true); }
+Result<DistributedStep> DistributedSession::prefill(std::span<const int> tokens) {
+  return impl_->step(tokens, false);
+}
+Result<DistributedStep> DistributedSession::decode(int token) { return impl_->step({&token, 1}, false); }
+
+Result<DistributedCheckpoint> DistributedSession::checkpoint_distributed() {
+  TransactionRequest request;
+  request.kind = TransactionKind::checkpoint;
+  auto reply = impl_->call(request);
+  if (!reply) return reply.error();
+  DistributedCheckpoint cp;
+  cp.session_id = impl_->session_id;
+  cp.rank_digests.resize(impl_->ranks.size());
+  for (const auto& report : reply->checkpoints) {
+    cp.position = report.position;
+    cp.state_epoch = report.state_epoch;
+    cp.reset_count = report.reset_count;
+    if (report.rank < cp.rank_digests.size()) cp.rank_digests[report.rank] = report.digest;
+  }
+  return cp;
+}
+
+Status DistributedSession::rollback_distributed(const DistributedCheckpoint& checkpoint) {
+  if (checkpoint.session_id != impl_->session_id) {
+    return std::move(Error(ErrorCode::state, "the checkpoint belongs to another session").mark_before_state_mutation());
+  }
+  TransactionRequest request;
+  request.kind = TransactionKind::rollback;
+  request.position = checkpoint.position;
+  request.state_epoch = checkpoint.state_epoch;
+  request.reset_count = checkpoint.reset_count;
+  auto reply = impl_->call(request);
+  if (!reply) return reply.error();
+  impl_->position = checkpoint.position;
+  return {};
+}
+
+Status DistributedSession::reset_distributed() {
+  TransactionRequest request;
+  request.kind = TransactionKind::reset;
+  auto reply = impl_->call(request);
+  if (!reply) return reply.error();
+  impl_->position = 0;
+  return {};
+}
+
+int DistributedSession::ranks() const { return static_cast<int>(impl_->ranks.size()); }
+int DistributedSession::position() const { return impl_->position; }
+std::uint64_t DistributedSession::phases_run() const { return impl_->phases_run; }
+
+}  // namespace accord

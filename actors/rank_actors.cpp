@@ -1,0 +1,290 @@
+#include "actors/rank_actors.hpp"
+
+#include <caf/all.hpp>
+#include <optional>
+#include <tuple>
+
+#include "actors/atoms.hpp"
+#include "messages/phase_arguments.hpp"
+#include "runtime/agreement/rank_agreement.hpp"
+
+namespace accord {
+
+namespace {
+
+using enum DistributedExecutionPhase;
+
+// The outcome of a local action as it travels between a rank's actors.
+using LocalResult = std::tuple<bool, std::uint8_t, std::string>;
+
+FailureCode to_failure_code(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::contract: return FailureCode::contract;
+    case ErrorCode::io: return FailureCode::io;
+    case ErrorCode::format: return FailureCode::format;
+    case ErrorCode::architecture: return FailureCode::architecture;
+    case ErrorCode::state: return FailureCode::state;
+    case ErrorCode::prompt_cache: return FailureCode::prompt_cache;
+    default: return FailureCode::mechanism;
+  }
+}
+
+LocalResult to_local(const Status& status) {
+  if (status) return {true, 0, ""};
+  return {false, static_cast<std::uint8_t>(to_failure_code(status.error().code())), status.error().message()};
+}
+
+WireTensor to_wire(RowBlock block) {
+  return {{block.rows, block.width}, std::move(block.data)};
+}
+
+RowBlock from_wire(const WireTensor& t) {
+  if (t.shape.size() != 2) return {};
+  return {static_cast<int>(t.shape[0]), static_cast<int>(t.shape[1]), t.data};
+}
+
+// --- execution: compute, on its own thread --------------------------------
+
+caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
+  return {
+      [=](run_units_atom) -> LocalResult { return to_local(worker->run_units()); },
+      [=](logits_atom, bool all_rows) -> WireTensor { return to_wire(worker->logits(all_rows)); },
+      [=](outgoing_atom) -> WireTensor { return to_wire(worker->outgoing_activations()); },
+  };
+}
+
+// --- state: the rank's KV state ------------------------------------------
+
+caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
+  return {
+      [=](begin_step_atom, Epoch epoch, const std::vector<int>& tokens) -> LocalResult {
+        return to_local(worker->begin_step(epoch, tokens));
+      },
+      [=](accept_atom, const WireTensor& activations) -> LocalResult {
+        return to_local(worker->receive_activations(from_wire(activations)));
+      },
+      [=](checkpoint_atom) -> RankCheckpointReport {
+        const RankCheckpoint cp = worker->checkpoint();
+        RankCheckpointReport report;
+        report.position = cp.position;
+        report.state_epoch = cp.state_epoch;
+        report.reset_count = cp.reset_count;
+        report.digest = cp.digest;
+        return report;
+      },
+      [=](rollback_atom, Epoch epoch, std::int32_t position, std::uint64_t state_epoch,
+          std::uint64_t reset_count) -> LocalResult {
+        return to_local(worker->prepare_rollback(epoch, {position, state_epoch, reset_count, ""}));
+      },
+      [=](reset_atom, Epoch epoch) -> LocalResult { return to_local(worker->prepare_reset(epoch)); },
+      [=](commit_atom, Epoch epoch) { worker->commit(epoch); },
+      [=](restore_atom, Epoch epoch) -> LocalResult { return to_local(worker->restore(epoch)); },
+      [=](forget_atom) { worker->forget_open_transaction(); },
+  };
+}
+
+// --- agreement: the rank's voice in every phase ----------------------------
+
+struct AgreementState {
+  std::unique_ptr<RankAgreement> machine;
+  std::shared_ptr<RankWorker> worker;
+  SessionId session = 0;
+  caf::actor coordinator;
+  caf::actor execution;
+  caf::actor state;
+  caf::actor next;                           // the next rank's agreement actor
+  std::optional<RouteTransfer> arrived;      // activations for the open step
+  std::optional<RunPhase> awaiting_arrival;  // BoundarySourceReady waiting for them
+  std::optional<WireTensor> output;          // logits of OutputObservation
+};
+
+using AgreementActor = caf::stateful_actor<AgreementState>;
+
+void pump(AgreementActor* self);
+
+void finish_phase(AgreementActor* self, const RunPhase& run, const LocalResult& result) {
+  const auto& [ok, code, message] = result;
+  if (ok) {
+    self->state.machine->phase_done(run.epoch, run.phase);
+  } else {
+    self->state.machine->phase_failed(run.epoch, run.phase, static_cast<FailureCode>(code), message);
+  }
+  pump(self);
+}
+
+// Runs `request` on `target` and finishes the phase with its LocalResult.
+template <class... Ts>
+void run_on(AgreementActor* self, const caf::actor& target, const RunPhase& run, Ts&&... request) {
+  self->request(target, caf::infinite, std::forward<Ts>(request)...)
+      .then([=](bool ok, std::uint8_t code, std::string& message) { finish_phase(self, run, {ok, code, message}); },
+            [=](caf::error& error) {
+              finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::mechanism),
+                                       "local actor failed: " + self->system().render(error)});
+            });
+}
+
+void accept_arrival(AgreementActor* self, const RunPhase& run) {
+  WireTensor activations = std::move(self->state.arrived->activations);
+  self->state.arrived.reset();
+  self->state.awaiting_arrival.reset();
+  run_on(self, self->state.state, run, accept_atom::value, std::move(activations));
+}
+
+void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
+  auto& s = self->state;
+  const RankId me = static_cast<RankId>(s.worker->rank());
+  if (run.phase.route.source == me) {
+    // The completion of this route was agreed: the transfer may start.
+    self->request(s.execution, caf::infinite, outgoing_atom::value).then([=](WireTensor& activations) {
+      self->send(self->state.next, RouteTransfer{self->state.session, run.epoch, run.phase.route, std::move(activations)});
+      finish_phase(self, run, {true, 0, ""});
+    });
+  } else if (run.phase.route.target == me) {
+    s.awaiting_arrival = run;
+    if (s.arrived && s.arrived->epoch == run.epoch) accept_arrival(self, run);
+  } else {
+    finish_phase(self, run, {true, 0, ""});
+  }
+}
+
+void run_local(AgreementActor* self, const RunPhase& run) {
+  auto& s = self->state;
+  const RankId me = static_cast<RankId>(s.worker->rank());
+  const bool owner = s.worker->is_output_owner();
+  const LocalResult ok{true, 0, ""};
+  switch (run.phase.phase) {
+    case StateCheckpoint: {
+      auto tokens = decode_tokens(run.arguments);
+      if (!tokens) return finish_phase(self, run, {false, 0, "malformed token arguments"});
+      return run_on(self, s.state, run, begin_step_atom::value, run.epoch, std::move(*tokens));
+    }
+    case BoundarySourceCompletion:
+      if (run.phase.route.source == me) return run_on(self, s.execution, run, run_units_atom::value);
+      return finish_phase(self, run, ok);
+    case BoundarySourceReady:
+      return run_boundary_ready(self, run);
+    case Execution:
+      // Ranks before the output owner ran their units at their route's
+      // completion; the output owner runs its own now.
+      if (owner) return run_on(self, s.execution, run, run_units_atom::value);
+      return finish_phase(self, run, ok);
+    case OutputObservation:
+      if (!owner) return finish_phase(self, run, ok);
+      self->request(s.execution, caf::infinite, logits_atom::value, !run.arguments.empty() && run.arguments[0] != 0)
+          .then([=](WireTensor& logits) {
+            self->state.output = std::move(logits);
+            finish_phase(self, run, {true, 0, ""});
+          });
+      return;
+    case OutputPublication:
+      if (owner && s.output) self->send(s.coordinator, StepOutput{s.session, run.epoch, *s.output});
+      return finish_phase(self, run, ok);
+    case SessionCheckpoint:
+      self->request(s.state, caf::infinite, checkpoint_atom::value).then([=](RankCheckpointReport& report) {
+        report.session = self->state.session;
+        report.epoch = run.epoch;
+        report.rank = me;
+        self->send(self->state.coordinator, report);
+        finish_phase(self, run, {true, 0, ""});
+      });
+      return;
+    case SessionRollbackPreparation: {
+      auto target = decode_rollback(run.arguments);
+      if (!target) return finish_phase(self, run, {false, 0, "malformed rollback arguments"});
+      return run_on(self, s.state, run, rollback_atom::value, run.epoch, target->position, target->state_epoch,
+                    target->reset_count);
+    }
+    case SessionResetPreparation:
+      return run_on(self, s.state, run, reset_atom::value, run.epoch);
+    default:
+      // No local work of its own on this rank (MechanismCompletion: CPU work
+      // completes synchronously; Commit: applied on the decision).
+      return finish_phase(self, run, ok);
+  }
+}
+
+void forget_step(AgreementActor* self) {
+  self->state.arrived.reset();
+  self->state.awaiting_arrival.reset();
+  self->state.output.reset();
+}
+
+void carry_out(AgreementActor* self, const RankAction& action) {
+  auto& s = self->state;
+  if (const auto* run = std::get_if<RunPhase>(&action)) {
+    run_local(self, *run);
+  } else if (const auto* commit = std::get_if<CommitTransaction>(&action)) {
+    forget_step(self);
+    self->send(s.state, commit_atom::value, commit->epoch);
+  } else if (const auto* restore = std::get_if<RestoreCheckpoint>(&action)) {
+    forget_step(self);
+    const Epoch epoch = restore->epoch;
+    self->request(s.state, caf::infinite, restore_atom::value, epoch)
+        .then([=](bool ok, std::uint8_t, std::string& message) {
+          if (ok) {
+            self->state.machine->restored(epoch);
+          } else {
+            self->state.machine->restore_failed(epoch, message);
+          }
+          pump(self);
+        });
+  } else if (std::holds_alternative<MarkPoisoned>(action)) {
+    forget_step(self);
+    self->send(s.state, forget_atom::value);
+  }
+}
+
+void pump(AgreementActor* self) {
+  RankReady ready = self->state.machine->take_ready();
+  for (auto& message : ready.messages) {
+    std::visit([&](auto& m) { self->send(self->state.coordinator, std::move(m)); }, message);
+  }
+  for (const auto& action : ready.actions) carry_out(self, action);
+}
+
+caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> worker, SessionId session,
+                              caf::actor coordinator, caf::actor execution, caf::actor state) {
+  auto& s = self->state;
+  s.machine = std::make_unique<RankAgreement>(session, static_cast<RankId>(worker->rank()));
+  s.worker = std::move(worker);
+  s.session = session;
+  s.coordinator = std::move(coordinator);
+  s.execution = std::move(execution);
+  s.state = std::move(state);
+  // The helpers die with the agreement actor.
+  self->link_to(s.execution);
+  self->link_to(s.state);
+  return {
+      [=](const PhaseBegin& begin) {
+        self->state.machine->step(begin);
+        pump(self);
+      },
+      [=](const PhaseDecision& decision) {
+        self->state.machine->step(decision);
+        pump(self);
+      },
+      [=](RouteTransfer& transfer) {
+        auto& st = self->state;
+        if (transfer.session != st.session || transfer.epoch < st.machine->epoch()) return;  // stale
+        st.arrived = std::move(transfer);
+        if (st.awaiting_arrival && st.awaiting_arrival->epoch == st.arrived->epoch) {
+          accept_arrival(self, *st.awaiting_arrival);
+        }
+      },
+      [=](next_rank_atom, caf::actor next) { self->state.next = std::move(next); },
+  };
+}
+
+}  // namespace
+
+RankActors spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
+                      caf::actor coordinator) {
+  RankActors actors;
+  actors.execution = system.spawn<caf::detached>(execution_actor, worker);
+  actors.state = system.spawn(state_actor, worker);
+  actors.agreement =
+      system.spawn(agreement_actor, std::move(worker), session, std::move(coordinator), actors.execution, actors.state);
+  return actors;
+}
+
+}  // namespace accord

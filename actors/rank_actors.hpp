@@ -1,0 +1,35 @@
+// One rank of a distributed session as CAF actors (DESIGN.md, "Ranks as
+// actors"):
+// - agreement: the rank's voice in every phase. It feeds RankAgreement (the
+//   pure rank-side state machine) with the coordinator's messages, runs the
+//   local part of each phase through the other actors, and reports.
+// - execution: a detached actor (its own thread, so compute never blocks a
+//   scheduler thread) that runs the rank's units and its head.
+// - state: the rank's KV state: step checkpoints, checkpoints for the
+//   caller, rollback and reset preparation, commit and restore.
+// The actors share the rank's RankWorker; the agreement actor asks for one
+// local action at a time, so they never touch it at once.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <memory>
+
+#include "messages/protocol.hpp"
+#include "runtime/session/rank_worker.hpp"
+
+namespace accord {
+
+struct RankActors {
+  caf::actor agreement;
+  caf::actor execution;
+  caf::actor state;
+};
+
+// Spawns the rank's actors. The agreement actor reports to `coordinator`
+// and, once told with next_rank_atom, sends its activations to the next
+// rank's agreement actor.
+RankActors spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
+                      caf::actor coordinator);
+
+}  // namespace accord

@@ -1,0 +1,59 @@
+// The typed messages through which a caller drives a distributed session:
+// one TransactionRequest to the coordinator, one TransactionReply back, for
+// the whole transaction. The C++ handle (actors/distributed_session.hpp)
+// sends exactly these; a service's own actors may send them too.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages/protocol.hpp"
+
+namespace accord {
+
+enum class TransactionKind : std::uint8_t { forward_step, checkpoint, rollback, reset };
+
+struct TransactionRequest {
+  TransactionKind kind = TransactionKind::forward_step;
+  std::vector<std::int32_t> tokens;  // forward_step
+  bool all_rows = false;             // forward_step: logits of every row, or the last
+  std::int32_t position = 0;         // rollback: the checkpoint
+  std::uint64_t state_epoch = 0;
+  std::uint64_t reset_count = 0;
+
+  bool operator==(const TransactionRequest&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {
+  return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_count);
+}
+
+// How a transaction ended, for the caller.
+enum class TransactionOutcome : std::uint8_t {
+  committed,
+  refused,   // not begun: bad input, or the session is busy
+  aborted,   // every rank restored its state; the session goes on
+  poisoned,  // the ranks cannot prove a common state; reset_distributed
+};
+
+struct TransactionReply {
+  TransactionOutcome outcome = TransactionOutcome::committed;
+  Epoch epoch = 0;
+  std::string phase;        // where it failed
+  FailureCode error_code = FailureCode::mechanism;
+  std::string message;      // why, when not committed
+  WireTensor logits;        // forward_step: (rows, vocab)
+  std::vector<RankCheckpointReport> checkpoints;  // checkpoint: one per rank
+  std::uint64_t phases_run = 0;  // phase rounds of this transaction
+
+  bool operator==(const TransactionReply&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TransactionReply& x) {
+  return f(x.outcome, x.epoch, x.phase, x.error_code, x.message, x.logits, x.checkpoints, x.phases_run);
+}
+
+}  // namespace accord

@@ -1,0 +1,105 @@
+#include "runtime/session/rank_worker.hpp"
+
+#include <string>
+
+namespace accord {
+
+RankWorker::RankWorker(const Model& model, int threads, const Partition& partition, int rank)
+    : pool_(threads), stage_(model, pool_, partition, rank) {}
+
+void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on_commit) {
+  epoch_ = epoch;
+  undo_.reset();
+  incoming_.reset();
+  on_commit_ = std::move(on_commit);
+}
+
+Status RankWorker::begin_step(std::uint64_t epoch, std::span<const int> tokens) {
+  if (Status ok = stage_.check_tokens(tokens, position()); !ok) return ok;
+  const int first = position();
+  open(epoch, [this, first](std::uint64_t e) { stage_.state().commit_rows(first, step_tokens_, e); });
+  step_tokens_.assign(tokens.begin(), tokens.end());
+  undo_ = stage_.state().capture_rows(first, static_cast<int>(tokens.size()));
+  return {};
+}
+
+Status RankWorker::run_units() {
+  if (step_tokens_.empty()) return Error(ErrorCode::state, "no step is open on this rank");
+  if (!is_first() && !incoming_) {
+    return Error(ErrorCode::state, "rank " + std::to_string(rank()) + " has not received its activations");
+  }
+  const std::span<const float> activations = incoming_ ? std::span<const float>(incoming_->data) : std::span<const float>();
+  if (Status ok = stage_.check_step(step_tokens_, activations); !ok) return ok;
+  return stage_.execute(step_tokens_, activations, nullptr);
+}
+
+RowBlock RankWorker::outgoing_activations() {
+  const auto rows = stage_.activations();
+  const int width = static_cast<int>(rows.size() / step_tokens_.size());
+  return {static_cast<int>(step_tokens_.size()), width, {rows.begin(), rows.end()}};
+}
+
+Status RankWorker::receive_activations(RowBlock block) {
+  if (block.rows != static_cast<int>(step_tokens_.size()) ||
+      block.data.size() != static_cast<std::size_t>(block.rows) * block.width) {
+    return Error(ErrorCode::contract, "rank " + std::to_string(rank()) + " received " + std::to_string(block.rows) +
+                                          " rows of activations for a step of " +
+                                          std::to_string(step_tokens_.size()) + " tokens");
+  }
+  incoming_ = std::move(block);
+  return {};
+}
+
+RowBlock RankWorker::logits(bool all_rows) {
+  const auto values = stage_.logits(all_rows ? Transformer::Rows::all : Transformer::Rows::last);
+  const int rows = all_rows ? static_cast<int>(step_tokens_.size()) : 1;
+  return {rows, static_cast<int>(values.size()) / rows, {values.begin(), values.end()}};
+}
+
+RankCheckpoint RankWorker::checkpoint() const {
+  return {position(), stage_.state().state_epoch(), reset_count_, digest()};
+}
+
+Status RankWorker::prepare_rollback(std::uint64_t epoch, const RankCheckpoint& cp) {
+  if (cp.reset_count != reset_count_) {
+    return Error(ErrorCode::state, "the checkpoint was taken before the session was reset");
+  }
+  if (!stage_.state().rows_unchanged_since(cp.position, cp.state_epoch)) {
+    return Error(ErrorCode::state, "rank " + std::to_string(rank()) + ": rows below the checkpoint's position " +
+                                       std::to_string(cp.position) + " were overwritten after it was taken");
+  }
+  open(epoch, [this, cp](std::uint64_t) { stage_.state().rewind(cp.position, cp.state_epoch); });
+  undo_ = stage_.state().capture_rows(0, 0);
+  return {};
+}
+
+Status RankWorker::prepare_reset(std::uint64_t epoch) {
+  open(epoch, [this](std::uint64_t e) {
+    stage_.state().rewind(0, e);
+    ++reset_count_;
+  });
+  undo_ = stage_.state().capture_rows(0, 0);
+  return {};
+}
+
+void RankWorker::commit(std::uint64_t epoch) {
+  if (on_commit_ && epoch == epoch_) on_commit_(epoch);
+  forget_open_transaction();
+}
+
+Status RankWorker::restore(std::uint64_t epoch) {
+  // A rank whose part failed before it opened the transaction has nothing
+  // of it to undo.
+  if (epoch == epoch_ && undo_) stage_.state().restore(*undo_);
+  forget_open_transaction();
+  return {};
+}
+
+void RankWorker::forget_open_transaction() {
+  undo_.reset();
+  on_commit_ = nullptr;
+  step_tokens_.clear();
+  incoming_.reset();
+}
+
+}  // namespace accord

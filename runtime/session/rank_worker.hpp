@@ -1,0 +1,93 @@
+// One rank's local part of every phase of a distributed session, without
+// any transport: the rank's actors call it and move what it produces.
+//
+// A RankWorker owns the rank's thread pool and RankStage, the undo record of
+// the open transaction and what its commit will do. The agreement protocol
+// guarantees one local action at a time, so it needs no lock; the actors
+// that share it hand it over by message.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/error.hpp"
+#include "runtime/session/rank_stage.hpp"
+
+namespace accord {
+
+// Activations or logits as plain rows: (rows, width) floats.
+struct RowBlock {
+  int rows = 0;
+  int width = 0;
+  std::vector<float> data;
+};
+
+// What a rank records for a distributed checkpoint.
+struct RankCheckpoint {
+  int position = 0;
+  std::uint64_t state_epoch = 0;
+  std::uint64_t reset_count = 0;
+  std::string digest;
+};
+
+class RankWorker {
+ public:
+  RankWorker(const Model& model, int threads, const Partition& partition, int rank);
+
+  int rank() const { return stage_.rank(); }
+  bool is_first() const { return stage_.is_first(); }
+  bool is_output_owner() const { return stage_.is_output_owner(); }
+  int position() const { return stage_.state().position(); }
+  std::string digest() const { return stage_.state().digest(); }
+  const SessionState& state() const { return stage_.state(); }
+
+  // --- forward steps -------------------------------------------------------
+  // StateCheckpoint: checks the tokens against the context and saves the
+  // rows the step will write. The commit appends them.
+  Status begin_step(std::uint64_t epoch, std::span<const int> tokens);
+  // Runs the rank's units: rank 0 from the tokens, the others from the
+  // activations received on their route.
+  Status run_units();
+  // The activations for the next rank, after run_units.
+  RowBlock outgoing_activations();
+  // Accepts the previous rank's activations for the open step.
+  Status receive_activations(RowBlock block);
+  // On the output owner after run_units: the logits of the last row or all.
+  RowBlock logits(bool all_rows);
+
+  // --- checkpoints, rollback, reset --------------------------------------
+  RankCheckpoint checkpoint() const;
+  // Accepts `checkpoint` if this rank can restore it; the commit rewinds.
+  Status prepare_rollback(std::uint64_t epoch, const RankCheckpoint& checkpoint);
+  // The commit empties the state and invalidates earlier checkpoints.
+  Status prepare_reset(std::uint64_t epoch);
+
+  // --- decisions -------------------------------------------------------------
+  void commit(std::uint64_t epoch);
+  // Puts back what transaction `epoch` changed on this rank, if anything.
+  Status restore(std::uint64_t epoch);
+  // Drops the open transaction's provisional work (the rank is poisoned).
+  void forget_open_transaction();
+
+ private:
+  void open(std::uint64_t epoch, std::function<void(std::uint64_t)> on_commit);
+
+  cpu::ThreadPool pool_;
+  RankStage stage_;
+  std::uint64_t reset_count_ = 0;
+
+  // The open transaction.
+  std::uint64_t epoch_ = 0;
+  std::optional<SessionState::Undo> undo_;
+  std::function<void(std::uint64_t)> on_commit_;
+  std::vector<int> step_tokens_;
+  std::optional<RowBlock> incoming_;
+};
+
+}  // namespace accord
