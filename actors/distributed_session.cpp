@@ -214,6 +214,12 @@ Status DistributedSession::reset_distributed() {
   return {};
 }
 
+Status DistributedSession::stop_rank(int rank) {
+  if (rank < 0 || rank >= ranks()) return Error(ErrorCode::contract, "no rank " + std::to_string(rank));
+  caf::anon_send_exit(impl_->ranks[static_cast<std::size_t>(rank)].agreement, caf::exit_reason::kill);
+  return {};
+}
+
 int DistributedSession::ranks() const { return static_cast<int>(impl_->ranks.size()); }
 int DistributedSession::position() const { return impl_->position; }
 std::uint64_t DistributedSession::phases_run() const { return impl_->phases_run; }

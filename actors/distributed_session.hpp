@@ -65,6 +65,10 @@ class DistributedSession {
   Status rollback_distributed(const DistributedCheckpoint& checkpoint);
   Status reset_distributed();
 
+  // Stops rank `rank`'s actors as if the rank had failed (fault scenarios):
+  // the coordinator sees it go down and poisons the session.
+  Status stop_rank(int rank);
+
   int ranks() const;
   int position() const;  // the committed position
   // Phase rounds run by all transactions so far.

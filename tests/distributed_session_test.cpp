@@ -145,5 +145,31 @@ TEST(DistributedSession, BadInputIsRefusedBeforeAnyRankChanges) {
   EXPECT_TRUE(session->decode(407));
 }
 
+TEST(DistributedSession, ARankThatIsGonePoisonsTheSession) {
+  const Model model = test::load_stories_model();
+  DistributedOptions options;
+  options.ranks = 3;
+  options.phase_timeout_ms = 200;
+  auto created = DistributedSession::create(model, options);
+  ASSERT_TRUE(created);
+  auto& session = **created;
+  ASSERT_TRUE(session.prefill(std::vector<int>{1, 403}));
+  ASSERT_TRUE(session.stop_rank(1));
+  // Whether the down message or the deadline reaches the coordinator
+  // first, the step cannot commit and the session is poisoned.
+  auto step = session.decode(407);
+  ASSERT_FALSE(step);
+  EXPECT_EQ(step.error().code(), ErrorCode::commit_indeterminate);
+  EXPECT_NE(step.error().message().find("poisoned"), std::string::npos) << step.error().message();
+  EXPECT_NE(step.error().message().find("rank 1"), std::string::npos) << step.error().message();
+  // Every later call fails at once with the cause; a reset needs rank 1.
+  auto again = session.decode(407);
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().message().find("poisoned"), std::string::npos);
+  Status reset = session.reset_distributed();
+  ASSERT_FALSE(reset);
+  EXPECT_NE(reset.error().message().find("rank 1"), std::string::npos) << reset.error().message();
+}
+
 }  // namespace
 }  // namespace accord
