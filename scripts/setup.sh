@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake
   libcaf-dev libspdlog-dev libboost-dev nlohmann-json3-dev libcli11-dev
-  libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
+  libxxhash-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
 )
 
 missing=()
