@@ -121,6 +121,28 @@ std::string tensor_name(Tensor tensor) {
   return names[static_cast<std::size_t>(tensor)];
 }
 
+// Row-major shape, slowest dimension first, as run.c indexes the tensor.
+std::vector<std::uint64_t> tensor_shape(Tensor tensor, const ModelConfig& c) {
+  const std::uint64_t L = c.n_layers, D = c.dim, H = c.hidden_dim, V = c.vocab_size, KV = c.kv_dim();
+  switch (tensor) {
+    case Tensor::token_embedding:
+    case Tensor::classifier: return {V, D};
+    case Tensor::rms_att:
+    case Tensor::rms_ffn: return {L, D};
+    case Tensor::wq:
+    case Tensor::wo: return {L, D, D};
+    case Tensor::wk:
+    case Tensor::wv: return {L, KV, D};
+    case Tensor::w1:
+    case Tensor::w3: return {L, H, D};
+    case Tensor::w2: return {L, D, H};
+    case Tensor::rms_final: return {D};
+    case Tensor::freq_cis_real:
+    case Tensor::freq_cis_imag: return {static_cast<std::uint64_t>(c.seq_len), static_cast<std::uint64_t>(c.head_size() / 2)};
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name) {
@@ -148,7 +170,8 @@ Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& 
     // The header's size is a multiple of 4 and mappings are page-aligned,
     // so every tensor is aligned for floats.
     assign(contents.weights, config, span.tensor, reinterpret_cast<const float*>(bytes.data() + offset));
-    contents.tensors.push_back({tensor_name(span.tensor), "F32", {span.count}, offset, span.count * sizeof(float)});
+    contents.tensors.push_back(
+        {tensor_name(span.tensor), "F32", tensor_shape(span.tensor, config), offset, span.count * sizeof(float)});
     offset += span.count * sizeof(float);
   }
   if (config.shared_classifier) contents.weights.classifier = contents.weights.token_embedding;

@@ -64,7 +64,7 @@ struct ModelWeights {
 struct StoredTensor {
   std::string name;
   std::string type;                  // "F32", "F16", "Q8_0", "Q4_0"
-  std::vector<std::uint64_t> shape;  // as the format writes it (GGUF: fastest first)
+  std::vector<std::uint64_t> shape;  // GGUF: ggml order, fastest first; llama2.c: row-major, slowest first
   std::uint64_t offset = 0;          // bytes from the start of the file
   std::uint64_t bytes = 0;
 };
