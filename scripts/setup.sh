@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake
+  build-essential cmake clang libclang-rt-14-dev
   libcaf-dev libspdlog-dev libboost-dev nlohmann-json3-dev libcli11-dev
   libxxhash-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
 )

@@ -229,25 +229,31 @@ int Tokenizer::merge_rank(const std::string& left, const std::string& right) con
   return it == merge_ranks_.end() ? -1 : it->second;
 }
 
+// Merges the adjacent pair of lowest merge rank until no pair has one. Ties
+// go to the leftmost pair, as in llama.cpp.
+void Tokenizer::merge_by_rank(std::vector<std::string>& symbols) const {
+  for (;;) {
+    int best_rank = -1;
+    std::size_t best = 0;
+    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const int rank = merge_rank(symbols[i], symbols[i + 1]);
+      if (rank >= 0 && (best_rank < 0 || rank < best_rank)) {
+        best_rank = rank;
+        best = i;
+      }
+    }
+    if (best_rank < 0) return;
+    symbols[best] += symbols[best + 1];
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+}
+
 Result<std::vector<int>> Tokenizer::encode_bpe(std::string_view text) const {
   std::vector<int> tokens;
   for (std::string_view word : unicode::gpt2_words(text)) {
     std::vector<std::string> symbols;
     for (char c : word) symbols.push_back(unicode::byte_to_unicode(static_cast<std::uint8_t>(c)));
-    for (;;) {
-      int best_rank = -1;
-      std::size_t best = 0;
-      for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-        const int rank = merge_rank(symbols[i], symbols[i + 1]);
-        if (rank >= 0 && (best_rank < 0 || rank < best_rank)) {
-          best_rank = rank;
-          best = i;
-        }
-      }
-      if (best_rank < 0) break;
-      symbols[best] += symbols[best + 1];
-      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-    }
+    merge_by_rank(symbols);
     for (const std::string& symbol : symbols) {
       const int id = lookup(symbol);
       if (id < 0) return Error(ErrorCode::contract, "cannot encode '" + symbol + "': the vocabulary has no token for it");

@@ -95,6 +95,7 @@ class Tokenizer {
   Result<std::vector<int>> encode_bpe(std::string_view text) const;
   Status append_code_points(std::string_view text, std::vector<int>& tokens) const;
   void merge_by_score(std::vector<int>& tokens) const;
+  void merge_by_rank(std::vector<std::string>& symbols) const;
   int merge_rank(const std::string& left, const std::string& right) const;
   std::string decode_sentencepiece(int previous, int token) const;
   std::string decode_bpe(int token) const;
