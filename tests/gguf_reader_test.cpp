@@ -239,6 +239,8 @@ TEST_F(GgufModelErrors, RefusesWrongOrMissingArchitectureKeys) {
                  ErrorCode::format, "not a multiple of n_heads");
   expect_refused([](auto& m) { set(m, "llama.rope.dimension_count", Value::unsigned_int(ValueType::u32, 8)); },
                  ErrorCode::architecture, "RoPE over 8");
+  expect_refused([](auto& m) { m.emplace_back("llama.expert_count", Value::unsigned_int(ValueType::u32, 8)); },
+                 ErrorCode::architecture, "mixture-of-experts");
 }
 
 TEST_F(GgufModelErrors, RefusesTensorsThatDoNotFitTheMetadata) {

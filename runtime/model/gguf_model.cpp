@@ -100,7 +100,8 @@ class MetadataReader {
   const std::string& name_;
 };
 
-// Fills `out` from `key` unless an earlier field failed; keeps the first error.
+// Stores a read value in `out` unless an earlier read failed; keeps the
+// first error.
 template <class T>
 void take(Result<T> value, T& out, std::optional<Error>& first_error) {
   if (first_error) return;
@@ -109,6 +110,37 @@ void take(Result<T> value, T& out, std::optional<Error>& first_error) {
   } else {
     first_error = value.error();
   }
+}
+
+// The llama.* keys that shape the model.
+Status read_llama_keys(const MetadataReader& meta, ModelConfig& c) {
+  std::optional<Error> failed;
+  take(meta.integer("llama.embedding_length"), c.dim, failed);
+  take(meta.integer("llama.feed_forward_length"), c.hidden_dim, failed);
+  take(meta.integer("llama.block_count"), c.n_layers, failed);
+  take(meta.integer("llama.attention.head_count"), c.n_heads, failed);
+  take(meta.integer("llama.attention.head_count_kv", c.n_heads), c.n_kv_heads, failed);
+  take(meta.integer("llama.context_length"), c.seq_len, failed);
+  take(meta.real("llama.attention.layer_norm_rms_epsilon", 1e-5f), c.norm_eps, failed);
+  take(meta.real("llama.rope.freq_base", 10000.0f), c.rope_theta, failed);
+  if (failed) return *failed;
+  return {};
+}
+
+// What accord cannot run although the shapes fit: experts, partial RoPE.
+Status check_supported(const MetadataReader& meta, const ModelConfig& c, const std::string& name) {
+  std::optional<Error> failed;
+  int experts = 0, rope_dims = 0;
+  take(meta.integer("llama.expert_count", 0), experts, failed);
+  take(meta.integer("llama.rope.dimension_count", c.head_size()), rope_dims, failed);
+  if (failed) return *failed;
+  if (experts > 0) return Error(ErrorCode::architecture, name + ": mixture-of-experts models are not supported");
+  if (rope_dims != c.head_size()) {
+    return Error(ErrorCode::architecture, name + ": RoPE over " + std::to_string(rope_dims) +
+                                              " of each head's " + std::to_string(c.head_size()) +
+                                              " dimensions is not supported");
+  }
+  return {};
 }
 
 Result<ModelConfig> read_config(const gguf::File& file, const std::string& name) {
@@ -120,19 +152,7 @@ Result<ModelConfig> read_config(const gguf::File& file, const std::string& name)
                  name + ": architecture '" + *architecture + "' is not supported; accord runs llama models");
   }
   ModelConfig c;
-  std::optional<Error> failed;
-  take(meta.integer("llama.embedding_length"), c.dim, failed);
-  take(meta.integer("llama.feed_forward_length"), c.hidden_dim, failed);
-  take(meta.integer("llama.block_count"), c.n_layers, failed);
-  take(meta.integer("llama.attention.head_count"), c.n_heads, failed);
-  take(meta.integer("llama.attention.head_count_kv", c.n_heads), c.n_kv_heads, failed);
-  take(meta.integer("llama.context_length"), c.seq_len, failed);
-  take(meta.real("llama.attention.layer_norm_rms_epsilon", 1e-5f), c.norm_eps, failed);
-  take(meta.real("llama.rope.freq_base", 10000.0f), c.rope_theta, failed);
-  int experts = 0;
-  take(meta.integer("llama.expert_count", 0), experts, failed);
-  if (failed) return *failed;
-  if (experts > 0) return Error(ErrorCode::architecture, name + ": mixture-of-experts models are not supported");
+  if (Status ok = read_llama_keys(meta, c); !ok) return ok.error();
   const gguf::TensorInfo* embedding = file.tensor("token_embd.weight");
   if (embedding == nullptr) return Error(ErrorCode::format, name + ": missing tensor token_embd.weight");
   if (embedding->shape.size() != 2 || embedding->shape[1] > (1u << 30)) {
@@ -142,14 +162,7 @@ Result<ModelConfig> read_config(const gguf::File& file, const std::string& name)
   c.vocab_size = static_cast<int>(embedding->shape[1]);
   c.shared_classifier = file.tensor("output.weight") == nullptr;
   if (Status valid = validate(c); !valid) return Error(ErrorCode::format, name + ": " + valid.error().message());
-  int rope_dims = 0;
-  take(meta.integer("llama.rope.dimension_count", c.head_size()), rope_dims, failed);
-  if (failed) return *failed;
-  if (rope_dims != c.head_size()) {
-    return Error(ErrorCode::architecture, name + ": RoPE over " + std::to_string(rope_dims) +
-                                              " of each head's " + std::to_string(c.head_size()) +
-                                              " dimensions is not supported");
-  }
+  if (Status ok = check_supported(meta, c, name); !ok) return ok.error();
   return c;
 }
 

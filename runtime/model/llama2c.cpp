@@ -146,6 +146,9 @@ std::vector<std::uint64_t> tensor_shape(Tensor tensor, const ModelConfig& c) {
 }  // namespace
 
 Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name) {
+  if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(float) != 0) {
+    return Error(ErrorCode::contract, name + ": the bytes of a llama2.c checkpoint must be aligned for floats");
+  }
   auto header = read_header(bytes, name);
   if (!header) return header.error();
   const auto [config, layout] = *header;

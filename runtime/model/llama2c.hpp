@@ -22,7 +22,8 @@ enum class Layout { legacy, v1 };
 
 // Parses and validates the header of `bytes` (a whole file) and points
 // every weight into them. The file must be exactly as long as its header
-// says. `name` prefixes error messages.
+// says. `bytes` must be aligned for floats (a mapping or malloc'ed memory
+// is). `name` prefixes error messages.
 Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name);
 
 // The tensors of a checkpoint, each stacked over all layers.

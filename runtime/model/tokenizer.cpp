@@ -153,6 +153,9 @@ int Tokenizer::lookup(std::string_view piece) const {
 }
 
 Result<std::vector<int>> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
+  if ((bos && bos_id_ < 0) || (eos && eos_id_ < 0)) {
+    return Error(ErrorCode::contract, "the vocabulary names no BOS or EOS token");
+  }
   auto body = kind_ == TokenizerKind::byte_bpe ? encode_bpe(text) : encode_sentencepiece(text);
   if (!body) return body.error();
   std::vector<int> tokens;
