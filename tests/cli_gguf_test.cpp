@@ -99,6 +99,28 @@ TEST(CliGguf, ConvertRefusesBadRequests) {
   }
 }
 
+TEST(CliGguf, RefusesDamagedGgufFiles) {
+  test::TempDir dir;
+  auto bytes = test::read_bytes(stories_gguf());
+  bytes.resize(bytes.size() / 2);
+  test::write_bytes(dir.file("half.gguf"), bytes);
+  for (const char* command : {"generate", "inspect"}) {
+    std::vector<std::string> args = {command};
+    if (std::string(command) == "generate") args.push_back("--model");
+    args.push_back(dir.file("half.gguf"));
+    const auto result = run_accord(args);
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_NE(result.output.find("accord: error: " + dir.file("half.gguf") + ": tensor"), std::string::npos)
+        << result.output;
+    EXPECT_NE(result.output.find("lies outside the file"), std::string::npos) << result.output;
+  }
+  bytes.resize(100);
+  test::write_bytes(dir.file("head.gguf"), bytes);
+  const auto result = run_accord({"inspect", dir.file("head.gguf")});
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("remain"), std::string::npos) << result.output;
+}
+
 TEST(CliGguf, GenerateAcceptsAGgufVocabularyAsTokenizer) {
   // The stories GGUF's vocabulary drives the llama2.c model.
   expect_reference_generation({"--model", test::stories_model(), "--tokenizer", stories_gguf()});
