@@ -134,6 +134,26 @@ TEST(GgufModel, F32ConversionIsBitIdenticalToTheLlama2cModel) {
   EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)));
 }
 
+// With general.alignment 1 an F32 tensor may start at an address that is
+// not float-aligned; the loader then copies it instead of pointing into it.
+TEST(GgufModel, MisalignedF32TensorsAreCopied) {
+  test::TempDir dir;
+  const Model bin = test::synthetic_model(dir, {block_config(), 5, llama2c::Layout::legacy});
+  gguf::Metadata metadata = llama_metadata(bin.config());
+  metadata[1].second = gguf::Value::unsigned_int(gguf::ValueType::u32, 1);  // general.alignment
+  ASSERT_EQ(metadata[1].first, "general.alignment");
+  metadata.emplace_back("padding", gguf::Value::string(""));
+  for (int pad = 0; pad < 4; ++pad) {
+    metadata.back().second = gguf::Value::string(std::string(static_cast<std::size_t>(pad), 'x'));
+    ASSERT_TRUE(write_gguf_model(dir.file("a1.gguf"), bin, metadata, gguf::TensorType::f32));
+    if (load(dir.file("a1.gguf")).owned_floats() > 0) break;
+  }
+  const Model gguf = load(dir.file("a1.gguf"));
+  EXPECT_GT(gguf.owned_floats(), 0u);
+  const auto a = greedy_trace(bin, 4), b = greedy_trace(gguf, 4);
+  EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)));
+}
+
 struct Drift {
   double max_abs = 0;    // largest |logit - reference logit|
   double logit_rms = 0;  // RMS of the reference logits

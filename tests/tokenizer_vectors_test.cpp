@@ -81,5 +81,42 @@ TEST(TokenizerVectors, ByteLevelDecodingGivesTheTextBack) {
   }
 }
 
+// A vocabulary written back into a GGUF file reads as the same tokenizer.
+TEST(TokenizerVectors, VocabulariesSurviveAGgufRoundTrip) {
+  test::TempDir dir;
+  for (const char* vocab : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf"}) {
+    const Tokenizer original = load_vocab(vocab);
+    ASSERT_TRUE(gguf::write(dir.file(vocab), original.gguf_metadata(), {}));
+    auto copy = Tokenizer::load(dir.file(vocab));
+    ASSERT_TRUE(copy) << copy.error().message();
+    EXPECT_EQ(copy->kind(), original.kind());
+    EXPECT_EQ(copy->bos_id(), original.bos_id());
+    EXPECT_EQ(copy->eos_id(), original.eos_id());
+    for (const auto& v : read_vectors(vocab)) EXPECT_EQ(*copy->encode(v.text, false, false), v.ids) << vocab;
+  }
+}
+
+// A llama2.c vocabulary becomes a GGUF "llama" one (spaces as U+2581) that
+// encodes every text as the original does.
+TEST(TokenizerVectors, Llama2cVocabularyConvertsToSentencePiece) {
+  test::TempDir dir;
+  auto original = Tokenizer::load_llama2c(test::stories_tokenizer());
+  ASSERT_TRUE(original);
+  ASSERT_TRUE(gguf::write(dir.file("tok.gguf"), original->gguf_metadata(), {}));
+  auto copy = Tokenizer::load(dir.file("tok.gguf"));
+  ASSERT_TRUE(copy) << copy.error().message();
+  EXPECT_EQ(copy->kind(), TokenizerKind::sentencepiece);
+  EXPECT_EQ(copy->piece(403), "\xE2\x96\x81Once");
+  for (const auto& v : read_vectors("ggml-vocab-llama-spm.gguf")) {
+    auto a = original->encode(v.text, true, false);
+    auto b = copy->encode(v.text, true, false);
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(*a, *b) << v.text;
+    for (std::size_t i = 1; i < a->size(); ++i) {
+      EXPECT_EQ(original->decode((*a)[i - 1], (*a)[i]), copy->decode((*b)[i - 1], (*b)[i]));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace accord
