@@ -4,9 +4,9 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake
+  build-essential cmake clang libclang-rt-14-dev
   libcaf-dev libspdlog-dev libboost-dev nlohmann-json3-dev libcli11-dev
-  libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
+  libxxhash-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
 )
 
 missing=()

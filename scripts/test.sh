@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what accord needs, builds it and runs the whole test suite twice:
 # a Release build, then a build under AddressSanitizer and
-# UndefinedBehaviorSanitizer. Tests read the shared models from ../shared
-# (override with ACCORD_SHARED=DIR).
+# UndefinedBehaviorSanitizer; then runs every fuzz target for a bounded time
+# (scripts/fuzz.sh; ACCORD_FUZZ_SECONDS per target, default 20). Tests read
+# the shared models from ../shared (override with ACCORD_SHARED=DIR).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -19,3 +20,4 @@ run_suite() {
 # The Release build also compiles the benchmarks, so they cannot rot.
 run_suite "$root/build" -DCMAKE_BUILD_TYPE=Release -DACCORD_BUILD_BENCH=ON
 run_suite "$root/build-sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCORD_SANITIZE=ON -DACCORD_BUILD_BENCH=OFF
+"$root/scripts/fuzz.sh"

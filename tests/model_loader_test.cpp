@@ -131,7 +131,7 @@ TEST(ModelLoader, RefusesGarbageAndOtherFormats) {
   expect_refused(v9, ErrorCode::format, "unknown llama2.c format version 9");
   std::vector<std::byte> gguf = {std::byte{'G'}, std::byte{'G'}, std::byte{'U'}, std::byte{'F'}};
   gguf.resize(64);
-  expect_refused(gguf, ErrorCode::architecture, "GGUF");
+  expect_refused(gguf, ErrorCode::format, "unknown GGUF version 0");
 }
 
 TEST(ModelLoader, MissingFileIsAnIoError) {

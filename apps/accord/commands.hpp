@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 namespace CLI {
 class App;
@@ -15,6 +16,8 @@ using Command = std::function<int()>;
 
 Command add_generate_command(CLI::App& app);
 Command add_synth_command(CLI::App& app);
+Command add_inspect_command(CLI::App& app);
+Command add_convert_command(CLI::App& app);
 
 // Prints "accord: error: <message>" to stderr and returns exit code 1.
 int fail(const std::string& message);

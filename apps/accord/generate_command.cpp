@@ -2,7 +2,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -32,18 +31,6 @@ struct GenerateArgs {
   bool json = false;
   std::string prompt_cache;
 };
-
-Result<Tokenizer> load_tokenizer(const GenerateArgs& args, const Model& model) {
-  if (!args.tokenizer.empty()) return Tokenizer::load_llama2c(args.tokenizer);
-  const auto candidates = tokenizer_candidates(args.model, model.config().vocab_size);
-  for (const auto& path : candidates) {
-    if (std::filesystem::is_regular_file(path)) return Tokenizer::load_llama2c(path);
-  }
-  std::string tried;
-  for (const auto& path : candidates) tried += "\n  " + path;
-  return Error(ErrorCode::io, "no tokenizer given and none found beside the model; pass --tokenizer. Looked for:" +
-                                  tried);
-}
 
 nlohmann::json to_json(const SessionReport& r) {
   return {
@@ -92,7 +79,7 @@ nlohmann::json to_json(const GenerationResult& result, const Session& session, i
 int run_generate(const GenerateArgs& args) {
   auto model = Model::load(args.model);
   if (!model) return fail(model.error().message());
-  auto tokenizer = load_tokenizer(args, *model);
+  auto tokenizer = find_tokenizer(args.tokenizer, *model);
   if (!tokenizer) return fail(tokenizer.error().message());
 
   cpu::ThreadPool pool(args.threads);
@@ -133,9 +120,10 @@ int run_generate(const GenerateArgs& args) {
 Command add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt");
-  cmd->add_option("--model", args->model, "llama2.c checkpoint (.bin)")->required();
+  cmd->add_option("--model", args->model, "GGUF model (llama) or llama2.c checkpoint (.bin)")->required();
   cmd->add_option("--tokenizer", args->tokenizer,
-                  "tokenizer.bin (default: NAME.tokenizer.bin, tokenizer.bin or tok<vocab>.bin beside the model)");
+                  "tokenizer file, llama2.c or GGUF (default: a GGUF model's own vocabulary; for .bin "
+                  "NAME.tokenizer.bin, tokenizer.bin or tok<vocab>.bin beside the model)");
   cmd->add_option("--prompt", args->prompt, "prompt text (default: empty, start from BOS alone)");
   cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate, prompt excluded")->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "0 = greedy")->capture_default_str();

@@ -20,10 +20,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const accord::cli::Command generate = accord::cli::add_generate_command(app);
   const accord::cli::Command synth = accord::cli::add_synth_command(app);
+  const accord::cli::Command inspect = accord::cli::add_inspect_command(app);
+  const accord::cli::Command convert = accord::cli::add_convert_command(app);
   if (argc > 1 && argv[1][0] != '-') {
     const auto known = app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; });
     if (known.empty()) {
-      std::cerr << "accord: error: unknown command '" << argv[1] << "' (commands: generate, synth)" << std::endl;
+      std::cerr << "accord: error: unknown command '" << argv[1] << "' (commands: generate, synth, inspect, convert)" << std::endl;
       return 2;
     }
   }
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("generate")) return generate();
+    if (app.got_subcommand("inspect")) return inspect();
+    if (app.got_subcommand("convert")) return convert();
     return synth();
   } catch (const std::exception& e) {
     return accord::cli::fail(std::string("unexpected failure: ") + e.what());

@@ -15,4 +15,19 @@ std::vector<std::string> tokenizer_candidates(const std::string& model_path, int
           (dir / ("tok" + std::to_string(vocab_size) + ".bin")).string()};
 }
 
+bool is_gguf(const Model& model) { return model.format().rfind("gguf", 0) == 0; }
+
+Result<Tokenizer> find_tokenizer(const std::string& explicit_path, const Model& model) {
+  if (!explicit_path.empty()) return Tokenizer::load(explicit_path);
+  if (is_gguf(model)) return Tokenizer::load(model.path());
+  const auto candidates = tokenizer_candidates(model.path(), model.config().vocab_size);
+  for (const auto& path : candidates) {
+    if (std::filesystem::is_regular_file(path)) return Tokenizer::load_llama2c(path);
+  }
+  std::string tried;
+  for (const auto& path : candidates) tried += "\n  " + path;
+  return Error(ErrorCode::io, "no tokenizer given and none found beside the model; pass --tokenizer. Looked for:" +
+                                  tried);
+}
+
 }  // namespace accord::cli

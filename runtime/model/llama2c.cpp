@@ -2,11 +2,10 @@
 
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <vector>
 
 #include "kernels/cpu/ops.hpp"
+#include "runtime/io/atomic_write.hpp"
 
 namespace accord::llama2c {
 
@@ -51,8 +50,8 @@ std::int32_t read_i32(const std::byte* p) {
   return v;
 }
 
-Error format_error(const MappedFile& file, const std::string& what) {
-  return Error(ErrorCode::format, file.path() + ": " + what);
+Error format_error(const std::string& name, const std::string& what) {
+  return Error(ErrorCode::format, name + ": " + what);
 }
 
 // Reads the seven shape fields that both layouts share.
@@ -68,10 +67,9 @@ ModelConfig read_shape(const std::byte* p) {
   return c;
 }
 
-Result<std::pair<ModelConfig, Layout>> read_header(const MappedFile& file) {
-  const auto bytes = file.bytes();
+Result<std::pair<ModelConfig, Layout>> read_header(std::span<const std::byte> bytes, const std::string& name) {
   if (bytes.size() < kLegacyHeaderBytes) {
-    return format_error(file, "truncated: " + std::to_string(bytes.size()) + " bytes is shorter than a llama2.c header");
+    return format_error(name, "truncated: " + std::to_string(bytes.size()) + " bytes is shorter than a llama2.c header");
   }
   if (static_cast<std::uint32_t>(read_i32(bytes.data())) != kMagic) {
     ModelConfig c = read_shape(bytes.data());
@@ -81,13 +79,13 @@ Result<std::pair<ModelConfig, Layout>> read_header(const MappedFile& file) {
     if (c.vocab_size < 0 && c.vocab_size != INT32_MIN) c.vocab_size = -c.vocab_size;
     return std::pair{c, Layout::legacy};
   }
-  if (bytes.size() < kV1HeaderBytes) return format_error(file, "truncated inside the 256-byte version header");
+  if (bytes.size() < kV1HeaderBytes) return format_error(name, "truncated inside the 256-byte version header");
   const std::int32_t version = read_i32(bytes.data() + 4);
   if (version == 2) {
     return Error(ErrorCode::architecture,
-                 file.path() + ": llama2.c version 2 (int8 quantized) checkpoints are not supported; export fp32");
+                 name + ": llama2.c version 2 (int8 quantized) checkpoints are not supported; export fp32");
   }
-  if (version != 1) return format_error(file, "unknown llama2.c format version " + std::to_string(version));
+  if (version != 1) return format_error(name, "unknown llama2.c format version " + std::to_string(version));
   ModelConfig c = read_shape(bytes.data() + 8);
   c.shared_classifier = std::to_integer<int>(bytes[36]) != 0;
   return std::pair{c, Layout::v1};
@@ -116,77 +114,106 @@ void assign(ModelWeights& w, const ModelConfig& c, Tensor tensor, const float* p
   }
 }
 
+std::string tensor_name(Tensor tensor) {
+  static const char* const names[] = {"token_embedding_table", "rms_att_weight", "wq", "wk", "wv", "wo",
+                                      "rms_ffn_weight", "w1", "w2", "w3", "rms_final_weight", "freq_cis_real",
+                                      "freq_cis_imag", "wcls"};
+  return names[static_cast<std::size_t>(tensor)];
+}
+
+// Row-major shape, slowest dimension first, as run.c indexes the tensor.
+std::vector<std::uint64_t> tensor_shape(Tensor tensor, const ModelConfig& c) {
+  const std::uint64_t L = c.n_layers, D = c.dim, H = c.hidden_dim, V = c.vocab_size, KV = c.kv_dim();
+  switch (tensor) {
+    case Tensor::token_embedding:
+    case Tensor::classifier: return {V, D};
+    case Tensor::rms_att:
+    case Tensor::rms_ffn: return {L, D};
+    case Tensor::wq:
+    case Tensor::wo: return {L, D, D};
+    case Tensor::wk:
+    case Tensor::wv: return {L, KV, D};
+    case Tensor::w1:
+    case Tensor::w3: return {L, H, D};
+    case Tensor::w2: return {L, D, H};
+    case Tensor::rms_final: return {D};
+    case Tensor::freq_cis_real:
+    case Tensor::freq_cis_imag: return {static_cast<std::uint64_t>(c.seq_len), static_cast<std::uint64_t>(c.head_size() / 2)};
+  }
+  return {};
+}
+
 }  // namespace
 
-Result<Model> load(MappedFile file) {
-  auto header = read_header(file);
+Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name) {
+  if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(float) != 0) {
+    return Error(ErrorCode::contract, name + ": the bytes of a llama2.c checkpoint must be aligned for floats");
+  }
+  auto header = read_header(bytes, name);
   if (!header) return header.error();
   const auto [config, layout] = *header;
-  if (Status valid = validate(config); !valid) return format_error(file, valid.error().message());
+  if (Status valid = validate(config); !valid) return format_error(name, valid.error().message());
 
   const auto order = file_order(config, layout);
   std::size_t expected = header_bytes(layout);
   for (const auto& span : order) expected += span.count * sizeof(float);
-  if (file.size() != expected) {
-    return format_error(file, (file.size() < expected ? "truncated: " : "unexpected trailing data: ") +
-                                  std::to_string(file.size()) + " bytes, but the header (dim " +
+  if (bytes.size() != expected) {
+    return format_error(name, (bytes.size() < expected ? "truncated: " : "unexpected trailing data: ") +
+                                  std::to_string(bytes.size()) + " bytes, but the header (dim " +
                                   std::to_string(config.dim) + ", " + std::to_string(config.n_layers) +
                                   " layers, vocab " + std::to_string(config.vocab_size) + ") implies " +
                                   std::to_string(expected));
   }
 
-  ModelWeights weights;
-  weights.layers.resize(static_cast<std::size_t>(config.n_layers));
-  const auto* cursor = reinterpret_cast<const float*>(file.bytes().data() + header_bytes(layout));
+  ModelContents contents;
+  contents.config = config;
+  contents.weights.layers.resize(static_cast<std::size_t>(config.n_layers));
+  std::size_t offset = header_bytes(layout);
   for (const auto& span : order) {
-    assign(weights, config, span.tensor, cursor);
-    cursor += span.count;
+    // The header's size is a multiple of 4 and mappings are page-aligned,
+    // so every tensor is aligned for floats.
+    assign(contents.weights, config, span.tensor, reinterpret_cast<const float*>(bytes.data() + offset));
+    contents.tensors.push_back(
+        {tensor_name(span.tensor), "F32", tensor_shape(span.tensor, config), offset, span.count * sizeof(float)});
+    offset += span.count * sizeof(float);
   }
-  if (config.shared_classifier) weights.classifier = weights.token_embedding;
-  std::string format = layout == Layout::legacy ? "llama2c-legacy" : "llama2c-v1";
-  return Model(config, std::move(weights), std::move(file), std::move(format));
+  if (config.shared_classifier) contents.weights.classifier = contents.weights.token_embedding;
+  contents.format = layout == Layout::legacy ? "llama2c-legacy" : "llama2c-v1";
+  return contents;
 }
 
 Status write(const std::string& path, const ModelConfig& config, Layout layout, const TensorWriter& fill) {
   if (Status valid = validate(config); !valid) return valid;
-  const std::string temporary = path + ".partial";
-  std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-  if (!out) return Error(ErrorCode::io, "cannot create " + temporary + ": " + std::strerror(errno));
-
-  std::vector<std::int32_t> shape = {config.dim,        config.hidden_dim, config.n_layers, config.n_heads,
-                                     config.n_kv_heads, config.vocab_size, config.seq_len};
-  std::vector<char> header(header_bytes(layout), 0);
-  if (layout == Layout::legacy) {
-    if (!config.shared_classifier) shape[5] = -shape[5];
-    std::memcpy(header.data(), shape.data(), kLegacyHeaderBytes);
-  } else {
-    const std::int32_t version = 1;
-    std::memcpy(header.data(), &kMagic, 4);
-    std::memcpy(header.data() + 4, &version, 4);
-    std::memcpy(header.data() + 8, shape.data(), kLegacyHeaderBytes);
-    header[36] = config.shared_classifier ? 1 : 0;
-  }
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-
-  std::vector<float> buffer;
-  std::vector<float> rope_scratch(static_cast<std::size_t>(config.seq_len) * config.head_size() / 2);
-  for (const auto& span : file_order(config, layout)) {
-    buffer.assign(span.count, 0.0f);
-    if (span.tensor == Tensor::freq_cis_real) {
-      cpu::rope_tables(buffer.data(), rope_scratch.data(), config.seq_len, config.head_size(), config.rope_theta);
-    } else if (span.tensor == Tensor::freq_cis_imag) {
-      cpu::rope_tables(rope_scratch.data(), buffer.data(), config.seq_len, config.head_size(), config.rope_theta);
+  return write_atomically(path, [&](std::ostream& out) {
+    std::vector<std::int32_t> shape = {config.dim,        config.hidden_dim, config.n_layers, config.n_heads,
+                                       config.n_kv_heads, config.vocab_size, config.seq_len};
+    std::vector<char> header(header_bytes(layout), 0);
+    if (layout == Layout::legacy) {
+      if (!config.shared_classifier) shape[5] = -shape[5];
+      std::memcpy(header.data(), shape.data(), kLegacyHeaderBytes);
     } else {
-      fill(span.tensor, buffer.data(), span.count);
+      const std::int32_t version = 1;
+      std::memcpy(header.data(), &kMagic, 4);
+      std::memcpy(header.data() + 4, &version, 4);
+      std::memcpy(header.data() + 8, shape.data(), kLegacyHeaderBytes);
+      header[36] = config.shared_classifier ? 1 : 0;
     }
-    out.write(reinterpret_cast<const char*>(buffer.data()), static_cast<std::streamsize>(span.count * sizeof(float)));
-  }
-  out.close();
-  if (!out) return Error(ErrorCode::io, "cannot write " + temporary + ": " + std::strerror(errno));
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) return Error(ErrorCode::io, "cannot rename " + temporary + " to " + path + ": " + ec.message());
-  return {};
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+
+    std::vector<float> buffer;
+    std::vector<float> rope_scratch(static_cast<std::size_t>(config.seq_len) * config.head_size() / 2);
+    for (const auto& span : file_order(config, layout)) {
+      buffer.assign(span.count, 0.0f);
+      if (span.tensor == Tensor::freq_cis_real) {
+        cpu::rope_tables(buffer.data(), rope_scratch.data(), config.seq_len, config.head_size(), config.rope_theta);
+      } else if (span.tensor == Tensor::freq_cis_imag) {
+        cpu::rope_tables(rope_scratch.data(), buffer.data(), config.seq_len, config.head_size(), config.rope_theta);
+      } else {
+        fill(span.tensor, buffer.data(), span.count);
+      }
+      out.write(reinterpret_cast<const char*>(buffer.data()), static_cast<std::streamsize>(span.count * sizeof(float)));
+    }
+  });
 }
 
 }  // namespace accord::llama2c

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 #include "runtime/error.hpp"
@@ -19,9 +20,11 @@ namespace accord::llama2c {
 
 enum class Layout { legacy, v1 };
 
-// Parses and validates the file's header and maps every tensor. The file
-// must be exactly as long as its header says.
-Result<Model> load(MappedFile file);
+// Parses and validates the header of `bytes` (a whole file) and points
+// every weight into them. The file must be exactly as long as its header
+// says. `bytes` must be aligned for floats (a mapping or malloc'ed memory
+// is). `name` prefixes error messages.
+Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name);
 
 // The tensors of a checkpoint, each stacked over all layers.
 enum class Tensor {

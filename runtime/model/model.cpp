@@ -1,7 +1,7 @@
 #include "runtime/model/model.hpp"
 
-#include <cstring>
-
+#include "runtime/model/gguf.hpp"
+#include "runtime/model/gguf_model.hpp"
 #include "runtime/model/llama2c.hpp"
 
 namespace accord {
@@ -49,13 +49,19 @@ Status validate(const ModelConfig& c) {
   return {};
 }
 
+Result<ModelContents> Model::read(std::span<const std::byte> bytes, const std::string& name) {
+  if (!gguf::has_magic(bytes)) return llama2c::read(bytes, name);
+  auto file = gguf::parse(bytes, name);
+  if (!file) return file.error();
+  return read_gguf_model(*file, bytes, name);
+}
+
 Result<Model> Model::load(const std::string& path) {
   auto file = MappedFile::open(path);
   if (!file) return file.error();
-  if (file->size() >= 4 && std::memcmp(file->bytes().data(), "GGUF", 4) == 0) {
-    return Error(ErrorCode::architecture, path + ": GGUF models are not supported yet; use a llama2.c .bin file");
-  }
-  return llama2c::load(std::move(*file));
+  auto contents = read(file->bytes(), path);
+  if (!contents) return contents.error();
+  return Model(std::move(*contents), std::move(*file));
 }
 
 }  // namespace accord

@@ -1,12 +1,17 @@
 // A Llama-family decoder loaded from disk: configuration plus pointers to
-// weights that stay where the file mapping put them.
+// float weights, either where the file mapping put them or in a buffer the
+// Model owns (weights dequantized at load from F16, Q8_0 or Q4_0 GGUF
+// tensors).
 //
-// Ownership: a Model owns its MappedFile; every weight pointer points into
-// it and lives as long as the Model. A Model is immutable after load and
-// may be read from any thread.
+// Ownership: a Model owns its MappedFile and its float buffer; every weight
+// pointer points into one of them and lives as long as the Model, moves
+// included (both keep their storage's address when moved). A Model is
+// immutable after load and may be read from any thread.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,27 +60,53 @@ struct ModelWeights {
   const float* classifier = nullptr;       // (vocab_size, dim)
 };
 
+// One tensor as the file stores it (for `accord inspect`).
+struct StoredTensor {
+  std::string name;
+  std::string type;                  // "F32", "F16", "Q8_0", "Q4_0"
+  std::vector<std::uint64_t> shape;  // GGUF: ggml order, fastest first; llama2.c: row-major, slowest first
+  std::uint64_t offset = 0;          // bytes from the start of the file
+  std::uint64_t bytes = 0;
+};
+
+// What a format reader makes of a file's bytes: the weights point into
+// those bytes or into `owned`.
+struct ModelContents {
+  ModelConfig config;
+  ModelWeights weights;
+  std::vector<float> owned;  // dequantized weights; the buffer keeps its address when moved
+  std::vector<StoredTensor> tensors;
+  std::string format;  // e.g. "llama2c-legacy", "gguf-v3"
+};
+
 class Model {
  public:
-  // Opens a model file; the format is recognised from its first bytes.
+  // Opens a model file; the format is recognised from its first bytes
+  // (GGUF magic, llama2.c "ak42" magic, else the legacy llama2.c header).
   static Result<Model> load(const std::string& path);
 
-  Model(ModelConfig config, ModelWeights weights, MappedFile file, std::string format)
-      : config_(config), weights_(std::move(weights)), file_(std::move(file)), format_(std::move(format)) {}
+  // Reads the model in `bytes` (a whole file) without keeping it: for
+  // fuzzers and checks. `name` prefixes error messages.
+  static Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name);
 
-  const ModelConfig& config() const { return config_; }
-  const ModelWeights& weights() const { return weights_; }
+  // `contents` must point into `file` or into its own `owned` buffer.
+  Model(ModelContents contents, MappedFile file) : contents_(std::move(contents)), file_(std::move(file)) {}
+
+  const ModelConfig& config() const { return contents_.config; }
+  const ModelWeights& weights() const { return contents_.weights; }
   const std::string& path() const { return file_.path(); }
   std::size_t file_bytes() const { return file_.size(); }
   std::size_t resident_bytes() const { return file_.resident_bytes(); }
-  // A short name of the on-disk format, e.g. "llama2c-legacy".
-  const std::string& format() const { return format_; }
+  // A short name of the on-disk format, e.g. "llama2c-legacy" or "gguf-v3".
+  const std::string& format() const { return contents_.format; }
+  // The tensors of the file in file order.
+  const std::vector<StoredTensor>& tensors() const { return contents_.tensors; }
+  // Floats held in memory the Model owns (0 when every weight is mapped).
+  std::size_t owned_floats() const { return contents_.owned.size(); }
 
  private:
-  ModelConfig config_;
-  ModelWeights weights_;
+  ModelContents contents_;
   MappedFile file_;
-  std::string format_;
 };
 
 }  // namespace accord

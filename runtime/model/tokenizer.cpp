@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "runtime/io/mapped_file.hpp"
+#include "runtime/model/unicode.hpp"
 
 namespace accord {
 
@@ -34,16 +35,33 @@ int byte_piece_value(std::string_view piece) {
 
 bool is_utf8_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
 
+// U+2581, the SentencePiece space of GGUF vocabularies.
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";
+
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  std::string out;
+  for (std::size_t at = 0; at < text.size();) {
+    if (text.substr(at, from.size()) == from) {
+      out += to;
+      at += from.size();
+    } else {
+      out.push_back(text[at++]);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-Result<Tokenizer> Tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<float> scores, int bos_id,
-                                         int eos_id) {
+Result<Tokenizer> Tokenizer::build(TokenizerKind kind, std::vector<std::string> pieces, std::vector<float> scores,
+                                   int bos_id, int eos_id) {
   if (pieces.empty()) return Error(ErrorCode::format, "the vocabulary is empty");
   if (pieces.size() != scores.size()) {
     return Error(ErrorCode::format, "the vocabulary has " + std::to_string(pieces.size()) + " pieces but " +
                                         std::to_string(scores.size()) + " scores");
   }
   Tokenizer t;
+  t.kind_ = kind;
   t.pieces_ = std::move(pieces);
   t.scores_ = std::move(scores);
   t.bos_id_ = bos_id;
@@ -58,10 +76,27 @@ Result<Tokenizer> Tokenizer::from_pieces(std::vector<std::string> pieces, std::v
   return t;
 }
 
+Result<Tokenizer> Tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<float> scores, int bos_id,
+                                         int eos_id) {
+  return build(TokenizerKind::llama2c, std::move(pieces), std::move(scores), bos_id, eos_id);
+}
+
+Result<Tokenizer> Tokenizer::load(const std::string& path) {
+  auto file = MappedFile::open(path);
+  if (!file) return file.error();
+  if (!gguf::has_magic(file->bytes())) return read_llama2c(file->bytes(), path);
+  auto parsed = gguf::parse(file->bytes(), path);
+  if (!parsed) return parsed.error();
+  return from_gguf(*parsed, path);
+}
+
 Result<Tokenizer> Tokenizer::load_llama2c(const std::string& path) {
   auto file = MappedFile::open(path);
   if (!file) return file.error();
-  const auto bytes = file->bytes();
+  return read_llama2c(file->bytes(), path);
+}
+
+Result<Tokenizer> Tokenizer::read_llama2c(std::span<const std::byte> bytes, const std::string& path) {
   auto malformed = [&](const std::string& what) {
     return Error(ErrorCode::format, path + ": not a llama2.c tokenizer: " + what);
   };
@@ -110,27 +145,42 @@ Status Tokenizer::write_llama2c(const std::string& path) const {
   return {};
 }
 
+bool Tokenizer::is_byte_piece(int id) const { return byte_piece_value(piece(id)) >= 0; }
+
 int Tokenizer::lookup(std::string_view piece) const {
   const auto it = ids_.find(std::string(piece));
   return it == ids_.end() ? -1 : it->second;
 }
 
 Result<std::vector<int>> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
-  std::vector<int> tokens;
-  if (bos) tokens.push_back(bos_id_);
-  // Non-empty text starts with a dummy-prefix space (its piece, or its byte).
-  if (!text.empty()) {
-    const int space = lookup(" ");
-    if (space >= 0) {
-      tokens.push_back(space);
-    } else if (byte_ids_[' '] >= 0) {
-      tokens.push_back(byte_ids_[' ']);
-    } else {
-      return Error(ErrorCode::contract, "the vocabulary has no piece for the dummy-prefix space");
-    }
+  if ((bos && bos_id_ < 0) || (eos && eos_id_ < 0)) {
+    return Error(ErrorCode::contract, "the vocabulary names no BOS or EOS token");
   }
+  auto body = kind_ == TokenizerKind::byte_bpe ? encode_bpe(text) : encode_sentencepiece(text);
+  if (!body) return body.error();
+  std::vector<int> tokens;
+  tokens.reserve(body->size() + 2);
+  if (bos) tokens.push_back(bos_id_);
+  tokens.insert(tokens.end(), body->begin(), body->end());
+  if (eos) tokens.push_back(eos_id_);
+  return tokens;
+}
 
-  // One token per code point; unknown code points fall back to byte pieces.
+Result<std::vector<int>> Tokenizer::encode_sentencepiece(std::string_view text) const {
+  std::vector<int> tokens;
+  if (text.empty()) return tokens;
+  // Non-empty text starts with a dummy-prefix space; GGUF vocabularies
+  // spell every space as U+2581.
+  std::string normalized = add_space_prefix_ ? " " : "";
+  normalized += text;
+  if (kind_ == TokenizerKind::sentencepiece) normalized = replace_all(normalized, " ", kSpaceMark);
+  if (Status ok = append_code_points(normalized, tokens); !ok) return ok.error();
+  merge_by_score(tokens);
+  return tokens;
+}
+
+// One token per code point; unknown code points fall back to byte pieces.
+Status Tokenizer::append_code_points(std::string_view text, std::vector<int>& tokens) const {
   for (std::size_t i = 0; i < text.size();) {
     std::size_t end = i + 1;
     while (end < text.size() && end - i < 4 && is_utf8_continuation(static_cast<unsigned char>(text[end]))) ++end;
@@ -150,16 +200,18 @@ Result<std::vector<int>> Tokenizer::encode(std::string_view text, bool bos, bool
     }
     i = end;
   }
+  return {};
+}
 
-  // Merge the best-scoring adjacent pair until no pair forms a piece.
-  // Ties go to the leftmost pair, as in run.c.
+// Merges the best-scoring adjacent pair until no pair forms a piece. Ties
+// go to the leftmost pair, as in run.c.
+void Tokenizer::merge_by_score(std::vector<int>& tokens) const {
   std::string joined;
-  const std::size_t first = bos ? 1 : 0;
   for (;;) {
     float best_score = -1e10f;
     int best_id = -1;
     std::size_t best_index = 0;
-    for (std::size_t i = first; i + 1 < tokens.size(); ++i) {
+    for (std::size_t i = 0; i + 1 < tokens.size(); ++i) {
       joined = piece(tokens[i]);
       joined += piece(tokens[i + 1]);
       const int id = lookup(joined);
@@ -169,27 +221,86 @@ Result<std::vector<int>> Tokenizer::encode(std::string_view text, bool bos, bool
         best_index = i;
       }
     }
-    if (best_id < 0) break;
+    if (best_id < 0) return;
     tokens[best_index] = best_id;
     tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_index) + 1);
   }
+}
 
-  if (eos) tokens.push_back(eos_id_);
+int Tokenizer::merge_rank(const std::string& left, const std::string& right) const {
+  const auto it = merge_ranks_.find(left + " " + right);
+  return it == merge_ranks_.end() ? -1 : it->second;
+}
+
+// Merges the adjacent pair of lowest merge rank until no pair has one. Ties
+// go to the leftmost pair, as in llama.cpp.
+void Tokenizer::merge_by_rank(std::vector<std::string>& symbols) const {
+  for (;;) {
+    int best_rank = -1;
+    std::size_t best = 0;
+    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const int rank = merge_rank(symbols[i], symbols[i + 1]);
+      if (rank >= 0 && (best_rank < 0 || rank < best_rank)) {
+        best_rank = rank;
+        best = i;
+      }
+    }
+    if (best_rank < 0) return;
+    symbols[best] += symbols[best + 1];
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+}
+
+Result<std::vector<int>> Tokenizer::encode_bpe(std::string_view text) const {
+  std::vector<int> tokens;
+  for (std::string_view word : unicode::gpt2_words(text)) {
+    std::vector<std::string> symbols;
+    for (char c : word) symbols.push_back(unicode::byte_to_unicode(static_cast<std::uint8_t>(c)));
+    merge_by_rank(symbols);
+    for (const std::string& symbol : symbols) {
+      const int id = lookup(symbol);
+      if (id < 0) return Error(ErrorCode::contract, "cannot encode '" + symbol + "': the vocabulary has no token for it");
+      tokens.push_back(id);
+    }
+  }
   return tokens;
 }
 
 std::string Tokenizer::decode(int previous, int token) const {
-  std::string_view text = piece(token);
-  if (previous == bos_id_ && !text.empty() && text.front() == ' ') text.remove_prefix(1);
+  return kind_ == TokenizerKind::byte_bpe ? decode_bpe(token) : decode_sentencepiece(previous, token);
+}
+
+std::string Tokenizer::decode_sentencepiece(int previous, int token) const {
+  std::string text = piece(token);
+  if (kind_ == TokenizerKind::sentencepiece) text = replace_all(text, kSpaceMark, " ");
+  if (previous == bos_id_ && !text.empty() && text.front() == ' ') text.erase(0, 1);
   std::string out;
   if (const int byte = byte_piece_value(text); byte >= 0) {
     out.push_back(static_cast<char>(byte));
   } else {
-    out = std::string(text);
+    out = std::move(text);
   }
   if (out.size() == 1) {
     const auto c = static_cast<unsigned char>(out[0]);
     if (!(std::isprint(c) || std::isspace(c))) return {};
+  }
+  return out;
+}
+
+// Each character of a byte-level piece stands for one byte; characters
+// outside GPT-2's table (in added tokens) are kept as they are.
+std::string Tokenizer::decode_bpe(int token) const {
+  const std::string& text = piece(token);
+  std::string out;
+  for (std::size_t at = 0; at < text.size();) {
+    const unicode::CodePoint cp = unicode::decode_utf8(text, at);
+    const int byte = cp.valid ? unicode::unicode_to_byte(cp.value) : -1;
+    if (byte >= 0) {
+      out.push_back(static_cast<char>(byte));
+    } else {
+      out.append(text, at, cp.length);
+    }
+    at += cp.length;
   }
   return out;
 }

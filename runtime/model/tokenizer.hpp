@@ -1,39 +1,72 @@
-// SentencePiece-style tokenizer with llama2.c's exact behaviour.
+// Tokenizers: SentencePiece-style (llama2.c's tokenizer.bin, or a GGUF
+// "llama" vocabulary) and GPT-2-style byte-level BPE (a GGUF "gpt2"
+// vocabulary with merges).
 //
-// encode: optional BOS, a dummy-prefix space token for non-empty text, one
-// token per UTF-8 code point (bytes fall back to their `<0xNN>` pieces when
-// the code point has no piece), then repeatedly merge the adjacent pair
-// whose concatenation is the piece with the highest score.
-// decode: llama2.c's decode plus safe_printf, so generated text matches
-// run.c byte for byte.
+// SentencePiece encode (llama2.c's algorithm, which llama.cpp's SPM
+// tokenizer equals on every test vector): optional BOS, a dummy-prefix
+// space for non-empty text, one token per UTF-8 code point (bytes fall back
+// to their `<0xNN>` pieces when the code point has no piece), then
+// repeatedly merge the adjacent pair whose concatenation is the piece with
+// the highest score, leftmost on ties. GGUF vocabularies spell the space as
+// U+2581, so text spaces are escaped to it first.
+// Byte-level BPE encode (llama.cpp's, for GPT-2): the GPT-2 pre-tokenizer
+// splits the text into words, each word's bytes become GPT-2's printable
+// characters, and adjacent symbols merge by the lowest merge rank, leftmost
+// on ties.
+// decode: for SentencePiece, llama2.c's decode plus safe_printf, so text
+// matches run.c byte for byte (U+2581 reads as a space); for BPE, the
+// piece's bytes.
 //
 // Immutable after construction; safe to share between threads.
 #pragma once
 
 #include <array>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "runtime/error.hpp"
+#include "runtime/model/gguf.hpp"
 
 namespace accord {
 
+enum class TokenizerKind {
+  llama2c,        // llama2.c tokenizer.bin: SentencePiece pieces with literal spaces
+  sentencepiece,  // GGUF tokenizer.ggml.model "llama": spaces spelt U+2581
+  byte_bpe,       // GGUF tokenizer.ggml.model "gpt2": byte-level BPE with merges
+};
+
 class Tokenizer {
  public:
+  // Reads a tokenizer file: a GGUF file's vocabulary (recognised by its
+  // magic) or else a llama2.c tokenizer.bin.
+  static Result<Tokenizer> load(const std::string& path);
+
   // Reads a llama2.c `tokenizer.bin`: int32 max_token_length, then per token
   // float32 score, int32 length, bytes; up to the end of the file.
   static Result<Tokenizer> load_llama2c(const std::string& path);
+  // The same from a file's bytes; `name` prefixes error messages.
+  static Result<Tokenizer> read_llama2c(std::span<const std::byte> bytes, const std::string& name);
 
-  // pieces[i] and scores[i] describe token i. Fails on an empty vocabulary
-  // or sizes that differ.
+  // The vocabulary of a parsed GGUF file (tokenizer.ggml.* keys); format
+  // error when it is missing or inconsistent.
+  static Result<Tokenizer> from_gguf(const gguf::File& file, const std::string& name);
+
+  // A llama2.c-kind vocabulary: pieces[i] and scores[i] describe token i.
+  // Fails on an empty vocabulary or sizes that differ.
   static Result<Tokenizer> from_pieces(std::vector<std::string> pieces, std::vector<float> scores, int bos_id = 1,
                                        int eos_id = 2);
 
   // Writes the vocabulary in llama2.c's `tokenizer.bin` format.
   Status write_llama2c(const std::string& path) const;
 
+  // The tokenizer.ggml.* metadata of this vocabulary, for a GGUF file. A
+  // llama2.c vocabulary is written as a "llama" one (spaces as U+2581).
+  gguf::Metadata gguf_metadata() const;
+
+  TokenizerKind kind() const { return kind_; }
   int vocab_size() const { return static_cast<int>(pieces_.size()); }
   int bos_id() const { return bos_id_; }
   int eos_id() const { return eos_id_; }
@@ -41,23 +74,40 @@ class Tokenizer {
   float score(int id) const { return scores_.at(static_cast<std::size_t>(id)); }
 
   // Fails (contract error) only when a byte has neither a piece of its own
-  // nor a `<0xNN>` fallback piece in the vocabulary.
+  // nor a `<0xNN>` fallback piece in the vocabulary (for BPE: a symbol with
+  // no token).
   Result<std::vector<int>> encode(std::string_view text, bool bos, bool eos) const;
 
-  // The bytes run.c prints for `token` when it follows `previous`: the
-  // leading space is dropped after BOS, `<0xNN>` becomes its byte, and a
-  // lone byte that is neither printable nor whitespace prints as nothing.
+  // The bytes printed for `token` when it follows `previous`. SentencePiece
+  // kinds print what run.c prints: the leading space is dropped after BOS,
+  // `<0xNN>` becomes its byte, and a lone byte that is neither printable
+  // nor whitespace prints as nothing. BPE prints the token's bytes.
   // `token` must be inside the vocabulary.
   std::string decode(int previous, int token) const;
 
  private:
   Tokenizer() = default;
+  static Result<Tokenizer> build(TokenizerKind kind, std::vector<std::string> pieces, std::vector<float> scores,
+                                 int bos_id, int eos_id);
   int lookup(std::string_view piece) const;
+  bool is_byte_piece(int id) const;
+  Result<std::vector<int>> encode_sentencepiece(std::string_view text) const;
+  Result<std::vector<int>> encode_bpe(std::string_view text) const;
+  Status append_code_points(std::string_view text, std::vector<int>& tokens) const;
+  void merge_by_score(std::vector<int>& tokens) const;
+  void merge_by_rank(std::vector<std::string>& symbols) const;
+  int merge_rank(const std::string& left, const std::string& right) const;
+  std::string decode_sentencepiece(int previous, int token) const;
+  std::string decode_bpe(int token) const;
 
+  TokenizerKind kind_ = TokenizerKind::llama2c;
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
   std::unordered_map<std::string, int> ids_;  // piece -> lowest id with it
   std::array<int, 256> byte_ids_{};           // byte -> id of "<0xNN>", or -1
+  std::unordered_map<std::string, int> merge_ranks_;  // "left right" -> rank (BPE)
+  std::vector<std::string> merges_;                   // in rank order (BPE)
+  bool add_space_prefix_ = true;                      // SentencePiece dummy prefix
   int bos_id_ = 1;
   int eos_id_ = 2;
 };

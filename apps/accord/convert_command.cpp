@@ -1,0 +1,79 @@
+// accord convert: write a model as a GGUF file of F32, F16, Q8_0 or Q4_0.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "apps/accord/commands.hpp"
+#include "apps/accord/model_files.hpp"
+#include "runtime/io/mapped_file.hpp"
+#include "runtime/model/gguf.hpp"
+#include "runtime/model/gguf_model.hpp"
+#include "runtime/model/model.hpp"
+
+namespace accord::cli {
+
+namespace {
+
+struct ConvertArgs {
+  std::string in;
+  std::string out;
+  std::string tokenizer;
+  std::string type = "f16";
+};
+
+const std::map<std::string, gguf::TensorType> kTypes = {{"f32", gguf::TensorType::f32},
+                                                        {"f16", gguf::TensorType::f16},
+                                                        {"q8_0", gguf::TensorType::q8_0},
+                                                        {"q4_0", gguf::TensorType::q4_0}};
+
+// The metadata to write: a GGUF input's own (vocabulary included); for a
+// llama2.c input, the llama keys and the vocabulary of its tokenizer.
+Result<gguf::Metadata> output_metadata(const ConvertArgs& args, const Model& model) {
+  if (is_gguf(model)) {
+    auto file = MappedFile::open(model.path());
+    if (!file) return file.error();
+    auto parsed = gguf::parse(file->bytes(), model.path());
+    if (!parsed) return parsed.error();
+    return std::move(parsed->metadata);
+  }
+  auto tokenizer = find_tokenizer(args.tokenizer, model);
+  if (!tokenizer) return tokenizer.error();
+  gguf::Metadata metadata = llama_metadata(model.config());
+  for (auto& entry : tokenizer->gguf_metadata()) metadata.push_back(std::move(entry));
+  return metadata;
+}
+
+int run_convert(const ConvertArgs& args) {
+  auto model = Model::load(args.in);
+  if (!model) return fail(model.error().message());
+  if (is_gguf(*model) && !args.tokenizer.empty()) {
+    return fail("--tokenizer applies to llama2.c inputs; a GGUF input keeps its own vocabulary");
+  }
+  auto metadata = output_metadata(args, *model);
+  if (!metadata) return fail(metadata.error().message());
+  const gguf::TensorType type = kTypes.at(args.type);
+  if (Status written = write_gguf_model(args.out, *model, std::move(*metadata), type); !written) {
+    return fail(written.error().message());
+  }
+  std::cout << "wrote " << args.out << " (" << gguf::to_string(type) << ")" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Command add_convert_command(CLI::App& app) {
+  auto args = std::make_shared<ConvertArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "convert", "Write a model (GGUF or llama2.c) as a GGUF file with F32, F16, Q8_0 or Q4_0 matrices");
+  cmd->add_option("--in", args->in, "model to read: GGUF or llama2.c checkpoint")->required();
+  cmd->add_option("--out", args->out, "GGUF file to write")->required();
+  cmd->add_option("--type", args->type, "type of the matrices: f32, f16, q8_0 or q4_0; norms stay f32")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}))
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "for a llama2.c input: its tokenizer (default: found beside the model as for generate)");
+  return [args] { return run_convert(*args); };
+}
+
+}  // namespace accord::cli

@@ -1,0 +1,145 @@
+#include "kernels/cpu/quant.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace accord::cpu {
+
+namespace {
+
+std::uint16_t load_u16(const std::byte* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+void store_u16(std::byte* p, std::uint16_t v) { std::memcpy(p, &v, sizeof v); }
+
+// Truncates v toward zero into [lo, hi]; NaN gives 0. Finite input never
+// reaches the clamps; they keep non-finite weights from undefined casts.
+int to_level(float v, int lo, int hi) {
+  if (!(v == v)) return 0;
+  return static_cast<int>(std::clamp(v, static_cast<float>(lo), static_cast<float>(hi)));
+}
+
+}  // namespace
+
+float f16_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1Fu;
+  std::uint32_t mantissa = h & 0x3FFu;
+  std::uint32_t bits;
+  if (exponent == 0x1F) {
+    bits = sign | 0x7F800000u | (mantissa << 13);  // infinity or NaN
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;  // signed zero
+  } else {
+    // Subnormal half: normalise into a float.
+    std::uint32_t e = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    bits = sign | (e << 23) | ((mantissa & 0x3FFu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+std::uint16_t f32_to_f16(float f) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
+  const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const std::uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs >= 0x7F800000u) {  // infinity or NaN (NaN keeps a mantissa bit)
+    return static_cast<std::uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u));
+  }
+  if (abs >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // rounds past 65504
+  if (abs < 0x38800000u) {
+    // Result is subnormal or zero: scale so that rounding to an integer
+    // count of 2^-24 units is exact round-to-nearest-even.
+    const float magnitude = std::bit_cast<float>(abs);
+    const auto units = static_cast<std::uint32_t>(std::nearbyint(magnitude * 16777216.0f));
+    return static_cast<std::uint16_t>(sign | units);
+  }
+  // Normal: drop 13 mantissa bits with round to nearest even.
+  const std::uint32_t rounded = abs + 0xFFFu + ((abs >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+void dequantize_f16(float* dst, const std::byte* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(src + 2 * i));
+}
+
+void dequantize_q8_0(float* dst, const std::byte* src, std::size_t n) {
+  for (std::size_t b = 0; b < n / kQuantBlock; ++b) {
+    const std::byte* block = src + b * kQ8_0BlockBytes;
+    const float d = f16_to_f32(load_u16(block));
+    for (std::size_t j = 0; j < kQuantBlock; ++j) {
+      const auto q = static_cast<std::int8_t>(std::to_integer<std::uint8_t>(block[2 + j]));
+      dst[b * kQuantBlock + j] = static_cast<float>(q) * d;
+    }
+  }
+}
+
+void dequantize_q4_0(float* dst, const std::byte* src, std::size_t n) {
+  constexpr std::size_t half = kQuantBlock / 2;
+  for (std::size_t b = 0; b < n / kQuantBlock; ++b) {
+    const std::byte* block = src + b * kQ4_0BlockBytes;
+    const float d = f16_to_f32(load_u16(block));
+    float* out = dst + b * kQuantBlock;
+    for (std::size_t j = 0; j < half; ++j) {
+      const unsigned packed = std::to_integer<unsigned>(block[2 + j]);
+      out[j] = static_cast<float>(static_cast<int>(packed & 0x0Fu) - 8) * d;
+      out[j + half] = static_cast<float>(static_cast<int>(packed >> 4) - 8) * d;
+    }
+  }
+}
+
+void quantize_f16(std::byte* dst, const float* src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_f16(src[i]));
+}
+
+void quantize_q8_0(std::byte* dst, const float* src, std::size_t n) {
+  for (std::size_t b = 0; b < n / kQuantBlock; ++b) {
+    const float* x = src + b * kQuantBlock;
+    std::byte* block = dst + b * kQ8_0BlockBytes;
+    float amax = 0.0f;
+    for (std::size_t j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    store_u16(block, f32_to_f16(d));
+    for (std::size_t j = 0; j < kQuantBlock; ++j) {
+      const int q = to_level(std::roundf(x[j] * id), -127, 127);
+      block[2 + j] = static_cast<std::byte>(static_cast<std::uint8_t>(static_cast<std::int8_t>(q)));
+    }
+  }
+}
+
+void quantize_q4_0(std::byte* dst, const float* src, std::size_t n) {
+  constexpr std::size_t half = kQuantBlock / 2;
+  for (std::size_t b = 0; b < n / kQuantBlock; ++b) {
+    const float* x = src + b * kQuantBlock;
+    std::byte* block = dst + b * kQ4_0BlockBytes;
+    // The value of largest magnitude, with its sign, maps to -8.
+    float amax = 0.0f;
+    float max = 0.0f;
+    for (std::size_t j = 0; j < kQuantBlock; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    store_u16(block, f32_to_f16(d));
+    auto level = [&](float v) { return static_cast<unsigned>(to_level(v * id + 8.5f, 0, 15)); };
+    for (std::size_t j = 0; j < half; ++j) {
+      block[2 + j] = static_cast<std::byte>(level(x[j]) | (level(x[j + half]) << 4));
+    }
+  }
+}
+
+}  // namespace accord::cpu

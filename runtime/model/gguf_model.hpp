@@ -1,0 +1,36 @@
+// Llama-architecture models in GGUF files: the configuration from the
+// `llama.*` metadata, the weights from the tensors, and the reverse for
+// writing (`accord convert`).
+//
+// Tensors of type F32 are read where they lie in the mapping when aligned
+// for floats; F16, Q8_0 and Q4_0 are dequantized at load into float memory
+// the Model owns (docs/gguf.md says why).
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "runtime/error.hpp"
+#include "runtime/model/gguf.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/tokenizer.hpp"
+
+namespace accord {
+
+// Reads the llama configuration and weights of a parsed GGUF file whose
+// bytes are `bytes`; pointers of the result point into `bytes` or into its
+// owned buffer. `name` prefixes error messages.
+Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes,
+                                      const std::string& name);
+
+// The `general.*` and `llama.*` metadata that describe `config`.
+gguf::Metadata llama_metadata(const ModelConfig& config);
+
+// Writes `model`'s weights as a GGUF file with `metadata` (which should
+// hold the llama keys and usually a vocabulary). Matrices and the embedding
+// are stored as `type`; norm weights stay F32, as llama.cpp keeps them.
+// general.file_type is set to match.
+Status write_gguf_model(const std::string& path, const Model& model, gguf::Metadata metadata,
+                        gguf::TensorType type);
+
+}  // namespace accord
