@@ -44,6 +44,11 @@ enum class PhasePosition { intermediate, last };
 
 // A message the coordinator must send to rank `to`.
 struct CoordinatorMessage {
+  // A constructor rather than an aggregate: clang 14 (the fuzz build) has
+  // no parenthesised aggregate initialisation for emplace_back.
+  CoordinatorMessage(RankId recipient, std::variant<PhaseBegin, PhaseDecision> content)
+      : to(recipient), message(std::move(content)) {}
+
   RankId to = kNoRank;
   std::variant<PhaseBegin, PhaseDecision> message;
 
