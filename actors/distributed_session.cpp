@@ -1,6 +1,7 @@
 #include "actors/distributed_session.hpp"
 
 #include <caf/all.hpp>
+#include <chrono>
 #include <random>
 
 #include "actors/atoms.hpp"
@@ -62,9 +63,10 @@ struct DistributedSession::Impl {
   const Model* model = nullptr;
   SessionId session_id = random_session_id();
   std::vector<RankActors> ranks;
+  std::vector<std::shared_ptr<RankWorker>> workers;
   caf::actor coordinator;
   int position = 0;
-  std::uint64_t phases_run = 0;
+  DistributedStats stats;
 
   ~Impl() {
     if (system == nullptr) return;
@@ -92,8 +94,8 @@ struct DistributedSession::Impl {
     coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
     std::vector<caf::actor> agreements;
     for (int r = 0; r < partition->ranks(); ++r) {
-      auto worker = std::make_shared<RankWorker>(m, options.threads_per_rank, *partition, r);
-      ranks.push_back(spawn_rank(*system, std::move(worker), session_id, coordinator));
+      workers.push_back(std::make_shared<RankWorker>(m, options.threads_per_rank, *partition, r));
+      ranks.push_back(spawn_rank(*system, workers.back(), session_id, coordinator));
       agreements.push_back(ranks.back().agreement);
     }
     for (std::size_t r = 0; r + 1 < ranks.size(); ++r) {
@@ -111,7 +113,7 @@ struct DistributedSession::Impl {
         .receive([&](TransactionReply& r) { reply = std::move(r); },
                  [&](caf::error& e) { failure = system->render(e); });
     if (!reply) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
-    phases_run += reply->phases_run;
+    stats.phases_run += reply->phases_run;
     if (reply->outcome != TransactionOutcome::committed) return reply_error(*reply);
     return std::move(*reply);
   }
@@ -138,7 +140,10 @@ struct DistributedSession::Impl {
     request.kind = TransactionKind::forward_step;
     request.tokens.assign(tokens.begin(), tokens.end());
     request.all_rows = all_rows;
+    const auto start = std::chrono::steady_clock::now();
     auto reply = call(request);
+    stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++stats.forward_steps;
     if (!reply) return reply.error();
     position += static_cast<int>(tokens.size());
     const int rows = reply->logits.shape.empty() ? 0 : static_cast<int>(reply->logits.shape[0]);
@@ -222,6 +227,32 @@ Status DistributedSession::stop_rank(int rank) {
 
 int DistributedSession::ranks() const { return static_cast<int>(impl_->ranks.size()); }
 int DistributedSession::position() const { return impl_->position; }
-std::uint64_t DistributedSession::phases_run() const { return impl_->phases_run; }
+DistributedStats DistributedSession::stats() const {
+  DistributedStats stats = impl_->stats;
+  for (const auto& worker : impl_->workers) stats.compute_seconds += worker->compute_seconds();
+  return stats;
+}
+
+Result<std::span<const float>> DistributedTarget::keep(Result<DistributedStep> step) {
+  if (!step) return step.error();
+  logits_ = std::move(step->logits);
+  return std::span<const float>(logits_);
+}
+
+Result<std::span<const float>> DistributedTarget::prefill(std::span<const int> tokens) {
+  return keep(session_.prefill(tokens));
+}
+
+Result<std::span<const float>> DistributedTarget::decode(int token) { return keep(session_.decode(token)); }
+
+Status DistributedTarget::load_prompt_cache(const std::filesystem::path&, const PromptCacheDescriptor&,
+                                            std::span<const int>) {
+  return Error(ErrorCode::contract, "the prompt cache does not run on several ranks yet");
+}
+
+Status DistributedTarget::save_prompt_cache(const std::filesystem::path&, const PromptCacheDescriptor&,
+                                            std::span<const int>) {
+  return Error(ErrorCode::contract, "the prompt cache does not run on several ranks yet");
+}
 
 }  // namespace accord

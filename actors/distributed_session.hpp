@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/error.hpp"
+#include "runtime/generate/target.hpp"
 #include "runtime/model/model.hpp"
 
 namespace caf {
@@ -47,6 +48,20 @@ struct DistributedCheckpoint {
   std::vector<std::string> rank_digests;
 };
 
+// Where the time of forward steps went, for reports and benchmarks.
+struct DistributedStats {
+  std::uint64_t forward_steps = 0;
+  double step_seconds = 0;     // the caller's wall time inside forward steps
+  double compute_seconds = 0;  // the ranks' time in their units and head
+  std::uint64_t phases_run = 0;
+  // What the protocol (messages, agreement, copies) cost per forward step:
+  // wall time not spent computing. Ranks of a pipeline compute one after
+  // another, so their compute times add up.
+  double protocol_microseconds_per_step() const {
+    return forward_steps == 0 ? 0.0 : (step_seconds - compute_seconds) * 1e6 / static_cast<double>(forward_steps);
+  }
+};
+
 class DistributedSession {
  public:
   // With an actor system of its own.
@@ -71,14 +86,36 @@ class DistributedSession {
 
   int ranks() const;
   int position() const;  // the committed position
-  // Phase rounds run by all transactions so far.
-  std::uint64_t phases_run() const;
+  DistributedStats stats() const;
 
   struct Impl;
 
  private:
   explicit DistributedSession(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+// A distributed session as a generation target. Its prompt cache comes
+// with the distributed prompt cache; until then both calls fail clearly.
+class DistributedTarget final : public GenerationTarget {
+ public:
+  DistributedTarget(DistributedSession& session, const Model& model) : session_(session), model_(model) {}
+
+  const ModelConfig& config() const override { return model_.config(); }
+  int position() const override { return session_.position(); }
+  Result<std::span<const float>> prefill(std::span<const int> tokens) override;
+  Result<std::span<const float>> decode(int token) override;
+  Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                           std::span<const int> prefix) override;
+  Status save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                           std::span<const int> prefix) override;
+
+ private:
+  Result<std::span<const float>> keep(Result<DistributedStep> step);
+
+  DistributedSession& session_;
+  const Model& model_;
+  std::vector<float> logits_;
 };
 
 // Adds the message types of the protocol and of the session API to a

@@ -21,6 +21,7 @@
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/transformer.hpp"
+#include "actors/distributed_session.hpp"
 #include "runtime/session/session.hpp"
 
 namespace {
@@ -205,6 +206,37 @@ void BM_prompt_cache_load(benchmark::State& state, const Shape& shape) {
   state.counters["tok"] = benchmark::Counter(256, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Decode through N in-process ranks of actors (one thread each): tok/s,
+// and the protocol's share of a step (wall time the ranks did not compute).
+void BM_distributed_decode(benchmark::State& state, const Shape& shape) {
+  const accord::Model* model = model_or_skip(state, shape);
+  if (model == nullptr) return;
+  accord::DistributedOptions options;
+  options.ranks = static_cast<int>(state.range(0));
+  auto created = accord::DistributedSession::create(*model, options);
+  if (!created) {
+    state.SkipWithError(created.error().message().c_str());
+    return;
+  }
+  accord::DistributedSession& session = **created;
+  const int context = model->config().seq_len;
+  for (auto _ : state) {
+    if (session.position() == context && !session.reset_distributed()) {
+      state.SkipWithError("reset failed");
+      break;
+    }
+    auto step = session.decode(token_at(session.position(), model->config().vocab_size));
+    if (!step) {
+      state.SkipWithError(step.error().message().c_str());
+      break;
+    }
+  }
+  const accord::DistributedStats stats = session.stats();
+  state.counters["tok"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["protocol_us"] = stats.protocol_microseconds_per_step();
+  state.counters["protocol_share"] = (stats.step_seconds - stats.compute_seconds) / stats.step_seconds;
+}
+
 bool register_forward_benchmarks() {
   std::vector<Shape> shapes = {make_shape("15M", 288, 768, 6, 6, 6, 32000, 256)};
   if (const char* v = std::getenv("ACCORD_BENCH_110M"); v != nullptr && std::string_view(v) == "1") {
@@ -221,6 +253,13 @@ bool register_forward_benchmarks() {
     benchmark::RegisterBenchmark(("forward_prefill/" + shape.name).c_str(), BM_prefill, shape)
         ->ArgNames({"tokens", "threads"})
         ->ArgsProduct({{64, 256}, {1, 2}})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("distributed_decode/" + shape.name).c_str(), BM_distributed_decode, shape)
+        ->ArgName("ranks")
+        ->Arg(1)
+        ->Arg(2)
+        ->Arg(4)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
     for (auto* bm : {benchmark::RegisterBenchmark(("prompt_cold_prefill_256/" + shape.name).c_str(),

@@ -182,5 +182,41 @@ TEST(Cli, JsonCarriesTheSessionReport) {
   EXPECT_EQ(report.at("kv_bytes_capacity"), 512 * 5 * 32 * 2 * 4);
 }
 
+
+TEST(Cli, SeveralRanksGiveRunCsTokens) {
+  for (const auto& c : test::greedy_cases()) {
+    const auto result = run_accord({"generate", "--model", test::stories_model(), "--tokenizer",
+                                    test::stories_tokenizer(), "--prompt", c.prompt, "--temperature", "0",
+                                    "--max-tokens", std::to_string(c.generated_tokens.size()), "--ranks", "3",
+                                    "--json"});
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const auto json = nlohmann::json::parse(result.output);
+    EXPECT_EQ(json.at("generated_tokens").get<std::vector<int>>(), c.generated_tokens);
+    EXPECT_EQ(json.at("text").get<std::string>(), c.text);
+    EXPECT_EQ(json.at("ranks"), 3);
+    // Every forward step runs 2 boundary phases per route and 6 others.
+    const auto steps = c.generated_tokens.size();
+    EXPECT_EQ(json.at("phases_run").get<std::size_t>(), steps * (2 * 2 + 6));
+    EXPECT_GE(json.at("protocol_us_per_token").get<double>(), 0.0);
+  }
+}
+
+TEST(Cli, RefusesRanksTheModelCannotHoldAndTheCacheOnSeveralRanks) {
+  const std::vector<std::string> base = {"generate", "--model", test::stories_model(), "--tokenizer",
+                                         test::stories_tokenizer(), "--max-tokens", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_accord(args);
+  };
+  const auto too_many = with({"--ranks", "6"});
+  EXPECT_EQ(too_many.exit_code, 1) << too_many.output;
+  EXPECT_NE(too_many.output.find("cannot split 5 units over 6 ranks"), std::string::npos) << too_many.output;
+  const auto cache = with({"--ranks", "2", "--prompt-cache", "/tmp/unused"});
+  EXPECT_EQ(cache.exit_code, 1) << cache.output;
+  EXPECT_NE(cache.output.find("--prompt-cache does not run on several ranks yet"), std::string::npos);
+  EXPECT_EQ(with({"--ranks", "0"}).exit_code, 2);
+}
+
 }  // namespace
 }  // namespace accord

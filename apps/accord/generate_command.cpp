@@ -2,11 +2,13 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "actors/distributed_session.hpp"
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"
 #include "kernels/cpu/thread_pool.hpp"
@@ -30,6 +32,7 @@ struct GenerateArgs {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool json = false;
   std::string prompt_cache;
+  int ranks = 1;
 };
 
 nlohmann::json to_json(const SessionReport& r) {
@@ -53,10 +56,10 @@ nlohmann::json to_json(const SessionReport& r) {
   };
 }
 
-nlohmann::json to_json(const GenerationResult& result, const Session& session, int threads) {
+nlohmann::json to_json(const GenerationResult& result, const Model& model, int threads) {
   nlohmann::json json = {
-      {"model", session.model().path()},
-      {"model_format", session.model().format()},
+      {"model", model.path()},
+      {"model_format", model.format()},
       {"threads", threads},
       {"prompt_tokens", result.prompt_tokens},
       {"generated_tokens", result.generated_tokens},
@@ -66,7 +69,6 @@ nlohmann::json to_json(const GenerationResult& result, const Session& session, i
       {"decode_seconds", result.decode_seconds},
       {"prefill_tokens_per_second", result.prefill_tokens_per_second()},
       {"decode_tokens_per_second", result.decode_tokens_per_second()},
-      {"report", to_json(session.report())},
   };
   if (result.prompt_cache != PromptCacheOutcome::unused) {
     json["prompt_cache"] = std::string(to_string(result.prompt_cache));
@@ -76,19 +78,22 @@ nlohmann::json to_json(const GenerationResult& result, const Session& session, i
   return json;
 }
 
-int run_generate(const GenerateArgs& args) {
-  auto model = Model::load(args.model);
-  if (!model) return fail(model.error().message());
-  auto tokenizer = find_tokenizer(args.tokenizer, *model);
-  if (!tokenizer) return fail(tokenizer.error().message());
+void print_summary(const GenerationResult& result) {
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr, "accord: %zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s (%s)\n",
+               result.prompt_tokens.size(), result.prefill_tokens_per_second(), result.generated_tokens.size(),
+               result.decode_tokens_per_second(), std::string(to_string(result.stop_reason)).c_str());
+}
 
-  cpu::ThreadPool pool(args.threads);
-  Session session(*model, pool);
+// Generates on `target` and prints the text or the JSON report, to which
+// `extend` adds what the target knows of itself.
+int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const Model& model,
+                       const Tokenizer& tokenizer, const std::function<void(nlohmann::json&)>& extend) {
   GenerationOptions options;
   options.max_tokens = args.max_tokens;
   options.sampler = {args.temperature, args.top_p, args.seed};
   options.prompt_cache = args.prompt_cache;
-
   PieceSink stream;
   if (!args.json) {
     stream = [](std::string_view piece) {
@@ -97,22 +102,48 @@ int run_generate(const GenerateArgs& args) {
     };
   }
   auto warn = [](const std::string& warning) { std::cerr << "accord: warning: " << warning << std::endl; };
-  auto result = generate(session, *tokenizer, args.prompt, options, stream, warn);
+  auto result = generate(target, tokenizer, args.prompt, options, stream, warn);
   if (!result) return fail(result.error().message());
-  if (args.json) {
-    // Invalid UTF-8 (a byte piece cut from a multi-byte character) is
-    // replaced rather than making the whole report unprintable.
-    std::cout << to_json(*result, session, args.threads).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-              << std::endl;
-  } else {
-    std::printf("\n");
-    std::fflush(stdout);
-    std::fprintf(stderr, "accord: %zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s (%s)\n",
-                 result->prompt_tokens.size(), result->prefill_tokens_per_second(),
-                 result->generated_tokens.size(), result->decode_tokens_per_second(),
-                 std::string(to_string(result->stop_reason)).c_str());
+  if (!args.json) {
+    print_summary(*result);
+    return 0;
   }
+  nlohmann::json json = to_json(*result, model, args.threads);
+  json["ranks"] = args.ranks;
+  extend(json);
+  // Invalid UTF-8 (a byte piece cut from a multi-byte character) is
+  // replaced rather than making the whole report unprintable.
+  std::cout << json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return 0;
+}
+
+int run_generate(const GenerateArgs& args) {
+  if (args.ranks > 1 && !args.prompt_cache.empty()) {
+    return fail("--prompt-cache does not run on several ranks yet; use --ranks 1");
+  }
+  auto model = Model::load(args.model);
+  if (!model) return fail(model.error().message());
+  auto tokenizer = find_tokenizer(args.tokenizer, *model);
+  if (!tokenizer) return fail(tokenizer.error().message());
+
+  if (args.ranks == 1) {
+    cpu::ThreadPool pool(args.threads);
+    Session session(*model, pool);
+    SessionTarget target(session);
+    return generate_and_print(args, target, *model, *tokenizer,
+                              [&](nlohmann::json& json) { json["report"] = to_json(session.report()); });
+  }
+  DistributedOptions options;
+  options.ranks = args.ranks;
+  options.threads_per_rank = std::max(1, args.threads / args.ranks);
+  auto session = DistributedSession::create(*model, options);
+  if (!session) return fail(session.error().message());
+  DistributedTarget target(**session, *model);
+  return generate_and_print(args, target, *model, *tokenizer, [&](nlohmann::json& json) {
+    const DistributedStats stats = (*session)->stats();
+    json["phases_run"] = stats.phases_run;
+    json["protocol_us_per_token"] = stats.protocol_microseconds_per_step();
+  });
 }
 
 }  // namespace
@@ -134,6 +165,10 @@ Command add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prompt-cache", args->prompt_cache,
                   "prompt cache folder: reuse a cached prefix of the prompt, or save one (docs/prompt-cache.md)");
+  cmd->add_option("--ranks", args->ranks,
+                  "in-process ranks, each a group of actors holding a contiguous range of the model's layers")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   cmd->add_flag("--json", args->json,
                 "print one JSON object at the end (tokens, text, speeds) instead of streaming text");
   return [args] { return run_generate(*args); };

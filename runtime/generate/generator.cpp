@@ -14,18 +14,18 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-Status check_request(const Session& session, const Tokenizer& tokenizer, const GenerationOptions& options) {
+Status check_request(const GenerationTarget& target, const Tokenizer& tokenizer, const GenerationOptions& options) {
   if (options.max_tokens < 1) {
     return Error(ErrorCode::contract, "max tokens must be at least 1, got " + std::to_string(options.max_tokens));
   }
   if (Status ok = validate(options.sampler); !ok) return ok;
-  const ModelConfig& config = session.model().config();
+  const ModelConfig& config = target.config();
   if (tokenizer.vocab_size() != config.vocab_size) {
     return Error(ErrorCode::architecture, "the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
                                               " tokens but the model's vocabulary has " +
                                               std::to_string(config.vocab_size));
   }
-  if (session.position() != 0) return Error(ErrorCode::state, "generation needs an empty session");
+  if (target.position() != 0) return Error(ErrorCode::state, "generation needs an empty session");
   return {};
 }
 
@@ -38,7 +38,7 @@ struct CacheUse {
   int reused = 0;
 };
 
-CacheUse try_prompt_cache(Session& session, const std::filesystem::path& root, std::span<const int> prompt) {
+CacheUse try_prompt_cache(GenerationTarget& target, const std::filesystem::path& root, std::span<const int> prompt) {
   // The last prompt token is always run: its logits pick the first token.
   const auto cacheable = prompt.first(prompt.size() - 1);
   auto live = read_live_generation(root, 0);
@@ -51,7 +51,7 @@ CacheUse try_prompt_cache(Session& session, const std::filesystem::path& root, s
                          live->manifest.prefix_sha256 == token_ids_sha256(cacheable.first(static_cast<std::size_t>(n)));
   if (!is_prefix) return {PromptCacheOutcome::saved, "", 0};  // another prompt's prefix: replace it
   Status loaded =
-      session.load_prompt_cache(root, generation_cache_descriptor(), cacheable.first(static_cast<std::size_t>(n)));
+      target.load_prompt_cache(root, generation_cache_descriptor(), cacheable.first(static_cast<std::size_t>(n)));
   if (!loaded) return {PromptCacheOutcome::rejected, loaded.error().message(), 0};
   return {PromptCacheOutcome::hit, "", n};
 }
@@ -94,16 +94,16 @@ double GenerationResult::decode_tokens_per_second() const {
   return decode_seconds > 0 ? decode_steps / decode_seconds : 0.0;
 }
 
-Result<GenerationResult> generate(Session& session, const Tokenizer& tokenizer, std::string_view prompt,
+Result<GenerationResult> generate(GenerationTarget& target, const Tokenizer& tokenizer, std::string_view prompt,
                                   const GenerationOptions& options, const PieceSink& sink, const WarningSink& warn) {
-  if (Status ok = check_request(session, tokenizer, options); !ok) return ok.error();
+  if (Status ok = check_request(target, tokenizer, options); !ok) return ok.error();
   auto encoded = tokenizer.encode(prompt, /*bos=*/true, /*eos=*/false);
   if (!encoded) return encoded.error();
 
   GenerationResult result;
   result.prompt_tokens = std::move(*encoded);
   const int prompt_length = static_cast<int>(result.prompt_tokens.size());
-  const int context = session.model().config().seq_len;
+  const int context = target.config().seq_len;
   if (prompt_length > context) {
     return Error(ErrorCode::contract, "the prompt is " + std::to_string(prompt_length) +
                                           " tokens long, past the model's context of " + std::to_string(context) +
@@ -120,7 +120,7 @@ Result<GenerationResult> generate(Session& session, const Tokenizer& tokenizer, 
   const std::span<const int> prompt_ids(result.prompt_tokens);
   const auto prefill_start = Clock::now();
   if (!options.prompt_cache.empty() && prompt_length >= 2) {
-    CacheUse use = try_prompt_cache(session, options.prompt_cache, prompt_ids);
+    CacheUse use = try_prompt_cache(target, options.prompt_cache, prompt_ids);
     result.prompt_cache = use.outcome;
     result.prompt_cache_reason = use.reason;
     result.prompt_cache_tokens_reused = use.reused;
@@ -128,12 +128,12 @@ Result<GenerationResult> generate(Session& session, const Tokenizer& tokenizer, 
       warn("prompt cache rejected, prefilling from scratch: " + use.reason);
     }
   }
-  auto logits = session.prefill(prompt_ids.subspan(static_cast<std::size_t>(result.prompt_cache_tokens_reused)));
+  auto logits = target.prefill(prompt_ids.subspan(static_cast<std::size_t>(result.prompt_cache_tokens_reused)));
   if (!logits) return logits.error();
   result.prefill_seconds = seconds_since(prefill_start);
   if (result.prompt_cache == PromptCacheOutcome::saved) {
-    auto saved = session.save_prompt_cache(options.prompt_cache, generation_cache_descriptor(),
-                                           prompt_ids.first(prompt_ids.size() - 1));
+    Status saved = target.save_prompt_cache(options.prompt_cache, generation_cache_descriptor(),
+                                            prompt_ids.first(prompt_ids.size() - 1));
     if (!saved) {
       result.prompt_cache = PromptCacheOutcome::rejected;
       result.prompt_cache_reason = saved.error().message();
@@ -144,7 +144,7 @@ Result<GenerationResult> generate(Session& session, const Tokenizer& tokenizer, 
   Sampler sampler(options.sampler);
   int previous = result.prompt_tokens.back();
   const auto decode_start = Clock::now();
-  std::span<const float> last = logits->logits;  // valid until the next session call
+  std::span<const float> last = *logits;  // valid until the next call on the target
   for (;;) {
     const int next = sampler.sample(last);
     if (next == tokenizer.bos_id() || next == tokenizer.eos_id()) {
@@ -154,13 +154,13 @@ Result<GenerationResult> generate(Session& session, const Tokenizer& tokenizer, 
     result.generated_tokens.push_back(next);
     emit(previous, next);
     if (static_cast<int>(result.generated_tokens.size()) >= options.max_tokens) break;
-    if (session.position() >= context) {
+    if (target.position() >= context) {
       result.stop_reason = StopReason::context_full;
       break;
     }
-    auto step = session.decode(next);
+    auto step = target.decode(next);
     if (!step) return step.error();
-    last = step->logits;
+    last = *step;
     ++result.decode_steps;
     previous = next;
   }

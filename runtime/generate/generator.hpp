@@ -18,7 +18,7 @@
 #include "runtime/error.hpp"
 #include "runtime/model/sampler.hpp"
 #include "runtime/model/tokenizer.hpp"
-#include "runtime/session/session.hpp"
+#include "runtime/generate/target.hpp"
 
 namespace accord {
 
@@ -66,11 +66,19 @@ using PieceSink = std::function<void(std::string_view piece)>;
 // Receives warnings (a rejected prompt cache).
 using WarningSink = std::function<void(const std::string& warning)>;
 
-// Generates from the session's current state, which must be empty. Fails
+// Generates from the target's current state, which must be empty. Fails
 // before any forward step when the options are invalid or the prompt cannot
 // be encoded or does not fit the context.
-Result<GenerationResult> generate(Session& session, const Tokenizer& tokenizer, std::string_view prompt,
+Result<GenerationResult> generate(GenerationTarget& target, const Tokenizer& tokenizer, std::string_view prompt,
                                   const GenerationOptions& options, const PieceSink& sink = {},
                                   const WarningSink& warn = {});
+
+// The same on a single-rank session.
+inline Result<GenerationResult> generate(Session& session, const Tokenizer& tokenizer, std::string_view prompt,
+                                         const GenerationOptions& options, const PieceSink& sink = {},
+                                         const WarningSink& warn = {}) {
+  SessionTarget target(session);
+  return generate(target, tokenizer, prompt, options, sink, warn);
+}
 
 }  // namespace accord

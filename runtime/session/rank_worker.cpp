@@ -1,8 +1,30 @@
 #include "runtime/session/rank_worker.hpp"
 
+#include <chrono>
 #include <string>
 
 namespace accord {
+
+namespace {
+
+// Adds the time until the end of the scope to a counter.
+class ComputeTimer {
+ public:
+  explicit ComputeTimer(std::atomic<std::uint64_t>& total) : total_(total), start_(Clock::now()) {}
+  ~ComputeTimer() {
+    total_ += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+  }
+  ComputeTimer(const ComputeTimer&) = delete;
+  ComputeTimer& operator=(const ComputeTimer&) = delete;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::atomic<std::uint64_t>& total_;
+  Clock::time_point start_;
+};
+
+}  // namespace
 
 RankWorker::RankWorker(const Model& model, int threads, const Partition& partition, int rank)
     : pool_(threads), stage_(model, pool_, partition, rank) {}
@@ -30,6 +52,7 @@ Status RankWorker::run_units() {
   }
   const std::span<const float> activations = incoming_ ? std::span<const float>(incoming_->data) : std::span<const float>();
   if (Status ok = stage_.check_step(step_tokens_, activations); !ok) return ok;
+  ComputeTimer timer(compute_ns_);
   return stage_.execute(step_tokens_, activations, nullptr);
 }
 
@@ -51,6 +74,7 @@ Status RankWorker::receive_activations(RowBlock block) {
 }
 
 RowBlock RankWorker::logits(bool all_rows) {
+  ComputeTimer timer(compute_ns_);
   const auto values = stage_.logits(all_rows ? Transformer::Rows::all : Transformer::Rows::last);
   const int rows = all_rows ? static_cast<int>(step_tokens_.size()) : 1;
   return {rows, static_cast<int>(values.size()) / rows, {values.begin(), values.end()}};

@@ -7,6 +7,7 @@
 // that share it hand it over by message.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -61,6 +62,9 @@ class RankWorker {
   // On the output owner after run_units: the logits of the last row or all.
   RowBlock logits(bool all_rows);
 
+  // Seconds spent in run_units and logits so far; readable from any thread.
+  double compute_seconds() const { return static_cast<double>(compute_ns_.load()) * 1e-9; }
+
   // --- checkpoints, rollback, reset --------------------------------------
   RankCheckpoint checkpoint() const;
   // Accepts `checkpoint` if this rank can restore it; the commit rewinds.
@@ -81,6 +85,7 @@ class RankWorker {
   cpu::ThreadPool pool_;
   RankStage stage_;
   std::uint64_t reset_count_ = 0;
+  std::atomic<std::uint64_t> compute_ns_{0};
 
   // The open transaction.
   std::uint64_t epoch_ = 0;

@@ -1,0 +1,63 @@
+// What the generator drives: one forward step at a time, and the prompt
+// cache. A single-rank Session and a distributed session both fit.
+#pragma once
+
+#include <filesystem>
+#include <span>
+
+#include "runtime/error.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/session/prompt_cache.hpp"
+#include "runtime/session/session.hpp"
+
+namespace accord {
+
+class GenerationTarget {
+ public:
+  virtual ~GenerationTarget() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual int position() const = 0;
+  // The logits of the last token, valid until the next call.
+  virtual Result<std::span<const float>> prefill(std::span<const int> tokens) = 0;
+  virtual Result<std::span<const float>> decode(int token) = 0;
+  // As Session::load_prompt_cache and save_prompt_cache.
+  virtual Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                                   std::span<const int> prefix) = 0;
+  virtual Status save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                                   std::span<const int> prefix) = 0;
+};
+
+// A single-rank Session as a generation target.
+class SessionTarget final : public GenerationTarget {
+ public:
+  explicit SessionTarget(Session& session) : session_(session) {}
+
+  const ModelConfig& config() const override { return session_.model().config(); }
+  int position() const override { return session_.position(); }
+  Result<std::span<const float>> prefill(std::span<const int> tokens) override {
+    auto step = session_.prefill(tokens);
+    if (!step) return step.error();
+    return step->logits;
+  }
+  Result<std::span<const float>> decode(int token) override {
+    auto step = session_.decode(token);
+    if (!step) return step.error();
+    return step->logits;
+  }
+  Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                           std::span<const int> prefix) override {
+    return session_.load_prompt_cache(root, descriptor, prefix);
+  }
+  Status save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                           std::span<const int> prefix) override {
+    auto saved = session_.save_prompt_cache(root, descriptor, prefix);
+    if (!saved) return saved.error();
+    return {};
+  }
+
+ private:
+  Session& session_;
+};
+
+}  // namespace accord
