@@ -635,6 +635,25 @@ TEST_F(RankAgreementTest, APoisonedRankRefusesWorkUntilAResetCommits) {
   EXPECT_EQ(ready().actions.back(), (RankAction{RunPhase{4, kExecution, {7}}}));
 }
 
+TEST_F(RankAgreementTest, PoisonDuringAResetEndsItAndKeepsTheFirstCause) {
+  const PhaseDecision first = decision(Decision::poison, timed_out(CauseKind::rank_down, 2));
+  rank_.step(begin(1));
+  rank_.step(first);
+  const PhaseId reset = phase_id(SessionResetPreparation);
+  rank_.step(begin(2, reset));
+  ready();
+  const PhaseDecision second = decision(Decision::poison, timed_out(CauseKind::rank_down, 0), 2, reset);
+  rank_.step(second);
+  EXPECT_EQ(ready().actions, (std::vector<RankAction>{MarkPoisoned{second}}));
+  EXPECT_TRUE(rank_.settled());
+  EXPECT_EQ(*rank_.poison(), first);
+  rank_.phase_done(2, reset);  // the reset's work in flight: nothing awaits it
+  EXPECT_TRUE(ready().messages.empty());
+  rank_.step(second);
+  EXPECT_EQ(rank_.dropped().of(DropReason::late), 1u);
+  EXPECT_EQ(rank_.dropped().of(DropReason::duplicate), 1u);
+}
+
 TEST_F(RankAgreementTest, ANewEpochBeforeThePreviousSettledPoisonsTheRank) {
   rank_.step(begin(1));
   rank_.phase_done(1, kExecution);
