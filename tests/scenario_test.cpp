@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,7 @@ struct Command {
     const auto it = arguments.find(key);
     return it == arguments.end() ? fallback : std::stoull(it->second);
   }
-  std::uint32_t small(const std::string& key, std::uint64_t fallback = 0) const {
+  std::uint32_t u32(const std::string& key, std::uint64_t fallback = 0) const {
     return static_cast<std::uint32_t>(number(key, fallback));
   }
 };
@@ -121,8 +122,8 @@ class ScenarioRunner {
   }
 
   std::string coordinator(const Command& c) {
-    coordinator_.emplace(kSession, c.small("ranks"),
-                         AgreementOptions{c.small("status_deadline", 10), c.small("ack_deadline", 10)});
+    coordinator_.emplace(kSession, c.u32("ranks"),
+                         AgreementOptions{c.u32("status_deadline", 10), c.u32("ack_deadline", 10)});
     return "";
   }
   std::string begin(const Command& c) {
@@ -132,14 +133,14 @@ class ScenarioRunner {
   std::string reset(const Command& c) { return result(coordinator_->begin_reset(c.number("epoch"))); }
   std::string status(const Command& c) {
     const bool ok = c.has("ok");
-    coordinator_->step(PhaseStatus{kSession, c.number("epoch"), phase_of(c), c.small("rank"), ok,
+    coordinator_->step(PhaseStatus{kSession, c.number("epoch"), phase_of(c), c.u32("rank"), ok,
                                    FailureCode::mechanism, ok ? "" : "injected"});
     return "";
   }
   std::string ack(const Command& c) {
     const bool restored = c.has("restored");
     coordinator_->step(
-        AbortAcknowledgement{kSession, c.number("epoch"), c.small("rank"), restored, restored ? "" : "injected"});
+        AbortAcknowledgement{kSession, c.number("epoch"), c.u32("rank"), restored, restored ? "" : "injected"});
     return "";
   }
   std::string tick(const Command& c) {
@@ -147,11 +148,11 @@ class ScenarioRunner {
     return "";
   }
   std::string down(const Command& c) {
-    coordinator_->rank_down(c.small("rank"));
+    coordinator_->rank_down(c.u32("rank"));
     return "";
   }
   std::string up(const Command& c) {
-    coordinator_->rank_up(c.small("rank"));
+    coordinator_->rank_up(c.u32("rank"));
     return "";
   }
   std::string dropped(const Command&) {
