@@ -43,6 +43,7 @@ enum class DistributedExecutionPhase : std::uint8_t {
 };
 
 inline constexpr int kDistributedExecutionPhaseCount = 21;
+static_assert(static_cast<int>(DistributedExecutionPhase::Commit) + 1 == kDistributedExecutionPhaseCount);
 
 // CAF's stringification picks up a to_string that returns std::string.
 inline std::string to_string(DistributedExecutionPhase phase) {

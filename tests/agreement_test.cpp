@@ -45,10 +45,16 @@ std::vector<std::vector<T>> every_assignment(RankId ranks, const std::vector<T>&
   return assignments;
 }
 
+// Ranks 0 … ranks-1.
+std::vector<RankId> all_ranks(RankId ranks) {
+  std::vector<RankId> all(ranks);
+  std::iota(all.begin(), all.end(), RankId{0});
+  return all;
+}
+
 // Every order in which `ranks` ranks can answer.
 std::vector<std::vector<RankId>> every_order(RankId ranks) {
-  std::vector<RankId> order(ranks);
-  std::iota(order.begin(), order.end(), RankId{0});
+  std::vector<RankId> order = all_ranks(ranks);
   std::vector<std::vector<RankId>> orders;
   do {
     orders.push_back(order);
@@ -72,9 +78,8 @@ PhaseDecision decision(Decision kind, DecisionCause cause = {}, Epoch epoch = 1,
 
 DecisionCause rank_error(RankId rank) { return {CauseKind::rank_error, rank, FailureCode::mechanism, failure_text(rank)}; }
 DecisionCause restore_failed(RankId rank) { return {CauseKind::restore_failed, rank, FailureCode::state, failure_text(rank)}; }
-DecisionCause timed_out(CauseKind kind, RankId rank) { return {kind, rank, FailureCode::mechanism, {}}; }
-
-std::vector<RankId> all_ranks(RankId ranks) { return every_order(ranks).front(); }
+// A cause that carries no words from the rank: a timeout or a rank down.
+DecisionCause cause_of(CauseKind kind, RankId rank) { return {kind, rank, FailureCode::mechanism, {}}; }
 
 // `messages` is `expected` sent once to each of `recipients`, in that order.
 void expect_sent_to(const std::vector<CoordinatorMessage>& messages, const PhaseDecision& expected,
@@ -143,7 +148,7 @@ ExpectedOutcome expected_status_outcome(const std::vector<Reply>& replies, const
   const auto silent = std::find(replies.begin(), replies.end(), Reply::silent);
   if (!decided && silent != replies.end()) {
     const auto rank = static_cast<RankId>(silent - replies.begin());
-    expected.decision = decision(Decision::abort, timed_out(CauseKind::status_timeout, rank));
+    expected.decision = decision(Decision::abort, cause_of(CauseKind::status_timeout, rank));
     expected.needs_the_deadline = true;
   }
   return expected;
@@ -226,7 +231,7 @@ ExpectedOutcome expected_acknowledgement_outcome(const std::vector<Acknowledgeme
   const auto silent = std::find(answers.begin(), answers.end(), Acknowledgement::silent);
   if (!decided && silent != answers.end()) {
     const auto rank = static_cast<RankId>(silent - answers.begin());
-    expected.decision = decision(Decision::poison, timed_out(CauseKind::acknowledgement_timeout, rank));
+    expected.decision = decision(Decision::poison, cause_of(CauseKind::acknowledgement_timeout, rank));
     expected.needs_the_deadline = true;
   }
   return expected;
@@ -389,7 +394,7 @@ TEST(CoordinatorAgreementTest, ARankGoingDownPoisonsInEveryStageAndOnlyReachable
     stage.reach(coordinator);
     coordinator.take_ready();
     coordinator.rank_down(1);
-    const PhaseDecision poison = decision(Decision::poison, timed_out(CauseKind::rank_down, 1));
+    const PhaseDecision poison = decision(Decision::poison, cause_of(CauseKind::rank_down, 1));
     const CoordinatorReady ready = coordinator.take_ready();
     expect_sent_to(ready.messages, poison, {0, 2});
     EXPECT_EQ(ready.settled, std::vector<PhaseDecision>{poison});
@@ -400,8 +405,8 @@ TEST(CoordinatorAgreementTest, ARankGoingDownPoisonsInEveryStageAndOnlyReachable
   }
 }
 
-// Runs the reset transaction's phases; every rank answers `answer` to the
-// first and ok to the rest. Returns the last settled decision.
+// Runs the reset transaction's phases; every rank answers the first with
+// `first_phase_ok` and the rest with ok. Returns the last settled decision.
 PhaseDecision run_reset(CoordinatorAgreement& coordinator, Epoch epoch, bool first_phase_ok) {
   const std::vector<std::pair<PhaseId, PhasePosition>> phases = {
       {phase_id(SessionResetPreparation), PhasePosition::intermediate},
@@ -474,7 +479,7 @@ TEST(CoordinatorAgreementTest, ARankGoingDownDuringAResetKeepsTheSessionPoisoned
   coordinator.rank_down(1);
   const CoordinatorReady ready = coordinator.take_ready();
   const PhaseDecision poison =
-      decision(Decision::poison, timed_out(CauseKind::rank_down, 1), 1, phase_id(SessionResetPreparation));
+      decision(Decision::poison, cause_of(CauseKind::rank_down, 1), 1, phase_id(SessionResetPreparation));
   expect_sent_to(ready.messages, poison, {0});
   EXPECT_EQ(ready.settled, std::vector<PhaseDecision>{poison});
   EXPECT_EQ(*coordinator.poison(), cause);
@@ -603,7 +608,7 @@ TEST_F(RankAgreementTest, StaleFutureForeignDuplicateLateAndOutOfOrderMessagesAr
 
 TEST_F(RankAgreementTest, APoisonedRankRefusesWorkUntilAResetCommits) {
   rank_.step(begin(1));
-  rank_.step(decision(Decision::poison, timed_out(CauseKind::rank_down, 2)));
+  rank_.step(decision(Decision::poison, cause_of(CauseKind::rank_down, 2)));
   ASSERT_TRUE(rank_.poisoned());
   ready();
   rank_.phase_done(1, kExecution);  // the work in flight finishes: late
@@ -633,6 +638,25 @@ TEST_F(RankAgreementTest, APoisonedRankRefusesWorkUntilAResetCommits) {
   EXPECT_FALSE(rank_.poisoned());
   rank_.step(begin(4));
   EXPECT_EQ(ready().actions.back(), (RankAction{RunPhase{4, kExecution, {7}}}));
+}
+
+TEST_F(RankAgreementTest, PoisonDuringAResetEndsItAndKeepsTheFirstCause) {
+  const PhaseDecision first = decision(Decision::poison, cause_of(CauseKind::rank_down, 2));
+  rank_.step(begin(1));
+  rank_.step(first);
+  const PhaseId reset = phase_id(SessionResetPreparation);
+  rank_.step(begin(2, reset));
+  ready();
+  const PhaseDecision second = decision(Decision::poison, cause_of(CauseKind::rank_down, 0), 2, reset);
+  rank_.step(second);
+  EXPECT_EQ(ready().actions, (std::vector<RankAction>{MarkPoisoned{second}}));
+  EXPECT_TRUE(rank_.settled());
+  EXPECT_EQ(*rank_.poison(), first);
+  rank_.phase_done(2, reset);  // the reset's work in flight: nothing awaits it
+  EXPECT_TRUE(ready().messages.empty());
+  rank_.step(second);
+  EXPECT_EQ(rank_.dropped().of(DropReason::late), 1u);
+  EXPECT_EQ(rank_.dropped().of(DropReason::duplicate), 1u);
 }
 
 TEST_F(RankAgreementTest, ANewEpochBeforeThePreviousSettledPoisonsTheRank) {

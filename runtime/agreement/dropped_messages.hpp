@@ -22,6 +22,7 @@ enum class DropReason {
 };
 
 inline constexpr std::size_t kDropReasonCount = 9;
+static_assert(static_cast<std::size_t>(DropReason::malformed) + 1 == kDropReasonCount);
 
 std::string_view to_string(DropReason reason);
 

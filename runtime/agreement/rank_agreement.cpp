@@ -92,8 +92,9 @@ void RankAgreement::step(const PhaseDecision& decision) {
   }
   switch (decision.decision) {
     case Decision::poison:
-      // Poison concerns the whole session, whatever phase it names.
-      if (poison_) {
+      // Poison concerns the whole session, whatever phase it names; on a
+      // rank already poisoned it still ends a reset in progress.
+      if (poison_ && stage_ == Stage::settled) {
         dropped_.count(DropReason::duplicate);
       } else {
         become_poisoned(decision);
@@ -166,8 +167,9 @@ void RankAgreement::finish_restore(Epoch epoch, bool ok, std::string message) {
   if (!ok) become_poisoned(own_poison({CauseKind::restore_failed, rank_, FailureCode::state, std::move(message)}));
 }
 
+// The first cause stays: it is why the rank's state cannot be trusted.
 void RankAgreement::become_poisoned(PhaseDecision cause) {
-  poison_ = cause;
+  if (!poison_) poison_ = cause;
   stage_ = Stage::settled;
   decided_ = true;
   in_reset_ = false;

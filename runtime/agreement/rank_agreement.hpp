@@ -48,7 +48,8 @@ struct RestoreCheckpoint {
   Epoch epoch = 0;
   bool operator==(const RestoreCheckpoint&) const = default;
 };
-// The session is poisoned: drop provisional state and refuse work.
+// The session is poisoned (`cause`; the rank keeps the first one it heard):
+// drop provisional state once the local work in flight stopped, refuse work.
 struct MarkPoisoned {
   PhaseDecision cause;
   bool operator==(const MarkPoisoned&) const = default;
