@@ -23,23 +23,7 @@ inline void consume(float value) {
 
 // Reads the first and last float of every weight tensor.
 inline void touch_weights(const ModelContents& model) {
-  const ModelConfig& c = model.config;
-  const std::size_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), V = c.vocab_size;
-  auto touch = [](const float* p, std::size_t n) { consume(p[0] + p[n - 1]); };
-  touch(model.weights.token_embedding, V * D);
-  touch(model.weights.classifier, V * D);
-  touch(model.weights.rms_final, D);
-  for (const LayerWeights& l : model.weights.layers) {
-    touch(l.rms_att, D);
-    touch(l.wq, D * D);
-    touch(l.wk, KV * D);
-    touch(l.wv, KV * D);
-    touch(l.wo, D * D);
-    touch(l.rms_ffn, D);
-    touch(l.w1, H * D);
-    touch(l.w2, D * H);
-    touch(l.w3, H * D);
-  }
+  for_each_weight(model.config, model.weights, [](const float* p, std::size_t n) { consume(p[0] + p[n - 1]); });
 }
 
 // Encodes a few texts and decodes every token of the result.

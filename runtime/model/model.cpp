@@ -18,6 +18,25 @@ Status check_range(const char* name, long long value, long long max) {
 
 }  // namespace
 
+void for_each_weight(const ModelConfig& c, const ModelWeights& w,
+                     const std::function<void(const float* data, std::size_t count)>& fn) {
+  const std::size_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), V = c.vocab_size;
+  fn(w.token_embedding, V * D);
+  for (const LayerWeights& l : w.layers) {
+    fn(l.rms_att, D);
+    fn(l.wq, D * D);
+    fn(l.wk, KV * D);
+    fn(l.wv, KV * D);
+    fn(l.wo, D * D);
+    fn(l.rms_ffn, D);
+    fn(l.w1, H * D);
+    fn(l.w2, D * H);
+    fn(l.w3, H * D);
+  }
+  fn(w.rms_final, D);
+  if (!c.shared_classifier) fn(w.classifier, V * D);
+}
+
 Status validate(const ModelConfig& c) {
   // Generous bounds: far above any Llama-family model, low enough that the
   // product of any two or three of them cannot overflow 64 bits.

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -59,6 +60,12 @@ struct ModelWeights {
   const float* rms_final = nullptr;        // (dim)
   const float* classifier = nullptr;       // (vocab_size, dim)
 };
+
+// Calls fn(data, count) for every weight tensor in one canonical order
+// (embedding; per layer rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3; final
+// norm; the classifier when it is not shared), whatever the file layout.
+void for_each_weight(const ModelConfig& config, const ModelWeights& weights,
+                     const std::function<void(const float* data, std::size_t count)>& fn);
 
 // One tensor as the file stores it (for `accord inspect`).
 struct StoredTensor {
