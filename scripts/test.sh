@@ -8,16 +8,20 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/scripts/setup.sh"
 
+passed=0
 run_suite() {
   local build=$1
   shift
   echo "== accord: building $build"
   "$root/scripts/build.sh" "$build" "$@"
   echo "== accord: testing $build"
-  ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+  ctest --test-dir "$build" --output-on-failure -j "$(nproc)" | tee "$build/ctest.log"
+  # ctest exits non-zero on any failure (set -e stops here); count the rest.
+  passed=$((passed + $(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$build/ctest.log")))
 }
 
 # The Release build also compiles the benchmarks, so they cannot rot.
 run_suite "$root/build" -DCMAKE_BUILD_TYPE=Release -DACCORD_BUILD_BENCH=ON
 run_suite "$root/build-sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCORD_SANITIZE=ON -DACCORD_BUILD_BENCH=OFF
 "$root/scripts/fuzz.sh"
+echo "accord: $passed passed, 0 failed"
