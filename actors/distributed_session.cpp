@@ -1,4 +1,5 @@
 #include "actors/distributed_session.hpp"
+#include "actors/distributed_session_actor.hpp"
 
 #include <caf/all.hpp>
 #include <chrono>
@@ -224,6 +225,8 @@ Status DistributedSession::stop_rank(int rank) {
   caf::anon_send_exit(impl_->ranks[static_cast<std::size_t>(rank)].agreement, caf::exit_reason::kill);
   return {};
 }
+
+caf::actor coordinator_of(const DistributedSession& session) { return session.impl()->coordinator; }
 
 int DistributedSession::ranks() const { return static_cast<int>(impl_->ranks.size()); }
 int DistributedSession::position() const { return impl_->position; }

@@ -89,6 +89,7 @@ class DistributedSession {
   DistributedStats stats() const;
 
   struct Impl;
+  const Impl* impl() const { return impl_.get(); }
 
  private:
   explicit DistributedSession(std::unique_ptr<Impl> impl);

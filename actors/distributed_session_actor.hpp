@@ -1,0 +1,16 @@
+// The coordinator behind a DistributedSession, for callers that speak to
+// the session in typed messages from their own actors: send it a
+// TransactionRequest (messages/session_api.hpp) and it answers one
+// TransactionReply per transaction. Includes CAF, unlike
+// distributed_session.hpp.
+#pragma once
+
+#include <caf/actor.hpp>
+
+#include "actors/distributed_session.hpp"
+
+namespace accord {
+
+caf::actor coordinator_of(const DistributedSession& session);
+
+}  // namespace accord
