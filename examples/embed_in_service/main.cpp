@@ -24,35 +24,38 @@ struct ServiceState {
   caf::response_promise promise;
 };
 
-// The service's own actor: greedy generation of `count` tokens, one
-// transaction per step, without ever blocking its scheduler thread.
-caf::behavior greedy_service(caf::stateful_actor<ServiceState>* self, caf::actor session) {
+using ServiceActor = caf::stateful_actor<ServiceState>;
+
+// One decode step as one transaction; the reply's handler starts the next,
+// so the actor never blocks its scheduler thread.
+void request_step(ServiceActor* self, std::vector<int> tokens) {
+  accord::TransactionRequest request;
+  request.tokens = std::move(tokens);
+  self->request(self->state.session, caf::infinite, request).then([=](accord::TransactionReply& reply) {
+    auto& s = self->state;
+    if (reply.outcome != accord::TransactionOutcome::committed) {
+      s.promise.deliver(caf::make_error(caf::sec::runtime_error, reply.message));
+      return;
+    }
+    const int next = accord::argmax(reply.logits.data);
+    s.generated.push_back(next);
+    if (--s.remaining == 0) {
+      s.promise.deliver(s.generated);
+    } else {
+      request_step(self, {next});
+    }
+  });
+}
+
+// The service's own actor: greedy generation of `count` tokens.
+caf::behavior greedy_service(ServiceActor* self, caf::actor session) {
   self->state.session = std::move(session);
-  auto step = std::make_shared<std::function<void(std::vector<int>)>>();
-  *step = [self, step](std::vector<int> tokens) {
-    accord::TransactionRequest request;
-    request.tokens = std::move(tokens);
-    self->request(self->state.session, caf::infinite, request).then([=](accord::TransactionReply& reply) {
-      auto& s = self->state;
-      if (reply.outcome != accord::TransactionOutcome::committed) {
-        s.promise.deliver(caf::make_error(caf::sec::runtime_error, reply.message));
-        return;
-      }
-      const int next = accord::argmax(reply.logits.data);
-      s.generated.push_back(next);
-      if (--s.remaining == 0) {
-        s.promise.deliver(s.generated);
-      } else {
-        (*step)({next});
-      }
-    });
-  };
   return {
       [=](generate_atom, std::vector<int> prompt, int count) {
         self->state.generated.clear();
         self->state.remaining = count;
         self->state.promise = self->make_response_promise();
-        (*step)(std::move(prompt));
+        request_step(self, std::move(prompt));
         return caf::delegated<std::vector<int>>();
       },
   };
