@@ -49,15 +49,29 @@ Status sync_folder(const std::filesystem::path& folder) {
   return {};
 }
 
-Status replace_file_atomically(const std::filesystem::path& path, const std::string& text) {
+Status write_atomically(const std::filesystem::path& path, const std::function<void(std::ostream&)>& body) {
   std::filesystem::path temporary = path;
-  temporary += ".tmp";
-  std::error_code ignored;
-  std::filesystem::remove(temporary, ignored);
-  const auto* data = reinterpret_cast<const std::byte*>(text.data());
-  if (Status s = write_file_synced(temporary, {data, text.size()}); !s) return s;
+  temporary += ".partial";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) return io_error("cannot create", temporary);
+    body(out);
+    out.close();
+    if (!out) return io_error("cannot write", temporary);
+  }
+  // std::ofstream cannot fsync; a second descriptor on the same file can.
+  const int fd = ::open(temporary.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return io_error("cannot open", temporary);
+  const int synced = ::fsync(fd);
+  ::close(fd);
+  if (synced != 0) return io_error("cannot fsync", temporary);
   if (::rename(temporary.c_str(), path.c_str()) != 0) return io_error("cannot rename over", path);
-  return sync_folder(path.parent_path());
+  const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : ".";
+  return sync_folder(folder);
+}
+
+Status replace_file_atomically(const std::filesystem::path& path, const std::string& text) {
+  return write_atomically(path, [&](std::ostream& out) { out << text; });
 }
 
 Result<std::vector<std::byte>> read_file(const std::filesystem::path& path, std::size_t max_bytes) {

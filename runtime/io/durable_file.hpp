@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
+#include <ostream>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,8 +21,12 @@ Status write_file_synced(const std::filesystem::path& path, std::span<const std:
 // fsync on a folder, so that renames and creations inside it are durable.
 Status sync_folder(const std::filesystem::path& folder);
 
-// Writes `text` to a temporary file beside `path`, fsyncs it and renames it
-// over `path`, then syncs the folder: readers see the old or the new text.
+// Lets `body` write PATH.partial, fsyncs it and renames it over `path`, then
+// syncs the folder: readers see the old file or the whole new one. A stream
+// error or a failed rename is an io error and leaves `path` untouched.
+Status write_atomically(const std::filesystem::path& path, const std::function<void(std::ostream&)>& body);
+
+// write_atomically with `text` as the whole contents.
 Status replace_file_atomically(const std::filesystem::path& path, const std::string& text);
 
 // Reads a whole file, refusing one larger than max_bytes.

@@ -5,7 +5,7 @@
 #include <unordered_set>
 
 #include "kernels/cpu/quant.hpp"
-#include "runtime/io/atomic_write.hpp"
+#include "runtime/io/durable_file.hpp"
 
 namespace accord::gguf {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops.hpp"
-#include "runtime/io/atomic_write.hpp"
+#include "runtime/io/durable_file.hpp"
 
 namespace accord::llama2c {
 
