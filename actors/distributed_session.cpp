@@ -10,6 +10,7 @@
 #include "actors/message_registry.hpp"
 #include "actors/rank_actors.hpp"
 #include "messages/session_api.hpp"
+#include "runtime/model/transformer.hpp"
 #include "runtime/session/partition.hpp"
 #include "runtime/session/rank_worker.hpp"
 
@@ -119,24 +120,10 @@ struct DistributedSession::Impl {
     return std::move(*reply);
   }
 
-  Status check_tokens(std::span<const int> tokens) const {
-    const ModelConfig& c = model->config();
-    if (tokens.empty()) return Error(ErrorCode::contract, "no tokens to run");
-    for (int id : tokens) {
-      if (id < 0 || id >= c.vocab_size) {
-        return Error(ErrorCode::contract, "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
-                                              std::to_string(c.vocab_size - 1) + ")");
-      }
-    }
-    if (position + static_cast<long long>(tokens.size()) > c.seq_len) {
-      return Error(ErrorCode::contract, "positions past the model's context of " + std::to_string(c.seq_len) +
-                                            " tokens");
-    }
-    return {};
-  }
-
   Result<DistributedStep> step(std::span<const int> tokens, bool all_rows) {
-    if (Status ok = check_tokens(tokens); !ok) return std::move(Error(ok.error()).mark_before_state_mutation());
+    if (Status ok = check_tokens(model->config(), tokens, position); !ok) {
+      return std::move(Error(ok.error()).mark_before_state_mutation());
+    }
     TransactionRequest request;
     request.kind = TransactionKind::forward_step;
     request.tokens.assign(tokens.begin(), tokens.end());

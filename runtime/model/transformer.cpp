@@ -23,8 +23,7 @@ Transformer::Transformer(const Model& model, cpu::ThreadPool& pool) : model_(mod
   cpu::rope_tables(rope_cos_.data(), rope_sin_.data(), c.seq_len, c.head_size(), c.rope_theta);
 }
 
-Status Transformer::check_input(std::span<const int> tokens, int pos) const {
-  const ModelConfig& c = model_.config();
+Status check_tokens(const ModelConfig& c, std::span<const int> tokens, int pos) {
   if (tokens.empty()) return Error(ErrorCode::contract, "no tokens to run");
   for (int id : tokens) {
     if (id < 0 || id >= c.vocab_size) {

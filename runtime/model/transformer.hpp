@@ -15,6 +15,10 @@
 
 namespace accord {
 
+// Checks that every id is in the vocabulary and that positions
+// [pos, pos + tokens.size()) fit the context. Contract error otherwise.
+Status check_tokens(const ModelConfig& config, std::span<const int> tokens, int pos);
+
 class Transformer {
  public:
   // model and pool must outlive the Transformer.
@@ -22,9 +26,8 @@ class Transformer {
 
   const Model& model() const { return model_; }
 
-  // Checks that every id is in the vocabulary and that positions
-  // [pos, pos + tokens.size()) fit the context. Contract error otherwise.
-  Status check_input(std::span<const int> tokens, int pos) const;
+  // check_tokens for this model.
+  Status check_input(std::span<const int> tokens, int pos) const { return check_tokens(model_.config(), tokens, pos); }
 
   // Runs `tokens` at positions pos, pos + 1, ... as one batch, appending
   // their keys and values to kv (which must hold every unit), and returns
