@@ -7,6 +7,7 @@
 
 #include "actors/atoms.hpp"
 #include "actors/coordinator.hpp"
+#include "actors/failure_codes.hpp"
 #include "actors/message_registry.hpp"
 #include "actors/rank_actors.hpp"
 #include "messages/session_api.hpp"
@@ -22,19 +23,6 @@ class SessionConfig : public caf::actor_system_config {
  public:
   SessionConfig() { register_distributed_session_types(*this); }
 };
-
-ErrorCode to_error_code(FailureCode code) {
-  switch (code) {
-    case FailureCode::contract: return ErrorCode::contract;
-    case FailureCode::io: return ErrorCode::io;
-    case FailureCode::format: return ErrorCode::format;
-    case FailureCode::architecture: return ErrorCode::architecture;
-    case FailureCode::state: return ErrorCode::state;
-    case FailureCode::prompt_cache: return ErrorCode::prompt_cache;
-    case FailureCode::mechanism: return ErrorCode::mechanism;
-  }
-  return ErrorCode::mechanism;
-}
 
 Error reply_error(const TransactionReply& reply) {
   switch (reply.outcome) {

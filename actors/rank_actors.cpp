@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "actors/atoms.hpp"
+#include "actors/failure_codes.hpp"
 #include "messages/phase_arguments.hpp"
 #include "runtime/agreement/rank_agreement.hpp"
 
@@ -16,18 +17,6 @@ using enum DistributedExecutionPhase;
 
 // The outcome of a local action as it travels between a rank's actors.
 using LocalResult = std::tuple<bool, std::uint8_t, std::string>;
-
-FailureCode to_failure_code(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::contract: return FailureCode::contract;
-    case ErrorCode::io: return FailureCode::io;
-    case ErrorCode::format: return FailureCode::format;
-    case ErrorCode::architecture: return FailureCode::architecture;
-    case ErrorCode::state: return FailureCode::state;
-    case ErrorCode::prompt_cache: return FailureCode::prompt_cache;
-    default: return FailureCode::mechanism;
-  }
-}
 
 LocalResult to_local(const Status& status) {
   if (status) return {true, 0, ""};
