@@ -10,7 +10,6 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using topology_atom = caf::atom_constant<caf::atom("topology")>;
 using next_rank_atom = caf::atom_constant<caf::atom("nextRank")>;
 using run_units_atom = caf::atom_constant<caf::atom("runUnits")>;
-using logits_atom = caf::atom_constant<caf::atom("logits")>;
 using begin_step_atom = caf::atom_constant<caf::atom("beginStep")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 using rollback_atom = caf::atom_constant<caf::atom("rollback")>;
@@ -19,6 +18,5 @@ using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using forget_atom = caf::atom_constant<caf::atom("forget")>;
 using accept_atom = caf::atom_constant<caf::atom("accept")>;
-using outgoing_atom = caf::atom_constant<caf::atom("outgoing")>;
 
 }  // namespace accord

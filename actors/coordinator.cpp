@@ -6,6 +6,7 @@
 #include "actors/atoms.hpp"
 #include "messages/phase_arguments.hpp"
 #include "messages/session_api.hpp"
+#include "runtime/session/rank_worker.hpp"
 
 namespace accord {
 
@@ -28,8 +29,9 @@ std::vector<PlannedPhase> plan_for(const TransactionRequest& request, RankId ran
         plan.push_back({boundary_phase_id(BoundarySourceCompletion, r, r + 1), {}});
         plan.push_back({boundary_phase_id(BoundarySourceReady, r, r + 1), {}});
       }
-      plan.push_back({phase_id(Execution), {}});
-      plan.push_back({phase_id(OutputObservation), {static_cast<std::uint8_t>(request.all_rows ? 1 : 0)}});
+      plan.push_back({phase_id(Execution), {static_cast<std::uint8_t>(request.all_rows ? OutputRows::all
+                                                                                   : OutputRows::last)}});
+      plan.push_back({phase_id(OutputObservation), {}});
       plan.push_back({phase_id(OutputPublication), {}});
       break;
     case TransactionKind::checkpoint:
@@ -54,6 +56,9 @@ struct CoordinatorState {
   SessionId session = 0;
   std::vector<caf::actor> ranks;
   Epoch next_epoch = 1;
+  // A tick is on its way. The timer runs only while a phase or an abort is
+  // being agreed on, so an idle session wakes no thread.
+  bool ticking = false;
 
   // The open transaction, while `busy`.
   bool busy = false;
@@ -128,6 +133,11 @@ void pump(CoordinatorActor* self) {
     std::visit([&](auto& m) { self->send(rank, std::move(m)); }, message.message);
   }
   for (const auto& decision : ready.settled) settle(self, decision);
+  auto& s = self->state;
+  if (!s.ticking && s.agreement->agreeing()) {
+    s.ticking = true;
+    self->delayed_send(self, s.options.tick, tick_atom::value);
+  }
 }
 
 caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankId rank_count,
@@ -143,7 +153,6 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
     }
     pump(self);
   });
-  self->send(self, tick_atom::value);
   return {
       [=](topology_atom, const std::vector<caf::actor>& ranks) {
         self->state.ranks = ranks;
@@ -181,9 +190,9 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
         if (self->state.busy && report.epoch == self->state.reply.epoch) self->state.reply.checkpoints.push_back(report);
       },
       [=](tick_atom) {
+        self->state.ticking = false;
         self->state.agreement->tick();
         pump(self);
-        self->delayed_send(self, self->state.options.tick, tick_atom::value);
       },
   };
 }

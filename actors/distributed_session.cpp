@@ -21,7 +21,10 @@ namespace {
 
 class SessionConfig : public caf::actor_system_config {
  public:
-  SessionConfig() { register_distributed_session_types(*this); }
+  SessionConfig() {
+    register_distributed_session_types(*this);
+    use_low_latency_scheduling(*this);
+  }
 };
 
 Error reply_error(const TransactionReply& reply) {
@@ -45,6 +48,16 @@ std::uint64_t random_session_id() {
 }  // namespace
 
 void register_distributed_session_types(caf::actor_system_config& config) { register_message_types(config); }
+
+void use_low_latency_scheduling(caf::actor_system_config& config) {
+  // CAF 0.17's idle worker first spins (aggressive), then polls with a
+  // 50 us sleep between attempts for about 25 ms (moderate), then waits on
+  // a condition variable that an arriving message notifies (relaxed). A
+  // decode step leaves the workers idle for milliseconds while a rank
+  // computes, so every phase round after it paid up to a sleep period per
+  // hop. Without the moderate stage a message wakes a worker at once.
+  config.set("work-stealing.moderate-poll-attempts", std::size_t{0});
+}
 
 struct DistributedSession::Impl {
   std::unique_ptr<SessionConfig> own_config;

@@ -123,4 +123,10 @@ class DistributedTarget final : public GenerationTarget {
 // config, as every node of a cluster must.
 void register_distributed_session_types(caf::actor_system_config& config);
 
+// Tunes CAF's work-stealing scheduler for the protocol's short message
+// rounds (a session with its own actor system does this itself). A service
+// that embeds sessions may call it on its config; its own actors then see
+// the same short wake-up latency.
+void use_low_latency_scheduling(caf::actor_system_config& config);
+
 }  // namespace accord

@@ -36,9 +36,9 @@ RowBlock from_wire(const WireTensor& t) {
 
 caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
   return {
-      [=](run_units_atom) -> LocalResult { return to_local(worker->run_units()); },
-      [=](logits_atom, bool all_rows) -> WireTensor { return to_wire(worker->logits(all_rows)); },
-      [=](outgoing_atom) -> WireTensor { return to_wire(worker->outgoing_activations()); },
+      [=](run_units_atom, std::uint8_t rows) -> LocalResult {
+        return to_local(worker->run_units(static_cast<OutputRows>(rows)));
+      },
   };
 }
 
@@ -123,11 +123,11 @@ void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
   auto& s = self->state;
   const RankId me = static_cast<RankId>(s.worker->rank());
   if (run.phase.route.source == me) {
-    // The completion of this route was agreed: the transfer may start.
-    self->request(s.execution, caf::infinite, outgoing_atom::value).then([=](WireTensor& activations) {
-      self->send(self->state.next, RouteTransfer{self->state.session, run.epoch, run.phase.route, std::move(activations)});
-      finish_phase(self, run, {true, 0, ""});
-    });
+    // The completion of this route was agreed: the transfer may start. The
+    // execution actor is idle between local actions, so the activations
+    // are read here rather than fetched with one more hand-over.
+    self->send(s.next, RouteTransfer{s.session, run.epoch, run.phase.route, to_wire(s.worker->outgoing_activations())});
+    finish_phase(self, run, {true, 0, ""});
   } else if (run.phase.route.target == me) {
     s.awaiting_arrival = run;
     if (s.arrived && s.arrived->epoch == run.epoch) accept_arrival(self, run);
@@ -148,23 +148,21 @@ void run_local(AgreementActor* self, const RunPhase& run) {
       return run_on(self, s.state, run, begin_step_atom::value, run.epoch, std::move(*tokens));
     }
     case BoundarySourceCompletion:
-      if (run.phase.route.source == me) return run_on(self, s.execution, run, run_units_atom::value);
+      if (run.phase.route.source == me) {
+        return run_on(self, s.execution, run, run_units_atom::value, static_cast<std::uint8_t>(OutputRows::none));
+      }
       return finish_phase(self, run, ok);
     case BoundarySourceReady:
       return run_boundary_ready(self, run);
     case Execution:
       // Ranks before the output owner ran their units at their route's
-      // completion; the output owner runs its own now.
-      if (owner) return run_on(self, s.execution, run, run_units_atom::value);
-      return finish_phase(self, run, ok);
-    case OutputObservation:
+      // completion; the output owner runs its own and the head now.
       if (!owner) return finish_phase(self, run, ok);
-      self->request(s.execution, caf::infinite, logits_atom::value, !run.arguments.empty() && run.arguments[0] != 0)
-          .then([=](WireTensor& logits) {
-            self->state.output = std::move(logits);
-            finish_phase(self, run, {true, 0, ""});
-          });
-      return;
+      if (run.arguments.size() != 1) return finish_phase(self, run, {false, 0, "malformed execution arguments"});
+      return run_on(self, s.execution, run, run_units_atom::value, run.arguments[0]);
+    case OutputObservation:
+      if (owner) s.output = to_wire(s.worker->take_logits());
+      return finish_phase(self, run, ok);
     case OutputPublication:
       if (owner && s.output) self->send(s.coordinator, StepOutput{s.session, run.epoch, *s.output});
       return finish_phase(self, run, ok);

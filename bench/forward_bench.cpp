@@ -237,6 +237,32 @@ void BM_distributed_decode(benchmark::State& state, const Shape& shape) {
   state.counters["protocol_share"] = (stats.step_seconds - stats.compute_seconds) / stats.step_seconds;
 }
 
+// The protocol alone: a checkpoint transaction (SessionCheckpoint,
+// MechanismCompletion, Commit) computes nothing, so its wall time is three
+// phase rounds over every rank plus the caller's one blocking call.
+void BM_distributed_round(benchmark::State& state, const Shape& shape) {
+  const accord::Model* model = model_or_skip(state, shape);
+  if (model == nullptr) return;
+  accord::DistributedOptions options;
+  options.ranks = static_cast<int>(state.range(0));
+  auto created = accord::DistributedSession::create(*model, options);
+  if (!created) {
+    state.SkipWithError(created.error().message().c_str());
+    return;
+  }
+  accord::DistributedSession& session = **created;
+  for (auto _ : state) {
+    if (!session.checkpoint_distributed()) {
+      state.SkipWithError("checkpoint failed");
+      break;
+    }
+  }
+  const double rounds = static_cast<double>(session.stats().phases_run) / static_cast<double>(state.iterations());
+  state.counters["rounds_per_call"] = rounds;
+  state.counters["us_per_round"] =
+      benchmark::Counter(rounds * 1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 bool register_forward_benchmarks() {
   std::vector<Shape> shapes = {make_shape("15M", 288, 768, 6, 6, 6, 32000, 256)};
   if (const char* v = std::getenv("ACCORD_BENCH_110M"); v != nullptr && std::string_view(v) == "1") {
@@ -262,6 +288,13 @@ bool register_forward_benchmarks() {
         ->Arg(4)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("distributed_round/" + shape.name).c_str(), BM_distributed_round, shape)
+        ->ArgName("ranks")
+        ->Arg(1)
+        ->Arg(2)
+        ->Arg(4)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
     for (auto* bm : {benchmark::RegisterBenchmark(("prompt_cold_prefill_256/" + shape.name).c_str(),
                                                   BM_prompt_cold_prefill, shape),
                      benchmark::RegisterBenchmark(("prompt_cache_load_255_plus_1/" + shape.name).c_str(),

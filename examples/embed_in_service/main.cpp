@@ -63,7 +63,10 @@ caf::behavior greedy_service(ServiceActor* self, caf::actor session) {
 
 class ServiceConfig : public caf::actor_system_config {
  public:
-  ServiceConfig() { accord::register_distributed_session_types(*this); }
+  ServiceConfig() {
+    accord::register_distributed_session_types(*this);
+    accord::use_low_latency_scheduling(*this);
+  }
 };
 
 }  // namespace

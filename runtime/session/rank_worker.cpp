@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 
 namespace accord {
 
@@ -45,15 +46,20 @@ Status RankWorker::begin_step(std::uint64_t epoch, std::span<const int> tokens) 
   return {};
 }
 
-Status RankWorker::run_units() {
+Status RankWorker::run_units(OutputRows rows) {
   if (step_tokens_.empty()) return Error(ErrorCode::state, "no step is open on this rank");
   if (!is_first() && !incoming_) {
     return Error(ErrorCode::state, "rank " + std::to_string(rank()) + " has not received its activations");
   }
   const std::span<const float> activations = incoming_ ? std::span<const float>(incoming_->data) : std::span<const float>();
   if (Status ok = stage_.check_step(step_tokens_, activations); !ok) return ok;
+  if (rows != OutputRows::none && !is_output_owner()) {
+    return Error(ErrorCode::contract, "rank " + std::to_string(rank()) + " does not own the output");
+  }
   ComputeTimer timer(compute_ns_);
-  return stage_.execute(step_tokens_, activations, nullptr);
+  if (Status ok = stage_.execute(step_tokens_, activations, nullptr); !ok) return ok;
+  if (rows != OutputRows::none) logits_ = head(rows == OutputRows::all);
+  return {};
 }
 
 RowBlock RankWorker::outgoing_activations() {
@@ -73,8 +79,9 @@ Status RankWorker::receive_activations(RowBlock block) {
   return {};
 }
 
-RowBlock RankWorker::logits(bool all_rows) {
-  ComputeTimer timer(compute_ns_);
+RowBlock RankWorker::take_logits() { return std::exchange(logits_, {}); }
+
+RowBlock RankWorker::head(bool all_rows) {
   const auto values = stage_.logits(all_rows ? Transformer::Rows::all : Transformer::Rows::last);
   const int rows = all_rows ? static_cast<int>(step_tokens_.size()) : 1;
   return {rows, static_cast<int>(values.size()) / rows, {values.begin(), values.end()}};
@@ -124,6 +131,7 @@ void RankWorker::forget_open_transaction() {
   on_commit_ = nullptr;
   step_tokens_.clear();
   incoming_.reset();
+  logits_ = {};
 }
 
 }  // namespace accord

@@ -29,6 +29,10 @@ struct RowBlock {
   std::vector<float> data;
 };
 
+// The logits the output owner computes right after its units, in the same
+// local action, so a step costs its rank one hand-over to compute, not two.
+enum class OutputRows : std::uint8_t { none, last, all };
+
 // What a rank records for a distributed checkpoint.
 struct RankCheckpoint {
   int position = 0;
@@ -53,14 +57,15 @@ class RankWorker {
   // rows the step will write. The commit appends them.
   Status begin_step(std::uint64_t epoch, std::span<const int> tokens);
   // Runs the rank's units: rank 0 from the tokens, the others from the
-  // activations received on their route.
-  Status run_units();
+  // activations received on their route. The output owner then computes
+  // `rows` of logits (none elsewhere).
+  Status run_units(OutputRows rows = OutputRows::none);
   // The activations for the next rank, after run_units.
   RowBlock outgoing_activations();
   // Accepts the previous rank's activations for the open step.
   Status receive_activations(RowBlock block);
-  // On the output owner after run_units: the logits of the last row or all.
-  RowBlock logits(bool all_rows);
+  // The logits run_units computed; empty when it computed none.
+  RowBlock take_logits();
 
   // Seconds spent in run_units and logits so far; readable from any thread.
   double compute_seconds() const { return static_cast<double>(compute_ns_.load()) * 1e-9; }
@@ -81,6 +86,7 @@ class RankWorker {
 
  private:
   void open(std::uint64_t epoch, std::function<void(std::uint64_t)> on_commit);
+  RowBlock head(bool all_rows);
 
   cpu::ThreadPool pool_;
   RankStage stage_;
@@ -93,6 +99,7 @@ class RankWorker {
   std::function<void(std::uint64_t)> on_commit_;
   std::vector<int> step_tokens_;
   std::optional<RowBlock> incoming_;
+  RowBlock logits_;
 };
 
 }  // namespace accord
