@@ -6,6 +6,7 @@
 
 namespace accord {
 
+using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using topology_atom = caf::atom_constant<caf::atom("topology")>;
 using next_rank_atom = caf::atom_constant<caf::atom("nextRank")>;

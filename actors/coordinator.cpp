@@ -189,6 +189,7 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
       [=](const RankCheckpointReport& report) {
         if (self->state.busy && report.epoch == self->state.reply.epoch) self->state.reply.checkpoints.push_back(report);
       },
+      [=](dropped_atom) { return self->state.agreement->dropped().counts(); },
       [=](tick_atom) {
         self->state.ticking = false;
         self->state.agreement->tick();

@@ -216,6 +216,27 @@ Status DistributedSession::stop_rank(int rank) {
 
 caf::actor coordinator_of(const DistributedSession& session) { return session.impl()->coordinator; }
 
+caf::actor rank_agreement_of(const DistributedSession& session, int rank) {
+  return session.impl()->ranks.at(static_cast<std::size_t>(rank)).agreement;
+}
+
+Result<DroppedMessageReport> DistributedSession::dropped_messages() const {
+  caf::scoped_actor self{*impl_->system};
+  std::string failure;
+  auto ask = [&](const caf::actor& actor) {
+    DroppedMessages dropped;
+    self->request(actor, std::chrono::seconds(5), dropped_atom::value)
+        .receive([&](std::vector<std::uint64_t>& counts) { dropped = DroppedMessages::from_counts(counts); },
+                 [&](caf::error& e) { failure = impl_->system->render(e); });
+    return dropped;
+  };
+  DroppedMessageReport report;
+  report.coordinator = ask(impl_->coordinator);
+  for (const auto& rank : impl_->ranks) report.ranks.push_back(ask(rank.agreement));
+  if (!failure.empty()) return Error(ErrorCode::mechanism, "dropped-message counters unavailable: " + failure);
+  return report;
+}
+
 int DistributedSession::ranks() const { return static_cast<int>(impl_->ranks.size()); }
 int DistributedSession::position() const { return impl_->position; }
 DistributedStats DistributedSession::stats() const {

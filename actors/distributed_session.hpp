@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/agreement/dropped_messages.hpp"
 #include "runtime/error.hpp"
 #include "runtime/generate/target.hpp"
 #include "runtime/model/model.hpp"
@@ -62,6 +63,19 @@ struct DistributedStats {
   }
 };
 
+// Protocol messages that were ignored (stale, duplicate, late, ...), by
+// reason: what the coordinator dropped and what each rank dropped.
+struct DroppedMessageReport {
+  DroppedMessages coordinator;
+  std::vector<DroppedMessages> ranks;
+
+  DroppedMessages total() const {
+    DroppedMessages sum = coordinator;
+    for (const auto& rank : ranks) sum += rank;
+    return sum;
+  }
+};
+
 class DistributedSession {
  public:
   // With an actor system of its own.
@@ -83,6 +97,9 @@ class DistributedSession {
   // Stops rank `rank`'s actors as if the rank had failed (fault scenarios):
   // the coordinator sees it go down and poisons the session.
   Status stop_rank(int rank);
+
+  // Asks the coordinator and every rank; fails when one does not answer.
+  Result<DroppedMessageReport> dropped_messages() const;
 
   int ranks() const;
   int position() const;  // the committed position

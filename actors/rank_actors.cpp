@@ -85,6 +85,7 @@ struct AgreementState {
   std::optional<RouteTransfer> arrived;      // activations for the open step
   std::optional<RunPhase> awaiting_arrival;  // BoundarySourceReady waiting for them
   std::optional<WireTensor> output;          // logits of OutputObservation
+  DroppedMessages dropped_transfers;         // the machine counts the rest
 };
 
 using AgreementActor = caf::stateful_actor<AgreementState>;
@@ -252,13 +253,19 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
       },
       [=](RouteTransfer& transfer) {
         auto& st = self->state;
-        if (transfer.session != st.session || transfer.epoch < st.machine->epoch()) return;  // stale
+        if (transfer.session != st.session) return st.dropped_transfers.count(DropReason::other_session);
+        if (transfer.epoch < st.machine->epoch()) return st.dropped_transfers.count(DropReason::stale_epoch);
         st.arrived = std::move(transfer);
         if (st.awaiting_arrival && st.awaiting_arrival->epoch == st.arrived->epoch) {
           accept_arrival(self, *st.awaiting_arrival);
         }
       },
       [=](next_rank_atom, caf::actor next) { self->state.next = std::move(next); },
+      [=](dropped_atom) {
+        DroppedMessages dropped = self->state.machine->dropped();
+        dropped += self->state.dropped_transfers;
+        return dropped.counts();
+      },
   };
 }
 

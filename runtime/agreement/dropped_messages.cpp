@@ -1,5 +1,6 @@
 #include "runtime/agreement/dropped_messages.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 namespace accord {
@@ -17,6 +18,17 @@ std::string_view to_string(DropReason reason) {
     case DropReason::malformed: return "malformed";
   }
   return "unknown";
+}
+
+DroppedMessages DroppedMessages::from_counts(const std::vector<std::uint64_t>& counts) {
+  DroppedMessages dropped;
+  for (std::size_t i = 0; i < std::min(counts.size(), kDropReasonCount); ++i) dropped.counts_[i] = counts[i];
+  return dropped;
+}
+
+DroppedMessages& DroppedMessages::operator+=(const DroppedMessages& other) {
+  for (std::size_t i = 0; i < kDropReasonCount; ++i) counts_[i] += other.counts_[i];
+  return *this;
 }
 
 std::uint64_t DroppedMessages::total() const {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace accord {
 
@@ -31,6 +32,12 @@ class DroppedMessages {
   void count(DropReason reason) { ++counts_[static_cast<std::size_t>(reason)]; }
   std::uint64_t of(DropReason reason) const { return counts_[static_cast<std::size_t>(reason)]; }
   std::uint64_t total() const;
+
+  // The counters in DropReason order, as they travel between actors.
+  std::vector<std::uint64_t> counts() const { return {counts_.begin(), counts_.end()}; }
+  // Counters from counts(); values past the known reasons are ignored.
+  static DroppedMessages from_counts(const std::vector<std::uint64_t>& counts);
+  DroppedMessages& operator+=(const DroppedMessages& other);
 
  private:
   std::array<std::uint64_t, kDropReasonCount> counts_{};
