@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <memory>
+#include <optional>
 
 #include "actors/atoms.hpp"
 #include "messages/phase_arguments.hpp"
@@ -76,8 +77,8 @@ struct CoordinatorState {
   bool busy = false;
   std::vector<PlannedPhase> plan;
   std::size_t next_phase = 0;
-  TransactionRequest request;
-  std::string first_rank_save_id;  // a load's: from rank 0's PromptCacheReport
+  std::optional<PromptCacheArguments> load;  // a prompt-cache load's arguments
+  std::string first_rank_save_id;            // a load's: from rank 0's PromptCacheReport
   TransactionReply reply;
   caf::response_promise promise;
 };
@@ -109,9 +110,8 @@ void begin_next(CoordinatorActor* self) {
     // Every rank must load a generation of the same save: rank 0's. A rank
     // whose live generation belongs to another save (a concurrent writer,
     // or ranks left from two saves) refuses, and the load aborts.
-    PromptCacheArguments arguments = cache_arguments(s.request);
-    arguments.save_id = s.first_rank_save_id;
-    phase.arguments = encode_prompt_cache(arguments);
+    s.load->save_id = s.first_rank_save_id;
+    phase.arguments = encode_prompt_cache(*s.load);
   }
   const auto position = s.next_phase + 1 == s.plan.size() ? PhasePosition::last : PhasePosition::intermediate;
   ++s.next_phase;
@@ -187,7 +187,8 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
         st.busy = true;
         st.plan = plan_for(request, static_cast<RankId>(st.ranks.size()));
         st.next_phase = 0;
-        st.request = request;
+        st.load.reset();
+        if (request.kind == TransactionKind::prompt_cache_load) st.load = cache_arguments(request);
         st.first_rank_save_id.clear();
         st.reply = {};
         st.reply.epoch = st.next_epoch++;
