@@ -19,5 +19,12 @@ using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using forget_atom = caf::atom_constant<caf::atom("forget")>;
 using accept_atom = caf::atom_constant<caf::atom("accept")>;
+using check_prefix_atom = caf::atom_constant<caf::atom("chkPrefix")>;
+using pack_shard_atom = caf::atom_constant<caf::atom("packShard")>;
+using prepare_load_atom = caf::atom_constant<caf::atom("prepLoad")>;
+using save_prepare_atom = caf::atom_constant<caf::atom("savePrep")>;
+using publish_atom = caf::atom_constant<caf::atom("publish")>;
+using load_preflight_atom = caf::atom_constant<caf::atom("loadPre")>;
+using load_read_atom = caf::atom_constant<caf::atom("loadRead")>;
 
 }  // namespace accord

@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <memory>
+#include <optional>
 
 #include "actors/atoms.hpp"
 #include "messages/phase_arguments.hpp"
@@ -18,6 +19,11 @@ struct PlannedPhase {
   PhaseId id;
   Bytes arguments;
 };
+
+PromptCacheArguments cache_arguments(const TransactionRequest& request) {
+  return {request.cache_root,     request.cache_name, request.cache_namespace,
+          request.prepared_input, request.save_id,    {request.tokens.begin(), request.tokens.end()}};
+}
 
 // The phases of each operation, in order (docs/protocol.md).
 std::vector<PlannedPhase> plan_for(const TransactionRequest& request, RankId ranks) {
@@ -44,6 +50,18 @@ std::vector<PlannedPhase> plan_for(const TransactionRequest& request, RankId ran
     case TransactionKind::reset:
       plan.push_back({phase_id(SessionResetPreparation), {}});
       break;
+    case TransactionKind::prompt_cache_save: {
+      const Bytes arguments = encode_prompt_cache(cache_arguments(request));
+      plan.push_back({phase_id(PromptCacheSavePreflight), arguments});
+      plan.push_back({phase_id(PromptCacheSavePreparation), arguments});
+      plan.push_back({phase_id(PromptCacheSavePublication), {}});
+      break;
+    }
+    case TransactionKind::prompt_cache_load:
+      plan.push_back({phase_id(PromptCacheLoadPreflight), encode_prompt_cache(cache_arguments(request))});
+      // Its arguments name rank 0's save, known once the preflight is agreed.
+      plan.push_back({phase_id(PromptCacheLoadPreparation), {}});
+      break;
   }
   plan.push_back({phase_id(MechanismCompletion), {}});
   plan.push_back({phase_id(Commit), {}});
@@ -64,6 +82,8 @@ struct CoordinatorState {
   bool busy = false;
   std::vector<PlannedPhase> plan;
   std::size_t next_phase = 0;
+  std::optional<PromptCacheArguments> load;  // a prompt-cache load's arguments
+  std::string first_rank_save_id;            // a load's: from rank 0's PromptCacheReport
   TransactionReply reply;
   caf::response_promise promise;
 };
@@ -91,6 +111,13 @@ void pump(CoordinatorActor* self);
 void begin_next(CoordinatorActor* self) {
   auto& s = self->state;
   PlannedPhase& phase = s.plan[s.next_phase];
+  if (phase.id.phase == PromptCacheLoadPreparation) {
+    // Every rank must load a generation of the same save: rank 0's. A rank
+    // whose live generation belongs to another save (a concurrent writer,
+    // or ranks left from two saves) refuses, and the load aborts.
+    s.load->save_id = s.first_rank_save_id;
+    phase.arguments = encode_prompt_cache(*s.load);
+  }
   const auto position = s.next_phase + 1 == s.plan.size() ? PhasePosition::last : PhasePosition::intermediate;
   ++s.next_phase;
   ++s.reply.phases_run;
@@ -169,6 +196,9 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
         st.busy = true;
         st.plan = plan_for(request, static_cast<RankId>(st.ranks.size()));
         st.next_phase = 0;
+        st.load.reset();
+        if (request.kind == TransactionKind::prompt_cache_load) st.load = cache_arguments(request);
+        st.first_rank_save_id.clear();
         st.reply = {};
         st.reply.epoch = st.next_epoch++;
         st.promise = self->make_response_promise();
@@ -190,6 +220,10 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
         if (self->state.busy && report.epoch == self->state.reply.epoch) self->state.reply.checkpoints.push_back(report);
       },
       [=](dropped_atom) { return self->state.agreement->dropped().counts(); },
+      [=](const PromptCacheReport& report) {
+        auto& st = self->state;
+        if (st.busy && report.session == st.session && report.epoch == st.reply.epoch && report.rank == 0) st.first_rank_save_id = report.save_id;
+      },
       [=](tick_atom) {
         self->state.ticking = false;
         self->state.agreement->tick();

@@ -11,6 +11,7 @@
 #include "actors/message_registry.hpp"
 #include "actors/rank_actors.hpp"
 #include "messages/session_api.hpp"
+#include "runtime/model/identity.hpp"
 #include "runtime/model/transformer.hpp"
 #include "runtime/session/partition.hpp"
 #include "runtime/session/rank_worker.hpp"
@@ -68,7 +69,10 @@ struct DistributedSession::Impl {
   std::vector<RankActors> ranks;
   std::vector<std::shared_ptr<RankWorker>> workers;
   caf::actor coordinator;
-  int position = 0;
+  // The committed tokens of every rank, and the prepared input behind them:
+  // the handle keeps them so it can describe the committed prompt.
+  std::vector<int> tokens;
+  PreparedInputRecord prepared;
   DistributedStats stats;
 
   ~Impl() {
@@ -77,7 +81,7 @@ struct DistributedSession::Impl {
     // the session is gone.
     caf::scoped_actor self{*system};
     std::vector<caf::actor> all = {coordinator};
-    for (const auto& rank : ranks) all.insert(all.end(), {rank.agreement, rank.execution, rank.state});
+    for (const auto& rank : ranks) all.insert(all.end(), {rank.agreement, rank.execution, rank.state, rank.cache});
     for (const auto& actor : all) self->send_exit(actor, caf::exit_reason::user_shutdown);
     self->wait_for(all);
   }
@@ -96,8 +100,9 @@ struct DistributedSession::Impl {
     coordination.agreement = {deadline, deadline};
     coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
     std::vector<caf::actor> agreements;
+    const std::string identity = model_identity(m);
     for (int r = 0; r < partition->ranks(); ++r) {
-      workers.push_back(std::make_shared<RankWorker>(m, options.threads_per_rank, *partition, r));
+      workers.push_back(std::make_shared<RankWorker>(m, options.threads_per_rank, *partition, r, identity));
       ranks.push_back(spawn_rank(*system, workers.back(), session_id, coordinator));
       agreements.push_back(ranks.back().agreement);
     }
@@ -121,22 +126,64 @@ struct DistributedSession::Impl {
     return std::move(*reply);
   }
 
-  Result<DistributedStep> step(std::span<const int> tokens, bool all_rows) {
-    if (Status ok = check_tokens(model->config(), tokens, position); !ok) {
+  int position() const { return static_cast<int>(tokens.size()); }
+
+  Result<DistributedStep> step(std::span<const int> step_tokens, bool all_rows) {
+    if (Status ok = check_tokens(model->config(), step_tokens, position()); !ok) {
       return std::move(Error(ok.error()).mark_before_state_mutation());
     }
     TransactionRequest request;
     request.kind = TransactionKind::forward_step;
-    request.tokens.assign(tokens.begin(), tokens.end());
+    request.tokens.assign(step_tokens.begin(), step_tokens.end());
     request.all_rows = all_rows;
     const auto start = std::chrono::steady_clock::now();
     auto reply = call(request);
     stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++stats.forward_steps;
     if (!reply) return reply.error();
-    position += static_cast<int>(tokens.size());
+    tokens.insert(tokens.end(), step_tokens.begin(), step_tokens.end());
     const int rows = reply->logits.shape.empty() ? 0 : static_cast<int>(reply->logits.shape[0]);
     return DistributedStep{reply->epoch, rows, std::move(reply->logits.data)};
+  }
+
+  static TransactionRequest cache_request(TransactionKind kind, const std::filesystem::path& root,
+                                          const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
+                                          const std::string& prepared_input) {
+    TransactionRequest request;
+    request.kind = kind;
+    request.tokens.assign(prefix.begin(), prefix.end());
+    request.cache_root = root.string();
+    request.cache_name = descriptor.name;
+    request.cache_namespace = descriptor.cache_namespace;
+    request.prepared_input = prepared_input;
+    return request;
+  }
+
+  Result<PromptCacheSaveResult> save_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                                           std::span<const int> prefix, const std::string& prepared_input) {
+    TransactionRequest request =
+        cache_request(TransactionKind::prompt_cache_save, root, descriptor, prefix, prepared_input);
+    request.save_id = new_save_id();
+    auto reply = call(request);
+    if (!reply) return reply.error();
+    const auto& config = model->config();
+    const std::uint64_t shard_bytes = prefix.size() * static_cast<std::uint64_t>(config.kv_dim()) * sizeof(float) *
+                                      2 * static_cast<std::uint64_t>(config.n_layers);
+    return PromptCacheSaveResult{reply->epoch, std::to_string(reply->epoch) + "-" + request.save_id,
+                                 static_cast<int>(prefix.size()), shard_bytes};
+  }
+
+  Status load_cache(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
+                    std::span<const int> prefix, const std::string& prepared_input) {
+    if (Status ok = check_tokens(model->config(), prefix, 0); !ok) {
+      return std::move(Error(ok.error()).mark_before_state_mutation());
+    }
+    auto reply = call(cache_request(TransactionKind::prompt_cache_load, root, expected, prefix, prepared_input));
+    if (!reply) return reply.error();
+    tokens.assign(prefix.begin(), prefix.end());
+    prepared.clear();
+    if (!prepared_input.empty()) prepared.set(prepared_input, static_cast<int>(prefix.size()));
+    return {};
   }
 };
 
@@ -195,7 +242,8 @@ Status DistributedSession::rollback_distributed(const DistributedCheckpoint& che
   request.reset_count = checkpoint.reset_count;
   auto reply = impl_->call(request);
   if (!reply) return reply.error();
-  impl_->position = checkpoint.position;
+  impl_->tokens.resize(static_cast<std::size_t>(checkpoint.position));
+  impl_->prepared.keep_within(checkpoint.position);
   return {};
 }
 
@@ -204,8 +252,53 @@ Status DistributedSession::reset_distributed() {
   request.kind = TransactionKind::reset;
   auto reply = impl_->call(request);
   if (!reply) return reply.error();
-  impl_->position = 0;
+  impl_->tokens.clear();
+  impl_->prepared.clear();
   return {};
+}
+
+Result<DistributedCompleteCheckpoint> DistributedSession::checkpoint_complete_distributed() {
+  auto state = checkpoint_distributed();
+  if (!state) return state.error();
+  return DistributedCompleteCheckpoint{std::move(*state), committed_prompt_input_identity()};
+}
+
+Status DistributedSession::rollback_complete_distributed(const DistributedCompleteCheckpoint& checkpoint) {
+  if (Status ok = check_prompt_matches_position(checkpoint.prompt, checkpoint.state.position); !ok) return ok;
+  if (Status s = rollback_distributed(checkpoint.state); !s) return s;
+  impl_->prepared.restore(checkpoint.prompt);
+  return {};
+}
+
+Result<PromptCacheSaveResult> DistributedSession::save_prompt_cache_distributed(const std::filesystem::path& root,
+                                                                                const PromptCacheDescriptor& descriptor,
+                                                                                std::span<const int> prefix) {
+  return impl_->save_cache(root, descriptor, prefix, "");
+}
+
+Result<PromptCacheSaveResult> DistributedSession::save_prompt_cache_for_input_distributed(
+    const std::filesystem::path& root, const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
+    const std::string& prepared_input) {
+  if (Status ok = check_prepared_input_named(prepared_input); !ok) return ok.error();
+  return impl_->save_cache(root, descriptor, prefix, prepared_input);
+}
+
+Status DistributedSession::load_prompt_cache_distributed(const std::filesystem::path& root,
+                                                         const PromptCacheDescriptor& expected,
+                                                         std::span<const int> prefix) {
+  return impl_->load_cache(root, expected, prefix, "");
+}
+
+Status DistributedSession::load_prompt_cache_for_input_distributed(const std::filesystem::path& root,
+                                                                   const PromptCacheDescriptor& expected,
+                                                                   std::span<const int> prefix,
+                                                                   const std::string& prepared_input) {
+  if (Status ok = check_prepared_input_named(prepared_input); !ok) return ok;
+  return impl_->load_cache(root, expected, prefix, prepared_input);
+}
+
+std::optional<PromptInputIdentity> DistributedSession::committed_prompt_input_identity() const {
+  return impl_->prepared.describe(impl_->tokens);
 }
 
 Status DistributedSession::stop_rank(int rank) {
@@ -238,7 +331,7 @@ Result<DroppedMessageReport> DistributedSession::dropped_messages() const {
 }
 
 int DistributedSession::ranks() const { return static_cast<int>(impl_->ranks.size()); }
-int DistributedSession::position() const { return impl_->position; }
+int DistributedSession::position() const { return impl_->position(); }
 DistributedStats DistributedSession::stats() const {
   DistributedStats stats = impl_->stats;
   for (const auto& worker : impl_->workers) stats.compute_seconds += worker->compute_seconds();
@@ -257,14 +350,16 @@ Result<std::span<const float>> DistributedTarget::prefill(std::span<const int> t
 
 Result<std::span<const float>> DistributedTarget::decode(int token) { return keep(session_.decode(token)); }
 
-Status DistributedTarget::load_prompt_cache(const std::filesystem::path&, const PromptCacheDescriptor&,
-                                            std::span<const int>) {
-  return Error(ErrorCode::contract, "the prompt cache does not run on several ranks yet");
+Status DistributedTarget::load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                                            std::span<const int> prefix) {
+  return session_.load_prompt_cache_distributed(root, descriptor, prefix);
 }
 
-Status DistributedTarget::save_prompt_cache(const std::filesystem::path&, const PromptCacheDescriptor&,
-                                            std::span<const int>) {
-  return Error(ErrorCode::contract, "the prompt cache does not run on several ranks yet");
+Status DistributedTarget::save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                                            std::span<const int> prefix) {
+  auto saved = session_.save_prompt_cache_distributed(root, descriptor, prefix);
+  if (!saved) return saved.error();
+  return {};
 }
 
 }  // namespace accord

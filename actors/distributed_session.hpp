@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "runtime/error.hpp"
 #include "runtime/generate/target.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/session/prompt_input.hpp"
 
 namespace caf {
 class actor_system;
@@ -47,6 +50,13 @@ struct DistributedCheckpoint {
   std::uint64_t state_epoch = 0;
   std::uint64_t reset_count = 0;
   std::vector<std::string> rank_digests;
+};
+
+// A distributed checkpoint with the committed prompt's identity, as
+// Session::checkpoint_complete.
+struct DistributedCompleteCheckpoint {
+  DistributedCheckpoint state;
+  std::optional<PromptInputIdentity> prompt;
 };
 
 // Where the time of forward steps went, for reports and benchmarks.
@@ -93,6 +103,29 @@ class DistributedSession {
   Result<DistributedCheckpoint> checkpoint_distributed();
   Status rollback_distributed(const DistributedCheckpoint& checkpoint);
   Status reset_distributed();
+  // The state and the committed prompt's identity together.
+  Result<DistributedCompleteCheckpoint> checkpoint_complete_distributed();
+  Status rollback_complete_distributed(const DistributedCompleteCheckpoint& checkpoint);
+
+  // The prompt cache over every rank (docs/prompt-cache.md): one shard per
+  // rank, under root/rank-NN, all of one save. A save publishes every
+  // rank's shard or none; a load checks every rank's manifest and shard
+  // before any rank's state changes, and refuses a cache saved with
+  // another number of ranks. As Session's calls of the same names.
+  Result<PromptCacheSaveResult> save_prompt_cache_distributed(const std::filesystem::path& root,
+                                                              const PromptCacheDescriptor& descriptor,
+                                                              std::span<const int> prefix);
+  Result<PromptCacheSaveResult> save_prompt_cache_for_input_distributed(const std::filesystem::path& root,
+                                                                        const PromptCacheDescriptor& descriptor,
+                                                                        std::span<const int> prefix,
+                                                                        const std::string& prepared_input);
+  Status load_prompt_cache_distributed(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
+                                       std::span<const int> prefix);
+  Status load_prompt_cache_for_input_distributed(const std::filesystem::path& root,
+                                                 const PromptCacheDescriptor& expected, std::span<const int> prefix,
+                                                 const std::string& prepared_input);
+  // What produced the committed tokens; none when the state is empty.
+  std::optional<PromptInputIdentity> committed_prompt_input_identity() const;
 
   // Stops rank `rank`'s actors as if the rank had failed (fault scenarios):
   // the coordinator sees it go down and poisons the session.
@@ -113,8 +146,7 @@ class DistributedSession {
   std::unique_ptr<Impl> impl_;
 };
 
-// A distributed session as a generation target. Its prompt cache comes
-// with the distributed prompt cache; until then both calls fail clearly.
+// A distributed session as a generation target.
 class DistributedTarget final : public GenerationTarget {
  public:
   DistributedTarget(DistributedSession& session, const Model& model) : session_(session), model_(model) {}

@@ -19,6 +19,7 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<StepOutput>("accord.StepOutput");
   config.add_message_type<RankCheckpointReport>("accord.RankCheckpointReport");
   config.add_message_type<std::vector<RankCheckpointReport>>("accord.RankCheckpointReports");
+  config.add_message_type<PromptCacheReport>("accord.PromptCacheReport");
   config.add_message_type<TransactionRequest>("accord.TransactionRequest");
   config.add_message_type<TransactionReply>("accord.TransactionReply");
   config.add_message_type<std::vector<std::uint64_t>>("accord.Counters");

@@ -8,6 +8,7 @@
 #include "actors/failure_codes.hpp"
 #include "messages/phase_arguments.hpp"
 #include "runtime/agreement/rank_agreement.hpp"
+#include "runtime/session/rank_prompt_cache.hpp"
 
 namespace accord {
 
@@ -21,6 +22,17 @@ using LocalResult = std::tuple<bool, std::uint8_t, std::string>;
 LocalResult to_local(const Status& status) {
   if (status) return {true, 0, ""};
   return {false, static_cast<std::uint8_t>(to_failure_code(status.error().code())), status.error().message()};
+}
+
+LocalResult malformed(const std::string& what) {
+  return {false, static_cast<std::uint8_t>(FailureCode::contract), "malformed " + what + " arguments"};
+}
+
+// A local result that also carries a value: the result's three fields, then it.
+template <class T>
+std::tuple<bool, std::uint8_t, std::string, T> with_value(Result<T> result) {
+  if (!result) return std::tuple_cat(to_local(result.error()), std::make_tuple(T{}));
+  return std::tuple_cat(to_local(Status{}), std::make_tuple(std::move(*result)));
 }
 
 WireTensor to_wire(RowBlock block) {
@@ -66,9 +78,47 @@ caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> w
         return to_local(worker->prepare_rollback(epoch, {position, state_epoch, reset_count, ""}));
       },
       [=](reset_atom, Epoch epoch) -> LocalResult { return to_local(worker->prepare_reset(epoch)); },
+      [=](check_prefix_atom, const std::vector<int>& prefix) -> LocalResult {
+        return to_local(worker->check_prefix_held(prefix));
+      },
+      [=](pack_shard_atom, int rows) -> std::vector<float> { return worker->pack_shard(rows); },
+      [=](prepare_load_atom, Epoch epoch, std::vector<int>& prefix, std::vector<float>& shard) -> LocalResult {
+        return to_local(worker->prepare_load(epoch, std::move(prefix), std::move(shard)));
+      },
       [=](commit_atom, Epoch epoch) { worker->commit(epoch); },
       [=](restore_atom, Epoch epoch) -> LocalResult { return to_local(worker->restore(epoch)); },
       [=](forget_atom) { worker->forget_open_transaction(); },
+  };
+}
+
+// --- cache: prompt-cache shard I/O, on its own thread -----------------------
+// Detached like the execution actor: writing, fsyncing, re-reading and
+// hashing a shard takes as long as the disk does, and a scheduler thread
+// stalled on it would stall other ranks' agreement actors with it.
+
+PromptCacheRequest to_request(const PromptCacheArguments& a) {
+  return {a.root, {a.descriptor_name, a.descriptor_namespace}, a.prefix, a.prepared_input};
+}
+
+caf::behavior cache_actor(caf::event_based_actor*, std::shared_ptr<RankPromptCache> cache) {
+  return {
+      [=](save_prepare_atom, Epoch epoch, const Bytes& arguments, const std::vector<float>& shard) -> LocalResult {
+        auto a = decode_prompt_cache(arguments);
+        if (!a) return malformed("prompt cache");
+        return to_local(cache->prepare_save(epoch, to_request(*a), a->save_id, shard));
+      },
+      [=](publish_atom, Epoch epoch) -> LocalResult { return to_local(cache->publish(epoch)); },
+      [=](load_preflight_atom, Epoch epoch, const Bytes& arguments) {
+        auto a = decode_prompt_cache(arguments);
+        if (!a) return std::tuple_cat(malformed("prompt cache"), std::make_tuple(std::string()));
+        return with_value(cache->begin_load(epoch, to_request(*a)));
+      },
+      [=](load_read_atom, Epoch epoch, const std::string& save_id) {
+        return with_value(cache->read_load(epoch, save_id));
+      },
+      [=](commit_atom, Epoch epoch) { cache->commit(epoch); },
+      [=](restore_atom, Epoch epoch) -> LocalResult { return to_local(cache->revert(epoch)); },
+      [=](forget_atom) { cache->forget(); },
   };
 }
 
@@ -81,6 +131,7 @@ struct AgreementState {
   caf::actor coordinator;
   caf::actor execution;
   caf::actor state;
+  caf::actor cache;
   caf::actor next;                           // the next rank's agreement actor
   std::optional<RouteTransfer> arrived;      // activations for the open step
   std::optional<RunPhase> awaiting_arrival;  // BoundarySourceReady waiting for them
@@ -102,15 +153,20 @@ void finish_phase(AgreementActor* self, const RunPhase& run, const LocalResult& 
   pump(self);
 }
 
+// Fails the phase when a local actor could not answer.
+auto fail_phase_on_error(AgreementActor* self, const RunPhase& run) {
+  return [=](caf::error& error) {
+    finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::mechanism),
+                             "local actor failed: " + self->system().render(error)});
+  };
+}
+
 // Runs `request` on `target` and finishes the phase with its LocalResult.
 template <class... Ts>
 void run_on(AgreementActor* self, const caf::actor& target, const RunPhase& run, Ts&&... request) {
   self->request(target, caf::infinite, std::forward<Ts>(request)...)
       .then([=](bool ok, std::uint8_t code, std::string& message) { finish_phase(self, run, {ok, code, message}); },
-            [=](caf::error& error) {
-              finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::mechanism),
-                                       "local actor failed: " + self->system().render(error)});
-            });
+            fail_phase_on_error(self, run));
 }
 
 void accept_arrival(AgreementActor* self, const RunPhase& run) {
@@ -137,6 +193,51 @@ void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
   }
 }
 
+// --- the prompt-cache phases: the state actor's part, then the cache's ------
+
+void run_save_preflight(AgreementActor* self, const RunPhase& run) {
+  auto a = decode_prompt_cache(run.arguments);
+  if (!a) return finish_phase(self, run, malformed("prompt cache"));
+  run_on(self, self->state.state, run, check_prefix_atom::value, std::move(a->prefix));
+}
+
+void run_save_preparation(AgreementActor* self, const RunPhase& run) {
+  auto a = decode_prompt_cache(run.arguments);
+  if (!a) return finish_phase(self, run, malformed("prompt cache"));
+  self->request(self->state.state, caf::infinite, pack_shard_atom::value, static_cast<int>(a->prefix.size()))
+      .then(
+          [=](std::vector<float>& shard) {
+            run_on(self, self->state.cache, run, save_prepare_atom::value, run.epoch, run.arguments, std::move(shard));
+          },
+          fail_phase_on_error(self, run));
+}
+
+void run_load_preflight(AgreementActor* self, const RunPhase& run) {
+  self->request(self->state.cache, caf::infinite, load_preflight_atom::value, run.epoch, run.arguments)
+      .then(
+          [=](bool ok, std::uint8_t code, std::string& message, std::string& save_id) {
+            auto& st = self->state;
+            if (ok) {
+              self->send(st.coordinator, PromptCacheReport{st.session, run.epoch,
+                                                           static_cast<RankId>(st.worker->rank()), save_id});
+            }
+            finish_phase(self, run, {ok, code, message});
+          },
+          fail_phase_on_error(self, run));
+}
+
+void run_load_preparation(AgreementActor* self, const RunPhase& run) {
+  auto a = decode_prompt_cache(run.arguments);
+  if (!a) return finish_phase(self, run, malformed("prompt cache"));
+  self->request(self->state.cache, caf::infinite, load_read_atom::value, run.epoch, a->save_id)
+      .then(
+          [=](bool ok, std::uint8_t code, std::string& message, std::vector<float>& shard) {
+            if (!ok) return finish_phase(self, run, {ok, code, message});
+            run_on(self, self->state.state, run, prepare_load_atom::value, run.epoch, a->prefix, std::move(shard));
+          },
+          fail_phase_on_error(self, run));
+}
+
 void run_local(AgreementActor* self, const RunPhase& run) {
   auto& s = self->state;
   const RankId me = static_cast<RankId>(s.worker->rank());
@@ -145,7 +246,7 @@ void run_local(AgreementActor* self, const RunPhase& run) {
   switch (run.phase.phase) {
     case StateCheckpoint: {
       auto tokens = decode_tokens(run.arguments);
-      if (!tokens) return finish_phase(self, run, {false, 0, "malformed token arguments"});
+      if (!tokens) return finish_phase(self, run, malformed("token"));
       return run_on(self, s.state, run, begin_step_atom::value, run.epoch, std::move(*tokens));
     }
     case BoundarySourceCompletion:
@@ -178,12 +279,22 @@ void run_local(AgreementActor* self, const RunPhase& run) {
       return;
     case SessionRollbackPreparation: {
       auto target = decode_rollback(run.arguments);
-      if (!target) return finish_phase(self, run, {false, 0, "malformed rollback arguments"});
+      if (!target) return finish_phase(self, run, malformed("rollback"));
       return run_on(self, s.state, run, rollback_atom::value, run.epoch, target->position, target->state_epoch,
                     target->reset_count);
     }
     case SessionResetPreparation:
       return run_on(self, s.state, run, reset_atom::value, run.epoch);
+    case PromptCacheSavePreflight:
+      return run_save_preflight(self, run);
+    case PromptCacheSavePreparation:
+      return run_save_preparation(self, run);
+    case PromptCacheSavePublication:
+      return run_on(self, s.cache, run, publish_atom::value, run.epoch);
+    case PromptCacheLoadPreflight:
+      return run_load_preflight(self, run);
+    case PromptCacheLoadPreparation:
+      return run_load_preparation(self, run);
     default:
       // No local work of its own on this rank (MechanismCompletion: CPU work
       // completes synchronously; Commit: applied on the decision).
@@ -197,6 +308,23 @@ void forget_step(AgreementActor* self) {
   self->state.output.reset();
 }
 
+// Abort: the state actor restores the checkpoint, then the cache actor
+// reverses any publication; the rank has restored only when both did.
+void restore_state_and_cache(AgreementActor* self, Epoch epoch) {
+  self->request(self->state.state, caf::infinite, restore_atom::value, epoch)
+      .then([=](bool state_ok, std::uint8_t, std::string& state_message) {
+        self->request(self->state.cache, caf::infinite, restore_atom::value, epoch)
+            .then([=, state_message = std::move(state_message)](bool cache_ok, std::uint8_t, std::string& message) {
+              if (state_ok && cache_ok) {
+                self->state.machine->restored(epoch);
+              } else {
+                self->state.machine->restore_failed(epoch, state_ok ? message : state_message);
+              }
+              pump(self);
+            });
+      });
+}
+
 void carry_out(AgreementActor* self, const RankAction& action) {
   auto& s = self->state;
   if (const auto* run = std::get_if<RunPhase>(&action)) {
@@ -204,21 +332,14 @@ void carry_out(AgreementActor* self, const RankAction& action) {
   } else if (const auto* commit = std::get_if<CommitTransaction>(&action)) {
     forget_step(self);
     self->send(s.state, commit_atom::value, commit->epoch);
+    self->send(s.cache, commit_atom::value, commit->epoch);
   } else if (const auto* restore = std::get_if<RestoreCheckpoint>(&action)) {
     forget_step(self);
-    const Epoch epoch = restore->epoch;
-    self->request(s.state, caf::infinite, restore_atom::value, epoch)
-        .then([=](bool ok, std::uint8_t, std::string& message) {
-          if (ok) {
-            self->state.machine->restored(epoch);
-          } else {
-            self->state.machine->restore_failed(epoch, message);
-          }
-          pump(self);
-        });
+    restore_state_and_cache(self, restore->epoch);
   } else if (std::holds_alternative<MarkPoisoned>(action)) {
     forget_step(self);
     self->send(s.state, forget_atom::value);
+    self->send(s.cache, forget_atom::value);
   }
 }
 
@@ -231,7 +352,7 @@ void pump(AgreementActor* self) {
 }
 
 caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> worker, SessionId session,
-                              caf::actor coordinator, caf::actor execution, caf::actor state) {
+                              caf::actor coordinator, caf::actor execution, caf::actor state, caf::actor cache) {
   auto& s = self->state;
   s.machine = std::make_unique<RankAgreement>(session, static_cast<RankId>(worker->rank()));
   s.worker = std::move(worker);
@@ -239,9 +360,11 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
   s.coordinator = std::move(coordinator);
   s.execution = std::move(execution);
   s.state = std::move(state);
+  s.cache = std::move(cache);
   // The helpers die with the agreement actor.
   self->link_to(s.execution);
   self->link_to(s.state);
+  self->link_to(s.cache);
   return {
       [=](const PhaseBegin& begin) {
         self->state.machine->step(begin);
@@ -276,8 +399,9 @@ RankActors spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> wor
   RankActors actors;
   actors.execution = system.spawn<caf::detached>(execution_actor, worker);
   actors.state = system.spawn(state_actor, worker);
-  actors.agreement =
-      system.spawn(agreement_actor, std::move(worker), session, std::move(coordinator), actors.execution, actors.state);
+  actors.cache = system.spawn<caf::detached>(cache_actor, std::make_shared<RankPromptCache>(worker->shard_identity()));
+  actors.agreement = system.spawn(agreement_actor, std::move(worker), session, std::move(coordinator), actors.execution,
+                                  actors.state, actors.cache);
   return actors;
 }
 

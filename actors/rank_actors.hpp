@@ -6,7 +6,11 @@
 // - execution: a detached actor (its own thread, so compute never blocks a
 //   scheduler thread) that runs the rank's units and its head.
 // - state: the rank's KV state: step checkpoints, checkpoints for the
-//   caller, rollback and reset preparation, commit and restore.
+//   caller, rollback and reset preparation, commit and restore; it packs
+//   the prompt-cache shard of a save and installs the shard of a load.
+// - cache: a detached actor doing the rank's prompt-cache shard I/O
+//   (RankPromptCache): write, verify, publish, revert; read and check.
+//   It never touches the RankWorker, only the shard handed to it.
 // The actors share the rank's RankWorker; the agreement actor asks for one
 // local action at a time, so they never touch it at once.
 #pragma once
@@ -24,6 +28,7 @@ struct RankActors {
   caf::actor agreement;
   caf::actor execution;
   caf::actor state;
+  caf::actor cache;
 };
 
 // Spawns the rank's actors. The agreement actor reports to `coordinator`

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace accord {
@@ -63,6 +64,78 @@ inline std::optional<RollbackTarget> decode_rollback(std::span<const std::uint8_
   if (in.size() != 24) return std::nullopt;
   return RollbackTarget{static_cast<std::int32_t>(get_u64(in.first(8))), get_u64(in.subspan(8, 8)),
                         get_u64(in.subspan(16, 8))};
+}
+
+// The prompt-cache phases: what to save or load, and where. For a save,
+// `save_id` names the new save on every rank; for PromptCacheLoadPreparation
+// it is the save rank 0's live generation belongs to, which every rank's
+// generation must belong to as well.
+struct PromptCacheArguments {
+  std::string root;
+  std::string descriptor_name;
+  std::string descriptor_namespace;
+  std::string prepared_input;
+  std::string save_id;
+  std::vector<int> prefix;
+
+  bool operator==(const PromptCacheArguments&) const = default;
+};
+
+inline void put_string(Bytes& out, const std::string& text) {
+  put_u64(out, text.size());
+  out.insert(out.end(), text.begin(), text.end());
+}
+
+// Reads length-prefixed fields in order; any read past the end fails.
+class ArgumentReader {
+ public:
+  explicit ArgumentReader(std::span<const std::uint8_t> in) : in_(in) {}
+
+  std::optional<std::span<const std::uint8_t>> sized_field() {
+    if (in_.size() < 8) return std::nullopt;
+    const std::uint64_t size = get_u64(in_.first(8));
+    in_ = in_.subspan(8);
+    if (size > in_.size()) return std::nullopt;
+    const auto field = in_.first(static_cast<std::size_t>(size));
+    in_ = in_.subspan(static_cast<std::size_t>(size));
+    return field;
+  }
+  std::optional<std::string> string() {
+    auto field = sized_field();
+    if (!field) return std::nullopt;
+    return std::string(field->begin(), field->end());
+  }
+  bool at_end() const { return in_.empty(); }
+
+ private:
+  std::span<const std::uint8_t> in_;
+};
+
+inline Bytes encode_prompt_cache(const PromptCacheArguments& a) {
+  Bytes out;
+  for (const std::string* text : {&a.root, &a.descriptor_name, &a.descriptor_namespace, &a.prepared_input, &a.save_id}) {
+    put_string(out, *text);
+  }
+  const Bytes prefix = encode_tokens(a.prefix);
+  put_u64(out, prefix.size());
+  out.insert(out.end(), prefix.begin(), prefix.end());
+  return out;
+}
+
+inline std::optional<PromptCacheArguments> decode_prompt_cache(std::span<const std::uint8_t> in) {
+  ArgumentReader reader(in);
+  PromptCacheArguments a;
+  for (std::string* text : {&a.root, &a.descriptor_name, &a.descriptor_namespace, &a.prepared_input, &a.save_id}) {
+    auto field = reader.string();
+    if (!field) return std::nullopt;
+    *text = std::move(*field);
+  }
+  auto prefix_bytes = reader.sized_field();
+  if (!prefix_bytes || !reader.at_end()) return std::nullopt;
+  auto prefix = decode_tokens(*prefix_bytes);
+  if (!prefix) return std::nullopt;
+  a.prefix = std::move(*prefix);
+  return a;
 }
 
 }  // namespace accord

@@ -257,4 +257,21 @@ typename Inspector::result_type inspect(Inspector& f, RankCheckpointReport& x) {
   return f(x.session, x.epoch, x.rank, x.position, x.state_epoch, x.reset_count, x.digest);
 }
 
+// The save a rank's live prompt-cache generation belongs to
+// (PromptCacheLoadPreflight), sent to the coordinator before the rank's
+// status. The coordinator hands rank 0's to every rank for the next phase.
+struct PromptCacheReport {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  RankId rank = kNoRank;
+  std::string save_id;
+
+  bool operator==(const PromptCacheReport&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PromptCacheReport& x) {
+  return f(x.session, x.epoch, x.rank, x.save_id);
+}
+
 }  // namespace accord

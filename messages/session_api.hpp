@@ -12,22 +12,28 @@
 
 namespace accord {
 
-enum class TransactionKind : std::uint8_t { forward_step, checkpoint, rollback, reset };
+enum class TransactionKind : std::uint8_t { forward_step, checkpoint, rollback, reset, prompt_cache_save, prompt_cache_load };
 
 struct TransactionRequest {
   TransactionKind kind = TransactionKind::forward_step;
-  std::vector<std::int32_t> tokens;  // forward_step
+  std::vector<std::int32_t> tokens;  // forward_step; the prefix of prompt_cache_save and _load
   bool all_rows = false;             // forward_step: logits of every row, or the last
   std::int32_t position = 0;         // rollback: the checkpoint
   std::uint64_t state_epoch = 0;
   std::uint64_t reset_count = 0;
+  std::string cache_root;  // prompt_cache_save and _load
+  std::string cache_name;
+  std::string cache_namespace;
+  std::string prepared_input;  // empty for plain tokens
+  std::string save_id;         // prompt_cache_save: the new save's id, the same on every rank
 
   bool operator==(const TransactionRequest&) const = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {
-  return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_count);
+  return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_count, x.cache_root, x.cache_name,
+           x.cache_namespace, x.prepared_input, x.save_id);
 }
 
 // How a transaction ended, for the caller.

@@ -201,7 +201,38 @@ TEST(Cli, SeveralRanksGiveRunCsTokens) {
   }
 }
 
-TEST(Cli, RefusesRanksTheModelCannotHoldAndTheCacheOnSeveralRanks) {
+TEST(Cli, PromptCacheOnTwoRanksIsSavedThenHitAndRefusedOnThree) {
+  test::TempDir dir;
+  const std::string cache = dir.file("cache");
+  auto run = [&](const std::string& ranks, bool with_cache) {
+    std::vector<std::string> extra = {"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "20",
+                                      "--ranks", ranks, "--json"};
+    if (with_cache) extra.insert(extra.end(), {"--prompt-cache", cache});
+    const auto result = run_accord(generate_args(extra));
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return nlohmann::json::parse(result.output.substr(result.output.find('{')));
+  };
+  const auto uncached = run("2", false);
+  const auto first = run("2", true);
+  EXPECT_EQ(first.at("prompt_cache"), "saved");
+  EXPECT_TRUE(std::filesystem::exists(cache + "/rank-01/CURRENT"));
+  const auto second = run("2", true);
+  EXPECT_EQ(second.at("prompt_cache"), "hit");
+  EXPECT_EQ(second.at("prompt_cache_tokens_reused"), 4);
+  for (const auto* json : {&first, &second}) {
+    EXPECT_EQ(json->at("text"), uncached.at("text"));
+    EXPECT_EQ(json->at("generated_tokens"), uncached.at("generated_tokens"));
+  }
+  const auto three = run("3", true);
+  EXPECT_EQ(three.at("prompt_cache"), "rejected");
+  EXPECT_NE(three.at("prompt_cache_reason").get<std::string>().find(
+                "the cache was saved with 2 rank(s); this session has 3 rank(s)"),
+            std::string::npos)
+      << three.at("prompt_cache_reason");
+  EXPECT_EQ(three.at("text"), uncached.at("text"));
+}
+
+TEST(Cli, RefusesRanksTheModelCannotHold) {
   const std::vector<std::string> base = {"generate", "--model", test::stories_model(), "--tokenizer",
                                          test::stories_tokenizer(), "--max-tokens", "2"};
   auto with = [&](std::vector<std::string> extra) {
@@ -212,9 +243,6 @@ TEST(Cli, RefusesRanksTheModelCannotHoldAndTheCacheOnSeveralRanks) {
   const auto too_many = with({"--ranks", "6"});
   EXPECT_EQ(too_many.exit_code, 1) << too_many.output;
   EXPECT_NE(too_many.output.find("cannot split 5 units over 6 ranks"), std::string::npos) << too_many.output;
-  const auto cache = with({"--ranks", "2", "--prompt-cache", "/tmp/unused"});
-  EXPECT_EQ(cache.exit_code, 1) << cache.output;
-  EXPECT_NE(cache.output.find("--prompt-cache does not run on several ranks yet"), std::string::npos);
   EXPECT_EQ(with({"--ranks", "0"}).exit_code, 2);
 }
 

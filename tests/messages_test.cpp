@@ -16,6 +16,7 @@
 
 #include <set>
 
+#include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
 
 namespace accord {
@@ -107,12 +108,26 @@ TEST_F(MessagesTest, TransfersOutputsAndCheckpointReportsRoundTrip) {
   expect_round_trip(RouteTransfer{7, 3, {0, 1}, WireTensor{{2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}}});
   expect_round_trip(StepOutput{7, 3, WireTensor{{1, 3}, {-1.5f, 0.0f, 2.25f}}});
   expect_round_trip(RankCheckpointReport{7, 3, 2, 41, 39, 1, "0123456789abcdef0123456789abcdef"});
+  expect_round_trip(PromptCacheReport{7, 3, 0, "5f0c1d2e3a4b6c7d"});
+}
+
+TEST(PhaseArgumentsTest, PromptCacheArgumentsRoundTripAndRefuseMalformedBytes) {
+  const PromptCacheArguments arguments{"/tmp/cache", "story-opening", "tests", "image:42", "5f0c1d2e3a4b6c7d",
+                                       {1, 403, 407}};
+  const Bytes bytes = encode_prompt_cache(arguments);
+  EXPECT_EQ(decode_prompt_cache(bytes), arguments);
+  for (std::size_t size = 0; size < bytes.size(); ++size) {
+    EXPECT_FALSE(decode_prompt_cache(std::span(bytes).first(size))) << "truncated to " << size << " bytes";
+  }
+  Bytes longer = bytes;
+  longer.push_back(0);
+  EXPECT_FALSE(decode_prompt_cache(longer));
 }
 
 TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {
   for (const char* name : {"accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
                            "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer",
-                           "accord.StepOutput", "accord.RankCheckpointReport"}) {
+                           "accord.StepOutput", "accord.RankCheckpointReport", "accord.PromptCacheReport"}) {
     EXPECT_NE(receiver_.types().make_value(name), nullptr) << name;
     EXPECT_EQ(bare_.types().make_value(name), nullptr) << name;
   }

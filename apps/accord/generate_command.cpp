@@ -118,9 +118,6 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
 }
 
 int run_generate(const GenerateArgs& args) {
-  if (args.ranks > 1 && !args.prompt_cache.empty()) {
-    return fail("--prompt-cache does not run on several ranks yet; use --ranks 1");
-  }
   auto model = Model::load(args.model);
   if (!model) return fail(model.error().message());
   auto tokenizer = find_tokenizer(args.tokenizer, *model);

@@ -27,8 +27,12 @@ class ComputeTimer {
 
 }  // namespace
 
-RankWorker::RankWorker(const Model& model, int threads, const Partition& partition, int rank)
-    : pool_(threads), stage_(model, pool_, partition, rank) {}
+RankWorker::RankWorker(const Model& model, int threads, const Partition& partition, int rank,
+                       const std::string& model_identity)
+    : pool_(threads),
+      stage_(model, pool_, partition, rank),
+      shard_identity_(accord::shard_identity(model_identity, model.config(), partition.ranks(), rank,
+                                             partition.range(rank))) {}
 
 void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on_commit) {
   epoch_ = epoch;
@@ -108,6 +112,27 @@ Status RankWorker::prepare_reset(std::uint64_t epoch) {
   open(epoch, [this](std::uint64_t e) {
     stage_.state().rewind(0, e);
     ++reset_count_;
+  });
+  undo_ = stage_.state().capture_rows(0, 0);
+  return {};
+}
+
+Status RankWorker::check_prefix_held(std::span<const int> prefix) const {
+  return accord::check_prefix_held(stage_.state(), prefix);
+}
+
+std::vector<float> RankWorker::pack_shard(int rows) const { return accord::pack_shard(stage_.state(), rows); }
+
+Status RankWorker::prepare_load(std::uint64_t epoch, std::vector<int> prefix, std::vector<float> shard) {
+  if (Status ok = stage_.check_tokens(prefix, 0); !ok) return ok;
+  if (shard.size() != shard_identity_.shard_floats(static_cast<int>(prefix.size()))) {
+    return Error(ErrorCode::prompt_cache, "rank " + std::to_string(rank()) + " was handed a shard of " +
+                                              std::to_string(shard.size()) + " floats for a prefix of " +
+                                              std::to_string(prefix.size()) + " tokens");
+  }
+  // Nothing changes before the commit, so the undo is the position alone.
+  open(epoch, [this, prefix = std::move(prefix), shard = std::move(shard)](std::uint64_t e) {
+    install_shard(stage_.state(), shard, prefix, e);
   });
   undo_ = stage_.state().capture_rows(0, 0);
   return {};

@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/error.hpp"
+#include "runtime/session/prompt_cache_shard.hpp"
 #include "runtime/session/rank_stage.hpp"
 
 namespace accord {
@@ -43,7 +44,10 @@ struct RankCheckpoint {
 
 class RankWorker {
  public:
-  RankWorker(const Model& model, int threads, const Partition& partition, int rank);
+  // `model_identity` is the model's (runtime/model/identity.hpp), computed
+  // once for all ranks.
+  RankWorker(const Model& model, int threads, const Partition& partition, int rank,
+             const std::string& model_identity);
 
   int rank() const { return stage_.rank(); }
   bool is_first() const { return stage_.is_first(); }
@@ -51,6 +55,8 @@ class RankWorker {
   int position() const { return stage_.state().position(); }
   std::string digest() const { return stage_.state().digest(); }
   const SessionState& state() const { return stage_.state(); }
+  // What this rank's prompt-cache shard records and must match.
+  const ShardIdentity& shard_identity() const { return shard_identity_; }
 
   // --- forward steps -------------------------------------------------------
   // StateCheckpoint: checks the tokens against the context and saves the
@@ -77,6 +83,15 @@ class RankWorker {
   // The commit empties the state and invalidates earlier checkpoints.
   Status prepare_reset(std::uint64_t epoch);
 
+  // --- prompt cache: the state's side (the cache actor does the files) ------
+  // PromptCacheSavePreflight.
+  Status check_prefix_held(std::span<const int> prefix) const;
+  // PromptCacheSavePreparation: the shard of the first `rows` rows.
+  std::vector<float> pack_shard(int rows) const;
+  // PromptCacheLoadPreparation: accepts the shard of `prefix`, read and
+  // checked by the cache actor; the commit installs it.
+  Status prepare_load(std::uint64_t epoch, std::vector<int> prefix, std::vector<float> shard);
+
   // --- decisions -------------------------------------------------------------
   void commit(std::uint64_t epoch);
   // Puts back what transaction `epoch` changed on this rank, if anything.
@@ -90,6 +105,7 @@ class RankWorker {
 
   cpu::ThreadPool pool_;
   RankStage stage_;
+  ShardIdentity shard_identity_;
   std::uint64_t reset_count_ = 0;
   std::atomic<std::uint64_t> compute_ns_{0};
 

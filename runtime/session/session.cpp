@@ -1,7 +1,5 @@
 #include "runtime/session/session.hpp"
 
-#include <algorithm>
-#include <cstring>
 #include <random>
 
 #include "runtime/io/digest.hpp"
@@ -14,17 +12,6 @@ namespace {
 std::uint64_t random_u64() {
   std::random_device random;
   return (static_cast<std::uint64_t>(random()) << 32) | random();
-}
-
-std::string random_hex() {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::uint64_t v = random_u64();
-  std::string hex(16, '0');
-  for (char& c : hex) {
-    c = kDigits[v & 0xF];
-    v >>= 4;
-  }
-  return hex;
 }
 
 Error before_mutation(ErrorCode code, const std::string& message) {
@@ -118,7 +105,7 @@ class Session::Transaction {
   std::optional<SessionState::Undo> undo_;
   std::function<Status()> reverse_;
   // Session fields a commit may change, as they were before.
-  std::optional<PreparedInput> prepared_;
+  PreparedInputRecord prepared_;
   std::uint64_t reset_count_;
 };
 
@@ -126,6 +113,7 @@ Session::Session(const Model& model, cpu::ThreadPool& pool)
     : model_(model),
       stage_(model, pool, Partition::balanced(model.config().n_layers, 1).value(), 0),
       model_identity_(accord::model_identity(model)),
+      shard_identity_(shard_identity(model_identity_, model.config(), 1, 0, stage_.units())),
       session_id_(random_u64()) {}
 
 // ---------------------------------------------------------------------------
@@ -230,7 +218,7 @@ Status Session::rollback(const SessionCheckpoint& checkpoint) {
   }
   if (Status s = tx.commit([&] {
         state().rewind(checkpoint.position, checkpoint.state_epoch);
-        keep_prepared_input_within_position();
+        prepared_.keep_within(state().position());
       });
       !s) {
     return s;
@@ -240,14 +228,9 @@ Status Session::rollback(const SessionCheckpoint& checkpoint) {
 }
 
 Status Session::rollback_complete(const CompleteCheckpoint& checkpoint) {
-  if (checkpoint.prompt && checkpoint.prompt->token_count != checkpoint.state.position) {
-    return before_mutation(ErrorCode::contract, "the checkpoint's prompt identity does not match its state");
-  }
+  if (Status ok = check_prompt_matches_position(checkpoint.prompt, checkpoint.state.position); !ok) return ok;
   if (Status s = rollback(checkpoint.state); !s) return s;
-  prepared_.reset();
-  if (checkpoint.prompt && !checkpoint.prompt->prepared_input.empty()) {
-    prepared_ = PreparedInput{checkpoint.prompt->prepared_input, checkpoint.prompt->prepared_token_count};
-  }
+  prepared_.restore(checkpoint.prompt);
   return {};
 }
 
@@ -257,19 +240,18 @@ Status Session::reset() {
   if (Status s = tx.phase(Phase::SessionResetPreparation, [] { return Status{}; }); !s) return tx.abort(s.error());
   return tx.commit([&] {
     state().rewind(0, tx.epoch());
-    prepared_.reset();
+    prepared_.clear();
     ++reset_count_;
   });
 }
 
-void Session::keep_prepared_input_within_position() {
-  if (prepared_ && prepared_->token_count > state().position()) prepared_.reset();
-}
-
 // ---------------------------------------------------------------------------
-// Prompt cache.
+// Prompt cache: this rank's shard (prompt_cache_shard.hpp) inside one transaction.
 
-PromptCacheTopology Session::topology() const { return {1, 0, 0, model_.config().n_layers}; }
+PromptCacheRequest Session::cache_request(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                                          std::span<const int> prefix, const std::string& prepared_input) const {
+  return {root, descriptor, {prefix.begin(), prefix.end()}, prepared_input};
+}
 
 Result<PromptCacheSaveResult> Session::save_prompt_cache(const std::filesystem::path& root,
                                                          const PromptCacheDescriptor& descriptor,
@@ -281,7 +263,7 @@ Result<PromptCacheSaveResult> Session::save_prompt_cache_for_input(const std::fi
                                                                    const PromptCacheDescriptor& descriptor,
                                                                    std::span<const int> prefix,
                                                                    const std::string& prepared_input) {
-  if (prepared_input.empty()) return before_mutation(ErrorCode::contract, "the prepared input identity is empty");
+  if (Status ok = check_prepared_input_named(prepared_input); !ok) return ok.error();
   return save(root, descriptor, prefix, prepared_input);
 }
 
@@ -289,70 +271,25 @@ Result<PromptCacheSaveResult> Session::save(const std::filesystem::path& root,
                                             const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
                                             const std::string& prepared_input) {
   Transaction tx(*this, "prompt cache save");
-  PromptCacheManifest manifest;
-  std::vector<std::byte> shard;
-  std::optional<PreparedGeneration> prepared;
-  std::optional<Publication> publication;
-  if (Status s = tx.phase(Phase::PromptCacheSavePreflight,
-                          [&]() -> Status {
-                            const auto held = state().tokens();
-                            if (prefix.empty() || prefix.size() > held.size() ||
-                                !std::equal(prefix.begin(), prefix.end(), held.begin())) {
-                              return Error(ErrorCode::contract,
-                                           "the prefix to save is not the start of the session's tokens");
-                            }
-                            return {};
-                          });
-      !s) {
+  const PromptCacheRequest request = cache_request(root, descriptor, prefix, prepared_input);
+  ShardSave save;
+  if (Status s = tx.phase(Phase::PromptCacheSavePreflight, [&] { return check_prefix_held(state(), prefix); }); !s) {
     return tx.abort(s.error());
   }
   if (Status s = tx.phase(Phase::PromptCacheSavePreparation,
-                          [&]() -> Status {
-                            const KvCache& kv = state().kv();
-                            const auto floats = prefix.size() * static_cast<std::size_t>(kv.kv_dim());
-                            shard.resize(floats * sizeof(float) * 2 * kv.unit_count());
-                            std::byte* out = shard.data();
-                            for (int u = kv.first_unit(); u < kv.first_unit() + kv.unit_count(); ++u) {
-                              std::memcpy(out, kv.keys(u), floats * sizeof(float));
-                              std::memcpy(out + floats * sizeof(float), kv.values(u), floats * sizeof(float));
-                              out += 2 * floats * sizeof(float);
-                            }
-                            manifest.model_identity = model_identity_;
-                            manifest.topology = topology();
-                            manifest.kv_dim = kv.kv_dim();
-                            manifest.prefix_token_count = static_cast<int>(prefix.size());
-                            manifest.prefix_sha256 = token_ids_sha256(prefix);
-                            manifest.descriptor = descriptor;
-                            manifest.prepared_input = prepared_input;
-                            manifest.epoch = tx.epoch();
-                            manifest.save_id = random_hex();
-                            manifest.shard_bytes = shard.size();
-                            manifest.shard_sha256 = sha256_hex(shard);
-                            auto g = prepare_generation(root, manifest, shard);
-                            if (!g) return g.error();
-                            prepared = std::move(*g);
-                            return {};
+                          [&] {
+                            const auto shard = pack_shard(state(), static_cast<int>(prefix.size()));
+                            return save.prepare(shard_identity_, request, tx.epoch(), new_save_id(), shard);
                           });
       !s) {
     return tx.abort(s.error());
   }
-  tx.on_abort([&]() -> Status {
-    if (publication) return revert_publication(*publication);
-    discard_generation(*prepared);
-    return {};
-  });
-  if (Status s = tx.phase(Phase::PromptCacheSavePublication,
-                          [&]() -> Status {
-                            auto p = publish_generation(*prepared);
-                            if (!p) return p.error();
-                            publication = std::move(*p);
-                            return {};
-                          });
-      !s) {
+  tx.on_abort([&] { return save.revert(); });
+  if (Status s = tx.phase(Phase::PromptCacheSavePublication, [&] { return save.publish(); }); !s) {
     return tx.abort(s.error());
   }
-  if (Status s = tx.commit([&] { commit_publication(*publication); }); !s) return s.error();
-  return PromptCacheSaveResult{tx.epoch(), prepared->name, manifest.prefix_token_count, manifest.shard_bytes};
+  if (Status s = tx.commit([&] { save.commit(); }); !s) return s.error();
+  return PromptCacheSaveResult{tx.epoch(), save.generation(), static_cast<int>(prefix.size()), save.shard_bytes()};
 }
 
 Status Session::load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
@@ -362,35 +299,8 @@ Status Session::load_prompt_cache(const std::filesystem::path& root, const Promp
 
 Status Session::load_prompt_cache_for_input(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
                                             std::span<const int> prefix, const std::string& prepared_input) {
-  if (prepared_input.empty()) return before_mutation(ErrorCode::contract, "the prepared input identity is empty");
+  if (Status ok = check_prepared_input_named(prepared_input); !ok) return ok.error();
   return load(root, expected, prefix, prepared_input);
-}
-
-Status Session::check_cache_manifest(const PromptCacheManifest& m, const PromptCacheDescriptor& expected,
-                                     std::span<const int> prefix, const std::string& prepared_input) const {
-  auto refuse = [](const std::string& why) { return Status(Error(ErrorCode::prompt_cache, why)); };
-  if (m.model_identity != model_identity_) {
-    return refuse("the cache was saved by another model (identity " + m.model_identity + ", this model is " +
-                  model_identity_ + ")");
-  }
-  if (!(m.topology == topology())) {
-    return refuse("the cache was saved with " + std::to_string(m.topology.ranks) +
-                  " rank(s) and another partition; this session has 1 rank holding every unit");
-  }
-  if (m.kv_dim != model_.config().kv_dim()) return refuse("the cache's KV width differs from the model's");
-  if (!(m.descriptor == expected)) {
-    return refuse("the cache was saved as '" + m.descriptor.name + "' in namespace '" + m.descriptor.cache_namespace +
-                  "', not as '" + expected.name + "' in '" + expected.cache_namespace + "'");
-  }
-  if (m.prepared_input != prepared_input) return refuse("the cache was saved for another prepared input");
-  if (m.prefix_token_count != static_cast<int>(prefix.size()) || m.prefix_sha256 != token_ids_sha256(prefix)) {
-    return refuse("the cache holds other prefix tokens (" + std::to_string(m.prefix_token_count) +
-                  " tokens) than the " + std::to_string(prefix.size()) + " given");
-  }
-  if (m.prefix_token_count < 1 || m.prefix_token_count > model_.config().seq_len) {
-    return refuse("the cache's prefix length is outside the model's context");
-  }
-  return {};
 }
 
 Status Session::load(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
@@ -400,51 +310,28 @@ Status Session::load(const std::filesystem::path& root, const PromptCacheDescrip
   }
   Transaction tx(*this, "prompt cache load");
   tx.protect_rows(0, static_cast<int>(prefix.size()));
-  std::optional<LiveGeneration> live;
-  std::vector<std::byte> shard;
-  if (Status s = tx.phase(Phase::PromptCacheLoadPreflight,
-                          [&]() -> Status {
-                            auto g = read_live_generation(root, 0);
-                            if (!g) return g.error();
-                            if (Status ok = check_cache_manifest(g->manifest, expected, prefix, prepared_input); !ok) {
-                              return ok;
-                            }
-                            live = std::move(*g);
-                            return {};
-                          });
+  const PromptCacheRequest request = cache_request(root, expected, prefix, prepared_input);
+  ShardLoad load;
+  std::vector<float> shard;
+  if (Status s = tx.phase(Phase::PromptCacheLoadPreflight, [&] { return load.preflight(shard_identity_, request); });
       !s) {
     return tx.abort(s.error());
   }
   if (Status s = tx.phase(Phase::PromptCacheLoadPreparation,
                           [&]() -> Status {
-                            auto bytes = read_shard(*live);
-                            if (!bytes) return bytes.error();
-                            const KvCache& kv = state().kv();
-                            const std::size_t expected_bytes =
-                                prefix.size() * kv.kv_dim() * sizeof(float) * 2 * kv.unit_count();
-                            if (bytes->size() != expected_bytes) {
-                              return Error(ErrorCode::prompt_cache, "the shard is " + std::to_string(bytes->size()) +
-                                                                        " bytes; the prefix needs " +
-                                                                        std::to_string(expected_bytes));
-                            }
-                            shard = std::move(*bytes);
+                            // One rank: its generation is the whole save.
+                            auto read = load.read(shard_identity_, load.save_id());
+                            if (!read) return read.error();
+                            shard = std::move(*read);
                             return {};
                           });
       !s) {
     return tx.abort(s.error());
   }
   return tx.commit([&] {
-    KvCache& kv = state().kv();
-    const auto floats = prefix.size() * static_cast<std::size_t>(kv.kv_dim());
-    const std::byte* in = shard.data();
-    for (int u = kv.first_unit(); u < kv.first_unit() + kv.unit_count(); ++u) {
-      std::memcpy(kv.keys(u), in, floats * sizeof(float));
-      std::memcpy(kv.values(u), in + floats * sizeof(float), floats * sizeof(float));
-      in += 2 * floats * sizeof(float);
-    }
-    state().commit_rows(0, prefix, tx.epoch());
-    prepared_.reset();
-    if (!prepared_input.empty()) prepared_ = PreparedInput{prepared_input, static_cast<int>(prefix.size())};
+    install_shard(state(), shard, prefix, tx.epoch());
+    prepared_.clear();
+    if (!prepared_input.empty()) prepared_.set(prepared_input, static_cast<int>(prefix.size()));
   });
 }
 
@@ -452,15 +339,7 @@ Status Session::load(const std::filesystem::path& root, const PromptCacheDescrip
 // Reports.
 
 std::optional<PromptInputIdentity> Session::committed_prompt_input_identity() const {
-  if (state().position() == 0) return std::nullopt;
-  PromptInputIdentity id;
-  if (prepared_) {
-    id.prepared_input = prepared_->identity;
-    id.prepared_token_count = prepared_->token_count;
-  }
-  id.token_count = state().position();
-  id.tokens_sha256 = token_ids_sha256(state().tokens());
-  return id;
+  return prepared_.describe(state().tokens());
 }
 
 SessionReport Session::report() const {

@@ -23,6 +23,8 @@
 #include "runtime/session/observer.hpp"
 #include "runtime/session/phase.hpp"
 #include "runtime/session/prompt_cache.hpp"
+#include "runtime/session/prompt_cache_shard.hpp"
+#include "runtime/session/prompt_input.hpp"
 #include "runtime/session/rank_stage.hpp"
 #include "runtime/session/state.hpp"
 
@@ -48,17 +50,6 @@ struct SessionCheckpoint {
   int position = 0;
   std::uint64_t state_epoch = 0;
   std::string digest;  // of the state when taken
-};
-
-// What produced the committed prompt: the tokens below the position and,
-// when it came from a prepared input (the _for_input operations), that
-// input's identity and the number of tokens it covers.
-struct PromptInputIdentity {
-  std::string prepared_input;
-  int prepared_token_count = 0;
-  int token_count = 0;
-  std::string tokens_sha256;
-  bool operator==(const PromptInputIdentity&) const = default;
 };
 
 struct CompleteCheckpoint {
@@ -161,15 +152,14 @@ class Session {
                                      std::span<const int> prefix, const std::string& prepared_input);
   Status load(const std::filesystem::path& root, const PromptCacheDescriptor& expected, std::span<const int> prefix,
               const std::string& prepared_input);
-  Status check_cache_manifest(const PromptCacheManifest& manifest, const PromptCacheDescriptor& expected,
-                              std::span<const int> prefix, const std::string& prepared_input) const;
   Status check_checkpoint(const SessionCheckpoint& checkpoint) const;
-  PromptCacheTopology topology() const;
-  void keep_prepared_input_within_position();
+  PromptCacheRequest cache_request(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                                   std::span<const int> prefix, const std::string& prepared_input) const;
 
   const Model& model_;
   RankStage stage_;  // every unit: one rank
   std::string model_identity_;
+  ShardIdentity shard_identity_;  // the one rank's, for the prompt cache
   std::uint64_t session_id_;
   std::uint64_t next_epoch_ = 1;
   std::uint64_t committed_epoch_ = 0;
@@ -178,11 +168,7 @@ class Session {
   std::uint64_t aborted_transactions_ = 0;
   std::string last_outcome_ = "none";
   std::string last_error_;
-  struct PreparedInput {
-    std::string identity;
-    int token_count = 0;  // the tokens it produced, from position 0
-  };
-  std::optional<PreparedInput> prepared_;  // cleared when the state no longer holds its tokens
+  PreparedInputRecord prepared_;  // cleared when the state no longer holds its tokens
   std::vector<float> published_;                 // (rows, vocab) of the last step
   FailureHook failure_hook_;
 };

@@ -1,0 +1,54 @@
+// One rank's prompt-cache shard I/O in a distributed session: the save or
+// load of the open transaction, held between its phases. Only the rank's
+// cache actor touches it. It never touches the rank's state — the state
+// actor packs and installs shards (RankWorker) — so file I/O can run on
+// its own thread. CAF-free.
+//
+// Abort (revert) reverses a publication or discards a prepared generation;
+// a failed reversal means this rank cannot prove which generation is live.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/error.hpp"
+#include "runtime/session/prompt_cache_shard.hpp"
+
+namespace accord {
+
+class RankPromptCache {
+ public:
+  explicit RankPromptCache(ShardIdentity identity) : identity_(std::move(identity)) {}
+
+  // PromptCacheSavePreparation: writes and verifies the unpublished shard.
+  Status prepare_save(std::uint64_t epoch, const PromptCacheRequest& request, const std::string& save_id,
+                      std::span<const float> shard);
+  // PromptCacheSavePublication.
+  Status publish(std::uint64_t epoch);
+  // PromptCacheLoadPreflight: pins and checks the live generation; returns
+  // the save it belongs to.
+  Result<std::string> begin_load(std::uint64_t epoch, const PromptCacheRequest& request);
+  // PromptCacheLoadPreparation: the pinned generation's shard, if it
+  // belongs to `save_id` (rank 0's) and is intact.
+  Result<std::vector<float>> read_load(std::uint64_t epoch, const std::string& save_id) const;
+
+  // The decisions on transaction `epoch`; other epochs have nothing here.
+  void commit(std::uint64_t epoch);
+  Status revert(std::uint64_t epoch);
+  // The rank is poisoned: reverse whatever is open, as far as it goes.
+  void forget();
+
+ private:
+  Status expect_open(std::uint64_t epoch, bool save) const;
+  void close();
+
+  ShardIdentity identity_;
+  std::uint64_t epoch_ = 0;  // of the open save or load
+  std::optional<ShardSave> save_;
+  std::optional<ShardLoad> load_;
+};
+
+}  // namespace accord
