@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace accord {
 
@@ -73,6 +75,15 @@ inline std::string to_string(DistributedExecutionPhase phase) {
   }
   // A value off the wire that names no phase.
   return "UnknownPhase(" + std::to_string(static_cast<int>(phase)) + ")";
+}
+
+// The phase a name from to_string() names; nullopt for any other text.
+inline std::optional<DistributedExecutionPhase> phase_from_string(std::string_view name) {
+  for (int i = 0; i < kDistributedExecutionPhaseCount; ++i) {
+    const auto phase = static_cast<DistributedExecutionPhase>(i);
+    if (to_string(phase) == name) return phase;
+  }
+  return std::nullopt;
 }
 
 // True for the two phases that concern one route between consecutive ranks.

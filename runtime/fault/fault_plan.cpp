@@ -1,0 +1,179 @@
+#include "runtime/fault/fault_plan.hpp"
+
+#include <array>
+#include <charconv>
+#include <cstdlib>
+
+namespace accord {
+
+namespace {
+
+constexpr std::array<FaultKind, 6> kKinds = {FaultKind::error, FaultKind::throws, FaultKind::delay,
+                                             FaultKind::exit,  FaultKind::drop,   FaultKind::corrupt};
+
+Error bad_fault(std::string_view text, const std::string& why) {
+  return Error(ErrorCode::contract, "bad fault '" + std::string(text) + "': " + why +
+                                        " (expected RANK:PHASE:KIND[:AT], for example 1:Execution:error)");
+}
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  for (std::size_t start = 0;;) {
+    const std::size_t end = text.find(separator, start);
+    parts.push_back(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return parts;
+    start = end + 1;
+  }
+}
+
+template <class T>
+std::optional<T> parse_number(std::string_view text) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+std::string phase_names() {
+  std::string names;
+  for (int i = 0; i < kDistributedExecutionPhaseCount; ++i) {
+    if (i > 0) names += ", ";
+    names += to_string(static_cast<DistributedExecutionPhase>(i));
+  }
+  return names;
+}
+
+// "Execution" or "BoundarySourceReady(0->1)".
+Status parse_phase(std::string_view text, std::string_view field, Fault& fault) {
+  std::string_view name = field;
+  if (const auto open = field.find('('); open != std::string_view::npos) {
+    name = field.substr(0, open);
+    if (field.back() != ')') return bad_fault(text, "a route is written (SOURCE->TARGET)");
+    const auto ends = field.substr(open + 1, field.size() - open - 2);
+    const auto arrow = ends.find("->");
+    const auto source = parse_number<RankId>(ends.substr(0, arrow));
+    const auto target = arrow == std::string_view::npos ? std::nullopt : parse_number<RankId>(ends.substr(arrow + 2));
+    if (!source || !target) return bad_fault(text, "a route is written (SOURCE->TARGET)");
+    fault.route = CommunicationRouteId{*source, *target};
+  }
+  const auto phase = phase_from_string(name);
+  if (!phase) return bad_fault(text, "unknown phase '" + std::string(name) + "'; phases are " + phase_names());
+  if (fault.route && !is_boundary_phase(*phase)) {
+    return bad_fault(text, "only BoundarySourceCompletion and BoundarySourceReady take a route");
+  }
+  fault.phase = *phase;
+  return {};
+}
+
+Status parse_kind(std::string_view text, std::string_view field, Fault& fault) {
+  for (FaultKind kind : kKinds) {
+    if (to_string(kind) == field) {
+      fault.kind = kind;
+      return {};
+    }
+  }
+  return bad_fault(text, "unknown kind '" + std::string(field) + "'; kinds are error, throw, delay, exit, drop, corrupt");
+}
+
+}  // namespace
+
+std::string_view to_string(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::error: return "error";
+    case FaultKind::throws: return "throw";
+    case FaultKind::delay: return "delay";
+    case FaultKind::exit: return "exit";
+    case FaultKind::drop: return "drop";
+    case FaultKind::corrupt: return "corrupt";
+  }
+  return "unknown";
+}
+
+bool Fault::matches(const PhaseId& id) const {
+  if (id.phase != phase) return false;
+  if (route) return id.route == *route;
+  return !is_boundary_phase(phase) || id.route.source == rank || id.route.target == rank;
+}
+
+std::string to_string(const Fault& fault) {
+  std::string text = std::to_string(fault.rank);
+  text += ':';
+  text += to_string(PhaseId{fault.phase, fault.route.value_or(CommunicationRouteId{})});
+  text += ':';
+  text += to_string(fault.kind);
+  text += ':';
+  text += std::to_string(fault.occurrence);
+  return text;
+}
+
+Result<Fault> parse_fault(std::string_view text) {
+  const auto fields = split(text, ':');
+  if (fields.size() < 3 || fields.size() > 4) return bad_fault(text, "it has " + std::to_string(fields.size()) + " fields");
+  Fault fault;
+  const auto rank = parse_number<RankId>(fields[0]);
+  if (!rank) return bad_fault(text, "the rank is not a number");
+  fault.rank = *rank;
+  if (Status ok = parse_phase(text, fields[1], fault); !ok) return ok.error();
+  if (Status ok = parse_kind(text, fields[2], fault); !ok) return ok.error();
+  if (fields.size() == 4) {
+    const auto at = parse_number<std::uint32_t>(fields[3]);
+    if (!at || *at == 0) return bad_fault(text, "the occurrence is a number from 1");
+    fault.occurrence = *at;
+  }
+  const bool cache_save = fault.phase == DistributedExecutionPhase::PromptCacheSavePreparation ||
+                          fault.phase == DistributedExecutionPhase::PromptCacheSavePublication;
+  if (fault.kind == FaultKind::corrupt && !cache_save) {
+    return bad_fault(text, "corrupt applies to PromptCacheSavePreparation and PromptCacheSavePublication");
+  }
+  return fault;
+}
+
+Result<std::vector<Fault>> parse_fault_list(std::string_view text) {
+  std::vector<Fault> plan;
+  for (std::string_view entry : split(text, ';')) {
+    if (entry.empty()) continue;
+    auto fault = parse_fault(entry);
+    if (!fault) return fault.error();
+    plan.push_back(*fault);
+  }
+  return plan;
+}
+
+Result<std::vector<Fault>> faults_from_environment() {
+  const char* text = std::getenv("ACCORD_FAULTS");
+  if (text == nullptr) return std::vector<Fault>{};
+  auto plan = parse_fault_list(text);
+  if (!plan) return Error(ErrorCode::contract, "ACCORD_FAULTS: " + plan.error().message());
+  return plan;
+}
+
+Status check_fault_plan(const std::vector<Fault>& plan, int ranks) {
+  for (const Fault& fault : plan) {
+    if (fault.rank >= static_cast<RankId>(ranks)) {
+      return Error(ErrorCode::contract, "the fault " + to_string(fault) + " names rank " + std::to_string(fault.rank) +
+                                            " but the session has " + std::to_string(ranks) + " rank(s)");
+    }
+    if (fault.route && (fault.route->target != fault.route->source + 1 ||
+                        fault.route->target >= static_cast<RankId>(ranks))) {
+      return Error(ErrorCode::contract, "the fault " + to_string(fault) + " names a route the session does not have");
+    }
+  }
+  return {};
+}
+
+RankFaults::RankFaults(RankId rank, const std::vector<Fault>& plan) {
+  for (const Fault& fault : plan) {
+    if (fault.rank == rank) entries_.push_back({fault});
+  }
+}
+
+std::optional<FaultKind> RankFaults::on_phase(const PhaseId& phase) {
+  std::optional<FaultKind> fired;
+  for (Entry& entry : entries_) {
+    if (!entry.fault.matches(phase)) continue;
+    if (++entry.seen == entry.fault.occurrence && !fired) fired = entry.fault.kind;
+  }
+  return fired;
+}
+
+}  // namespace accord

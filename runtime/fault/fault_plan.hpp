@@ -1,0 +1,82 @@
+// Fault plans (DESIGN.md, "Fault injection"): which rank fails, in which
+// phase, how, and at which occurrence. The same plan comes from the C++ API,
+// from `accord generate --fault RANK:PHASE:KIND[:AT]` and from the
+// ACCORD_FAULTS environment variable (entries separated by ';'), so a
+// service that embeds accord runs the scenarios our tests run.
+//
+//   2:OutputPublication:error            rank 2 reports a failed status
+//   1:SamplingSynchronization:error:2    ... the second time it runs it
+//   0:BoundarySourceReady(0->1):drop     rank 0's status on that route is lost
+//
+// This file parses and counts; actors/ carries faults out.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "messages/phase.hpp"
+#include "runtime/error.hpp"
+
+namespace accord {
+
+enum class FaultKind : std::uint8_t {
+  error,    // the rank reports a failed status for the phase
+  throws,   // the rank's local work throws an exception ("throw")
+  delay,    // the rank's local work outlasts the phase deadline
+  exit,     // the rank's actors exit (a node: its process exits)
+  drop,     // the rank's status message for the phase is lost
+  corrupt,  // bytes of the rank's prompt-cache shard are flipped once written
+};
+
+std::string_view to_string(FaultKind kind);
+
+struct Fault {
+  RankId rank = 0;
+  DistributedExecutionPhase phase = DistributedExecutionPhase::Execution;
+  // For the boundary phases: that route only; none: every route the rank
+  // is an end of.
+  std::optional<CommunicationRouteId> route;
+  FaultKind kind = FaultKind::error;
+  // Fires once, the occurrence-th time the rank runs a matching phase.
+  std::uint32_t occurrence = 1;
+
+  bool matches(const PhaseId& id) const;
+  bool operator==(const Fault&) const = default;
+};
+
+// "1:BoundarySourceReady(0->1):drop:1": the syntax parse_fault reads.
+std::string to_string(const Fault& fault);
+
+// Fails with ErrorCode::contract and a message naming what is wrong.
+Result<Fault> parse_fault(std::string_view text);
+// Entries separated by ';'; empty entries are ignored.
+Result<std::vector<Fault>> parse_fault_list(std::string_view text);
+// The plan in ACCORD_FAULTS; empty when the variable is unset.
+Result<std::vector<Fault>> faults_from_environment();
+
+// Checks a plan against a session of `ranks` ranks.
+Status check_fault_plan(const std::vector<Fault>& plan, int ranks);
+
+// One rank's share of a plan, with its own counters: each rank's actors
+// hold their own, so counting needs no lock.
+class RankFaults {
+ public:
+  RankFaults() = default;
+  RankFaults(RankId rank, const std::vector<Fault>& plan);
+
+  // Called once each time the rank runs `phase`: the fault that fires now,
+  // if any. Every matching entry counts the occurrence.
+  std::optional<FaultKind> on_phase(const PhaseId& phase);
+
+ private:
+  struct Entry {
+    Fault fault;
+    std::uint32_t seen = 0;
+  };
+  std::vector<Entry> entries_;
+};
+
+}  // namespace accord

@@ -1,0 +1,89 @@
+// Fault plans: the RANK:PHASE:KIND[:AT] syntax of --fault and ACCORD_FAULTS,
+// its errors, and how a rank counts occurrences.
+#include "runtime/fault/fault_plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace accord {
+namespace {
+
+using enum DistributedExecutionPhase;
+
+TEST(FaultPlan, ParsesEveryField) {
+  auto fault = parse_fault("2:OutputPublication:error");
+  ASSERT_TRUE(fault) << fault.error().message();
+  EXPECT_EQ(*fault, (Fault{2, OutputPublication, std::nullopt, FaultKind::error, 1}));
+
+  fault = parse_fault("1:SamplingSynchronization:throw:2");
+  ASSERT_TRUE(fault) << fault.error().message();
+  EXPECT_EQ(*fault, (Fault{1, SamplingSynchronization, std::nullopt, FaultKind::throws, 2}));
+
+  fault = parse_fault("0:BoundarySourceReady(0->1):drop");
+  ASSERT_TRUE(fault) << fault.error().message();
+  EXPECT_EQ(*fault, (Fault{0, BoundarySourceReady, CommunicationRouteId{0, 1}, FaultKind::drop, 1}));
+  EXPECT_EQ(to_string(*fault), "0:BoundarySourceReady(0->1):drop:1");
+  EXPECT_EQ(parse_fault(to_string(*fault)).value(), *fault);
+}
+
+TEST(FaultPlan, RefusesMalformedEntriesWithTheReason) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"1:Execution", "2 fields"},
+      {"x:Execution:error", "rank is not a number"},
+      {"-1:Execution:error", "rank is not a number"},
+      {"1:Exekution:error", "unknown phase 'Exekution'"},
+      {"1:Execution:explode", "unknown kind 'explode'"},
+      {"1:Execution:error:0", "occurrence"},
+      {"1:Execution:error:two", "occurrence"},
+      {"1:Execution(0->1):error", "only BoundarySourceCompletion"},
+      {"1:BoundarySourceReady(0-1):error", "(SOURCE->TARGET)"},
+      {"1:Execution:corrupt", "corrupt applies"},
+      {"1:Execution:error:1:2", "5 fields"},
+  };
+  for (const auto& [text, why] : cases) {
+    auto fault = parse_fault(text);
+    ASSERT_FALSE(fault) << text;
+    EXPECT_EQ(fault.error().code(), ErrorCode::contract);
+    EXPECT_NE(fault.error().message().find(why), std::string::npos) << fault.error().message();
+  }
+}
+
+TEST(FaultPlan, ListsAndTheEnvironment) {
+  auto plan = parse_fault_list("1:Execution:error;;2:Commit:exit:3;");
+  ASSERT_TRUE(plan) << plan.error().message();
+  ASSERT_EQ(plan->size(), 2u);
+  EXPECT_EQ((*plan)[1], (Fault{2, Commit, std::nullopt, FaultKind::exit, 3}));
+  EXPECT_FALSE(parse_fault_list("1:Execution:error;oops"));
+
+  ::setenv("ACCORD_FAULTS", "0:StateCheckpoint:delay", 1);
+  auto from_env = faults_from_environment();
+  ::unsetenv("ACCORD_FAULTS");
+  ASSERT_TRUE(from_env) << from_env.error().message();
+  EXPECT_EQ(from_env->size(), 1u);
+  EXPECT_TRUE(faults_from_environment()->empty());
+}
+
+TEST(FaultPlan, IsCheckedAgainstTheTopology) {
+  EXPECT_TRUE(check_fault_plan(parse_fault_list("2:Execution:error").value(), 3));
+  auto too_far = check_fault_plan(parse_fault_list("3:Execution:error").value(), 3);
+  ASSERT_FALSE(too_far);
+  EXPECT_NE(too_far.error().message().find("has 3 rank(s)"), std::string::npos);
+  EXPECT_FALSE(check_fault_plan(parse_fault_list("0:BoundarySourceReady(0->2):error").value(), 3));
+  EXPECT_FALSE(check_fault_plan(parse_fault_list("0:BoundarySourceReady(2->3):error").value(), 3));
+}
+
+TEST(FaultPlan, ARankFiresEachFaultOnceAtItsOccurrence) {
+  RankFaults faults(1, parse_fault_list("1:Execution:error:2;0:Execution:exit;1:BoundarySourceReady:drop").value());
+  EXPECT_EQ(faults.on_phase(phase_id(Execution)), std::nullopt);  // the first time
+  EXPECT_EQ(faults.on_phase(phase_id(StateCheckpoint)), std::nullopt);
+  EXPECT_EQ(faults.on_phase(phase_id(Execution)), FaultKind::error);
+  EXPECT_EQ(faults.on_phase(phase_id(Execution)), std::nullopt);  // once only
+  // Without a route, a boundary fault matches the routes the rank is an end of.
+  EXPECT_EQ(faults.on_phase(boundary_phase_id(BoundarySourceReady, 2, 3)), std::nullopt);
+  EXPECT_EQ(faults.on_phase(boundary_phase_id(BoundarySourceReady, 1, 2)), FaultKind::drop);
+  EXPECT_EQ(faults.on_phase(boundary_phase_id(BoundarySourceReady, 0, 1)), std::nullopt);
+}
+
+}  // namespace
+}  // namespace accord
