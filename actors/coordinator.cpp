@@ -31,6 +31,7 @@ std::vector<PlannedPhase> plan_for(const TransactionRequest& request, RankId ran
       plan.push_back({phase_id(Execution), {}});
       plan.push_back({phase_id(OutputObservation), {static_cast<std::uint8_t>(request.all_rows ? 1 : 0)}});
       plan.push_back({phase_id(OutputPublication), {}});
+      if (request.sample) plan.push_back({phase_id(SamplingSynchronization), encode_sampling(request.sampling)});
       break;
     case TransactionKind::checkpoint:
       plan.push_back({phase_id(SessionCheckpoint), {}});
@@ -176,6 +177,9 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
       },
       [=](StepOutput& output) {
         if (self->state.busy && output.epoch == self->state.reply.epoch) self->state.reply.logits = std::move(output.logits);
+      },
+      [=](const SamplingResult& sampled) {
+        if (self->state.busy && sampled.epoch == self->state.reply.epoch) self->state.reply.sampled = sampled;
       },
       [=](const RankCheckpointReport& report) {
         if (self->state.busy && report.epoch == self->state.reply.epoch) self->state.reply.checkpoints.push_back(report);

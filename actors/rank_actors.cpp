@@ -37,7 +37,18 @@ RowBlock from_wire(const WireTensor& t) {
 caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
   return {
       [=](run_units_atom) -> LocalResult { return to_local(worker->run_units()); },
-      [=](logits_atom, bool all_rows) -> WireTensor { return to_wire(worker->logits(all_rows)); },
+      [=](observe_atom, bool all_rows) -> LocalResult { return to_local(worker->observe_output(all_rows)); },
+      [=](output_atom) -> WireTensor { return to_wire(worker->published_output()); },
+      [=](sample_atom, const SamplingArguments& arguments) -> std::tuple<bool, std::uint8_t, std::string, SamplingResult> {
+        const SamplerOptions options{arguments.temperature, arguments.top_p, 0};
+        auto sample = worker->sample(options, arguments.rng_state, arguments.stop_tokens);
+        if (!sample) return std::tuple_cat(to_local(sample.error()), std::make_tuple(SamplingResult{}));
+        SamplingResult sampled;
+        sampled.token = sample->sampled.token;
+        sampled.stop = sample->sampled.stop;
+        sampled.rng_state = sample->rng_state;
+        return {true, 0, "", sampled};
+      },
       [=](outgoing_atom) -> WireTensor { return to_wire(worker->outgoing_activations()); },
   };
 }
@@ -74,6 +85,25 @@ caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> w
 
 // --- agreement: the rank's voice in every phase ----------------------------
 
+// Data that a phase of this rank waits for from another rank. It may arrive
+// before the phase begins (another rank's message can overtake the
+// coordinator's begin) or after.
+template <class Data>
+struct Awaited {
+  std::optional<Data> data;
+  std::optional<RunPhase> phase;
+
+  // The phase waiting for its epoch's data, once both are here.
+  std::optional<RunPhase> ready() const {
+    if (data && phase && data->epoch == phase->epoch) return phase;
+    return std::nullopt;
+  }
+  void reset() {
+    data.reset();
+    phase.reset();
+  }
+};
+
 struct AgreementState {
   std::unique_ptr<RankAgreement> machine;
   std::shared_ptr<RankWorker> worker;
@@ -81,10 +111,9 @@ struct AgreementState {
   caf::actor coordinator;
   caf::actor execution;
   caf::actor state;
-  caf::actor next;                           // the next rank's agreement actor
-  std::optional<RouteTransfer> arrived;      // activations for the open step
-  std::optional<RunPhase> awaiting_arrival;  // BoundarySourceReady waiting for them
-  std::optional<WireTensor> output;          // logits of OutputObservation
+  std::vector<caf::actor> ranks;         // every rank's agreement actor, in rank order
+  Awaited<RouteTransfer> activations;    // BoundarySourceReady on a route's target
+  Awaited<SamplingResult> sampled;       // SamplingSynchronization off the output owner
 };
 
 using AgreementActor = caf::stateful_actor<AgreementState>;
@@ -112,11 +141,20 @@ void run_on(AgreementActor* self, const caf::actor& target, const RunPhase& run,
             });
 }
 
-void accept_arrival(AgreementActor* self, const RunPhase& run) {
-  WireTensor activations = std::move(self->state.arrived->activations);
-  self->state.arrived.reset();
-  self->state.awaiting_arrival.reset();
-  run_on(self, self->state.state, run, accept_atom::value, std::move(activations));
+// Whether a message from another rank belongs to this session's open or
+// next transaction; older ones are stale.
+bool is_current(const AgreementState& s, SessionId session, Epoch epoch) {
+  return session == s.session && epoch >= s.machine->epoch();
+}
+
+// BoundarySourceReady on the route's target, once the activations are here.
+void accept_activations(AgreementActor* self) {
+  auto& awaited = self->state.activations;
+  const auto run = awaited.ready();
+  if (!run) return;
+  WireTensor activations = std::move(awaited.data->activations);
+  awaited.reset();
+  run_on(self, self->state.state, *run, accept_atom::value, std::move(activations));
 }
 
 void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
@@ -125,15 +163,51 @@ void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
   if (run.phase.route.source == me) {
     // The completion of this route was agreed: the transfer may start.
     self->request(s.execution, caf::infinite, outgoing_atom::value).then([=](WireTensor& activations) {
-      self->send(self->state.next, RouteTransfer{self->state.session, run.epoch, run.phase.route, std::move(activations)});
+      const caf::actor& next = self->state.ranks.at(run.phase.route.target);
+      self->send(next, RouteTransfer{self->state.session, run.epoch, run.phase.route, std::move(activations)});
       finish_phase(self, run, {true, 0, ""});
     });
   } else if (run.phase.route.target == me) {
-    s.awaiting_arrival = run;
-    if (s.arrived && s.arrived->epoch == run.epoch) accept_arrival(self, run);
+    s.activations.phase = run;
+    accept_activations(self);
   } else {
     finish_phase(self, run, {true, 0, ""});
   }
+}
+
+// SamplingSynchronization on a rank other than the output owner: it holds
+// the owner's pick once it is here.
+void hold_sampled(AgreementActor* self) {
+  const auto run = self->state.sampled.ready();
+  if (!run) return;
+  self->state.sampled.phase.reset();
+  finish_phase(self, *run, {true, 0, ""});
+}
+
+// SamplingSynchronization: the output owner samples from the output it
+// published and sends its pick to every other rank and to the coordinator,
+// before its own status; every other rank reports once the pick reached it.
+void run_sampling(AgreementActor* self, const RunPhase& run) {
+  auto& s = self->state;
+  if (!s.worker->is_output_owner()) {
+    s.sampled.phase = run;
+    return hold_sampled(self);
+  }
+  auto arguments = decode_sampling(run.arguments);
+  if (!arguments) return finish_phase(self, run, {false, 0, "malformed sampling arguments"});
+  self->request(s.execution, caf::infinite, sample_atom::value, std::move(*arguments))
+      .then([=](bool ok, std::uint8_t code, std::string& message, SamplingResult& sampled) {
+        if (ok) {
+          auto& st = self->state;
+          sampled.session = st.session;
+          sampled.epoch = run.epoch;
+          for (std::size_t r = 0; r < st.ranks.size(); ++r) {
+            if (static_cast<int>(r) != st.worker->rank()) self->send(st.ranks[r], sampled);
+          }
+          self->send(st.coordinator, sampled);
+        }
+        finish_phase(self, run, {ok, code, message});
+      });
 }
 
 void run_local(AgreementActor* self, const RunPhase& run) {
@@ -159,15 +233,16 @@ void run_local(AgreementActor* self, const RunPhase& run) {
       return finish_phase(self, run, ok);
     case OutputObservation:
       if (!owner) return finish_phase(self, run, ok);
-      self->request(s.execution, caf::infinite, logits_atom::value, !run.arguments.empty() && run.arguments[0] != 0)
-          .then([=](WireTensor& logits) {
-            self->state.output = std::move(logits);
-            finish_phase(self, run, {true, 0, ""});
-          });
-      return;
+      return run_on(self, s.execution, run, observe_atom::value, !run.arguments.empty() && run.arguments[0] != 0);
     case OutputPublication:
-      if (owner && s.output) self->send(s.coordinator, StepOutput{s.session, run.epoch, *s.output});
-      return finish_phase(self, run, ok);
+      if (!owner) return finish_phase(self, run, ok);
+      self->request(s.execution, caf::infinite, output_atom::value).then([=](WireTensor& logits) {
+        self->send(self->state.coordinator, StepOutput{self->state.session, run.epoch, std::move(logits)});
+        finish_phase(self, run, {true, 0, ""});
+      });
+      return;
+    case SamplingSynchronization:
+      return run_sampling(self, run);
     case SessionCheckpoint:
       self->request(s.state, caf::infinite, checkpoint_atom::value).then([=](RankCheckpointReport& report) {
         report.session = self->state.session;
@@ -193,9 +268,8 @@ void run_local(AgreementActor* self, const RunPhase& run) {
 }
 
 void forget_step(AgreementActor* self) {
-  self->state.arrived.reset();
-  self->state.awaiting_arrival.reset();
-  self->state.output.reset();
+  self->state.activations.reset();
+  self->state.sampled.reset();
 }
 
 void carry_out(AgreementActor* self, const RankAction& action) {
@@ -253,14 +327,16 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
         pump(self);
       },
       [=](RouteTransfer& transfer) {
-        auto& st = self->state;
-        if (transfer.session != st.session || transfer.epoch < st.machine->epoch()) return;  // stale
-        st.arrived = std::move(transfer);
-        if (st.awaiting_arrival && st.awaiting_arrival->epoch == st.arrived->epoch) {
-          accept_arrival(self, *st.awaiting_arrival);
-        }
+        if (!is_current(self->state, transfer.session, transfer.epoch)) return;
+        self->state.activations.data = std::move(transfer);
+        accept_activations(self);
       },
-      [=](next_rank_atom, caf::actor next) { self->state.next = std::move(next); },
+      [=](const SamplingResult& sampled) {
+        if (!is_current(self->state, sampled.session, sampled.epoch)) return;
+        self->state.sampled.data = sampled;
+        hold_sampled(self);
+      },
+      [=](topology_atom, std::vector<caf::actor> ranks) { self->state.ranks = std::move(ranks); },
   };
 }
 

@@ -238,6 +238,25 @@ typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
   return f(x.session, x.epoch, x.logits);
 }
 
+// The token the output owner sampled in SamplingSynchronization of
+// transaction `epoch`, whether it ends generation, and where the sampler's
+// random stream stands after it; sent to every other rank and to the
+// coordinator before the owner's status.
+struct SamplingResult {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  std::int32_t token = 0;
+  bool stop = false;
+  std::uint64_t rng_state = 0;
+
+  bool operator==(const SamplingResult&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SamplingResult& x) {
+  return f(x.session, x.epoch, x.token, x.stop, x.rng_state);
+}
+
 // What a rank recorded for a distributed checkpoint (SessionCheckpoint),
 // sent to the coordinator before the rank's status.
 struct RankCheckpointReport {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
 
 namespace accord {
@@ -21,13 +22,15 @@ struct TransactionRequest {
   std::int32_t position = 0;         // rollback: the checkpoint
   std::uint64_t state_epoch = 0;
   std::uint64_t reset_count = 0;
+  bool sample = false;          // forward_step: the output owner samples (SamplingSynchronization)
+  SamplingArguments sampling;   // when sample
 
   bool operator==(const TransactionRequest&) const = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {
-  return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_count);
+  return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_count, x.sample, x.sampling);
 }
 
 // How a transaction ended, for the caller.
@@ -47,13 +50,14 @@ struct TransactionReply {
   WireTensor logits;        // forward_step: (rows, vocab)
   std::vector<RankCheckpointReport> checkpoints;  // checkpoint: one per rank
   std::uint64_t phases_run = 0;  // phase rounds of this transaction
+  SamplingResult sampled;        // forward_step with sample: the output owner's pick
 
   bool operator==(const TransactionReply&) const = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionReply& x) {
-  return f(x.outcome, x.epoch, x.phase, x.error_code, x.message, x.logits, x.checkpoints, x.phases_run);
+  return f(x.outcome, x.epoch, x.phase, x.error_code, x.message, x.logits, x.checkpoints, x.phases_run, x.sampled);
 }
 
 }  // namespace accord

@@ -16,7 +16,9 @@
 
 #include <set>
 
+#include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
+#include "messages/session_api.hpp"
 
 namespace accord {
 namespace {
@@ -109,10 +111,33 @@ TEST_F(MessagesTest, TransfersOutputsAndCheckpointReportsRoundTrip) {
   expect_round_trip(RankCheckpointReport{7, 3, 2, 41, 39, 1, "0123456789abcdef0123456789abcdef"});
 }
 
+TEST_F(MessagesTest, SamplingTravelsWithTheSamplersRandomState) {
+  expect_round_trip(SamplingResult{7, 3, 411, true, 0xFEDCBA9876543210ull});
+  TransactionRequest request;
+  request.tokens = {1, 403};
+  request.sample = true;
+  request.sampling = {0.9f, 0.5f, 0x0123456789ABCDEFull, {1, 2}};
+  expect_round_trip(request);
+  TransactionReply reply;
+  reply.sampled = {7, 3, 2, true, 99};
+  expect_round_trip(reply);
+}
+
+TEST(PhaseArgumentsTest, SamplingArgumentsRoundTripAndRefuseMalformedBytes) {
+  const SamplingArguments arguments{0.75f, 1.0f, 0x8000000000000001ull, {1, 2, 511}};
+  EXPECT_EQ(decode_sampling(encode_sampling(arguments)), arguments);
+  Bytes short_bytes = encode_sampling(arguments);
+  short_bytes.resize(15);
+  EXPECT_EQ(decode_sampling(short_bytes), std::nullopt);
+  Bytes torn = encode_sampling(arguments);
+  torn.pop_back();
+  EXPECT_EQ(decode_sampling(torn), std::nullopt);
+}
+
 TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {
   for (const char* name : {"accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
                            "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer",
-                           "accord.StepOutput", "accord.RankCheckpointReport"}) {
+                           "accord.StepOutput", "accord.SamplingResult", "accord.RankCheckpointReport"}) {
     EXPECT_NE(receiver_.types().make_value(name), nullptr) << name;
     EXPECT_EQ(bare_.types().make_value(name), nullptr) << name;
   }

@@ -46,4 +46,16 @@ std::span<const float> RankStage::activations() { return transformer_.hidden(); 
 
 std::span<float> RankStage::logits(Transformer::Rows rows) { return transformer_.head(rows); }
 
+Result<std::span<float>> RankStage::observed_logits(Transformer::Rows rows, StepObserver* observer) {
+  std::span<float> values = logits(rows);
+  if (observer == nullptr) return values;
+  const int n = static_cast<int>(values.size()) / model_.config().vocab_size;
+  // The state's position is still the step's first until the commit.
+  const int first_row_position = state_.position() + transformer_.batch() - n;
+  if (Status s = observer->on_logits(first_row_position, values, n); !s) {
+    return Error(ErrorCode::mechanism, "logits observer failed: " + s.error().message());
+  }
+  return values;
+}
+
 }  // namespace accord

@@ -51,6 +51,9 @@ class RankStage {
   std::span<const float> activations();
   // After execute, on the output owner: the logits, (rows, vocab).
   std::span<float> logits(Transformer::Rows rows);
+  // The same, seen and perhaps changed by the observer (when there is one);
+  // the observer's error fails it.
+  Result<std::span<float>> observed_logits(Transformer::Rows rows, StepObserver* observer);
 
  private:
   const Model& model_;

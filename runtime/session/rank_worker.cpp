@@ -24,6 +24,20 @@ class ComputeTimer {
   Clock::time_point start_;
 };
 
+// Runs a phase's local work. An exception (an observer's, say) fails the
+// phase like an error: it must reach the agreement as this rank's status,
+// not end the rank's actor.
+template <class Work>
+Status guarded(Work&& work) {
+  try {
+    return work();
+  } catch (const std::exception& e) {
+    return Error(ErrorCode::mechanism, std::string("exception: ") + e.what());
+  } catch (...) {
+    return Error(ErrorCode::mechanism, "exception of an unknown type");
+  }
+}
+
 }  // namespace
 
 RankWorker::RankWorker(const Model& model, int threads, const Partition& partition, int rank)
@@ -33,7 +47,13 @@ void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on
   epoch_ = epoch;
   undo_.reset();
   incoming_.reset();
+  output_.reset();
   on_commit_ = std::move(on_commit);
+}
+
+void RankWorker::lend_observer(std::shared_ptr<StepObserver> observer) {
+  std::lock_guard lock(lent_observer_mutex_);
+  lent_observer_ = std::move(observer);
 }
 
 Status RankWorker::begin_step(std::uint64_t epoch, std::span<const int> tokens) {
@@ -42,6 +62,8 @@ Status RankWorker::begin_step(std::uint64_t epoch, std::span<const int> tokens) 
   open(epoch, [this, first](std::uint64_t e) { stage_.state().commit_rows(first, step_tokens_, e); });
   step_tokens_.assign(tokens.begin(), tokens.end());
   undo_ = stage_.state().capture_rows(first, static_cast<int>(tokens.size()));
+  std::lock_guard lock(lent_observer_mutex_);
+  step_observer_ = lent_observer_;
   return {};
 }
 
@@ -53,7 +75,7 @@ Status RankWorker::run_units() {
   const std::span<const float> activations = incoming_ ? std::span<const float>(incoming_->data) : std::span<const float>();
   if (Status ok = stage_.check_step(step_tokens_, activations); !ok) return ok;
   ComputeTimer timer(compute_ns_);
-  return stage_.execute(step_tokens_, activations, nullptr);
+  return guarded([&] { return stage_.execute(step_tokens_, activations, step_observer_.get()); });
 }
 
 RowBlock RankWorker::outgoing_activations() {
@@ -73,11 +95,30 @@ Status RankWorker::receive_activations(RowBlock block) {
   return {};
 }
 
-RowBlock RankWorker::logits(bool all_rows) {
+Status RankWorker::observe_output(bool all_rows) {
+  if (step_tokens_.empty()) return Error(ErrorCode::state, "no step is open on this rank");
   ComputeTimer timer(compute_ns_);
-  const auto values = stage_.logits(all_rows ? Transformer::Rows::all : Transformer::Rows::last);
-  const int rows = all_rows ? static_cast<int>(step_tokens_.size()) : 1;
-  return {rows, static_cast<int>(values.size()) / rows, {values.begin(), values.end()}};
+  return guarded([&]() -> Status {
+    auto values = stage_.observed_logits(all_rows ? Transformer::Rows::all : Transformer::Rows::last,
+                                         step_observer_.get());
+    if (!values) return values.error();
+    const int rows = all_rows ? static_cast<int>(step_tokens_.size()) : 1;
+    output_ = RowBlock{rows, static_cast<int>(values->size()) / rows, {values->begin(), values->end()}};
+    return {};
+  });
+}
+
+RowBlock RankWorker::published_output() const { return output_.value_or(RowBlock{}); }
+
+Result<RankSample> RankWorker::sample(const SamplerOptions& options, std::uint64_t rng_state,
+                                      std::span<const int> stop_tokens) {
+  if (!output_ || output_->rows == 0) return Error(ErrorCode::state, "no output to sample from on this rank");
+  if (Status ok = validate(options); !ok) return ok.error();
+  ComputeTimer timer(compute_ns_);
+  Sampler sampler(options, rng_state);
+  const auto last_row = std::span<const float>(output_->data).last(static_cast<std::size_t>(output_->width));
+  const SampledToken sampled = sample_token(sampler, last_row, stop_tokens);
+  return RankSample{sampled, sampler.rng_state()};
 }
 
 RankCheckpoint RankWorker::checkpoint() const {
@@ -124,6 +165,8 @@ void RankWorker::forget_open_transaction() {
   on_commit_ = nullptr;
   step_tokens_.clear();
   incoming_.reset();
+  step_observer_.reset();
+  output_.reset();
 }
 
 }  // namespace accord

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,6 +19,8 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/error.hpp"
+#include "runtime/model/sampler.hpp"
+#include "runtime/session/observer.hpp"
 #include "runtime/session/rank_stage.hpp"
 
 namespace accord {
@@ -27,6 +30,13 @@ struct RowBlock {
   int rows = 0;
   int width = 0;
   std::vector<float> data;
+};
+
+// What the output owner sampled, and where the sampler's random stream
+// stands afterwards (Sampler::rng_state).
+struct RankSample {
+  SampledToken sampled;
+  std::uint64_t rng_state = 0;
 };
 
 // What a rank records for a distributed checkpoint.
@@ -59,8 +69,22 @@ class RankWorker {
   RowBlock outgoing_activations();
   // Accepts the previous rank's activations for the open step.
   Status receive_activations(RowBlock block);
-  // On the output owner after run_units: the logits of the last row or all.
-  RowBlock logits(bool all_rows);
+  // On the output owner after run_units: computes the logits of the last
+  // row or all, shows them to the step's observer and keeps what it leaves
+  // as the step's output.
+  Status observe_output(bool all_rows);
+  // The kept output (OutputPublication).
+  RowBlock published_output() const;
+  // On the output owner after observe_output: samples the next token from
+  // the output's last row with `options`, its random stream at rng_state.
+  Result<RankSample> sample(const SamplerOptions& options, std::uint64_t rng_state, std::span<const int> stop_tokens);
+
+  // Lends this rank the observer of the steps that begin from now on
+  // (nullptr: none). The rank calls it for its own units in run_units and,
+  // on the output owner, for the logits in observe_output; an error or an
+  // exception from it fails that phase. A step keeps the observer it began
+  // with. Callable from any thread.
+  void lend_observer(std::shared_ptr<StepObserver> observer);
 
   // Seconds spent in run_units and logits so far; readable from any thread.
   double compute_seconds() const { return static_cast<double>(compute_ns_.load()) * 1e-9; }
@@ -84,6 +108,8 @@ class RankWorker {
 
   cpu::ThreadPool pool_;
   RankStage stage_;
+  std::mutex lent_observer_mutex_;
+  std::shared_ptr<StepObserver> lent_observer_;  // guarded by lent_observer_mutex_
   std::uint64_t reset_count_ = 0;
   std::atomic<std::uint64_t> compute_ns_{0};
 
@@ -93,6 +119,8 @@ class RankWorker {
   std::function<void(std::uint64_t)> on_commit_;
   std::vector<int> step_tokens_;
   std::optional<RowBlock> incoming_;
+  std::shared_ptr<StepObserver> step_observer_;
+  std::optional<RowBlock> output_;
 };
 
 }  // namespace accord

@@ -163,12 +163,10 @@ Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::R
   }
   if (Status s = tx.phase(Phase::OutputObservation,
                           [&] {
-                            logits = stage_.logits(rows);
-                            if (observer == nullptr) return Status{};
-                            const int n = static_cast<int>(logits.size()) / model_.config().vocab_size;
-                            Status o = observer->on_logits(first + static_cast<int>(tokens.size()) - n, logits, n);
-                            if (o) return o;
-                            return Status(Error(ErrorCode::mechanism, "logits observer failed: " + o.error().message()));
+                            auto observed = stage_.observed_logits(rows, observer);
+                            if (!observed) return Status(observed.error());
+                            logits = *observed;
+                            return Status{};
                           });
       !s) {
     return tx.abort(s.error());
