@@ -30,6 +30,10 @@ std::vector<PlannedPhase> plan_for(const TransactionRequest& request, RankId ran
       }
       plan.push_back({phase_id(Execution), {}});
       plan.push_back({phase_id(OutputObservation), {static_cast<std::uint8_t>(request.all_rows ? 1 : 0)}});
+      if (request.capture_prediction_target) {
+        plan.push_back({phase_id(PredictionTargetCapture), {}});
+        plan.push_back({phase_id(PredictionTargetCapturePublication), {}});
+      }
       plan.push_back({phase_id(OutputPublication), {}});
       if (request.sample) plan.push_back({phase_id(SamplingSynchronization), encode_sampling(request.sampling)});
       break;
@@ -180,6 +184,10 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
       },
       [=](const SamplingResult& sampled) {
         if (self->state.busy && sampled.epoch == self->state.reply.epoch) self->state.reply.sampled = sampled;
+      },
+      [=](PredictionTargetHidden& capture) {
+        auto& st = self->state;
+        if (st.busy && capture.epoch == st.reply.epoch) st.reply.prediction_target_capture = std::move(capture.hidden);
       },
       [=](const RankCheckpointReport& report) {
         if (self->state.busy && report.epoch == self->state.reply.epoch) self->state.reply.checkpoints.push_back(report);

@@ -43,6 +43,7 @@ struct StepRequest {
   std::shared_ptr<StepObserver> observer;   // lent to every rank, or none
   Sampler* sampler = nullptr;               // a generation step samples with it
   std::span<const int> stop_tokens;         // with the sampler
+  bool capture_prediction_target = false;   // the prediction-target phases
 };
 
 StepRequest observed_step(bool all_rows, std::shared_ptr<StepObserver> observer) {
@@ -56,6 +57,12 @@ StepRequest sampled_step(Sampler& sampler, std::span<const int> stop_tokens) {
   StepRequest step;
   step.sampler = &sampler;
   step.stop_tokens = stop_tokens;
+  return step;
+}
+
+StepRequest prediction_target_step() {
+  StepRequest step;
+  step.capture_prediction_target = true;
   return step;
 }
 
@@ -169,6 +176,7 @@ struct DistributedSession::Impl {
     request.all_rows = step.all_rows;
     request.sample = step.sampler != nullptr;
     if (request.sample) request.sampling = sampling_arguments(*step.sampler, step.stop_tokens);
+    request.capture_prediction_target = step.capture_prediction_target;
     const auto start = std::chrono::steady_clock::now();
     auto reply = [&] {
       ObserverLoan loan(workers, step.observer);
@@ -179,7 +187,8 @@ struct DistributedSession::Impl {
     if (!reply) return reply.error();
     position += static_cast<int>(tokens.size());
     const int rows = reply->logits.shape.empty() ? 0 : static_cast<int>(reply->logits.shape[0]);
-    DistributedStep result{reply->epoch, rows, std::move(reply->logits.data), {}};
+    DistributedStep result{reply->epoch, rows, std::move(reply->logits.data), {},
+                           std::move(reply->prediction_target_capture.data)};
     if (step.sampler != nullptr) {
       *step.sampler = Sampler(step.sampler->options(), reply->sampled.rng_state);
       result.sampled = {reply->sampled.token, reply->sampled.stop};
@@ -291,6 +300,13 @@ DistributedStats DistributedSession::stats() const {
   DistributedStats stats = impl_->stats;
   for (const auto& worker : impl_->workers) stats.compute_seconds += worker->compute_seconds();
   return stats;
+}
+
+Result<DistributedStep> DistributedSession::prefill_prediction_target(std::span<const int> tokens) {
+  return impl_->step(tokens, prediction_target_step());
+}
+Result<DistributedStep> DistributedSession::decode_prediction_target(int token) {
+  return impl_->step({&token, 1}, prediction_target_step());
 }
 
 Result<std::span<const float>> DistributedTarget::keep(Result<DistributedStep> step) {

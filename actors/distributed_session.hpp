@@ -41,6 +41,9 @@ struct DistributedStep {
   int rows = 0;
   std::vector<float> logits;  // (rows, vocab), as the observer left them
   SampledToken sampled;       // the _and_sample steps: the output owner's pick
+  // The _prediction_target steps: the output owner's final hidden state of
+  // the last row, (dim), as every rank received it.
+  std::vector<float> prediction_target_capture;
 };
 
 struct DistributedCheckpoint {
@@ -101,6 +104,15 @@ class DistributedSession {
   Result<DistributedStep> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
                                              std::span<const int> stop_tokens);
   Result<DistributedStep> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens);
+
+  // Steps for speculative decoding's target model, as
+  // Session::prefill/decode_prediction_target: after OutputObservation the
+  // output owner captures the residual stream after the last unit (before
+  // the final norm) of the last row (PredictionTargetCapture) and sends it
+  // to every rank, each of which reports that it holds it
+  // (PredictionTargetCapturePublication).
+  Result<DistributedStep> prefill_prediction_target(std::span<const int> tokens);
+  Result<DistributedStep> decode_prediction_target(int token);
 
   Result<DistributedCheckpoint> checkpoint_distributed();
   Status rollback_distributed(const DistributedCheckpoint& checkpoint);

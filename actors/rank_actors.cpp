@@ -49,6 +49,8 @@ caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorke
         sampled.rng_state = sample->rng_state;
         return {true, 0, "", sampled};
       },
+      [=](capture_atom) -> LocalResult { return to_local(worker->capture_prediction_target()); },
+      [=](captured_atom) -> WireTensor { return to_wire(worker->prediction_target_capture()); },
       [=](outgoing_atom) -> WireTensor { return to_wire(worker->outgoing_activations()); },
   };
 }
@@ -114,6 +116,7 @@ struct AgreementState {
   std::vector<caf::actor> ranks;         // every rank's agreement actor, in rank order
   Awaited<RouteTransfer> activations;    // BoundarySourceReady on a route's target
   Awaited<SamplingResult> sampled;       // SamplingSynchronization off the output owner
+  Awaited<PredictionTargetHidden> capture;  // PredictionTargetCapturePublication off the output owner
 };
 
 using AgreementActor = caf::stateful_actor<AgreementState>;
@@ -175,39 +178,60 @@ void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
   }
 }
 
-// SamplingSynchronization on a rank other than the output owner: it holds
-// the owner's pick once it is here.
-void hold_sampled(AgreementActor* self) {
-  const auto run = self->state.sampled.ready();
+// Sends what the output owner publishes to every other rank and to the
+// coordinator.
+template <class Message>
+void share_with_every_rank(AgreementActor* self, const Message& message) {
+  auto& s = self->state;
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    if (static_cast<int>(r) != s.worker->rank()) self->send(s.ranks[r], message);
+  }
+  self->send(s.coordinator, message);
+}
+
+// A rank other than the output owner reports that it holds what the owner
+// shared once it is here; it keeps it until the step ends.
+template <class Data>
+void hold_when_here(AgreementActor* self, Awaited<Data>& awaited) {
+  const auto run = awaited.ready();
   if (!run) return;
-  self->state.sampled.phase.reset();
+  awaited.phase.reset();
   finish_phase(self, *run, {true, 0, ""});
 }
 
 // SamplingSynchronization: the output owner samples from the output it
-// published and sends its pick to every other rank and to the coordinator,
-// before its own status; every other rank reports once the pick reached it.
+// published and shares its pick; every other rank reports once it holds it.
 void run_sampling(AgreementActor* self, const RunPhase& run) {
   auto& s = self->state;
   if (!s.worker->is_output_owner()) {
     s.sampled.phase = run;
-    return hold_sampled(self);
+    return hold_when_here(self, s.sampled);
   }
   auto arguments = decode_sampling(run.arguments);
   if (!arguments) return finish_phase(self, run, {false, 0, "malformed sampling arguments"});
   self->request(s.execution, caf::infinite, sample_atom::value, std::move(*arguments))
       .then([=](bool ok, std::uint8_t code, std::string& message, SamplingResult& sampled) {
         if (ok) {
-          auto& st = self->state;
-          sampled.session = st.session;
+          sampled.session = self->state.session;
           sampled.epoch = run.epoch;
-          for (std::size_t r = 0; r < st.ranks.size(); ++r) {
-            if (static_cast<int>(r) != st.worker->rank()) self->send(st.ranks[r], sampled);
-          }
-          self->send(st.coordinator, sampled);
+          share_with_every_rank(self, sampled);
         }
         finish_phase(self, run, {ok, code, message});
       });
+}
+
+// PredictionTargetCapturePublication: the output owner shares the capture
+// it took; every other rank reports once it holds it.
+void run_capture_publication(AgreementActor* self, const RunPhase& run) {
+  auto& s = self->state;
+  if (!s.worker->is_output_owner()) {
+    s.capture.phase = run;
+    return hold_when_here(self, s.capture);
+  }
+  self->request(s.execution, caf::infinite, captured_atom::value).then([=](WireTensor& hidden) {
+    share_with_every_rank(self, PredictionTargetHidden{self->state.session, run.epoch, std::move(hidden)});
+    finish_phase(self, run, {true, 0, ""});
+  });
 }
 
 void run_local(AgreementActor* self, const RunPhase& run) {
@@ -241,6 +265,11 @@ void run_local(AgreementActor* self, const RunPhase& run) {
         finish_phase(self, run, {true, 0, ""});
       });
       return;
+    case PredictionTargetCapture:
+      if (!owner) return finish_phase(self, run, ok);
+      return run_on(self, s.execution, run, capture_atom::value);
+    case PredictionTargetCapturePublication:
+      return run_capture_publication(self, run);
     case SamplingSynchronization:
       return run_sampling(self, run);
     case SessionCheckpoint:
@@ -270,6 +299,7 @@ void run_local(AgreementActor* self, const RunPhase& run) {
 void forget_step(AgreementActor* self) {
   self->state.activations.reset();
   self->state.sampled.reset();
+  self->state.capture.reset();
 }
 
 void carry_out(AgreementActor* self, const RankAction& action) {
@@ -334,7 +364,12 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
       [=](const SamplingResult& sampled) {
         if (!is_current(self->state, sampled.session, sampled.epoch)) return;
         self->state.sampled.data = sampled;
-        hold_sampled(self);
+        hold_when_here(self, self->state.sampled);
+      },
+      [=](PredictionTargetHidden& capture) {
+        if (!is_current(self->state, capture.session, capture.epoch)) return;
+        self->state.capture.data = std::move(capture);
+        hold_when_here(self, self->state.capture);
       },
       [=](topology_atom, std::vector<caf::actor> ranks) { self->state.ranks = std::move(ranks); },
   };

@@ -257,6 +257,23 @@ typename Inspector::result_type inspect(Inspector& f, SamplingResult& x) {
   return f(x.session, x.epoch, x.token, x.stop, x.rng_state);
 }
 
+// The output owner's prediction-target capture of transaction `epoch`: the
+// residual stream after the last unit, before the final norm, of the step's
+// last row, (1, dim). Sent in PredictionTargetCapturePublication to every
+// other rank and to the coordinator, before the owner's status.
+struct PredictionTargetHidden {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  WireTensor hidden;
+
+  bool operator==(const PredictionTargetHidden&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PredictionTargetHidden& x) {
+  return f(x.session, x.epoch, x.hidden);
+}
+
 // What a rank recorded for a distributed checkpoint (SessionCheckpoint),
 // sent to the coordinator before the rank's status.
 struct RankCheckpointReport {

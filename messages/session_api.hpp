@@ -24,13 +24,15 @@ struct TransactionRequest {
   std::uint64_t reset_count = 0;
   bool sample = false;          // forward_step: the output owner samples (SamplingSynchronization)
   SamplingArguments sampling;   // when sample
+  bool capture_prediction_target = false;  // forward_step: the prediction-target phases
 
   bool operator==(const TransactionRequest&) const = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {
-  return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_count, x.sample, x.sampling);
+  return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_count, x.sample, x.sampling,
+           x.capture_prediction_target);
 }
 
 // How a transaction ended, for the caller.
@@ -51,13 +53,15 @@ struct TransactionReply {
   std::vector<RankCheckpointReport> checkpoints;  // checkpoint: one per rank
   std::uint64_t phases_run = 0;  // phase rounds of this transaction
   SamplingResult sampled;        // forward_step with sample: the output owner's pick
+  WireTensor prediction_target_capture;  // with capture_prediction_target: (1, dim)
 
   bool operator==(const TransactionReply&) const = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionReply& x) {
-  return f(x.outcome, x.epoch, x.phase, x.error_code, x.message, x.logits, x.checkpoints, x.phases_run, x.sampled);
+  return f(x.outcome, x.epoch, x.phase, x.error_code, x.message, x.logits, x.checkpoints, x.phases_run, x.sampled,
+           x.prediction_target_capture);
 }
 
 }  // namespace accord

@@ -405,5 +405,36 @@ TEST(DistributedSession, GenerateOnSeveralRanksGivesOneRanksTokens) {
   }
 }
 
+// --- prediction-target capture ---------------------------------------------
+
+TEST(DistributedSession, PredictionTargetStepsMatchOneRankBitForBit) {
+  const Model model = test::load_stories_model();
+  cpu::ThreadPool pool(1);
+  Session one(model, pool);
+  std::vector<std::vector<float>> logits, captures;
+  for (auto step = one.prefill_prediction_target(kObservedPrompt); step;) {
+    logits.push_back(test::to_vector(step->step.logits));
+    captures.push_back(test::to_vector(step->capture));
+    if (logits.size() == 4) break;
+    step = one.decode_prediction_target(argmax(step->step.logits));
+  }
+  ASSERT_EQ(logits.size(), 4u);
+  for (int ranks = 1; ranks <= 3; ++ranks) {
+    auto session = make_session(model, ranks);
+    auto step = session->prefill_prediction_target(kObservedPrompt);
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+      ASSERT_TRUE(step) << step.error().message();
+      EXPECT_TRUE(test::bit_identical(step->logits, logits[i])) << ranks << " ranks, step " << i;
+      EXPECT_TRUE(test::bit_identical(step->prediction_target_capture, captures[i])) << ranks << " ranks, step " << i;
+      if (i + 1 < logits.size()) step = session->decode_prediction_target(argmax(step->logits));
+    }
+    // StateCheckpoint, two phases per route, Execution, OutputObservation,
+    // PredictionTargetCapture, PredictionTargetCapturePublication,
+    // OutputPublication, MechanismCompletion, Commit.
+    EXPECT_EQ(session->stats().phases_run, 4u * static_cast<std::uint64_t>(2 * (ranks - 1) + 8));
+    EXPECT_TRUE(session->decode(5)->prediction_target_capture.empty()) << "plain steps capture nothing";
+  }
+}
+
 }  // namespace
 }  // namespace accord

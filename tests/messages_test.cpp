@@ -111,7 +111,7 @@ TEST_F(MessagesTest, TransfersOutputsAndCheckpointReportsRoundTrip) {
   expect_round_trip(RankCheckpointReport{7, 3, 2, 41, 39, 1, "0123456789abcdef0123456789abcdef"});
 }
 
-TEST_F(MessagesTest, SamplingTravelsWithTheSamplersRandomState) {
+TEST_F(MessagesTest, SamplingAndCapturesTravelWithTheirFields) {
   expect_round_trip(SamplingResult{7, 3, 411, true, 0xFEDCBA9876543210ull});
   TransactionRequest request;
   request.tokens = {1, 403};
@@ -120,7 +120,9 @@ TEST_F(MessagesTest, SamplingTravelsWithTheSamplersRandomState) {
   expect_round_trip(request);
   TransactionReply reply;
   reply.sampled = {7, 3, 2, true, 99};
+  reply.prediction_target_capture = WireTensor{{1, 2}, {0.25f, -3.5f}};
   expect_round_trip(reply);
+  expect_round_trip(PredictionTargetHidden{7, 3, WireTensor{{1, 3}, {1.0f, -0.0f, 2.5e-30f}}});
 }
 
 TEST(PhaseArgumentsTest, SamplingArgumentsRoundTripAndRefuseMalformedBytes) {
@@ -137,7 +139,8 @@ TEST(PhaseArgumentsTest, SamplingArgumentsRoundTripAndRefuseMalformedBytes) {
 TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {
   for (const char* name : {"accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
                            "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer",
-                           "accord.StepOutput", "accord.SamplingResult", "accord.RankCheckpointReport"}) {
+                           "accord.StepOutput", "accord.SamplingResult", "accord.PredictionTargetHidden",
+                           "accord.RankCheckpointReport"}) {
     EXPECT_NE(receiver_.types().make_value(name), nullptr) << name;
     EXPECT_EQ(bare_.types().make_value(name), nullptr) << name;
   }

@@ -48,6 +48,7 @@ void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on
   undo_.reset();
   incoming_.reset();
   output_.reset();
+  capture_.reset();
   on_commit_ = std::move(on_commit);
 }
 
@@ -110,6 +111,15 @@ Status RankWorker::observe_output(bool all_rows) {
 
 RowBlock RankWorker::published_output() const { return output_.value_or(RowBlock{}); }
 
+Status RankWorker::capture_prediction_target() {
+  if (step_tokens_.empty()) return Error(ErrorCode::state, "no step is open on this rank");
+  const auto hidden = stage_.prediction_target_capture();
+  capture_ = RowBlock{1, static_cast<int>(hidden.size()), {hidden.begin(), hidden.end()}};
+  return {};
+}
+
+RowBlock RankWorker::prediction_target_capture() const { return capture_.value_or(RowBlock{}); }
+
 Result<RankSample> RankWorker::sample(const SamplerOptions& options, std::uint64_t rng_state,
                                       std::span<const int> stop_tokens) {
   if (!output_ || output_->rows == 0) return Error(ErrorCode::state, "no output to sample from on this rank");
@@ -167,6 +177,7 @@ void RankWorker::forget_open_transaction() {
   incoming_.reset();
   step_observer_.reset();
   output_.reset();
+  capture_.reset();
 }
 
 }  // namespace accord

@@ -75,6 +75,10 @@ class RankWorker {
   Status observe_output(bool all_rows);
   // The kept output (OutputPublication).
   RowBlock published_output() const;
+  // On the output owner after run_units: keeps the prediction-target
+  // capture (RankStage::prediction_target_capture), (1, dim).
+  Status capture_prediction_target();
+  RowBlock prediction_target_capture() const;
   // On the output owner after observe_output: samples the next token from
   // the output's last row with `options`, its random stream at rng_state.
   Result<RankSample> sample(const SamplerOptions& options, std::uint64_t rng_state, std::span<const int> stop_tokens);
@@ -121,6 +125,7 @@ class RankWorker {
   std::optional<RowBlock> incoming_;
   std::shared_ptr<StepObserver> step_observer_;
   std::optional<RowBlock> output_;
+  std::optional<RowBlock> capture_;
 };
 
 }  // namespace accord
