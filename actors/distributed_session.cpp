@@ -46,7 +46,8 @@ struct StepRequest {
   bool capture_prediction_target = false;   // the prediction-target phases
 };
 
-StepRequest observed_step(bool all_rows, std::shared_ptr<StepObserver> observer) {
+// A step that returns logits only, perhaps with an observer.
+StepRequest logits_step(bool all_rows, std::shared_ptr<StepObserver> observer = nullptr) {
   StepRequest step;
   step.all_rows = all_rows;
   step.observer = std::move(observer);
@@ -161,25 +162,25 @@ struct DistributedSession::Impl {
     return std::move(*reply);
   }
 
-  Result<DistributedStep> step(std::span<const int> tokens, const StepRequest& step) {
+  Result<DistributedStep> step(std::span<const int> tokens, const StepRequest& options) {
     if (Status ok = check_tokens(model->config(), tokens, position); !ok) {
       return std::move(Error(ok.error()).mark_before_state_mutation());
     }
-    if (step.sampler != nullptr) {
-      if (Status ok = validate(step.sampler->options()); !ok) {
+    if (options.sampler != nullptr) {
+      if (Status ok = validate(options.sampler->options()); !ok) {
         return std::move(Error(ok.error()).mark_before_state_mutation());
       }
     }
     TransactionRequest request;
     request.kind = TransactionKind::forward_step;
     request.tokens.assign(tokens.begin(), tokens.end());
-    request.all_rows = step.all_rows;
-    request.sample = step.sampler != nullptr;
-    if (request.sample) request.sampling = sampling_arguments(*step.sampler, step.stop_tokens);
-    request.capture_prediction_target = step.capture_prediction_target;
+    request.all_rows = options.all_rows;
+    request.sample = options.sampler != nullptr;
+    if (request.sample) request.sampling = sampling_arguments(*options.sampler, options.stop_tokens);
+    request.capture_prediction_target = options.capture_prediction_target;
     const auto start = std::chrono::steady_clock::now();
     auto reply = [&] {
-      ObserverLoan loan(workers, step.observer);
+      ObserverLoan loan(workers, options.observer);
       return call(request);
     }();
     stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -189,8 +190,8 @@ struct DistributedSession::Impl {
     const int rows = reply->logits.shape.empty() ? 0 : static_cast<int>(reply->logits.shape[0]);
     DistributedStep result{reply->epoch, rows, std::move(reply->logits.data), {},
                            std::move(reply->prediction_target_capture.data)};
-    if (step.sampler != nullptr) {
-      *step.sampler = Sampler(step.sampler->options(), reply->sampled.rng_state);
+    if (options.sampler != nullptr) {
+      *options.sampler = Sampler(options.sampler->options(), reply->sampled.rng_state);
       result.sampled = {reply->sampled.token, reply->sampled.stop};
     }
     return result;
@@ -219,21 +220,23 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(caf::acto
 }
 
 Result<DistributedStep> DistributedSession::forward(std::span<const int> tokens) {
-  return impl_->step(tokens, observed_step(true, nullptr));
+  return impl_->step(tokens, logits_step(true));
 }
-Result<DistributedStep> DistributedSession::prefill(std::span<const int> tokens) { return impl_->step(tokens, {}); }
-Result<DistributedStep> DistributedSession::decode(int token) { return impl_->step({&token, 1}, {}); }
+Result<DistributedStep> DistributedSession::prefill(std::span<const int> tokens) {
+  return impl_->step(tokens, logits_step(false));
+}
+Result<DistributedStep> DistributedSession::decode(int token) { return impl_->step({&token, 1}, logits_step(false)); }
 
 Result<DistributedStep> DistributedSession::forward_with_observer(std::span<const int> tokens,
                                                                   std::shared_ptr<StepObserver> observer) {
-  return impl_->step(tokens, observed_step(true, std::move(observer)));
+  return impl_->step(tokens, logits_step(true, std::move(observer)));
 }
 Result<DistributedStep> DistributedSession::prefill_with_observer(std::span<const int> tokens,
                                                                   std::shared_ptr<StepObserver> observer) {
-  return impl_->step(tokens, observed_step(false, std::move(observer)));
+  return impl_->step(tokens, logits_step(false, std::move(observer)));
 }
 Result<DistributedStep> DistributedSession::decode_with_observer(int token, std::shared_ptr<StepObserver> observer) {
-  return impl_->step({&token, 1}, observed_step(false, std::move(observer)));
+  return impl_->step({&token, 1}, logits_step(false, std::move(observer)));
 }
 
 Result<DistributedStep> DistributedSession::prefill_and_sample(std::span<const int> tokens, Sampler& sampler,

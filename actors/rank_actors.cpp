@@ -32,6 +32,21 @@ RowBlock from_wire(const WireTensor& t) {
   return {static_cast<int>(t.shape[0]), static_cast<int>(t.shape[1]), t.data};
 }
 
+// The output owner's pick, or why it has none.
+using SampleReply = std::tuple<bool, std::uint8_t, std::string, SamplingResult>;
+
+SampleReply sample_on(RankWorker& worker, const SamplingArguments& arguments) {
+  // The seed only starts a random stream; the caller's rng_state continues it.
+  const SamplerOptions options{arguments.temperature, arguments.top_p, 0};
+  auto sample = worker.sample(options, arguments.rng_state, arguments.stop_tokens);
+  if (!sample) return std::tuple_cat(to_local(sample.error()), std::make_tuple(SamplingResult{}));
+  SamplingResult sampled;
+  sampled.token = sample->sampled.token;
+  sampled.stop = sample->sampled.stop;
+  sampled.rng_state = sample->rng_state;
+  return {true, 0, "", sampled};
+}
+
 // --- execution: compute, on its own thread --------------------------------
 
 caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
@@ -39,16 +54,7 @@ caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorke
       [=](run_units_atom) -> LocalResult { return to_local(worker->run_units()); },
       [=](observe_atom, bool all_rows) -> LocalResult { return to_local(worker->observe_output(all_rows)); },
       [=](output_atom) -> WireTensor { return to_wire(worker->published_output()); },
-      [=](sample_atom, const SamplingArguments& arguments) -> std::tuple<bool, std::uint8_t, std::string, SamplingResult> {
-        const SamplerOptions options{arguments.temperature, arguments.top_p, 0};
-        auto sample = worker->sample(options, arguments.rng_state, arguments.stop_tokens);
-        if (!sample) return std::tuple_cat(to_local(sample.error()), std::make_tuple(SamplingResult{}));
-        SamplingResult sampled;
-        sampled.token = sample->sampled.token;
-        sampled.stop = sample->sampled.stop;
-        sampled.rng_state = sample->rng_state;
-        return {true, 0, "", sampled};
-      },
+      [=](sample_atom, const SamplingArguments& arguments) -> SampleReply { return sample_on(*worker, arguments); },
       [=](capture_atom) -> LocalResult { return to_local(worker->capture_prediction_target()); },
       [=](captured_atom) -> WireTensor { return to_wire(worker->prediction_target_capture()); },
       [=](outgoing_atom) -> WireTensor { return to_wire(worker->outgoing_activations()); },
@@ -164,6 +170,10 @@ void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
   auto& s = self->state;
   const RankId me = static_cast<RankId>(s.worker->rank());
   if (run.phase.route.source == me) {
+    if (run.phase.route.target >= s.ranks.size()) {
+      return finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::contract),
+                                      "no rank " + std::to_string(run.phase.route.target) + " to send activations to"});
+    }
     // The completion of this route was agreed: the transfer may start.
     self->request(s.execution, caf::infinite, outgoing_atom::value).then([=](WireTensor& activations) {
       const caf::actor& next = self->state.ranks.at(run.phase.route.target);

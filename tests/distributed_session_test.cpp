@@ -220,7 +220,9 @@ std::vector<float> single_rank_observed(const Model& model, RecordingObserver& o
 
 std::vector<float> distributed_observed(DistributedSession& session, const std::shared_ptr<StepObserver>& observer) {
   std::vector<float> received;
-  for (auto step : {session.prefill_with_observer(kObservedPrompt, observer), session.decode_with_observer(407, observer),
+  // A braced list is evaluated left to right: prefill, decode, forward.
+  for (auto step : {session.prefill_with_observer(kObservedPrompt, observer),
+                    session.decode_with_observer(407, observer),
                     session.forward_with_observer(std::vector<int>{261, 378}, observer)}) {
     EXPECT_TRUE(step) << step.error().message();
     if (step) received.insert(received.end(), step->logits.begin(), step->logits.end());
@@ -297,7 +299,8 @@ TEST(DistributedSession, AFailingObserverAbortsTheStepOnEveryRank) {
     std::string words;
   };
   const std::vector<Case> cases = {
-      {2, FailingObserver::How::error, "rank 1", "BoundarySourceCompletion(1->2)", "unit observer failed after unit 2: observer refuses"},
+      {2, FailingObserver::How::error, "rank 1", "BoundarySourceCompletion(1->2)",
+       "unit observer failed after unit 2: observer refuses"},
       {3, FailingObserver::How::exception, "rank 1", "BoundarySourceCompletion(1->2)", "exception: observer exploded"},
       {4, FailingObserver::How::error, "rank 2", "Execution", "unit observer failed after unit 4"},
       {-1, FailingObserver::How::exception, "rank 2", "OutputObservation", "exception: observer exploded"},
