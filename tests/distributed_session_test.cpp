@@ -385,6 +385,17 @@ TEST(DistributedSession, AFailedGenerationStepLeavesTheSamplerAsItWas) {
   EXPECT_NE(sampler.rng_state(), state);
 }
 
+TEST(DistributedSession, AGenerationStepFlagsAStopToken) {
+  const Model model = test::load_stories_model();
+  const std::vector<int> prompt = {1, 403};
+  const int greedy = argmax(single_rank_trace(model, prompt, 0));
+  auto session = make_session(model, 3);
+  Sampler sampler({0.0f, 0.9f, 0});
+  auto step = session->prefill_and_sample(prompt, sampler, std::vector<int>{2, greedy});
+  ASSERT_TRUE(step) << step.error().message();
+  EXPECT_EQ(step->sampled, (SampledToken{greedy, true}));
+}
+
 TEST(DistributedSession, GenerateOnSeveralRanksGivesOneRanksTokens) {
   const Model model = test::load_stories_model();
   const Tokenizer tokenizer = test::load_stories_tokenizer();
