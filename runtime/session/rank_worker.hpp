@@ -4,7 +4,8 @@
 // A RankWorker owns the rank's thread pool and RankStage, the undo record of
 // the open transaction and what its commit will do. The agreement protocol
 // guarantees one local action at a time, so it needs no lock; the actors
-// that share it hand it over by message.
+// that share it hand it over by message. The one exception is the lent
+// observer, which the caller sets from its own thread (lend_observer).
 #pragma once
 
 #include <atomic>
