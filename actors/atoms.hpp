@@ -9,8 +9,9 @@ namespace accord {
 using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using topology_atom = caf::atom_constant<caf::atom("topology")>;
-using next_rank_atom = caf::atom_constant<caf::atom("nextRank")>;
 using run_units_atom = caf::atom_constant<caf::atom("runUnits")>;
+using observe_atom = caf::atom_constant<caf::atom("observe")>;
+using sample_atom = caf::atom_constant<caf::atom("sample")>;
 using begin_step_atom = caf::atom_constant<caf::atom("beginStep")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 using rollback_atom = caf::atom_constant<caf::atom("rollback")>;

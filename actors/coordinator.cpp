@@ -38,7 +38,12 @@ std::vector<PlannedPhase> plan_for(const TransactionRequest& request, RankId ran
       plan.push_back({phase_id(Execution), {static_cast<std::uint8_t>(request.all_rows ? OutputRows::all
                                                                                    : OutputRows::last)}});
       plan.push_back({phase_id(OutputObservation), {}});
+      if (request.capture_prediction_target) {
+        plan.push_back({phase_id(PredictionTargetCapture), {}});
+        plan.push_back({phase_id(PredictionTargetCapturePublication), {}});
+      }
       plan.push_back({phase_id(OutputPublication), {}});
+      if (request.sample) plan.push_back({phase_id(SamplingSynchronization), encode_sampling(request.sampling)});
       break;
     case TransactionKind::checkpoint:
       plan.push_back({phase_id(SessionCheckpoint), {}});
@@ -215,6 +220,13 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
       },
       [=](StepOutput& output) {
         if (self->state.busy && output.epoch == self->state.reply.epoch) self->state.reply.logits = std::move(output.logits);
+      },
+      [=](const SamplingResult& sampled) {
+        if (self->state.busy && sampled.epoch == self->state.reply.epoch) self->state.reply.sampled = sampled;
+      },
+      [=](PredictionTargetHidden& capture) {
+        auto& st = self->state;
+        if (st.busy && capture.epoch == st.reply.epoch) st.reply.prediction_target_capture = std::move(capture.hidden);
       },
       [=](const RankCheckpointReport& report) {
         if (self->state.busy && report.epoch == self->state.reply.epoch) self->state.reply.checkpoints.push_back(report);

@@ -41,6 +41,62 @@ Error reply_error(const TransactionReply& reply) {
   }
 }
 
+// What a forward step asks for besides its tokens.
+struct StepRequest {
+  bool all_rows = false;                    // logits of every row, or the last
+  std::shared_ptr<StepObserver> observer;   // lent to every rank, or none
+  Sampler* sampler = nullptr;               // a generation step samples with it
+  std::span<const int> stop_tokens;         // with the sampler
+  bool capture_prediction_target = false;   // the prediction-target phases
+};
+
+// A step that returns logits only, perhaps with an observer.
+StepRequest logits_step(bool all_rows, std::shared_ptr<StepObserver> observer = nullptr) {
+  StepRequest step;
+  step.all_rows = all_rows;
+  step.observer = std::move(observer);
+  return step;
+}
+
+StepRequest sampled_step(Sampler& sampler, std::span<const int> stop_tokens) {
+  StepRequest step;
+  step.sampler = &sampler;
+  step.stop_tokens = stop_tokens;
+  return step;
+}
+
+StepRequest prediction_target_step() {
+  StepRequest step;
+  step.capture_prediction_target = true;
+  return step;
+}
+
+// Lends a step's observer to every rank for one call, and takes it back.
+class ObserverLoan {
+ public:
+  ObserverLoan(const std::vector<std::shared_ptr<RankWorker>>& workers, std::shared_ptr<StepObserver> observer)
+      : workers_(observer ? &workers : nullptr) {
+    if (workers_ != nullptr) {
+      for (const auto& worker : *workers_) worker->lend_observer(observer);
+    }
+  }
+  ~ObserverLoan() {
+    if (workers_ != nullptr) {
+      for (const auto& worker : *workers_) worker->lend_observer(nullptr);
+    }
+  }
+  ObserverLoan(const ObserverLoan&) = delete;
+  ObserverLoan& operator=(const ObserverLoan&) = delete;
+
+ private:
+  const std::vector<std::shared_ptr<RankWorker>>* workers_;
+};
+
+SamplingArguments sampling_arguments(const Sampler& sampler, std::span<const int> stop_tokens) {
+  return {sampler.options().temperature, sampler.options().top_p, sampler.rng_state(),
+          std::vector<std::int32_t>(stop_tokens.begin(), stop_tokens.end())};
+}
+
 std::uint64_t random_session_id() {
   std::random_device random;
   return (static_cast<std::uint64_t>(random()) << 32) | random();
@@ -106,9 +162,7 @@ struct DistributedSession::Impl {
       ranks.push_back(spawn_rank(*system, workers.back(), session_id, coordinator));
       agreements.push_back(ranks.back().agreement);
     }
-    for (std::size_t r = 0; r + 1 < ranks.size(); ++r) {
-      caf::anon_send(ranks[r].agreement, next_rank_atom::value, ranks[r + 1].agreement);
-    }
+    for (const auto& rank : ranks) caf::anon_send(rank.agreement, topology_atom::value, agreements);
     caf::anon_send(coordinator, topology_atom::value, agreements);
     return {};
   }
@@ -128,22 +182,39 @@ struct DistributedSession::Impl {
 
   int position() const { return static_cast<int>(tokens.size()); }
 
-  Result<DistributedStep> step(std::span<const int> step_tokens, bool all_rows) {
+  Result<DistributedStep> step(std::span<const int> step_tokens, const StepRequest& options) {
     if (Status ok = check_tokens(model->config(), step_tokens, position()); !ok) {
       return std::move(Error(ok.error()).mark_before_state_mutation());
+    }
+    if (options.sampler != nullptr) {
+      if (Status ok = validate(options.sampler->options()); !ok) {
+        return std::move(Error(ok.error()).mark_before_state_mutation());
+      }
     }
     TransactionRequest request;
     request.kind = TransactionKind::forward_step;
     request.tokens.assign(step_tokens.begin(), step_tokens.end());
-    request.all_rows = all_rows;
+    request.all_rows = options.all_rows;
+    request.sample = options.sampler != nullptr;
+    if (request.sample) request.sampling = sampling_arguments(*options.sampler, options.stop_tokens);
+    request.capture_prediction_target = options.capture_prediction_target;
     const auto start = std::chrono::steady_clock::now();
-    auto reply = call(request);
+    auto reply = [&] {
+      ObserverLoan loan(workers, options.observer);
+      return call(request);
+    }();
     stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++stats.forward_steps;
     if (!reply) return reply.error();
     tokens.insert(tokens.end(), step_tokens.begin(), step_tokens.end());
     const int rows = reply->logits.shape.empty() ? 0 : static_cast<int>(reply->logits.shape[0]);
-    return DistributedStep{reply->epoch, rows, std::move(reply->logits.data)};
+    DistributedStep result{reply->epoch, rows, std::move(reply->logits.data), {},
+                           std::move(reply->prediction_target_capture.data)};
+    if (options.sampler != nullptr) {
+      *options.sampler = Sampler(options.sampler->options(), reply->sampled.rng_state);
+      result.sampled = {reply->sampled.token, reply->sampled.stop};
+    }
+    return result;
   }
 
   static TransactionRequest cache_request(TransactionKind kind, const std::filesystem::path& root,
@@ -208,11 +279,34 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(caf::acto
   return std::unique_ptr<DistributedSession>(new DistributedSession(std::move(impl)));
 }
 
-Result<DistributedStep> DistributedSession::forward(std::span<const int> tokens) { return impl_->step(tokens, true); }
-Result<DistributedStep> DistributedSession::prefill(std::span<const int> tokens) {
-  return impl_->step(tokens, false);
+Result<DistributedStep> DistributedSession::forward(std::span<const int> tokens) {
+  return impl_->step(tokens, logits_step(true));
 }
-Result<DistributedStep> DistributedSession::decode(int token) { return impl_->step({&token, 1}, false); }
+Result<DistributedStep> DistributedSession::prefill(std::span<const int> tokens) {
+  return impl_->step(tokens, logits_step(false));
+}
+Result<DistributedStep> DistributedSession::decode(int token) { return impl_->step({&token, 1}, logits_step(false)); }
+
+Result<DistributedStep> DistributedSession::forward_with_observer(std::span<const int> tokens,
+                                                                  std::shared_ptr<StepObserver> observer) {
+  return impl_->step(tokens, logits_step(true, std::move(observer)));
+}
+Result<DistributedStep> DistributedSession::prefill_with_observer(std::span<const int> tokens,
+                                                                  std::shared_ptr<StepObserver> observer) {
+  return impl_->step(tokens, logits_step(false, std::move(observer)));
+}
+Result<DistributedStep> DistributedSession::decode_with_observer(int token, std::shared_ptr<StepObserver> observer) {
+  return impl_->step({&token, 1}, logits_step(false, std::move(observer)));
+}
+
+Result<DistributedStep> DistributedSession::prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
+                                                               std::span<const int> stop_tokens) {
+  return impl_->step(tokens, sampled_step(sampler, stop_tokens));
+}
+Result<DistributedStep> DistributedSession::decode_and_sample(int token, Sampler& sampler,
+                                                              std::span<const int> stop_tokens) {
+  return impl_->step({&token, 1}, sampled_step(sampler, stop_tokens));
+}
 
 Result<DistributedCheckpoint> DistributedSession::checkpoint_distributed() {
   TransactionRequest request;
@@ -338,6 +432,13 @@ DistributedStats DistributedSession::stats() const {
   return stats;
 }
 
+Result<DistributedStep> DistributedSession::prefill_prediction_target(std::span<const int> tokens) {
+  return impl_->step(tokens, prediction_target_step());
+}
+Result<DistributedStep> DistributedSession::decode_prediction_target(int token) {
+  return impl_->step({&token, 1}, prediction_target_step());
+}
+
 Result<std::span<const float>> DistributedTarget::keep(Result<DistributedStep> step) {
   if (!step) return step.error();
   logits_ = std::move(step->logits);
@@ -349,6 +450,20 @@ Result<std::span<const float>> DistributedTarget::prefill(std::span<const int> t
 }
 
 Result<std::span<const float>> DistributedTarget::decode(int token) { return keep(session_.decode(token)); }
+
+Result<SampledToken> DistributedTarget::prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
+                                                           std::span<const int> stop_tokens) {
+  auto step = session_.prefill_and_sample(tokens, sampler, stop_tokens);
+  if (!step) return step.error();
+  return step->sampled;
+}
+
+Result<SampledToken> DistributedTarget::decode_and_sample(int token, Sampler& sampler,
+                                                          std::span<const int> stop_tokens) {
+  auto step = session_.decode_and_sample(token, sampler, stop_tokens);
+  if (!step) return step.error();
+  return step->sampled;
+}
 
 Status DistributedTarget::load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                             std::span<const int> prefix) {

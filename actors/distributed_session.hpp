@@ -22,6 +22,8 @@
 #include "runtime/error.hpp"
 #include "runtime/generate/target.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/sampler.hpp"
+#include "runtime/session/observer.hpp"
 #include "runtime/session/prompt_input.hpp"
 
 namespace caf {
@@ -41,7 +43,11 @@ struct DistributedOptions {
 struct DistributedStep {
   std::uint64_t epoch = 0;
   int rows = 0;
-  std::vector<float> logits;  // (rows, vocab)
+  std::vector<float> logits;  // (rows, vocab), as the observer left them
+  SampledToken sampled;       // the _and_sample steps: the output owner's pick
+  // The _prediction_target steps: the output owner's final hidden state of
+  // the last row, (dim), as every rank received it.
+  std::vector<float> prediction_target_capture;
 };
 
 struct DistributedCheckpoint {
@@ -100,6 +106,38 @@ class DistributedSession {
   Result<DistributedStep> prefill(std::span<const int> tokens);  // logits of the last row
   Result<DistributedStep> decode(int token);
 
+  // The same steps with an observer (runtime/session/observer.hpp), lent to
+  // every rank for the step: each rank calls on_unit_output for its own
+  // units, the output owner calls on_logits in OutputObservation, and what
+  // on_logits leaves is what OutputPublication publishes. Ranks run one
+  // after another, so the calls never overlap, though they come from the
+  // ranks' threads. An observer's error or exception fails its rank's phase:
+  // the step aborts on every rank and nothing of it remains. The ranks share
+  // ownership because a rank cut off by a poisoned session may still be
+  // inside the observer when the call returns.
+  Result<DistributedStep> forward_with_observer(std::span<const int> tokens, std::shared_ptr<StepObserver> observer);
+  Result<DistributedStep> prefill_with_observer(std::span<const int> tokens, std::shared_ptr<StepObserver> observer);
+  Result<DistributedStep> decode_with_observer(int token, std::shared_ptr<StepObserver> observer);
+
+  // Generation steps: the output owner samples the next token from the
+  // published logits of the last row with `sampler`'s options and random
+  // stream (SamplingSynchronization), and every rank holds the pick and
+  // whether it is one of stop_tokens before the step commits. On commit
+  // `sampler` has advanced exactly as sampling those logits locally would
+  // have advanced it; on failure it is unchanged.
+  Result<DistributedStep> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
+                                             std::span<const int> stop_tokens);
+  Result<DistributedStep> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens);
+
+  // Steps for speculative decoding's target model, as
+  // Session::prefill/decode_prediction_target: after OutputObservation the
+  // output owner captures the residual stream after the last unit (before
+  // the final norm) of the last row (PredictionTargetCapture) and sends it
+  // to every rank, each of which reports that it holds it
+  // (PredictionTargetCapturePublication).
+  Result<DistributedStep> prefill_prediction_target(std::span<const int> tokens);
+  Result<DistributedStep> decode_prediction_target(int token);
+
   Result<DistributedCheckpoint> checkpoint_distributed();
   Status rollback_distributed(const DistributedCheckpoint& checkpoint);
   Status reset_distributed();
@@ -146,7 +184,8 @@ class DistributedSession {
   std::unique_ptr<Impl> impl_;
 };
 
-// A distributed session as a generation target.
+// A distributed session as a generation target: its generation steps
+// sample on the output owner through SamplingSynchronization.
 class DistributedTarget final : public GenerationTarget {
  public:
   DistributedTarget(DistributedSession& session, const Model& model) : session_(session), model_(model) {}
@@ -155,6 +194,9 @@ class DistributedTarget final : public GenerationTarget {
   int position() const override { return session_.position(); }
   Result<std::span<const float>> prefill(std::span<const int> tokens) override;
   Result<std::span<const float>> decode(int token) override;
+  Result<SampledToken> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
+                                          std::span<const int> stop_tokens) override;
+  Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens) override;
   Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                            std::span<const int> prefix) override;
   Status save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,

@@ -17,6 +17,8 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<WireTensor>("accord.WireTensor");
   config.add_message_type<RouteTransfer>("accord.RouteTransfer");
   config.add_message_type<StepOutput>("accord.StepOutput");
+  config.add_message_type<SamplingResult>("accord.SamplingResult");
+  config.add_message_type<PredictionTargetHidden>("accord.PredictionTargetHidden");
   config.add_message_type<RankCheckpointReport>("accord.RankCheckpointReport");
   config.add_message_type<std::vector<RankCheckpointReport>>("accord.RankCheckpointReports");
   config.add_message_type<PromptCacheReport>("accord.PromptCacheReport");

@@ -44,6 +44,21 @@ RowBlock from_wire(const WireTensor& t) {
   return {static_cast<int>(t.shape[0]), static_cast<int>(t.shape[1]), t.data};
 }
 
+// The output owner's pick, or why it has none.
+using SampleReply = std::tuple<bool, std::uint8_t, std::string, SamplingResult>;
+
+SampleReply sample_on(RankWorker& worker, const SamplingArguments& arguments) {
+  // The seed only starts a random stream; the caller's rng_state continues it.
+  const SamplerOptions options{arguments.temperature, arguments.top_p, 0};
+  auto sample = worker.sample(options, arguments.rng_state, arguments.stop_tokens);
+  if (!sample) return std::tuple_cat(to_local(sample.error()), std::make_tuple(SamplingResult{}));
+  SamplingResult sampled;
+  sampled.token = sample->sampled.token;
+  sampled.stop = sample->sampled.stop;
+  sampled.rng_state = sample->rng_state;
+  return {true, 0, "", sampled};
+}
+
 // --- execution: compute, on its own thread --------------------------------
 
 caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
@@ -51,6 +66,8 @@ caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorke
       [=](run_units_atom, std::uint8_t rows) -> LocalResult {
         return to_local(worker->run_units(static_cast<OutputRows>(rows)));
       },
+      [=](observe_atom) -> LocalResult { return to_local(worker->observe_output()); },
+      [=](sample_atom, const SamplingArguments& arguments) -> SampleReply { return sample_on(*worker, arguments); },
   };
 }
 
@@ -124,6 +141,25 @@ caf::behavior cache_actor(caf::event_based_actor*, std::shared_ptr<RankPromptCac
 
 // --- agreement: the rank's voice in every phase ----------------------------
 
+// Data that a phase of this rank waits for from another rank. It may arrive
+// before the phase begins (another rank's message can overtake the
+// coordinator's begin) or after.
+template <class Data>
+struct Awaited {
+  std::optional<Data> data;
+  std::optional<RunPhase> phase;
+
+  // The phase waiting for its epoch's data, once both are here.
+  std::optional<RunPhase> ready() const {
+    if (data && phase && data->epoch == phase->epoch) return phase;
+    return std::nullopt;
+  }
+  void reset() {
+    data.reset();
+    phase.reset();
+  }
+};
+
 struct AgreementState {
   std::unique_ptr<RankAgreement> machine;
   std::shared_ptr<RankWorker> worker;
@@ -132,11 +168,11 @@ struct AgreementState {
   caf::actor execution;
   caf::actor state;
   caf::actor cache;
-  caf::actor next;                           // the next rank's agreement actor
-  std::optional<RouteTransfer> arrived;      // activations for the open step
-  std::optional<RunPhase> awaiting_arrival;  // BoundarySourceReady waiting for them
-  std::optional<WireTensor> output;          // logits of OutputObservation
-  DroppedMessages dropped_transfers;         // the machine counts the rest
+  std::vector<caf::actor> ranks;            // every rank's agreement actor, in rank order
+  Awaited<RouteTransfer> activations;       // BoundarySourceReady on a route's target
+  Awaited<SamplingResult> sampled;          // SamplingSynchronization off the output owner
+  Awaited<PredictionTargetHidden> capture;  // PredictionTargetCapturePublication off the output owner
+  DroppedMessages dropped_data;             // data beside the protocol; the machine counts the rest
 };
 
 using AgreementActor = caf::stateful_actor<AgreementState>;
@@ -169,25 +205,50 @@ void run_on(AgreementActor* self, const caf::actor& target, const RunPhase& run,
             fail_phase_on_error(self, run));
 }
 
-void accept_arrival(AgreementActor* self, const RunPhase& run) {
-  WireTensor activations = std::move(self->state.arrived->activations);
-  self->state.arrived.reset();
-  self->state.awaiting_arrival.reset();
-  run_on(self, self->state.state, run, accept_atom::value, std::move(activations));
+// Whether a message from another rank belongs to this session's open or
+// next transaction; older ones are stale.
+// Data beside the protocol (activations, a sampled token, a capture) for
+// this session's open or a later epoch; anything else is counted and dropped.
+bool is_current(AgreementActor* self, SessionId session, Epoch epoch) {
+  auto& s = self->state;
+  if (session != s.session) {
+    s.dropped_data.count(DropReason::other_session);
+    return false;
+  }
+  if (epoch < s.machine->epoch()) {
+    s.dropped_data.count(DropReason::stale_epoch);
+    return false;
+  }
+  return true;
+}
+
+// BoundarySourceReady on the route's target, once the activations are here.
+void accept_activations(AgreementActor* self) {
+  auto& awaited = self->state.activations;
+  const auto run = awaited.ready();
+  if (!run) return;
+  WireTensor activations = std::move(awaited.data->activations);
+  awaited.reset();
+  run_on(self, self->state.state, *run, accept_atom::value, std::move(activations));
 }
 
 void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
   auto& s = self->state;
   const RankId me = static_cast<RankId>(s.worker->rank());
   if (run.phase.route.source == me) {
+    if (run.phase.route.target >= s.ranks.size()) {
+      return finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::contract),
+                                      "no rank " + std::to_string(run.phase.route.target) + " to send activations to"});
+    }
     // The completion of this route was agreed: the transfer may start. The
     // execution actor is idle between local actions, so the activations
     // are read here rather than fetched with one more hand-over.
-    self->send(s.next, RouteTransfer{s.session, run.epoch, run.phase.route, to_wire(s.worker->outgoing_activations())});
+    self->send(s.ranks[run.phase.route.target],
+               RouteTransfer{s.session, run.epoch, run.phase.route, to_wire(s.worker->outgoing_activations())});
     finish_phase(self, run, {true, 0, ""});
   } else if (run.phase.route.target == me) {
-    s.awaiting_arrival = run;
-    if (s.arrived && s.arrived->epoch == run.epoch) accept_arrival(self, run);
+    s.activations.phase = run;
+    accept_activations(self);
   } else {
     finish_phase(self, run, {true, 0, ""});
   }
@@ -238,6 +299,60 @@ void run_load_preparation(AgreementActor* self, const RunPhase& run) {
           fail_phase_on_error(self, run));
 }
 
+// Sends what the output owner publishes to every other rank and to the
+// coordinator.
+template <class Message>
+void share_with_every_rank(AgreementActor* self, const Message& message) {
+  auto& s = self->state;
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    if (static_cast<int>(r) != s.worker->rank()) self->send(s.ranks[r], message);
+  }
+  self->send(s.coordinator, message);
+}
+
+// A rank other than the output owner reports that it holds what the owner
+// shared once it is here; it keeps it until the step ends.
+template <class Data>
+void hold_when_here(AgreementActor* self, Awaited<Data>& awaited) {
+  const auto run = awaited.ready();
+  if (!run) return;
+  awaited.phase.reset();
+  finish_phase(self, *run, {true, 0, ""});
+}
+
+// SamplingSynchronization: the output owner samples from the output it
+// published and shares its pick; every other rank reports once it holds it.
+void run_sampling(AgreementActor* self, const RunPhase& run) {
+  auto& s = self->state;
+  if (!s.worker->is_output_owner()) {
+    s.sampled.phase = run;
+    return hold_when_here(self, s.sampled);
+  }
+  auto arguments = decode_sampling(run.arguments);
+  if (!arguments) return finish_phase(self, run, {false, 0, "malformed sampling arguments"});
+  self->request(s.execution, caf::infinite, sample_atom::value, std::move(*arguments))
+      .then([=](bool ok, std::uint8_t code, std::string& message, SamplingResult& sampled) {
+        if (ok) {
+          sampled.session = self->state.session;
+          sampled.epoch = run.epoch;
+          share_with_every_rank(self, sampled);
+        }
+        finish_phase(self, run, {ok, code, message});
+      });
+}
+
+// PredictionTargetCapturePublication: the output owner shares the capture
+// it took; every other rank reports once it holds it.
+void run_capture_publication(AgreementActor* self, const RunPhase& run) {
+  auto& s = self->state;
+  if (!s.worker->is_output_owner()) {
+    s.capture.phase = run;
+    return hold_when_here(self, s.capture);
+  }
+  share_with_every_rank(self, PredictionTargetHidden{s.session, run.epoch, to_wire(s.worker->prediction_target_capture())});
+  finish_phase(self, run, {true, 0, ""});
+}
+
 void run_local(AgreementActor* self, const RunPhase& run) {
   auto& s = self->state;
   const RankId me = static_cast<RankId>(s.worker->rank());
@@ -260,14 +375,23 @@ void run_local(AgreementActor* self, const RunPhase& run) {
       // Ranks before the output owner ran their units at their route's
       // completion; the output owner runs its own and the head now.
       if (!owner) return finish_phase(self, run, ok);
-      if (run.arguments.size() != 1) return finish_phase(self, run, {false, 0, "malformed execution arguments"});
+      if (run.arguments.size() != 1) return finish_phase(self, run, malformed("execution"));
       return run_on(self, s.execution, run, run_units_atom::value, run.arguments[0]);
     case OutputObservation:
-      if (owner) s.output = to_wire(s.worker->take_logits());
-      return finish_phase(self, run, ok);
+      // The output owner computed the logits in Execution; only an observer
+      // has work here, and it runs on the execution thread like all user code.
+      if (!owner || !s.worker->step_has_observer()) return finish_phase(self, run, ok);
+      return run_on(self, s.execution, run, observe_atom::value);
     case OutputPublication:
-      if (owner && s.output) self->send(s.coordinator, StepOutput{s.session, run.epoch, *s.output});
+      if (owner) self->send(s.coordinator, StepOutput{s.session, run.epoch, to_wire(s.worker->published_output())});
       return finish_phase(self, run, ok);
+    case PredictionTargetCapture:
+      if (!owner) return finish_phase(self, run, ok);
+      return finish_phase(self, run, to_local(s.worker->capture_prediction_target()));
+    case PredictionTargetCapturePublication:
+      return run_capture_publication(self, run);
+    case SamplingSynchronization:
+      return run_sampling(self, run);
     case SessionCheckpoint:
       self->request(s.state, caf::infinite, checkpoint_atom::value).then([=](RankCheckpointReport& report) {
         report.session = self->state.session;
@@ -303,9 +427,9 @@ void run_local(AgreementActor* self, const RunPhase& run) {
 }
 
 void forget_step(AgreementActor* self) {
-  self->state.arrived.reset();
-  self->state.awaiting_arrival.reset();
-  self->state.output.reset();
+  self->state.activations.reset();
+  self->state.sampled.reset();
+  self->state.capture.reset();
 }
 
 // Abort: the state actor restores the checkpoint, then the cache actor
@@ -376,17 +500,24 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
       },
       [=](RouteTransfer& transfer) {
         auto& st = self->state;
-        if (transfer.session != st.session) return st.dropped_transfers.count(DropReason::other_session);
-        if (transfer.epoch < st.machine->epoch()) return st.dropped_transfers.count(DropReason::stale_epoch);
-        st.arrived = std::move(transfer);
-        if (st.awaiting_arrival && st.awaiting_arrival->epoch == st.arrived->epoch) {
-          accept_arrival(self, *st.awaiting_arrival);
-        }
+        if (!is_current(self, transfer.session, transfer.epoch)) return;
+        st.activations.data = std::move(transfer);
+        accept_activations(self);
       },
-      [=](next_rank_atom, caf::actor next) { self->state.next = std::move(next); },
+      [=](const SamplingResult& sampled) {
+        if (!is_current(self, sampled.session, sampled.epoch)) return;
+        self->state.sampled.data = sampled;
+        hold_when_here(self, self->state.sampled);
+      },
+      [=](PredictionTargetHidden& capture) {
+        if (!is_current(self, capture.session, capture.epoch)) return;
+        self->state.capture.data = std::move(capture);
+        hold_when_here(self, self->state.capture);
+      },
+      [=](topology_atom, std::vector<caf::actor> ranks) { self->state.ranks = std::move(ranks); },
       [=](dropped_atom) {
         DroppedMessages dropped = self->state.machine->dropped();
-        dropped += self->state.dropped_transfers;
+        dropped += self->state.dropped_data;
         return dropped.counts();
       },
   };

@@ -32,8 +32,9 @@ struct RankActors {
 };
 
 // Spawns the rank's actors. The agreement actor reports to `coordinator`
-// and, once told with next_rank_atom, sends its activations to the next
-// rank's agreement actor.
+// and, once told with topology_atom every rank's agreement actor (in rank
+// order), sends its activations to the next rank and, on the output owner,
+// what it samples to every rank.
 RankActors spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
                       caf::actor coordinator);
 

@@ -3,6 +3,7 @@
 // std::nullopt on a malformed payload.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -23,25 +24,28 @@ inline std::uint64_t get_u64(std::span<const std::uint8_t> in) {
   return v;
 }
 
+inline void put_u32(Bytes& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+
+inline std::uint32_t get_u32(std::span<const std::uint8_t> in) {
+  std::uint32_t v = 0;
+  for (std::size_t i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(in[i]) << (8 * i);
+  return v;
+}
+
 // StateCheckpoint of a forward step: the step's token ids, u32 each.
 inline Bytes encode_tokens(std::span<const int> tokens) {
   Bytes out;
   out.reserve(tokens.size() * 4);
-  for (int t : tokens) {
-    const auto v = static_cast<std::uint32_t>(t);
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
+  for (int t : tokens) put_u32(out, static_cast<std::uint32_t>(t));
   return out;
 }
 
 inline std::optional<std::vector<int>> decode_tokens(std::span<const std::uint8_t> in) {
   if (in.size() % 4 != 0) return std::nullopt;
   std::vector<int> tokens;
-  for (std::size_t i = 0; i < in.size(); i += 4) {
-    std::uint32_t v = 0;
-    for (std::size_t b = 0; b < 4; ++b) v |= static_cast<std::uint32_t>(in[i + b]) << (8 * b);
-    tokens.push_back(static_cast<std::int32_t>(v));
-  }
+  for (std::size_t i = 0; i < in.size(); i += 4) tokens.push_back(static_cast<std::int32_t>(get_u32(in.subspan(i, 4))));
   return tokens;
 }
 
@@ -136,6 +140,41 @@ inline std::optional<PromptCacheArguments> decode_prompt_cache(std::span<const s
   if (!prefix) return std::nullopt;
   a.prefix = std::move(*prefix);
   return a;
+}
+
+// SamplingSynchronization: how the output owner samples. The sampler's
+// random stream travels as its state, so the caller's sampler and the
+// owner's draw the same numbers; stop_tokens end generation when sampled.
+struct SamplingArguments {
+  float temperature = 1.0f;
+  float top_p = 0.9f;
+  std::uint64_t rng_state = 0;
+  std::vector<std::int32_t> stop_tokens;
+
+  bool operator==(const SamplingArguments&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SamplingArguments& x) {
+  return f(x.temperature, x.top_p, x.rng_state, x.stop_tokens);
+}
+
+inline Bytes encode_sampling(const SamplingArguments& arguments) {
+  Bytes out;
+  put_u32(out, std::bit_cast<std::uint32_t>(arguments.temperature));
+  put_u32(out, std::bit_cast<std::uint32_t>(arguments.top_p));
+  put_u64(out, arguments.rng_state);
+  const Bytes stops = encode_tokens(arguments.stop_tokens);
+  out.insert(out.end(), stops.begin(), stops.end());
+  return out;
+}
+
+inline std::optional<SamplingArguments> decode_sampling(std::span<const std::uint8_t> in) {
+  if (in.size() < 16) return std::nullopt;
+  auto stops = decode_tokens(in.subspan(16));
+  if (!stops) return std::nullopt;
+  return SamplingArguments{std::bit_cast<float>(get_u32(in.first(4))), std::bit_cast<float>(get_u32(in.subspan(4, 4))),
+                           get_u64(in.subspan(8, 8)), std::move(*stops)};
 }
 
 }  // namespace accord

@@ -238,6 +238,42 @@ typename Inspector::result_type inspect(Inspector& f, StepOutput& x) {
   return f(x.session, x.epoch, x.logits);
 }
 
+// The token the output owner sampled in SamplingSynchronization of
+// transaction `epoch`, whether it ends generation, and where the sampler's
+// random stream stands after it; sent to every other rank and to the
+// coordinator before the owner's status.
+struct SamplingResult {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  std::int32_t token = 0;
+  bool stop = false;
+  std::uint64_t rng_state = 0;
+
+  bool operator==(const SamplingResult&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SamplingResult& x) {
+  return f(x.session, x.epoch, x.token, x.stop, x.rng_state);
+}
+
+// The output owner's prediction-target capture of transaction `epoch`: the
+// residual stream after the last unit, before the final norm, of the step's
+// last row, (1, dim). Sent in PredictionTargetCapturePublication to every
+// other rank and to the coordinator, before the owner's status.
+struct PredictionTargetHidden {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  WireTensor hidden;
+
+  bool operator==(const PredictionTargetHidden&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PredictionTargetHidden& x) {
+  return f(x.session, x.epoch, x.hidden);
+}
+
 // What a rank recorded for a distributed checkpoint (SessionCheckpoint),
 // sent to the coordinator before the rank's status.
 struct RankCheckpointReport {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
 
 namespace accord {
@@ -26,6 +27,9 @@ struct TransactionRequest {
   std::string cache_namespace;
   std::string prepared_input;  // empty for plain tokens
   std::string save_id;         // prompt_cache_save: the new save's id, the same on every rank
+  bool sample = false;          // forward_step: the output owner samples (SamplingSynchronization)
+  SamplingArguments sampling;   // when sample
+  bool capture_prediction_target = false;  // forward_step: the prediction-target phases
 
   bool operator==(const TransactionRequest&) const = default;
 };
@@ -33,7 +37,7 @@ struct TransactionRequest {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {
   return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_count, x.cache_root, x.cache_name,
-           x.cache_namespace, x.prepared_input, x.save_id);
+           x.cache_namespace, x.prepared_input, x.save_id, x.sample, x.sampling, x.capture_prediction_target);
 }
 
 // How a transaction ended, for the caller.
@@ -53,13 +57,16 @@ struct TransactionReply {
   WireTensor logits;        // forward_step: (rows, vocab)
   std::vector<RankCheckpointReport> checkpoints;  // checkpoint: one per rank
   std::uint64_t phases_run = 0;  // phase rounds of this transaction
+  SamplingResult sampled;        // forward_step with sample: the output owner's pick
+  WireTensor prediction_target_capture;  // with capture_prediction_target: (1, dim)
 
   bool operator==(const TransactionReply&) const = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionReply& x) {
-  return f(x.outcome, x.epoch, x.phase, x.error_code, x.message, x.logits, x.checkpoints, x.phases_run);
+  return f(x.outcome, x.epoch, x.phase, x.error_code, x.message, x.logits, x.checkpoints, x.phases_run, x.sampled,
+           x.prediction_target_capture);
 }
 
 }  // namespace accord

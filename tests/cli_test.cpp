@@ -185,19 +185,37 @@ TEST(Cli, JsonCarriesTheSessionReport) {
 
 TEST(Cli, SeveralRanksGiveRunCsTokens) {
   for (const auto& c : test::greedy_cases()) {
-    const auto result = run_accord({"generate", "--model", test::stories_model(), "--tokenizer",
-                                    test::stories_tokenizer(), "--prompt", c.prompt, "--temperature", "0",
-                                    "--max-tokens", std::to_string(c.generated_tokens.size()), "--ranks", "3",
-                                    "--json"});
+    for (int ranks = 2; ranks <= 3; ++ranks) {
+      const auto result = run_accord(generate_args({"--prompt", c.prompt, "--temperature", "0", "--max-tokens",
+                                                    std::to_string(c.generated_tokens.size()), "--ranks",
+                                                    std::to_string(ranks), "--json"}));
+      ASSERT_EQ(result.exit_code, 0) << result.output;
+      const auto json = nlohmann::json::parse(result.output);
+      EXPECT_EQ(json.at("generated_tokens").get<std::vector<int>>(), c.generated_tokens);
+      EXPECT_EQ(json.at("text").get<std::string>(), c.text);
+      EXPECT_EQ(json.at("ranks"), ranks);
+      // Every generation step runs 2 boundary phases per route and 7 others
+      // (SamplingSynchronization among them).
+      const auto steps = c.generated_tokens.size();
+      EXPECT_EQ(json.at("phases_run").get<std::size_t>(), steps * (2 * static_cast<std::size_t>(ranks - 1) + 7));
+      EXPECT_GE(json.at("protocol_us_per_token").get<double>(), 0.0);
+    }
+  }
+}
+
+TEST(Cli, SeveralRanksSampleAsOneRankDoes) {
+  const std::vector<std::string> sampled = {"--prompt", "Once upon a time", "--temperature", "0.9", "--top-p", "0.9",
+                                            "--seed", "42", "--max-tokens", "30", "--json"};
+  const auto one = run_accord(generate_args(sampled));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto expected = nlohmann::json::parse(one.output).at("generated_tokens").get<std::vector<int>>();
+  for (const std::string ranks : {"1", "2", "3"}) {
+    auto args = sampled;
+    args.insert(args.end(), {"--ranks", ranks});
+    const auto result = run_accord(generate_args(args));
     ASSERT_EQ(result.exit_code, 0) << result.output;
-    const auto json = nlohmann::json::parse(result.output);
-    EXPECT_EQ(json.at("generated_tokens").get<std::vector<int>>(), c.generated_tokens);
-    EXPECT_EQ(json.at("text").get<std::string>(), c.text);
-    EXPECT_EQ(json.at("ranks"), 3);
-    // Every forward step runs 2 boundary phases per route and 6 others.
-    const auto steps = c.generated_tokens.size();
-    EXPECT_EQ(json.at("phases_run").get<std::size_t>(), steps * (2 * 2 + 6));
-    EXPECT_GE(json.at("protocol_us_per_token").get<double>(), 0.0);
+    EXPECT_EQ(nlohmann::json::parse(result.output).at("generated_tokens").get<std::vector<int>>(), expected)
+        << ranks << " ranks";
   }
 }
 

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
+#include "runtime/generate/generator.hpp"
 #include "runtime/model/sampler.hpp"
 #include "tests/reference.hpp"
 #include "tests/support.hpp"
@@ -49,6 +52,8 @@ std::vector<float> single_rank_trace(const Model& model, std::span<const int> pr
     step = session.decode(argmax(step->logits));
   }
 }
+
+const std::vector<int> kObservedPrompt = {1, 403, 407, 261};
 
 TEST(DistributedSession, OneToFiveRanksMatchRunCAndOneRank) {
   const Model model = test::load_stories_model();
@@ -169,6 +174,280 @@ TEST(DistributedSession, ARankThatIsGonePoisonsTheSession) {
   Status reset = session.reset_distributed();
   ASSERT_FALSE(reset);
   EXPECT_NE(reset.error().message().find("rank 1"), std::string::npos) << reset.error().message();
+}
+
+// --- observers across ranks ------------------------------------------------
+
+// Records what it sees; optionally steers: scales every unit's output by
+// `hidden_scale` and raises one logit far above the others.
+class RecordingObserver final : public StepObserver {
+ public:
+  struct UnitOutput {
+    int unit;
+    int first_position;
+    std::vector<float> hidden;
+    bool operator==(const UnitOutput&) const = default;
+  };
+  std::vector<UnitOutput> units;
+  std::vector<float> logits;
+  float hidden_scale = 1.0f;
+  int raised_logit = -1;
+
+  Status on_unit_output(int unit, int first_position, std::span<float> hidden, int) override {
+    for (float& v : hidden) v *= hidden_scale;
+    units.push_back({unit, first_position, test::to_vector(hidden)});
+    return {};
+  }
+  Status on_logits(int, std::span<float> values, int) override {
+    if (raised_logit >= 0) values[static_cast<std::size_t>(raised_logit)] = 1000.0f;
+    logits.insert(logits.end(), values.begin(), values.end());
+    return {};
+  }
+};
+
+// A prefill, a decode and a forward with `observer` on one rank, and the
+// logits the caller received.
+std::vector<float> single_rank_observed(const Model& model, RecordingObserver& observer) {
+  cpu::ThreadPool pool(1);
+  Session session(model, pool);
+  std::vector<float> received = test::to_vector(session.prefill_with_observer(kObservedPrompt, observer)->logits);
+  const auto decoded = session.decode_with_observer(407, observer)->logits;
+  received.insert(received.end(), decoded.begin(), decoded.end());
+  const auto forwarded = session.forward_with_observer(std::vector<int>{261, 378}, observer)->logits;
+  received.insert(received.end(), forwarded.begin(), forwarded.end());
+  return received;
+}
+
+std::vector<float> distributed_observed(DistributedSession& session, const std::shared_ptr<StepObserver>& observer) {
+  std::vector<float> received;
+  // A braced list is evaluated left to right: prefill, decode, forward.
+  for (auto step : {session.prefill_with_observer(kObservedPrompt, observer),
+                    session.decode_with_observer(407, observer),
+                    session.forward_with_observer(std::vector<int>{261, 378}, observer)}) {
+    EXPECT_TRUE(step) << step.error().message();
+    if (step) received.insert(received.end(), step->logits.begin(), step->logits.end());
+  }
+  return received;
+}
+
+TEST(DistributedSession, ObserversOnEveryRankSeeWhatOneRankSees) {
+  const Model model = test::load_stories_model();
+  RecordingObserver expected;
+  const auto expected_logits = single_rank_observed(model, expected);
+  for (int ranks = 1; ranks <= 3; ++ranks) {
+    auto session = make_session(model, ranks);
+    ASSERT_TRUE(session);
+    auto observer = std::make_shared<RecordingObserver>();
+    const auto received = distributed_observed(*session, observer);
+    ASSERT_EQ(observer->units.size(), expected.units.size()) << ranks << " ranks";
+    for (std::size_t i = 0; i < expected.units.size(); ++i) {
+      EXPECT_EQ(observer->units[i].unit, expected.units[i].unit);
+      EXPECT_EQ(observer->units[i].first_position, expected.units[i].first_position);
+      EXPECT_TRUE(test::bit_identical(observer->units[i].hidden, expected.units[i].hidden))
+          << ranks << " ranks, record " << i;
+    }
+    EXPECT_TRUE(test::bit_identical(observer->logits, expected.logits)) << ranks << " ranks";
+    EXPECT_TRUE(test::bit_identical(received, expected_logits)) << ranks << " ranks";
+  }
+}
+
+TEST(DistributedSession, ASteeringObserverChangesWhatTheCallerReceives) {
+  const Model model = test::load_stories_model();
+  RecordingObserver expected;
+  expected.hidden_scale = 0.5f;  // crosses every route scaled
+  expected.raised_logit = 7;
+  const auto expected_logits = single_rank_observed(model, expected);
+  auto session = make_session(model, 3);
+  auto steer = std::make_shared<RecordingObserver>();
+  steer->hidden_scale = 0.5f;
+  steer->raised_logit = 7;
+  const auto received = distributed_observed(*session, steer);
+  EXPECT_TRUE(test::bit_identical(received, expected_logits));
+  auto step = session->decode_with_observer(286, steer);
+  ASSERT_TRUE(step);
+  EXPECT_EQ(step->logits[7], 1000.0f);
+  EXPECT_EQ(argmax(step->logits), 7);
+  EXPECT_NE(session->decode(286)->logits[7], 1000.0f) << "the observer was lent for its steps only";
+}
+
+// Fails after `unit`, by an error or an exception; or in on_logits.
+class FailingObserver final : public StepObserver {
+ public:
+  enum class How { error, exception };
+  FailingObserver(int unit, How how) : unit_(unit), how_(how) {}
+  Status on_unit_output(int unit, int, std::span<float>, int) override { return unit == unit_ ? fail() : Status{}; }
+  Status on_logits(int, std::span<float>, int) override { return unit_ < 0 ? fail() : Status{}; }
+
+ private:
+  Status fail() const {
+    if (how_ == How::exception) throw std::runtime_error("observer exploded");
+    return Error(ErrorCode::contract, "observer refuses");
+  }
+  int unit_;
+  How how_;
+};
+
+TEST(DistributedSession, AFailingObserverAbortsTheStepOnEveryRank) {
+  const Model model = test::load_stories_model();
+  auto session = make_session(model, 3);  // units {0, 1}, {2, 3}, {4}
+  ASSERT_TRUE(session->prefill(std::vector<int>{1, 403}));
+  struct Case {
+    int unit;
+    FailingObserver::How how;
+    std::string rank;
+    std::string phase;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {2, FailingObserver::How::error, "rank 1", "BoundarySourceCompletion(1->2)",
+       "unit observer failed after unit 2: observer refuses"},
+      {3, FailingObserver::How::exception, "rank 1", "BoundarySourceCompletion(1->2)", "exception: observer exploded"},
+      {4, FailingObserver::How::error, "rank 2", "Execution", "unit observer failed after unit 4"},
+      {-1, FailingObserver::How::exception, "rank 2", "OutputObservation", "exception: observer exploded"},
+  };
+  for (const auto& c : cases) {
+    const auto before = session->checkpoint_distributed();
+    ASSERT_TRUE(before);
+    auto step = session->decode_with_observer(407, std::make_shared<FailingObserver>(c.unit, c.how));
+    ASSERT_FALSE(step);
+    EXPECT_EQ(step.error().code(), ErrorCode::mechanism) << step.error().message();
+    EXPECT_EQ(step.error().phase(), c.phase);
+    EXPECT_NE(step.error().message().find(c.rank), std::string::npos) << step.error().message();
+    EXPECT_NE(step.error().message().find(c.words), std::string::npos) << step.error().message();
+    EXPECT_EQ(session->position(), 2);
+    const auto after = session->checkpoint_distributed();
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->rank_digests, before->rank_digests) << c.words;
+  }
+  // The session goes on as if the failed steps had never been tried.
+  auto next = session->decode(407);
+  ASSERT_TRUE(next) << next.error().message();
+  const std::vector<int> prompt = {1, 403, 407};
+  cpu::ThreadPool pool(1);
+  Session one(model, pool);
+  EXPECT_TRUE(test::bit_identical(next->logits, one.prefill(prompt)->logits));
+}
+
+// --- SamplingSynchronization -----------------------------------------------
+
+TEST(DistributedSession, GenerationStepsSampleOnTheOutputOwnerAsOneRankWould) {
+  const Model model = test::load_stories_model();
+  const std::vector<int> stop_tokens = {1, 2};
+  for (const SamplerOptions options : {SamplerOptions{0.0f, 0.9f, 0}, SamplerOptions{0.9f, 0.9f, 42},
+                                       SamplerOptions{1.0f, 1.0f, 7}}) {
+    // One rank: sample the logits locally.
+    Sampler local(options);
+    cpu::ThreadPool pool(1);
+    Session one(model, pool);
+    auto step = one.prefill(std::vector<int>{1, 403});
+    std::vector<SampledToken> expected = {sample_token(local, step->logits, stop_tokens)};
+    for (int i = 0; i < 12; ++i) {
+      step = one.decode(expected.back().token);
+      expected.push_back(sample_token(local, step->logits, stop_tokens));
+    }
+    for (int ranks = 1; ranks <= 3; ++ranks) {
+      auto session = make_session(model, ranks);
+      Sampler remote(options);
+      auto distributed = session->prefill_and_sample(std::vector<int>{1, 403}, remote, stop_tokens);
+      ASSERT_TRUE(distributed) << distributed.error().message();
+      std::vector<SampledToken> sampled = {distributed->sampled};
+      for (int i = 0; i < 12; ++i) {
+        distributed = session->decode_and_sample(sampled.back().token, remote, stop_tokens);
+        ASSERT_TRUE(distributed) << distributed.error().message();
+        sampled.push_back(distributed->sampled);
+      }
+      EXPECT_EQ(sampled, expected) << ranks << " ranks, temperature " << options.temperature;
+      EXPECT_EQ(remote.rng_state(), local.rng_state()) << ranks << " ranks";
+      // StateCheckpoint, two phases per route, Execution,
+      // OutputObservation, OutputPublication, SamplingSynchronization,
+      // MechanismCompletion, Commit.
+      EXPECT_EQ(session->stats().phases_run, 13u * static_cast<std::uint64_t>(2 * (ranks - 1) + 7));
+    }
+  }
+}
+
+TEST(DistributedSession, AFailedGenerationStepLeavesTheSamplerAsItWas) {
+  const Model model = test::load_stories_model();
+  auto session = make_session(model, 2);
+  Sampler sampler({0.9f, 0.9f, 5});
+  const std::vector<int> stop_tokens = {1, 2};
+  ASSERT_TRUE(session->prefill_and_sample(std::vector<int>{1, 403}, sampler, stop_tokens));
+  const std::uint64_t state = sampler.rng_state();
+  EXPECT_FALSE(session->decode_and_sample(512, sampler, stop_tokens));
+  EXPECT_EQ(sampler.rng_state(), state);
+  Sampler bad({-1.0f, 0.9f, 5});
+  auto refused = session->decode_and_sample(407, bad, stop_tokens);
+  ASSERT_FALSE(refused);
+  EXPECT_TRUE(refused.error().before_state_mutation());
+  EXPECT_NE(refused.error().message().find("temperature"), std::string::npos);
+  EXPECT_EQ(session->position(), 2);
+  EXPECT_TRUE(session->decode_and_sample(407, sampler, stop_tokens));
+  EXPECT_NE(sampler.rng_state(), state);
+}
+
+TEST(DistributedSession, AGenerationStepFlagsAStopToken) {
+  const Model model = test::load_stories_model();
+  const std::vector<int> prompt = {1, 403};
+  const int greedy = argmax(single_rank_trace(model, prompt, 0));
+  auto session = make_session(model, 3);
+  Sampler sampler({0.0f, 0.9f, 0});
+  auto step = session->prefill_and_sample(prompt, sampler, std::vector<int>{2, greedy});
+  ASSERT_TRUE(step) << step.error().message();
+  EXPECT_EQ(step->sampled, (SampledToken{greedy, true}));
+}
+
+TEST(DistributedSession, GenerateOnSeveralRanksGivesOneRanksTokens) {
+  const Model model = test::load_stories_model();
+  const Tokenizer tokenizer = test::load_stories_tokenizer();
+  for (const SamplerOptions sampler : {SamplerOptions{0.0f, 0.9f, 0}, SamplerOptions{0.9f, 0.9f, 42}}) {
+    GenerationOptions options;
+    options.max_tokens = 40;
+    options.sampler = sampler;
+    cpu::ThreadPool pool(1);
+    Session one(model, pool);
+    auto expected = generate(one, tokenizer, "Once upon a time", options);
+    ASSERT_TRUE(expected) << expected.error().message();
+    for (int ranks = 1; ranks <= 3; ++ranks) {
+      auto session = make_session(model, ranks);
+      DistributedTarget target(*session, model);
+      auto result = generate(target, tokenizer, "Once upon a time", options);
+      ASSERT_TRUE(result) << result.error().message();
+      EXPECT_EQ(result->generated_tokens, expected->generated_tokens) << ranks << " ranks";
+      EXPECT_EQ(result->text, expected->text);
+      EXPECT_EQ(result->stop_reason, expected->stop_reason);
+    }
+  }
+}
+
+// --- prediction-target capture ---------------------------------------------
+
+TEST(DistributedSession, PredictionTargetStepsMatchOneRankBitForBit) {
+  const Model model = test::load_stories_model();
+  cpu::ThreadPool pool(1);
+  Session one(model, pool);
+  std::vector<std::vector<float>> logits, captures;
+  for (auto step = one.prefill_prediction_target(kObservedPrompt); step;) {
+    logits.push_back(test::to_vector(step->step.logits));
+    captures.push_back(test::to_vector(step->capture));
+    if (logits.size() == 4) break;
+    step = one.decode_prediction_target(argmax(step->step.logits));
+  }
+  ASSERT_EQ(logits.size(), 4u);
+  for (int ranks = 1; ranks <= 3; ++ranks) {
+    auto session = make_session(model, ranks);
+    auto step = session->prefill_prediction_target(kObservedPrompt);
+    for (std::size_t i = 0; i < logits.size(); ++i) {
+      ASSERT_TRUE(step) << step.error().message();
+      EXPECT_TRUE(test::bit_identical(step->logits, logits[i])) << ranks << " ranks, step " << i;
+      EXPECT_TRUE(test::bit_identical(step->prediction_target_capture, captures[i])) << ranks << " ranks, step " << i;
+      if (i + 1 < logits.size()) step = session->decode_prediction_target(argmax(step->logits));
+    }
+    // StateCheckpoint, two phases per route, Execution, OutputObservation,
+    // PredictionTargetCapture, PredictionTargetCapturePublication,
+    // OutputPublication, MechanismCompletion, Commit.
+    EXPECT_EQ(session->stats().phases_run, 4u * static_cast<std::uint64_t>(2 * (ranks - 1) + 8));
+    EXPECT_TRUE(session->decode(5)->prediction_target_capture.empty()) << "plain steps capture nothing";
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
+#include "messages/session_api.hpp"
 
 namespace accord {
 namespace {
@@ -124,10 +125,36 @@ TEST(PhaseArgumentsTest, PromptCacheArgumentsRoundTripAndRefuseMalformedBytes) {
   EXPECT_FALSE(decode_prompt_cache(longer));
 }
 
+TEST_F(MessagesTest, SamplingAndCapturesTravelWithTheirFields) {
+  expect_round_trip(SamplingResult{7, 3, 411, true, 0xFEDCBA9876543210ull});
+  TransactionRequest request;
+  request.tokens = {1, 403};
+  request.sample = true;
+  request.sampling = {0.9f, 0.5f, 0x0123456789ABCDEFull, {1, 2}};
+  expect_round_trip(request);
+  TransactionReply reply;
+  reply.sampled = {7, 3, 2, true, 99};
+  reply.prediction_target_capture = WireTensor{{1, 2}, {0.25f, -3.5f}};
+  expect_round_trip(reply);
+  expect_round_trip(PredictionTargetHidden{7, 3, WireTensor{{1, 3}, {1.0f, -0.0f, 2.5e-30f}}});
+}
+
+TEST(PhaseArgumentsTest, SamplingArgumentsRoundTripAndRefuseMalformedBytes) {
+  const SamplingArguments arguments{0.75f, 1.0f, 0x8000000000000001ull, {1, 2, 511}};
+  EXPECT_EQ(decode_sampling(encode_sampling(arguments)), arguments);
+  Bytes short_bytes = encode_sampling(arguments);
+  short_bytes.resize(15);
+  EXPECT_EQ(decode_sampling(short_bytes), std::nullopt);
+  Bytes torn = encode_sampling(arguments);
+  torn.pop_back();
+  EXPECT_EQ(decode_sampling(torn), std::nullopt);
+}
+
 TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {
   for (const char* name : {"accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
                            "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer",
-                           "accord.StepOutput", "accord.RankCheckpointReport", "accord.PromptCacheReport"}) {
+                           "accord.StepOutput", "accord.SamplingResult", "accord.PredictionTargetHidden",
+                           "accord.RankCheckpointReport", "accord.PromptCacheReport"}) {
     EXPECT_NE(receiver_.types().make_value(name), nullptr) << name;
     EXPECT_EQ(bare_.types().make_value(name), nullptr) << name;
   }

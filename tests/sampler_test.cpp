@@ -59,5 +59,23 @@ TEST(Sampler, RejectsInvalidOptions) {
   EXPECT_TRUE(validate(SamplerOptions{0.0f, 1.0f, 0}));
 }
 
+TEST(Sampler, ASamplerContinuedFromAnothersStateDrawsWhatItWould) {
+  const std::vector<float> logits = {0.1f, 0.5f, 0.2f, 0.9f, 0.3f, 0.4f};
+  const SamplerOptions options{1.0f, 0.95f, 11};
+  Sampler original(options);
+  for (int i = 0; i < 5; ++i) original.sample(logits);
+  Sampler continued(original.options(), original.rng_state());
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(continued.sample(logits), original.sample(logits)) << "draw " << i;
+  EXPECT_EQ(continued.rng_state(), original.rng_state());
+}
+
+TEST(Sampler, SampleTokenFlagsTheStopTokens) {
+  Sampler greedy({0.0f, 0.9f, 0});
+  const std::vector<float> logits = {0.1f, 0.5f, 0.9f};
+  EXPECT_EQ(sample_token(greedy, logits, std::vector<int>{1, 2}), (SampledToken{2, true}));
+  EXPECT_EQ(sample_token(greedy, logits, std::vector<int>{1}), (SampledToken{2, false}));
+  EXPECT_EQ(sample_token(greedy, logits, {}), (SampledToken{2, false}));
+}
+
 }  // namespace
 }  // namespace accord

@@ -327,5 +327,46 @@ TEST_F(SessionTest, ReportTellsPositionEpochsAndOutcome) {
   EXPECT_EQ(materialized.kv_materialized_bytes, r.kv_bytes_used);
 }
 
+// Keeps the residual stream after the last unit, as the head sees it.
+class LastUnitObserver : public StepObserver {
+ public:
+  Status on_unit_output(int, int, std::span<float> hidden, int) override {
+    last_unit_output = test::to_vector(hidden);
+    return {};
+  }
+  std::vector<float> last_unit_output;  // (rows, dim)
+};
+
+TEST_F(SessionTest, PredictionTargetStepsCaptureTheFinalHiddenStateOfTheLastRow) {
+  cpu::ThreadPool pool(1);
+  Session observed(model_, pool);
+  LastUnitObserver observer;
+  const auto expected_logits = test::to_vector(observed.prefill_with_observer(kPrompt, observer)->logits);
+  const auto dim = static_cast<std::size_t>(model_.config().dim);
+
+  auto step = session_.prefill_prediction_target(kPrompt);
+  ASSERT_TRUE(step) << step.error().message();
+  EXPECT_TRUE(test::bit_identical(step->step.logits, expected_logits));
+  EXPECT_EQ(step->step.first_position, 4);
+  EXPECT_TRUE(test::bit_identical(step->capture, std::span<const float>(observer.last_unit_output).last(dim)));
+
+  auto decoded = session_.decode_prediction_target(10);
+  ASSERT_TRUE(decoded);
+  ASSERT_TRUE(observed.decode_with_observer(10, observer));
+  EXPECT_EQ(decoded->capture.size(), dim);
+  EXPECT_TRUE(test::bit_identical(decoded->capture, observer.last_unit_output));
+
+  for (Phase phase : {Phase::PredictionTargetCapture, Phase::PredictionTargetCapturePublication}) {
+    const std::string digest = session_.state_digest();
+    session_.set_failure_hook(test::fail_every(phase));
+    auto failed = session_.decode_prediction_target(11);
+    ASSERT_FALSE(failed);
+    EXPECT_EQ(failed.error().phase(), to_string(phase));
+    EXPECT_EQ(session_.state_digest(), digest);
+    EXPECT_TRUE(session_.decode(11)) << "plain steps do not run the capture phases";
+    session_.set_failure_hook({});
+  }
+}
+
 }  // namespace
 }  // namespace accord

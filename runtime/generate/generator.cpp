@@ -128,8 +128,12 @@ Result<GenerationResult> generate(GenerationTarget& target, const Tokenizer& tok
       warn("prompt cache rejected, prefilling from scratch: " + use.reason);
     }
   }
-  auto logits = target.prefill(prompt_ids.subspan(static_cast<std::size_t>(result.prompt_cache_tokens_reused)));
-  if (!logits) return logits.error();
+  // The generator's stop rule: sampling BOS or EOS ends generation.
+  const std::vector<int> stop_tokens = {tokenizer.bos_id(), tokenizer.eos_id()};
+  Sampler sampler(options.sampler);
+  auto sampled = target.prefill_and_sample(
+      prompt_ids.subspan(static_cast<std::size_t>(result.prompt_cache_tokens_reused)), sampler, stop_tokens);
+  if (!sampled) return sampled.error();
   result.prefill_seconds = seconds_since(prefill_start);
   if (result.prompt_cache == PromptCacheOutcome::saved) {
     Status saved = target.save_prompt_cache(options.prompt_cache, generation_cache_descriptor(),
@@ -141,16 +145,14 @@ Result<GenerationResult> generate(GenerationTarget& target, const Tokenizer& tok
     }
   }
 
-  Sampler sampler(options.sampler);
   int previous = result.prompt_tokens.back();
   const auto decode_start = Clock::now();
-  std::span<const float> last = *logits;  // valid until the next call on the target
   for (;;) {
-    const int next = sampler.sample(last);
-    if (next == tokenizer.bos_id() || next == tokenizer.eos_id()) {
+    if (sampled->stop) {
       result.stop_reason = StopReason::end_of_sequence;
       break;
     }
+    const int next = sampled->token;
     result.generated_tokens.push_back(next);
     emit(previous, next);
     if (static_cast<int>(result.generated_tokens.size()) >= options.max_tokens) break;
@@ -158,9 +160,8 @@ Result<GenerationResult> generate(GenerationTarget& target, const Tokenizer& tok
       result.stop_reason = StopReason::context_full;
       break;
     }
-    auto step = target.decode(next);
-    if (!step) return step.error();
-    last = *step;
+    sampled = target.decode_and_sample(next, sampler, stop_tokens);
+    if (!sampled) return sampled.error();
     ++result.decode_steps;
     previous = next;
   }

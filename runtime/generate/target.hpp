@@ -1,5 +1,5 @@
-// What the generator drives: one forward step at a time, and the prompt
-// cache. A single-rank Session and a distributed session both fit.
+// What the generator drives: one forward step at a time (one that also
+// samples, for generation), and the prompt cache. A single-rank Session and a distributed session both fit.
 #pragma once
 
 #include <filesystem>
@@ -7,6 +7,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/sampler.hpp"
 #include "runtime/session/prompt_cache.hpp"
 #include "runtime/session/session.hpp"
 
@@ -21,6 +22,22 @@ class GenerationTarget {
   // The logits of the last token, valid until the next call.
   virtual Result<std::span<const float>> prefill(std::span<const int> tokens) = 0;
   virtual Result<std::span<const float>> decode(int token) = 0;
+  // A step that also picks the next token with `sampler` from its logits
+  // (generation). A target that samples elsewhere (on a distributed
+  // session's output owner) overrides these; whatever samples, `sampler`
+  // ends exactly as sampling here would leave it, and only when the step
+  // succeeds.
+  virtual Result<SampledToken> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
+                                                  std::span<const int> stop_tokens) {
+    auto logits = prefill(tokens);
+    if (!logits) return logits.error();
+    return sample_token(sampler, *logits, stop_tokens);
+  }
+  virtual Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens) {
+    auto logits = decode(token);
+    if (!logits) return logits.error();
+    return sample_token(sampler, *logits, stop_tokens);
+  }
   // As Session::load_prompt_cache and save_prompt_cache.
   virtual Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                    std::span<const int> prefix) = 0;

@@ -23,6 +23,16 @@ Status validate(const SamplerOptions& options) {
 Sampler::Sampler(const SamplerOptions& options)
     : options_(options), state_(options.seed != 0 ? options.seed : 0x9E3779B97F4A7C15ull) {}
 
+// A zero state would make xorshift* draw zeros forever; only a corrupted
+// state can be zero, and it is mapped like seed 0.
+Sampler::Sampler(const SamplerOptions& options, std::uint64_t rng_state)
+    : options_(options), state_(rng_state != 0 ? rng_state : 0x9E3779B97F4A7C15ull) {}
+
+SampledToken sample_token(Sampler& sampler, std::span<const float> logits, std::span<const int> stop_tokens) {
+  const int token = sampler.sample(logits);
+  return {token, std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end()};
+}
+
 int argmax(std::span<const float> values) {
   return static_cast<int>(std::max_element(values.begin(), values.end()) - values.begin());
 }

@@ -25,6 +25,13 @@ class Sampler {
  public:
   // options must be valid.
   explicit Sampler(const SamplerOptions& options);
+  // Continues a random stream where another sampler with the same options
+  // stood (its rng_state()): both draw the same tokens from then on. This is
+  // how a sampler's state travels to the rank that samples and back.
+  Sampler(const SamplerOptions& options, std::uint64_t rng_state);
+
+  const SamplerOptions& options() const { return options_; }
+  std::uint64_t rng_state() const { return state_; }
 
   // logits: (vocab). Returns a token id in [0, vocab).
   int sample(std::span<const float> logits);
@@ -38,6 +45,17 @@ class Sampler {
   std::vector<float> probabilities_;
   std::vector<int> candidates_;
 };
+
+// A generation step's pick: the token, and whether it is one of the tokens
+// that end generation (the generator's BOS and EOS).
+struct SampledToken {
+  int token = 0;
+  bool stop = false;
+  bool operator==(const SampledToken&) const = default;
+};
+
+// Samples from logits (vocab) and checks the pick against stop_tokens.
+SampledToken sample_token(Sampler& sampler, std::span<const float> logits, std::span<const int> stop_tokens);
 
 // The index of the first maximum.
 int argmax(std::span<const float> values);

@@ -44,6 +44,27 @@ Status RankStage::execute(std::span<const int> tokens, std::span<const float> ac
 
 std::span<const float> RankStage::activations() { return transformer_.hidden(); }
 
+std::span<const float> RankStage::prediction_target_capture() {
+  return activations().last(static_cast<std::size_t>(model_.config().dim));
+}
+
 std::span<float> RankStage::logits(Transformer::Rows rows) { return transformer_.head(rows); }
+
+Result<std::span<float>> RankStage::observed_logits(Transformer::Rows rows, StepObserver* observer) {
+  std::span<float> values = logits(rows);
+  if (Status ok = observe_logits(values, observer); !ok) return ok.error();
+  return values;
+}
+
+Status RankStage::observe_logits(std::span<float> values, StepObserver* observer) {
+  if (observer == nullptr) return {};
+  const int n = static_cast<int>(values.size()) / model_.config().vocab_size;
+  // The state's position is still the step's first until the commit.
+  const int first_row_position = state_.position() + transformer_.batch() - n;
+  if (Status s = observer->on_logits(first_row_position, values, n); !s) {
+    return Error(ErrorCode::mechanism, "logits observer failed: " + s.error().message());
+  }
+  return {};
+}
 
 }  // namespace accord

@@ -49,8 +49,18 @@ class RankStage {
 
   // After execute: the activations for the next rank, (rows, dim).
   std::span<const float> activations();
+  // After execute, on the output owner: the prediction-target capture, the
+  // residual stream after the last unit (before the final norm) of the last
+  // row, (dim). The head leaves it as it is.
+  std::span<const float> prediction_target_capture();
   // After execute, on the output owner: the logits, (rows, vocab).
   std::span<float> logits(Transformer::Rows rows);
+  // The same, seen and perhaps changed by the observer (when there is one);
+  // the observer's error fails it.
+  Result<std::span<float>> observed_logits(Transformer::Rows rows, StepObserver* observer);
+  // Shows `values`, logits of the step's last rows computed earlier, to the
+  // observer (when there is one), which may change them in place.
+  Status observe_logits(std::span<float> values, StepObserver* observer);
 
  private:
   const Model& model_;

@@ -25,6 +25,20 @@ class ComputeTimer {
   Clock::time_point start_;
 };
 
+// Runs a phase's local work. An exception (an observer's, say) fails the
+// phase like an error: it must reach the agreement as this rank's status,
+// not end the rank's actor.
+template <class Work>
+Status guarded(Work&& work) {
+  try {
+    return work();
+  } catch (const std::exception& e) {
+    return Error(ErrorCode::mechanism, std::string("exception: ") + e.what());
+  } catch (...) {
+    return Error(ErrorCode::mechanism, "exception of an unknown type");
+  }
+}
+
 }  // namespace
 
 RankWorker::RankWorker(const Model& model, int threads, const Partition& partition, int rank,
@@ -38,7 +52,14 @@ void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on
   epoch_ = epoch;
   undo_.reset();
   incoming_.reset();
+  output_.reset();
+  capture_.reset();
   on_commit_ = std::move(on_commit);
+}
+
+void RankWorker::lend_observer(std::shared_ptr<StepObserver> observer) {
+  std::lock_guard lock(lent_observer_mutex_);
+  lent_observer_ = std::move(observer);
 }
 
 Status RankWorker::begin_step(std::uint64_t epoch, std::span<const int> tokens) {
@@ -47,6 +68,8 @@ Status RankWorker::begin_step(std::uint64_t epoch, std::span<const int> tokens) 
   open(epoch, [this, first](std::uint64_t e) { stage_.state().commit_rows(first, step_tokens_, e); });
   step_tokens_.assign(tokens.begin(), tokens.end());
   undo_ = stage_.state().capture_rows(first, static_cast<int>(tokens.size()));
+  std::lock_guard lock(lent_observer_mutex_);
+  step_observer_ = lent_observer_;
   return {};
 }
 
@@ -61,9 +84,11 @@ Status RankWorker::run_units(OutputRows rows) {
     return Error(ErrorCode::contract, "rank " + std::to_string(rank()) + " does not own the output");
   }
   ComputeTimer timer(compute_ns_);
-  if (Status ok = stage_.execute(step_tokens_, activations, nullptr); !ok) return ok;
-  if (rows != OutputRows::none) logits_ = head(rows == OutputRows::all);
-  return {};
+  return guarded([&]() -> Status {
+    if (Status ok = stage_.execute(step_tokens_, activations, step_observer_.get()); !ok) return ok;
+    if (rows != OutputRows::none) output_ = head(rows == OutputRows::all);
+    return {};
+  });
 }
 
 RowBlock RankWorker::outgoing_activations() {
@@ -83,12 +108,38 @@ Status RankWorker::receive_activations(RowBlock block) {
   return {};
 }
 
-RowBlock RankWorker::take_logits() { return std::exchange(logits_, {}); }
+Status RankWorker::observe_output() {
+  if (!output_) return Error(ErrorCode::state, "no output to observe on this rank");
+  ComputeTimer timer(compute_ns_);
+  return guarded([&] { return stage_.observe_logits(output_->data, step_observer_.get()); });
+}
 
 RowBlock RankWorker::head(bool all_rows) {
   const auto values = stage_.logits(all_rows ? Transformer::Rows::all : Transformer::Rows::last);
   const int rows = all_rows ? static_cast<int>(step_tokens_.size()) : 1;
   return {rows, static_cast<int>(values.size()) / rows, {values.begin(), values.end()}};
+}
+
+RowBlock RankWorker::published_output() const { return output_.value_or(RowBlock{}); }
+
+Status RankWorker::capture_prediction_target() {
+  if (step_tokens_.empty()) return Error(ErrorCode::state, "no step is open on this rank");
+  const auto hidden = stage_.prediction_target_capture();
+  capture_ = RowBlock{1, static_cast<int>(hidden.size()), {hidden.begin(), hidden.end()}};
+  return {};
+}
+
+RowBlock RankWorker::prediction_target_capture() const { return capture_.value_or(RowBlock{}); }
+
+Result<RankSample> RankWorker::sample(const SamplerOptions& options, std::uint64_t rng_state,
+                                      std::span<const int> stop_tokens) {
+  if (!output_ || output_->rows == 0) return Error(ErrorCode::state, "no output to sample from on this rank");
+  if (Status ok = validate(options); !ok) return ok.error();
+  ComputeTimer timer(compute_ns_);
+  Sampler sampler(options, rng_state);
+  const auto last_row = std::span<const float>(output_->data).last(static_cast<std::size_t>(output_->width));
+  const SampledToken sampled = sample_token(sampler, last_row, stop_tokens);
+  return RankSample{sampled, sampler.rng_state()};
 }
 
 RankCheckpoint RankWorker::checkpoint() const {
@@ -156,7 +207,9 @@ void RankWorker::forget_open_transaction() {
   on_commit_ = nullptr;
   step_tokens_.clear();
   incoming_.reset();
-  logits_ = {};
+  step_observer_.reset();
+  output_.reset();
+  capture_.reset();
 }
 
 }  // namespace accord

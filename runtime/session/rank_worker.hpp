@@ -4,13 +4,15 @@
 // A RankWorker owns the rank's thread pool and RankStage, the undo record of
 // the open transaction and what its commit will do. The agreement protocol
 // guarantees one local action at a time, so it needs no lock; the actors
-// that share it hand it over by message.
+// that share it hand it over by message. The one exception is the lent
+// observer, which the caller sets from its own thread (lend_observer).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -19,6 +21,8 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/error.hpp"
 #include "runtime/session/prompt_cache_shard.hpp"
+#include "runtime/model/sampler.hpp"
+#include "runtime/session/observer.hpp"
 #include "runtime/session/rank_stage.hpp"
 
 namespace accord {
@@ -33,6 +37,13 @@ struct RowBlock {
 // The logits the output owner computes right after its units, in the same
 // local action, so a step costs its rank one hand-over to compute, not two.
 enum class OutputRows : std::uint8_t { none, last, all };
+
+// What the output owner sampled, and where the sampler's random stream
+// stands afterwards (Sampler::rng_state).
+struct RankSample {
+  SampledToken sampled;
+  std::uint64_t rng_state = 0;
+};
 
 // What a rank records for a distributed checkpoint.
 struct RankCheckpoint {
@@ -70,8 +81,28 @@ class RankWorker {
   RowBlock outgoing_activations();
   // Accepts the previous rank's activations for the open step.
   Status receive_activations(RowBlock block);
-  // The logits run_units computed; empty when it computed none.
-  RowBlock take_logits();
+  // On the output owner after run_units computed the logits: shows them
+  // to the step's observer, which may change them; what it leaves is the
+  // step's output. Only a step with an observer has work here.
+  Status observe_output();
+  bool step_has_observer() const { return step_observer_ != nullptr; }
+  // The step's output (OutputPublication): the logits run_units computed,
+  // as the observer left them.
+  RowBlock published_output() const;
+  // On the output owner after run_units: keeps the prediction-target
+  // capture (RankStage::prediction_target_capture), (1, dim).
+  Status capture_prediction_target();
+  RowBlock prediction_target_capture() const;
+  // On the output owner after run_units: samples the next token from
+  // the output's last row with `options`, its random stream at rng_state.
+  Result<RankSample> sample(const SamplerOptions& options, std::uint64_t rng_state, std::span<const int> stop_tokens);
+
+  // Lends this rank the observer of the steps that begin from now on
+  // (nullptr: none). The rank calls it for its own units in run_units and,
+  // on the output owner, for the logits in observe_output; an error or an
+  // exception from it fails that phase. A step keeps the observer it began
+  // with. Callable from any thread.
+  void lend_observer(std::shared_ptr<StepObserver> observer);
 
   // Seconds spent in run_units and logits so far; readable from any thread.
   double compute_seconds() const { return static_cast<double>(compute_ns_.load()) * 1e-9; }
@@ -106,6 +137,8 @@ class RankWorker {
   cpu::ThreadPool pool_;
   RankStage stage_;
   ShardIdentity shard_identity_;
+  std::mutex lent_observer_mutex_;
+  std::shared_ptr<StepObserver> lent_observer_;  // guarded by lent_observer_mutex_
   std::uint64_t reset_count_ = 0;
   std::atomic<std::uint64_t> compute_ns_{0};
 
@@ -115,7 +148,9 @@ class RankWorker {
   std::function<void(std::uint64_t)> on_commit_;
   std::vector<int> step_tokens_;
   std::optional<RowBlock> incoming_;
-  RowBlock logits_;
+  std::shared_ptr<StepObserver> step_observer_;
+  std::optional<RowBlock> output_;
+  std::optional<RowBlock> capture_;
 };
 
 }  // namespace accord

@@ -118,6 +118,7 @@ Session::Session(const Model& model, cpu::ThreadPool& pool)
 
 // ---------------------------------------------------------------------------
 // Forward steps: StateCheckpoint, Execution, OutputObservation,
+// [PredictionTargetCapture, PredictionTargetCapturePublication,]
 // OutputPublication, MechanismCompletion, Commit.
 
 Result<StepResult> Session::forward(std::span<const int> tokens) {
@@ -137,7 +138,21 @@ Result<StepResult> Session::decode_with_observer(int token, StepObserver& observ
   return run_step({&token, 1}, Transformer::Rows::last, &observer);
 }
 
-Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer) {
+Result<PredictionTargetResult> Session::prefill_prediction_target(std::span<const int> tokens) {
+  return run_prediction_target_step(tokens);
+}
+Result<PredictionTargetResult> Session::decode_prediction_target(int token) {
+  return run_prediction_target_step({&token, 1});
+}
+
+Result<PredictionTargetResult> Session::run_prediction_target_step(std::span<const int> tokens) {
+  auto step = run_step(tokens, Transformer::Rows::last, nullptr, true);
+  if (!step) return step.error();
+  return PredictionTargetResult{*step, published_capture_};
+}
+
+Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer,
+                                     bool capture_prediction_target) {
   const int first = state().position();
   if (Status ok = stage_.check_step(tokens, {}); !ok) {
     return before_mutation(ok.error().code(), ok.error().message());
@@ -151,15 +166,16 @@ Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::R
   }
   if (Status s = tx.phase(Phase::OutputObservation,
                           [&] {
-                            logits = stage_.logits(rows);
-                            if (observer == nullptr) return Status{};
-                            const int n = static_cast<int>(logits.size()) / model_.config().vocab_size;
-                            Status o = observer->on_logits(first + static_cast<int>(tokens.size()) - n, logits, n);
-                            if (o) return o;
-                            return Status(Error(ErrorCode::mechanism, "logits observer failed: " + o.error().message()));
+                            auto observed = stage_.observed_logits(rows, observer);
+                            if (!observed) return Status(observed.error());
+                            logits = *observed;
+                            return Status{};
                           });
       !s) {
     return tx.abort(s.error());
+  }
+  if (capture_prediction_target) {
+    if (Status s = capture_prediction_target_phases(tx); !s) return tx.abort(s.error());
   }
   if (Status s = tx.phase(Phase::OutputPublication,
                           [&] {
@@ -172,6 +188,23 @@ Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::R
   if (Status s = tx.commit([&] { state().commit_rows(first, tokens, tx.epoch()); }); !s) return s.error();
   const int n = static_cast<int>(published_.size()) / model_.config().vocab_size;
   return StepResult{tx.epoch(), first + static_cast<int>(tokens.size()) - n, n, published_};
+}
+
+Status Session::capture_prediction_target_phases(Transaction& tx) {
+  std::vector<float> capture;
+  if (Status s = tx.phase(Phase::PredictionTargetCapture,
+                          [&] {
+                            const auto hidden = stage_.prediction_target_capture();
+                            capture.assign(hidden.begin(), hidden.end());
+                            return Status{};
+                          });
+      !s) {
+    return s;
+  }
+  return tx.phase(Phase::PredictionTargetCapturePublication, [&] {
+    published_capture_ = std::move(capture);
+    return Status{};
+  });
 }
 
 // ---------------------------------------------------------------------------

@@ -43,6 +43,14 @@ struct StepResult {
   std::span<const float> logits;
 };
 
+// A prediction-target step's output: the last row's logits and the
+// prediction-target capture (RankStage::prediction_target_capture), (dim),
+// both valid until the next call on the session.
+struct PredictionTargetResult {
+  StepResult step;
+  std::span<const float> capture;
+};
+
 // An opaque point to come back to with rollback().
 struct SessionCheckpoint {
   std::uint64_t session_id = 0;
@@ -103,6 +111,11 @@ class Session {
   Result<StepResult> prefill_with_observer(std::span<const int> tokens, StepObserver& observer);
   Result<StepResult> decode(int token);
   Result<StepResult> decode_with_observer(int token, StepObserver& observer);
+  // Prefill and decode for speculative decoding's target model, which also
+  // capture the final hidden state (PredictionTargetCapture and
+  // PredictionTargetCapturePublication after OutputObservation).
+  Result<PredictionTargetResult> prefill_prediction_target(std::span<const int> tokens);
+  Result<PredictionTargetResult> decode_prediction_target(int token);
 
   Result<SessionCheckpoint> checkpoint();
   Status rollback(const SessionCheckpoint& checkpoint);
@@ -147,7 +160,11 @@ class Session {
 
   SessionState& state() { return stage_.state(); }
   const SessionState& state() const { return stage_.state(); }
-  Result<StepResult> run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer);
+  Result<StepResult> run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer,
+                              bool capture_prediction_target = false);
+  Result<PredictionTargetResult> run_prediction_target_step(std::span<const int> tokens);
+  // PredictionTargetCapture and PredictionTargetCapturePublication.
+  Status capture_prediction_target_phases(Transaction& tx);
   Result<PromptCacheSaveResult> save(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                      std::span<const int> prefix, const std::string& prepared_input);
   Status load(const std::filesystem::path& root, const PromptCacheDescriptor& expected, std::span<const int> prefix,
@@ -170,6 +187,7 @@ class Session {
   std::string last_error_;
   PreparedInputRecord prepared_;  // cleared when the state no longer holds its tokens
   std::vector<float> published_;                 // (rows, vocab) of the last step
+  std::vector<float> published_capture_;         // (dim) of the last prediction-target step
   FailureHook failure_hook_;
 };
 
