@@ -3,6 +3,7 @@
 
 #include <caf/all.hpp>
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include "actors/atoms.hpp"
@@ -125,6 +126,9 @@ struct DistributedSession::Impl {
   std::vector<RankActors> ranks;
   std::vector<std::shared_ptr<RankWorker>> workers;
   caf::actor coordinator;
+  // The caller's side of every transaction, made once: creating a scoped
+  // actor per call costs a registration and a teardown each time.
+  std::optional<caf::scoped_actor> caller;
   // The committed tokens of every rank, and the prepared input behind them:
   // the handle keeps them so it can describe the committed prompt.
   std::vector<int> tokens;
@@ -164,14 +168,14 @@ struct DistributedSession::Impl {
     }
     for (const auto& rank : ranks) caf::anon_send(rank.agreement, topology_atom::value, agreements);
     caf::anon_send(coordinator, topology_atom::value, agreements);
+    caller.emplace(*system);
     return {};
   }
 
   Result<TransactionReply> call(const TransactionRequest& request) {
-    caf::scoped_actor self{*system};
     std::optional<TransactionReply> reply;
     std::string failure;
-    self->request(coordinator, caf::infinite, request)
+    (*caller)->request(coordinator, caf::infinite, request)
         .receive([&](TransactionReply& r) { reply = std::move(r); },
                  [&](caf::error& e) { failure = system->render(e); });
     if (!reply) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
