@@ -411,6 +411,22 @@ caf::actor rank_agreement_of(const DistributedSession& session, int rank) {
   return session.impl()->ranks.at(static_cast<std::size_t>(rank)).agreement;
 }
 
+Result<std::vector<std::string>> DistributedSession::rank_digests() const {
+  caf::scoped_actor self{*impl_->system};
+  std::vector<std::string> digests;
+  for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
+    std::optional<Error> failure;
+    self->request(impl_->ranks[r].state, std::chrono::seconds(5), checkpoint_atom::value)
+        .receive([&](RankCheckpointReport& report) { digests.push_back(std::move(report.digest)); },
+                 [&](caf::error& e) {
+                   failure = Error(ErrorCode::mechanism,
+                                   "rank " + std::to_string(r) + " did not answer: " + impl_->system->render(e));
+                 });
+    if (failure) return *failure;
+  }
+  return digests;
+}
+
 Result<DroppedMessageReport> DistributedSession::dropped_messages() const {
   caf::scoped_actor self{*impl_->system};
   std::string failure;

@@ -20,6 +20,7 @@
 
 #include "runtime/agreement/dropped_messages.hpp"
 #include "runtime/error.hpp"
+#include "runtime/fault/fault_plan.hpp"
 #include "runtime/generate/target.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/sampler.hpp"
@@ -38,6 +39,10 @@ struct DistributedOptions {
   std::vector<int> unit_counts;  // units per rank; empty: balanced
   int threads_per_rank = 1;
   int phase_timeout_ms = 5000;  // a rank that does not report within it aborts the step
+  // Faults to inject (runtime/fault/fault_plan.hpp). create() adds those of
+  // the ACCORD_FAULTS environment variable, so a service that embeds accord
+  // runs the same scenarios as `accord generate --fault`.
+  std::vector<Fault> faults;
 };
 
 struct DistributedStep {
@@ -171,6 +176,10 @@ class DistributedSession {
 
   // Asks the coordinator and every rank; fails when one does not answer.
   Result<DroppedMessageReport> dropped_messages() const;
+  // Each rank's state digest (its KV rows up to the position, the position,
+  // the state epoch and the tokens), read without a transaction; fails
+  // naming a rank that does not answer.
+  Result<std::vector<std::string>> rank_digests() const;
 
   int ranks() const;
   int position() const;  // the committed position
