@@ -50,7 +50,7 @@ std::vector<PlannedPhase> plan_for(const TransactionRequest& request, RankId ran
       break;
     case TransactionKind::rollback:
       plan.push_back({phase_id(SessionRollbackPreparation),
-                      encode_rollback({request.position, request.state_epoch, request.reset_count})});
+                      encode_rollback({request.position, request.state_epoch, request.reset_epoch})});
       break;
     case TransactionKind::reset:
       plan.push_back({phase_id(SessionResetPreparation), {}});

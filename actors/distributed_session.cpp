@@ -154,6 +154,13 @@ struct DistributedSession::Impl {
     if (!partition) return partition.error();
     if (options.threads_per_rank < 1) return Error(ErrorCode::contract, "each rank needs at least one thread");
     if (options.phase_timeout_ms < 1) return Error(ErrorCode::contract, "the phase timeout must be positive");
+    RankOptions rank_options;
+    rank_options.phase_timeout = std::chrono::milliseconds(options.phase_timeout_ms);
+    auto environment = faults_from_environment();
+    if (!environment) return environment.error();
+    rank_options.faults = options.faults;
+    rank_options.faults.insert(rank_options.faults.end(), environment->begin(), environment->end());
+    if (Status ok = check_fault_plan(rank_options.faults, partition->ranks()); !ok) return ok;
     CoordinatorOptions coordination;
     const auto deadline = static_cast<std::uint32_t>(
         std::max<std::int64_t>(1, options.phase_timeout_ms / coordination.tick.count()));
@@ -163,7 +170,7 @@ struct DistributedSession::Impl {
     const std::string identity = model_identity(m);
     for (int r = 0; r < partition->ranks(); ++r) {
       workers.push_back(std::make_shared<RankWorker>(m, options.threads_per_rank, *partition, r, identity));
-      ranks.push_back(spawn_rank(*system, workers.back(), session_id, coordinator));
+      ranks.push_back(spawn_rank(*system, workers.back(), session_id, coordinator, rank_options));
       agreements.push_back(ranks.back().agreement);
     }
     for (const auto& rank : ranks) caf::anon_send(rank.agreement, topology_atom::value, agreements);
@@ -323,7 +330,7 @@ Result<DistributedCheckpoint> DistributedSession::checkpoint_distributed() {
   for (const auto& report : reply->checkpoints) {
     cp.position = report.position;
     cp.state_epoch = report.state_epoch;
-    cp.reset_count = report.reset_count;
+    cp.reset_epoch = report.reset_epoch;
     if (report.rank < cp.rank_digests.size()) cp.rank_digests[report.rank] = report.digest;
   }
   return cp;
@@ -337,7 +344,7 @@ Status DistributedSession::rollback_distributed(const DistributedCheckpoint& che
   request.kind = TransactionKind::rollback;
   request.position = checkpoint.position;
   request.state_epoch = checkpoint.state_epoch;
-  request.reset_count = checkpoint.reset_count;
+  request.reset_epoch = checkpoint.reset_epoch;
   auto reply = impl_->call(request);
   if (!reply) return reply.error();
   impl_->tokens.resize(static_cast<std::size_t>(checkpoint.position));

@@ -59,7 +59,7 @@ struct DistributedCheckpoint {
   std::uint64_t session_id = 0;
   std::int32_t position = 0;
   std::uint64_t state_epoch = 0;
-  std::uint64_t reset_count = 0;
+  std::uint64_t reset_epoch = 0;
   std::vector<std::string> rank_digests;
 };
 

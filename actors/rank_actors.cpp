@@ -1,6 +1,8 @@
 #include "actors/rank_actors.hpp"
 
 #include <caf/all.hpp>
+#include <chrono>
+#include <stdexcept>
 #include <optional>
 #include <tuple>
 
@@ -86,13 +88,13 @@ caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> w
         RankCheckpointReport report;
         report.position = cp.position;
         report.state_epoch = cp.state_epoch;
-        report.reset_count = cp.reset_count;
+        report.reset_epoch = cp.reset_epoch;
         report.digest = cp.digest;
         return report;
       },
       [=](rollback_atom, Epoch epoch, std::int32_t position, std::uint64_t state_epoch,
-          std::uint64_t reset_count) -> LocalResult {
-        return to_local(worker->prepare_rollback(epoch, {position, state_epoch, reset_count, ""}));
+          std::uint64_t reset_epoch) -> LocalResult {
+        return to_local(worker->prepare_rollback(epoch, {position, state_epoch, reset_epoch, ""}));
       },
       [=](reset_atom, Epoch epoch) -> LocalResult { return to_local(worker->prepare_reset(epoch)); },
       [=](check_prefix_atom, const std::vector<int>& prefix) -> LocalResult {
@@ -133,6 +135,7 @@ caf::behavior cache_actor(caf::event_based_actor*, std::shared_ptr<RankPromptCac
       [=](load_read_atom, Epoch epoch, const std::string& save_id) {
         return with_value(cache->read_load(epoch, save_id));
       },
+      [=](corrupt_atom, Epoch epoch) -> LocalResult { return to_local(cache->corrupt_shard(epoch)); },
       [=](commit_atom, Epoch epoch) { cache->commit(epoch); },
       [=](restore_atom, Epoch epoch) -> LocalResult { return to_local(cache->revert(epoch)); },
       [=](forget_atom) { cache->forget(); },
@@ -173,14 +176,30 @@ struct AgreementState {
   Awaited<SamplingResult> sampled;          // SamplingSynchronization off the output owner
   Awaited<PredictionTargetHidden> capture;  // PredictionTargetCapturePublication off the output owner
   DroppedMessages dropped_data;             // data beside the protocol; the machine counts the rest
+
+  // Fault injection (runtime/fault/fault_plan.hpp).
+  RankFaults faults;
+  std::chrono::milliseconds fault_delay{0};  // how long a `delay` fault holds local work back
+  std::optional<RunPhase> delayed;           // the local work it holds back
+  std::optional<RunPhase> status_to_drop;    // `drop`: this phase's status is lost
+  std::optional<RunPhase> shard_to_corrupt;  // `corrupt`: after this phase's local work
 };
 
 using AgreementActor = caf::stateful_actor<AgreementState>;
 
 void pump(AgreementActor* self);
+void corrupt_shard_then_finish(AgreementActor* self, const RunPhase& run);
+
+bool is_phase(const std::optional<RunPhase>& marked, const RunPhase& run) {
+  return marked && marked->epoch == run.epoch && marked->phase == run.phase;
+}
 
 void finish_phase(AgreementActor* self, const RunPhase& run, const LocalResult& result) {
   const auto& [ok, code, message] = result;
+  if (ok && is_phase(self->state.shard_to_corrupt, run)) {
+    self->state.shard_to_corrupt.reset();
+    return corrupt_shard_then_finish(self, run);
+  }
   if (ok) {
     self->state.machine->phase_done(run.epoch, run.phase);
   } else {
@@ -205,8 +224,6 @@ void run_on(AgreementActor* self, const caf::actor& target, const RunPhase& run,
             fail_phase_on_error(self, run));
 }
 
-// Whether a message from another rank belongs to this session's open or
-// next transaction; older ones are stale.
 // Data beside the protocol (activations, a sampled token, a capture) for
 // this session's open or a later epoch; anything else is counted and dropped.
 bool is_current(AgreementActor* self, SessionId session, Epoch epoch) {
@@ -220,6 +237,12 @@ bool is_current(AgreementActor* self, SessionId session, Epoch epoch) {
     return false;
   }
   return true;
+}
+
+// A `corrupt` fault: the shard is written (and verified); the damage comes
+// after, as a failing disk's would, so only a later load can notice it.
+void corrupt_shard_then_finish(AgreementActor* self, const RunPhase& run) {
+  run_on(self, self->state.cache, run, corrupt_atom::value, run.epoch);
 }
 
 // BoundarySourceReady on the route's target, once the activations are here.
@@ -353,7 +376,7 @@ void run_capture_publication(AgreementActor* self, const RunPhase& run) {
   finish_phase(self, run, {true, 0, ""});
 }
 
-void run_local(AgreementActor* self, const RunPhase& run) {
+void run_local_work(AgreementActor* self, const RunPhase& run) {
   auto& s = self->state;
   const RankId me = static_cast<RankId>(s.worker->rank());
   const bool owner = s.worker->is_output_owner();
@@ -405,7 +428,7 @@ void run_local(AgreementActor* self, const RunPhase& run) {
       auto target = decode_rollback(run.arguments);
       if (!target) return finish_phase(self, run, malformed("rollback"));
       return run_on(self, s.state, run, rollback_atom::value, run.epoch, target->position, target->state_epoch,
-                    target->reset_count);
+                    target->reset_epoch);
     }
     case SessionResetPreparation:
       return run_on(self, s.state, run, reset_atom::value, run.epoch);
@@ -424,6 +447,60 @@ void run_local(AgreementActor* self, const RunPhase& run) {
       // completes synchronously; Commit: applied on the decision).
       return finish_phase(self, run, ok);
   }
+}
+
+// --- fault injection ----------------------------------------------------------
+
+// Runs the phase's local part; an exception out of it fails the phase
+// instead of ending the rank's actor. `injected` throws one first.
+void run_guarded(AgreementActor* self, const RunPhase& run, const std::string& injected = {}) {
+  try {
+    if (!injected.empty()) throw std::runtime_error(injected);
+    run_local_work(self, run);
+  } catch (const std::exception& e) {
+    finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::mechanism),
+                             std::string("the local work threw: ") + e.what()});
+  }
+}
+
+// Runs the phase's local part, unless the fault plan has a fault fire now.
+void run_local(AgreementActor* self, const RunPhase& run) {
+  auto& s = self->state;
+  const auto fault = s.faults.on_phase(run.phase);
+  if (!fault) return run_guarded(self, run);
+  const std::string what = "injected fault: " + std::string(to_string(*fault)) + " on rank " +
+                           std::to_string(s.worker->rank()) + " in " + to_string(run.phase);
+  switch (*fault) {
+    case FaultKind::error:
+      return finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::mechanism), what});
+    case FaultKind::throws:
+      return run_guarded(self, run, what);
+    case FaultKind::delay:
+      s.delayed = run;
+      self->delayed_send(self, s.fault_delay, delayed_atom::value, run.epoch);
+      return;
+    case FaultKind::exit:
+      // The linked execution, state and cache actors go with it; the
+      // coordinator's monitor sees the rank go down.
+      return self->quit(caf::exit_reason::kill);
+    case FaultKind::drop:
+      s.status_to_drop = run;
+      return run_guarded(self, run);
+    case FaultKind::corrupt:
+      s.shard_to_corrupt = run;
+      return run_guarded(self, run);
+  }
+}
+
+// Whether `message` is the status a `drop` fault loses.
+bool lose(AgreementActor* self, const RankMessage& message) {
+  const auto* status = std::get_if<PhaseStatus>(&message);
+  auto& marked = self->state.status_to_drop;
+  if (status == nullptr || !marked || status->epoch != marked->epoch || status->phase != marked->phase) {
+    return false;
+  }
+  marked.reset();
+  return true;
 }
 
 void forget_step(AgreementActor* self) {
@@ -470,14 +547,20 @@ void carry_out(AgreementActor* self, const RankAction& action) {
 void pump(AgreementActor* self) {
   RankReady ready = self->state.machine->take_ready();
   for (auto& message : ready.messages) {
+    if (lose(self, message)) continue;
     std::visit([&](auto& m) { self->send(self->state.coordinator, std::move(m)); }, message);
   }
   for (const auto& action : ready.actions) carry_out(self, action);
 }
 
 caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> worker, SessionId session,
-                              caf::actor coordinator, caf::actor execution, caf::actor state, caf::actor cache) {
+                              caf::actor coordinator, caf::actor execution, caf::actor state, caf::actor cache,
+                              const RankOptions& options) {
   auto& s = self->state;
+  s.faults = RankFaults(static_cast<RankId>(worker->rank()), options.faults);
+  // Past the deadline, with room for the abort's acknowledgement (whose
+  // deadline is as long again) once the held-back work is done.
+  s.fault_delay = options.phase_timeout + options.phase_timeout / 2;
   s.machine = std::make_unique<RankAgreement>(session, static_cast<RankId>(worker->rank()));
   s.worker = std::move(worker);
   s.session = session;
@@ -515,6 +598,13 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
         hold_when_here(self, self->state.capture);
       },
       [=](topology_atom, std::vector<caf::actor> ranks) { self->state.ranks = std::move(ranks); },
+      [=](delayed_atom, Epoch epoch) {
+        auto& st = self->state;
+        if (!st.delayed || st.delayed->epoch != epoch) return;
+        const RunPhase run = std::move(*st.delayed);
+        st.delayed.reset();
+        run_guarded(self, run);
+      },
       [=](dropped_atom) {
         DroppedMessages dropped = self->state.machine->dropped();
         dropped += self->state.dropped_data;
@@ -526,13 +616,13 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
 }  // namespace
 
 RankActors spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
-                      caf::actor coordinator) {
+                      caf::actor coordinator, const RankOptions& options) {
   RankActors actors;
   actors.execution = system.spawn<caf::detached>(execution_actor, worker);
   actors.state = system.spawn(state_actor, worker);
   actors.cache = system.spawn<caf::detached>(cache_actor, std::make_shared<RankPromptCache>(worker->shard_identity()));
   actors.agreement = system.spawn(agreement_actor, std::move(worker), session, std::move(coordinator), actors.execution,
-                                  actors.state, actors.cache);
+                                  actors.state, actors.cache, options);
   return actors;
 }
 

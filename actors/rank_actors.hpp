@@ -17,9 +17,12 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <chrono>
 #include <memory>
+#include <vector>
 
 #include "messages/protocol.hpp"
+#include "runtime/fault/fault_plan.hpp"
 #include "runtime/session/rank_worker.hpp"
 
 namespace accord {
@@ -31,11 +34,16 @@ struct RankActors {
   caf::actor cache;
 };
 
+struct RankOptions {
+  std::vector<Fault> faults;  // the session's plan; the rank keeps its own entries
+  std::chrono::milliseconds phase_timeout{5000};
+};
+
 // Spawns the rank's actors. The agreement actor reports to `coordinator`
 // and, once told with topology_atom every rank's agreement actor (in rank
 // order), sends its activations to the next rank and, on the output owner,
 // what it samples to every rank.
 RankActors spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
-                      caf::actor coordinator);
+                      caf::actor coordinator, const RankOptions& options);
 
 }  // namespace accord

@@ -53,14 +53,14 @@ inline std::optional<std::vector<int>> decode_tokens(std::span<const std::uint8_
 struct RollbackTarget {
   std::int32_t position = 0;
   std::uint64_t state_epoch = 0;
-  std::uint64_t reset_count = 0;
+  std::uint64_t reset_epoch = 0;
 };
 
 inline Bytes encode_rollback(const RollbackTarget& target) {
   Bytes out;
   put_u64(out, static_cast<std::uint32_t>(target.position));
   put_u64(out, target.state_epoch);
-  put_u64(out, target.reset_count);
+  put_u64(out, target.reset_epoch);
   return out;
 }
 

@@ -282,7 +282,7 @@ struct RankCheckpointReport {
   RankId rank = kNoRank;
   std::int32_t position = 0;
   std::uint64_t state_epoch = 0;
-  std::uint64_t reset_count = 0;
+  std::uint64_t reset_epoch = 0;
   std::string digest;
 
   bool operator==(const RankCheckpointReport&) const = default;
@@ -290,7 +290,7 @@ struct RankCheckpointReport {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankCheckpointReport& x) {
-  return f(x.session, x.epoch, x.rank, x.position, x.state_epoch, x.reset_count, x.digest);
+  return f(x.session, x.epoch, x.rank, x.position, x.state_epoch, x.reset_epoch, x.digest);
 }
 
 // The save a rank's live prompt-cache generation belongs to

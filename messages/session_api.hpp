@@ -21,7 +21,7 @@ struct TransactionRequest {
   bool all_rows = false;             // forward_step: logits of every row, or the last
   std::int32_t position = 0;         // rollback: the checkpoint
   std::uint64_t state_epoch = 0;
-  std::uint64_t reset_count = 0;
+  std::uint64_t reset_epoch = 0;
   std::string cache_root;  // prompt_cache_save and _load
   std::string cache_name;
   std::string cache_namespace;
@@ -36,7 +36,7 @@ struct TransactionRequest {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {
-  return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_count, x.cache_root, x.cache_name,
+  return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_epoch, x.cache_root, x.cache_name,
            x.cache_namespace, x.prepared_input, x.save_id, x.sample, x.sampling, x.capture_prediction_target);
 }
 

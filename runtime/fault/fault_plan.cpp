@@ -3,6 +3,7 @@
 #include <array>
 #include <charconv>
 #include <cstdlib>
+#include <fstream>
 
 namespace accord {
 
@@ -158,6 +159,21 @@ Status check_fault_plan(const std::vector<Fault>& plan, int ranks) {
       return Error(ErrorCode::contract, "the fault " + to_string(fault) + " names a route the session does not have");
     }
   }
+  return {};
+}
+
+Status flip_middle_byte(const std::filesystem::path& file) {
+  std::fstream stream(file, std::ios::in | std::ios::out | std::ios::binary);
+  stream.seekg(0, std::ios::end);
+  const std::streamoff size = stream.tellg();
+  if (!stream || size <= 0) return Error(ErrorCode::io, "cannot corrupt " + file.string() + ": unreadable or empty");
+  char byte = 0;
+  stream.seekg(size / 2);
+  stream.read(&byte, 1);
+  byte = static_cast<char>(~byte);
+  stream.seekp(size / 2);
+  stream.write(&byte, 1);
+  if (!stream.flush()) return Error(ErrorCode::io, "cannot corrupt " + file.string());
   return {};
 }
 

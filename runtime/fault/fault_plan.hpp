@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -59,6 +60,10 @@ Result<std::vector<Fault>> faults_from_environment();
 
 // Checks a plan against a session of `ranks` ranks.
 Status check_fault_plan(const std::vector<Fault>& plan, int ranks);
+
+// The `corrupt` fault's damage: inverts the bits of the byte in the middle
+// of `file`, in place.
+Status flip_middle_byte(const std::filesystem::path& file);
 
 // One rank's share of a plan, with its own counters: each rank's actors
 // hold their own, so counting needs no lock.

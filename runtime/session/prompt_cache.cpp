@@ -38,6 +38,8 @@ fs::path rank_folder(const fs::path& root, int rank) {
   return root / name;
 }
 
+fs::path generation_folder(const fs::path& rank_dir, const std::string& name) { return rank_dir / kGenerations / name; }
+
 std::string manifest_to_json(const PromptCacheManifest& m) {
   const nlohmann::json json = {
       {"format_version", m.format_version},
@@ -136,7 +138,7 @@ Result<Publication> publish_generation(const PreparedGeneration& generation) {
     while (!name.empty() && name.back() == '\n') name.pop_back();
     p.previous = name;
   }
-  const fs::path final_path = generation.rank_dir / kGenerations / generation.name;
+  const fs::path final_path = generation_folder(generation.rank_dir, generation.name);
   std::error_code ec;
   fs::rename(generation.staging_path, final_path, ec);
   if (ec) return Error(ErrorCode::io, "cannot publish " + final_path.string() + ": " + ec.message());
@@ -170,7 +172,7 @@ Status revert_publication(const Publication& publication) {
     fs::remove(dir / kCurrent, ec);
     if (ec) return Error(ErrorCode::io, "cannot remove " + (dir / kCurrent).string() + ": " + ec.message());
   }
-  fs::remove_all(dir / kGenerations / publication.generation.name, ec);
+  fs::remove_all(generation_folder(dir, publication.generation.name), ec);
   return {};
 }
 
@@ -181,7 +183,7 @@ Result<LiveGeneration> read_live_generation(const fs::path& root, int rank) {
   std::string name(as_text(*current));
   while (!name.empty() && name.back() == '\n') name.pop_back();
   if (!is_plain_name(name)) return cache_error(dir.string() + "/CURRENT names '" + name + "', which is not a generation");
-  const fs::path generation = dir / kGenerations / name;
+  const fs::path generation = generation_folder(dir, name);
   if (!stays_inside(root, generation / kManifest)) {
     return cache_error("the generation " + generation.string() + " leaves the cache root " + root.string());
   }

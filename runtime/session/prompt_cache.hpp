@@ -62,6 +62,8 @@ Result<PromptCacheManifest> manifest_from_json(std::string_view text);
 
 // The folder of one rank: root/rank-NN.
 std::filesystem::path rank_folder(const std::filesystem::path& root, int rank);
+// The folder of generation `name` of a rank: rank_dir/generations/name.
+std::filesystem::path generation_folder(const std::filesystem::path& rank_dir, const std::string& name);
 
 // A generation written and verified but not yet visible.
 struct PreparedGeneration {

@@ -157,6 +157,12 @@ Status ShardSave::publish() {
 
 void ShardSave::commit() { commit_publication(*publication_); }
 
+std::filesystem::path ShardSave::shard_path() const {
+  if (!prepared_) return {};
+  const auto folder = publication_ ? generation_folder(prepared_->rank_dir, prepared_->name) : prepared_->staging_path;
+  return folder / manifest_.shard_file;
+}
+
 Status ShardSave::revert() {
   if (publication_) return revert_publication(*publication_);
   if (prepared_) discard_generation(*prepared_);

@@ -83,6 +83,9 @@ class ShardSave {
   Status revert();
 
   const std::string& generation() const { return prepared_->name; }
+  // Where the shard file lies now: in the staging folder until published,
+  // then under generations/.
+  std::filesystem::path shard_path() const;
   std::uint64_t shard_bytes() const { return manifest_.shard_bytes; }
 
  private:

@@ -1,5 +1,7 @@
 #include "runtime/session/rank_prompt_cache.hpp"
 
+#include "runtime/fault/fault_plan.hpp"
+
 namespace accord {
 
 Status RankPromptCache::expect_open(std::uint64_t epoch, bool save) const {
@@ -38,6 +40,11 @@ Result<std::string> RankPromptCache::begin_load(std::uint64_t epoch, const Promp
 Result<std::vector<float>> RankPromptCache::read_load(std::uint64_t epoch, const std::string& save_id) const {
   if (Status ok = expect_open(epoch, false); !ok) return ok.error();
   return load_->read(identity_, save_id);
+}
+
+Status RankPromptCache::corrupt_shard(std::uint64_t epoch) {
+  if (Status ok = expect_open(epoch, true); !ok) return ok;
+  return flip_middle_byte(save_->shard_path());
 }
 
 void RankPromptCache::commit(std::uint64_t epoch) {

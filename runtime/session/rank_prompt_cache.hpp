@@ -35,6 +35,9 @@ class RankPromptCache {
   // belongs to `save_id` (rank 0's) and is intact.
   Result<std::vector<float>> read_load(std::uint64_t epoch, const std::string& save_id) const;
 
+  // Fault injection (`corrupt`): flips a byte in the middle of the shard
+  // the open save wrote, where it lies now, as a failing disk would.
+  Status corrupt_shard(std::uint64_t epoch);
   // The decisions on transaction `epoch`; other epochs have nothing here.
   void commit(std::uint64_t epoch);
   Status revert(std::uint64_t epoch);

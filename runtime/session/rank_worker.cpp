@@ -143,11 +143,11 @@ Result<RankSample> RankWorker::sample(const SamplerOptions& options, std::uint64
 }
 
 RankCheckpoint RankWorker::checkpoint() const {
-  return {position(), stage_.state().state_epoch(), reset_count_, digest()};
+  return {position(), stage_.state().state_epoch(), reset_epoch_, digest()};
 }
 
 Status RankWorker::prepare_rollback(std::uint64_t epoch, const RankCheckpoint& cp) {
-  if (cp.reset_count != reset_count_) {
+  if (cp.reset_epoch != reset_epoch_) {
     return Error(ErrorCode::state, "the checkpoint was taken before the session was reset");
   }
   if (!stage_.state().rows_unchanged_since(cp.position, cp.state_epoch)) {
@@ -162,7 +162,7 @@ Status RankWorker::prepare_rollback(std::uint64_t epoch, const RankCheckpoint& c
 Status RankWorker::prepare_reset(std::uint64_t epoch) {
   open(epoch, [this](std::uint64_t e) {
     stage_.state().rewind(0, e);
-    ++reset_count_;
+    reset_epoch_ = e;
   });
   undo_ = stage_.state().capture_rows(0, 0);
   return {};

@@ -49,7 +49,7 @@ struct RankSample {
 struct RankCheckpoint {
   int position = 0;
   std::uint64_t state_epoch = 0;
-  std::uint64_t reset_count = 0;
+  std::uint64_t reset_epoch = 0;  // the reset the state descends from (its epoch; 0: none)
   std::string digest;
 };
 
@@ -139,7 +139,10 @@ class RankWorker {
   ShardIdentity shard_identity_;
   std::mutex lent_observer_mutex_;
   std::shared_ptr<StepObserver> lent_observer_;  // guarded by lent_observer_mutex_
-  std::uint64_t reset_count_ = 0;
+  // The epoch of the last reset that committed here. Every rank commits
+  // the same reset epoch, so a rank started afresh to replace one that
+  // exited agrees with the others after the reset that brings it in.
+  std::uint64_t reset_epoch_ = 0;
   std::atomic<std::uint64_t> compute_ns_{0};
 
   // The open transaction.
