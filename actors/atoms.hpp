@@ -9,6 +9,7 @@ namespace accord {
 using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
 using delayed_atom = caf::atom_constant<caf::atom("delayed")>;
 using corrupt_atom = caf::atom_constant<caf::atom("corrupt")>;
+using restart_atom = caf::atom_constant<caf::atom("restart")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using topology_atom = caf::atom_constant<caf::atom("topology")>;
 using run_units_atom = caf::atom_constant<caf::atom("runUnits")>;

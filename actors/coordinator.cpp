@@ -186,6 +186,13 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
     pump(self);
   });
   return {
+      [=](restart_atom, RankId rank, caf::actor agreement) {
+        auto& st = self->state;
+        if (rank >= st.ranks.size()) return;
+        st.ranks[rank] = std::move(agreement);
+        self->monitor(st.ranks[rank]);
+        st.agreement->rank_up(rank);
+      },
       [=](topology_atom, const std::vector<caf::actor>& ranks) {
         self->state.ranks = ranks;
         for (const auto& rank : ranks) self->monitor(rank);

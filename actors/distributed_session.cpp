@@ -129,6 +129,14 @@ struct DistributedSession::Impl {
   // The caller's side of every transaction, made once: creating a scoped
   // actor per call costs a registration and a teardown each time.
   std::optional<caf::scoped_actor> caller;
+  // What a rank is made of, to start one again after it exited.
+  struct RankLayout {
+    Partition partition;
+    int threads = 1;
+    std::string identity;
+    RankOptions options;
+  };
+  std::optional<RankLayout> layout;
   // The committed tokens of every rank, and the prepared input behind them:
   // the handle keeps them so it can describe the committed prompt.
   std::vector<int> tokens;
@@ -166,17 +174,46 @@ struct DistributedSession::Impl {
         std::max<std::int64_t>(1, options.phase_timeout_ms / coordination.tick.count()));
     coordination.agreement = {deadline, deadline};
     coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
-    std::vector<caf::actor> agreements;
-    const std::string identity = model_identity(m);
+    layout.emplace(RankLayout{*partition, options.threads_per_rank, model_identity(m), std::move(rank_options)});
     for (int r = 0; r < partition->ranks(); ++r) {
-      workers.push_back(std::make_shared<RankWorker>(m, options.threads_per_rank, *partition, r, identity));
-      ranks.push_back(spawn_rank(*system, workers.back(), session_id, coordinator, rank_options));
-      agreements.push_back(ranks.back().agreement);
+      workers.push_back(nullptr);
+      ranks.push_back({});
+      spawn_rank_at(r, layout->options);
     }
-    for (const auto& rank : ranks) caf::anon_send(rank.agreement, topology_atom::value, agreements);
-    caf::anon_send(coordinator, topology_atom::value, agreements);
     caller.emplace(*system);
+    for (const auto& rank : ranks) (*caller)->send(rank.agreement, topology_atom::value, agreements());
+    (*caller)->send(coordinator, topology_atom::value, agreements());
     return {};
+  }
+
+  std::vector<caf::actor> agreements() const {
+    std::vector<caf::actor> all;
+    for (const auto& rank : ranks) all.push_back(rank.agreement);
+    return all;
+  }
+
+  void spawn_rank_at(int r, const RankOptions& options) {
+    const auto index = static_cast<std::size_t>(r);
+    workers[index] = std::make_shared<RankWorker>(*model, layout->threads, layout->partition, r, layout->identity);
+    ranks[index] = spawn_rank(*system, workers[index], session_id, coordinator, options);
+  }
+
+  // Starts afresh, with an empty state, every rank whose actors exited, and
+  // tells the coordinator and the other ranks. The reset that follows
+  // brings them in. Their fault plan does not come back: it fired.
+  void restart_exited_ranks() {
+    bool restarted = false;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      bool exited = false;
+      (*caller)->request(ranks[r].agreement, std::chrono::seconds(5), dropped_atom::value)
+          .receive([](std::vector<std::uint64_t>&) {}, [&](caf::error&) { exited = true; });
+      if (!exited) continue;
+      spawn_rank_at(static_cast<int>(r), RankOptions{{}, layout->options.phase_timeout});
+      (*caller)->send(coordinator, restart_atom::value, static_cast<RankId>(r), ranks[r].agreement);
+      restarted = true;
+    }
+    if (!restarted) return;
+    for (const auto& rank : ranks) (*caller)->send(rank.agreement, topology_atom::value, agreements());
   }
 
   Result<TransactionReply> call(const TransactionRequest& request) {
@@ -353,6 +390,7 @@ Status DistributedSession::rollback_distributed(const DistributedCheckpoint& che
 }
 
 Status DistributedSession::reset_distributed() {
+  impl_->restart_exited_ranks();
   TransactionRequest request;
   request.kind = TransactionKind::reset;
   auto reply = impl_->call(request);

@@ -150,7 +150,7 @@ TEST(DistributedSession, BadInputIsRefusedBeforeAnyRankChanges) {
   EXPECT_TRUE(session->decode(407));
 }
 
-TEST(DistributedSession, ARankThatIsGonePoisonsTheSession) {
+TEST(DistributedSession, ARankThatIsGonePoisonsTheSessionUntilAResetRestartsIt) {
   const Model model = test::load_stories_model();
   DistributedOptions options;
   options.ranks = 3;
@@ -167,13 +167,23 @@ TEST(DistributedSession, ARankThatIsGonePoisonsTheSession) {
   EXPECT_EQ(step.error().code(), ErrorCode::commit_indeterminate);
   EXPECT_NE(step.error().message().find("poisoned"), std::string::npos) << step.error().message();
   EXPECT_NE(step.error().message().find("rank 1"), std::string::npos) << step.error().message();
-  // Every later call fails at once with the cause; a reset needs rank 1.
+  // Every later call fails at once with the cause.
   auto again = session.decode(407);
   ASSERT_FALSE(again);
   EXPECT_NE(again.error().message().find("poisoned"), std::string::npos);
+  // A reset starts rank 1 afresh and brings it in; the session then works
+  // as a new one does, and rank 1 answers again.
   Status reset = session.reset_distributed();
-  ASSERT_FALSE(reset);
-  EXPECT_NE(reset.error().message().find("rank 1"), std::string::npos) << reset.error().message();
+  ASSERT_TRUE(reset) << reset.error().message();
+  EXPECT_EQ(session.position(), 0);
+  auto restarted = session.prefill(std::vector<int>{1, 403, 407});
+  ASSERT_TRUE(restarted) << restarted.error().message();
+  auto fresh = make_session(model, 3);
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(test::bit_identical(restarted->logits, fresh->prefill(std::vector<int>{1, 403, 407})->logits));
+  auto digests = session.rank_digests();
+  ASSERT_TRUE(digests) << digests.error().message();
+  EXPECT_EQ(digests->size(), 3u);
 }
 
 // --- observers across ranks ------------------------------------------------
