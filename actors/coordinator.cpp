@@ -172,6 +172,33 @@ void pump(CoordinatorActor* self) {
   }
 }
 
+// Every rank's state digest, asked through the coordinator: its messages
+// to a rank keep their order, so each rank has applied every decision the
+// coordinator sent before it answers. A rank that does not answer gets an
+// empty digest.
+void collect_digests(CoordinatorActor* self) {
+  struct Collection {
+    caf::response_promise promise;
+    std::vector<std::string> digests;
+    std::size_t missing = 0;
+  };
+  auto collection = std::make_shared<Collection>();
+  collection->promise = self->make_response_promise();
+  collection->digests.resize(self->state.ranks.size());
+  collection->missing = self->state.ranks.size();
+  auto answered = [collection] {
+    if (--collection->missing == 0) collection->promise.deliver(std::move(collection->digests));
+  };
+  for (std::size_t r = 0; r < self->state.ranks.size(); ++r) {
+    self->request(self->state.ranks[r], std::chrono::seconds(5), digests_atom::value)
+        .then([=](std::string& digest) {
+                collection->digests[r] = std::move(digest);
+                answered();
+              },
+              [=](caf::error&) { answered(); });
+  }
+}
+
 caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankId rank_count,
                                 CoordinatorOptions options) {
   auto& s = self->state;
@@ -239,6 +266,11 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
         if (self->state.busy && report.epoch == self->state.reply.epoch) self->state.reply.checkpoints.push_back(report);
       },
       [=](dropped_atom) { return self->state.agreement->dropped().counts(); },
+      [=](digests_atom) -> caf::result<std::vector<std::string>> {
+        if (self->state.ranks.empty()) return std::vector<std::string>{};
+        collect_digests(self);
+        return caf::delegated<std::vector<std::string>>();
+      },
       [=](const PromptCacheReport& report) {
         auto& st = self->state;
         if (st.busy && report.session == st.session && report.epoch == st.reply.epoch && report.rank == 0) st.first_rank_save_id = report.save_id;
@@ -252,6 +284,12 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
 }
 
 }  // namespace
+
+std::vector<PhaseId> phases_of(const TransactionRequest& request, RankId ranks) {
+  std::vector<PhaseId> phases;
+  for (const auto& planned : plan_for(request, ranks)) phases.push_back(planned.id);
+  return phases;
+}
 
 caf::actor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
                              CoordinatorOptions options) {

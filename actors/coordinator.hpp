@@ -9,8 +9,10 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <chrono>
+#include <vector>
 
 #include "messages/protocol.hpp"
+#include "messages/session_api.hpp"
 #include "runtime/agreement/coordinator_agreement.hpp"
 
 namespace accord {
@@ -19,6 +21,10 @@ struct CoordinatorOptions {
   std::chrono::milliseconds tick{5};
   AgreementOptions agreement;  // deadlines, in ticks
 };
+
+// The phases of the transaction `request` asks for on `ranks` ranks, in
+// order (docs/protocol.md); the fault matrix walks them.
+std::vector<PhaseId> phases_of(const TransactionRequest& request, RankId ranks);
 
 // Spawns the coordinator of `rank_count` ranks. Send it topology_atom with
 // the ranks' agreement actors (in rank order) before any request.

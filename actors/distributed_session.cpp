@@ -444,6 +444,24 @@ std::optional<PromptInputIdentity> DistributedSession::committed_prompt_input_id
   return impl_->prepared.describe(impl_->tokens);
 }
 
+Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
+  if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
+  // As text, the form a remote rank will read too.
+  std::string text;
+  for (const Fault& fault : plan) text += to_string(fault) + ";";
+  for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
+    std::optional<Error> failure;
+    (*impl_->caller)->request(impl_->ranks[r].agreement, std::chrono::seconds(5), faults_atom::value, text)
+        .receive([](bool) {},
+                 [&](caf::error& e) {
+                   failure = Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " did not take the fault plan: " +
+                                                             impl_->system->render(e));
+                 });
+    if (failure) return *failure;
+  }
+  return {};
+}
+
 Status DistributedSession::stop_rank(int rank) {
   if (rank < 0 || rank >= ranks()) return Error(ErrorCode::contract, "no rank " + std::to_string(rank));
   caf::anon_send_exit(impl_->ranks[static_cast<std::size_t>(rank)].agreement, caf::exit_reason::kill);
@@ -457,19 +475,16 @@ caf::actor rank_agreement_of(const DistributedSession& session, int rank) {
 }
 
 Result<std::vector<std::string>> DistributedSession::rank_digests() const {
-  caf::scoped_actor self{*impl_->system};
-  std::vector<std::string> digests;
-  for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
-    std::optional<Error> failure;
-    self->request(impl_->ranks[r].state, std::chrono::seconds(5), checkpoint_atom::value)
-        .receive([&](RankCheckpointReport& report) { digests.push_back(std::move(report.digest)); },
-                 [&](caf::error& e) {
-                   failure = Error(ErrorCode::mechanism,
-                                   "rank " + std::to_string(r) + " did not answer: " + impl_->system->render(e));
-                 });
-    if (failure) return *failure;
+  std::optional<std::vector<std::string>> digests;
+  std::string failure;
+  (*impl_->caller)->request(impl_->coordinator, std::chrono::seconds(10), digests_atom::value)
+      .receive([&](std::vector<std::string>& d) { digests = std::move(d); },
+               [&](caf::error& e) { failure = impl_->system->render(e); });
+  if (!digests) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
+  for (std::size_t r = 0; r < digests->size(); ++r) {
+    if ((*digests)[r].empty()) return Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " did not answer");
   }
-  return digests;
+  return std::move(*digests);
 }
 
 Result<DroppedMessageReport> DistributedSession::dropped_messages() const {

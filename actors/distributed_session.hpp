@@ -170,6 +170,11 @@ class DistributedSession {
   // What produced the committed tokens; none when the state is empty.
   std::optional<PromptInputIdentity> committed_prompt_input_identity() const;
 
+  // Replaces every rank's fault plan (runtime/fault/fault_plan.hpp);
+  // occurrences count from now. Refused when the plan does not fit the
+  // topology or a rank does not answer.
+  Status inject_faults(const std::vector<Fault>& plan);
+
   // Stops rank `rank`'s actors as if the rank had failed (fault scenarios):
   // the coordinator sees it go down and poisons the session.
   Status stop_rank(int rank);
@@ -177,8 +182,8 @@ class DistributedSession {
   // Asks the coordinator and every rank; fails when one does not answer.
   Result<DroppedMessageReport> dropped_messages() const;
   // Each rank's state digest (its KV rows up to the position, the position,
-  // the state epoch and the tokens), read without a transaction; fails
-  // naming a rank that does not answer.
+  // the state epoch and the tokens), read without a transaction but after
+  // every decision so far; fails naming a rank that does not answer.
   Result<std::vector<std::string>> rank_digests() const;
 
   int ranks() const;

@@ -83,6 +83,7 @@ caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> w
       [=](accept_atom, const WireTensor& activations) -> LocalResult {
         return to_local(worker->receive_activations(from_wire(activations)));
       },
+      [=](digests_atom) { return worker->digest(); },
       [=](checkpoint_atom) -> RankCheckpointReport {
         const RankCheckpoint cp = worker->checkpoint();
         RankCheckpointReport report;
@@ -598,6 +599,16 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
         hold_when_here(self, self->state.capture);
       },
       [=](topology_atom, std::vector<caf::actor> ranks) { self->state.ranks = std::move(ranks); },
+      [=](digests_atom) {
+        // Through the state actor, after any commit or restore sent to it.
+        return self->delegate(self->state.state, digests_atom::value);
+      },
+      [=](faults_atom, const std::string& text) {
+        auto plan = parse_fault_list(text);
+        if (!plan) return false;
+        self->state.faults = RankFaults(static_cast<RankId>(self->state.worker->rank()), *plan);
+        return true;
+      },
       [=](delayed_atom, Epoch epoch) {
         auto& st = self->state;
         if (!st.delayed || st.delayed->epoch != epoch) return;
