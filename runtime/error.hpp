@@ -77,11 +77,13 @@ class Error {
   bool before_state_mutation_ = false;
 };
 
-template <class T>
+// A value or an error; E is Error unless a call's failure carries more
+// (generate's GenerationFailure keeps what was done before the error).
+template <class T, class E = Error>
 class [[nodiscard]] Result {
  public:
   Result(T value) : data_(std::move(value)) {}
-  Result(Error error) : data_(std::move(error)) {}
+  Result(E error) : data_(std::move(error)) {}
 
   bool ok() const { return data_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -103,13 +105,13 @@ class [[nodiscard]] Result {
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
 
-  const Error& error() const {
+  const E& error() const {
     assert(!ok());
     return std::get<1>(data_);
   }
 
  private:
-  std::variant<T, Error> data_;
+  std::variant<T, E> data_;
 };
 
 // The result of a call that returns nothing but may fail.

@@ -2,6 +2,7 @@
 // fields, help, and a clear non-zero exit for every kind of bad input.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,21 @@ std::vector<std::string> generate_args(const std::string& model, const std::stri
 std::vector<std::string> generate_args(std::vector<std::string> extra) {
   return generate_args(test::stories_model(), test::stories_tokenizer(), std::move(extra));
 }
+
+// The JSON report in a command's output, among warnings and errors.
+nlohmann::json report_in(const std::string& output) {
+  const auto start = output.find('{');
+  return nlohmann::json::parse(output.substr(start, output.find('\n', start) - start));
+}
+
+// Sets ACCORD_FAULTS for the commands run while it lives.
+class FaultsInEnvironment {
+ public:
+  explicit FaultsInEnvironment(const std::string& plan) { ::setenv("ACCORD_FAULTS", plan.c_str(), 1); }
+  ~FaultsInEnvironment() { ::unsetenv("ACCORD_FAULTS"); }
+  FaultsInEnvironment(const FaultsInEnvironment&) = delete;
+  FaultsInEnvironment& operator=(const FaultsInEnvironment&) = delete;
+};
 
 TEST(Cli, GreedyJsonMatchesRunC) {
   for (const auto& c : test::greedy_cases()) {
@@ -109,6 +125,8 @@ TEST(Cli, RefusesBadOptions) {
   expect_failure(generate_args({"--temperature", "-1"}), 1, "temperature");
   expect_failure(generate_args({"--top-p", "2"}), 1, "top-p");
   expect_failure(generate_args({"--threads", "0"}), 2, "threads");
+  expect_failure(generate_args({"--phase-timeout-ms", "0"}), 2, "--phase-timeout-ms");
+  expect_failure(generate_args({"--retries", "-1"}), 1, "retries must be at least 0, got -1");
   expect_failure(generate_args({"--max-tokens", "many"}), 2, "max-tokens");
   expect_failure(generate_args({"--frobnicate"}), 2, "frobnicate");
   expect_failure({"launch"}, 2, "launch");
@@ -262,6 +280,98 @@ TEST(Cli, RefusesRanksTheModelCannotHold) {
   EXPECT_EQ(too_many.exit_code, 1) << too_many.output;
   EXPECT_NE(too_many.output.find("cannot split 5 units over 6 ranks"), std::string::npos) << too_many.output;
   EXPECT_EQ(with({"--ranks", "0"}).exit_code, 2);
+}
+
+TEST(Cli, RefusesBadFaultsBeforeLoadingTheModel) {
+  const auto missing_model = [](std::vector<std::string> extra) {
+    return generate_args("/nonexistent/model.bin", "/nonexistent/tokenizer.bin", std::move(extra));
+  };
+  expect_failure(missing_model({"--fault", "1:Execution"}), 2, "bad fault '1:Execution': it has 2 fields");
+  expect_failure(missing_model({"--fault", "0:Execution:error", "--fault", "1:Nowhere:error"}), 2,
+                 "bad fault '1:Nowhere:error': unknown phase 'Nowhere'");
+  expect_failure(missing_model({"--fault", "0:Execution:error:0"}), 2, "the occurrence is a number from 1");
+  expect_failure(missing_model({"--fault", "5:Execution:error", "--ranks", "3"}), 1,
+                 "names rank 5 but the session has 3 rank(s)");
+  const FaultsInEnvironment bad("0:Execution:oops");
+  expect_failure(missing_model({}), 1, "ACCORD_FAULTS: bad fault '0:Execution:oops': unknown kind 'oops'");
+}
+
+TEST(Cli, JsonCountsNoRetriesWithoutFaults) {
+  const auto result = run_accord(generate_args({"--prompt", "The cat sat", "--max-tokens", "3", "--json"}));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto json = nlohmann::json::parse(result.output);
+  EXPECT_EQ(json.at("aborted_steps"), 0);
+  EXPECT_EQ(json.at("retries"), 0);
+  EXPECT_EQ(json.at("poisoned"), false);
+  EXPECT_EQ(json.at("poison_cause"), "");
+  EXPECT_FALSE(json.contains("error"));
+}
+
+// A fault plan needs rank actors to inject into, so one rank runs as a
+// distributed session (phases_run, no single-rank report). The faults here
+// never fire: the runs are too short to reach them.
+TEST(Cli, AFaultPlanRunsOneRankAsActors) {
+  const auto args = generate_args({"--prompt", "The cat sat", "--temperature", "0", "--max-tokens", "3", "--json"});
+  const auto plain = run_accord(args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  auto with_flag = args;
+  with_flag.insert(with_flag.end(), {"--fault", "0:Execution:error:1000", "--phase-timeout-ms", "20000"});
+  const auto flagged = run_accord(with_flag);
+  const FaultsInEnvironment environment("0:OutputPublication:error:1000");
+  const auto from_environment = run_accord(args);
+  for (const auto* result : {&flagged, &from_environment}) {
+    ASSERT_EQ(result->exit_code, 0) << result->output;
+    const auto json = nlohmann::json::parse(result->output);
+    EXPECT_EQ(json.at("ranks"), 1);
+    EXPECT_TRUE(json.contains("phases_run"));
+    EXPECT_FALSE(json.contains("report"));
+    EXPECT_EQ(json.at("text"), nlohmann::json::parse(plain.output).at("text"));
+  }
+}
+
+// needs fault injection in the actors
+TEST(Cli, AnInjectedErrorIsRetriedAndGivesTheSameText) {
+  const auto args = generate_args({"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "20",
+                                   "--ranks", "3", "--json"});
+  const auto plain = run_accord(args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  auto faulted_args = args;
+  faulted_args.insert(faulted_args.end(), {"--fault", "1:Execution:error"});
+  const auto faulted = run_accord(faulted_args);
+  ASSERT_EQ(faulted.exit_code, 0) << faulted.output;
+  const auto json = report_in(faulted.output);
+  EXPECT_EQ(json.at("aborted_steps"), 1);
+  EXPECT_EQ(json.at("retries"), 1);
+  EXPECT_EQ(json.at("poisoned"), false);
+  EXPECT_EQ(json.at("text"), nlohmann::json::parse(plain.output).at("text"));
+  EXPECT_EQ(json.at("generated_tokens"), nlohmann::json::parse(plain.output).at("generated_tokens"));
+}
+
+// needs fault injection in the actors
+TEST(Cli, AStepOutOfRetriesFailsWithAJsonReport) {
+  const auto result = run_accord(generate_args({"--prompt", "Once upon a time", "--max-tokens", "5", "--ranks", "2",
+                                                "--retries", "1", "--fault", "1:Execution:error:1", "--fault",
+                                                "1:Execution:error:2", "--json"}));
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("accord: error: transaction aborted"), std::string::npos) << result.output;
+  const auto json = report_in(result.output);
+  EXPECT_EQ(json.at("aborted_steps"), 2);
+  EXPECT_EQ(json.at("retries"), 1);
+  EXPECT_EQ(json.at("poisoned"), false);
+  EXPECT_EQ(json.at("stop_reason"), "error");
+  EXPECT_NE(json.at("error").get<std::string>().find("transaction aborted"), std::string::npos);
+}
+
+// needs fault injection in the actors
+TEST(Cli, APoisonedSessionFailsAtOnceWithAJsonReport) {
+  const auto result = run_accord(generate_args({"--prompt", "Once upon a time", "--max-tokens", "5", "--ranks", "2",
+                                                "--fault", "1:Execution:exit", "--json"}));
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  const auto json = report_in(result.output);
+  EXPECT_EQ(json.at("poisoned"), true);
+  EXPECT_FALSE(json.at("poison_cause").get<std::string>().empty());
+  EXPECT_EQ(json.at("retries"), 0);
+  EXPECT_NE(json.at("error").get<std::string>().find("poisoned"), std::string::npos);
 }
 
 }  // namespace

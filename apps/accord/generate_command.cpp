@@ -12,6 +12,7 @@
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "runtime/fault/fault_plan.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -33,6 +34,9 @@ struct GenerateArgs {
   bool json = false;
   std::string prompt_cache;
   int ranks = 1;
+  std::vector<Fault> faults;  // --fault entries; ACCORD_FAULTS is read at run time
+  int phase_timeout_ms = DistributedOptions{}.phase_timeout_ms;
+  int retries = GenerationOptions{}.retries;
 };
 
 nlohmann::json to_json(const SessionReport& r) {
@@ -70,6 +74,10 @@ nlohmann::json to_json(const GenerationResult& result, const Model& model, int t
       {"prefill_tokens_per_second", result.prefill_tokens_per_second()},
       {"decode_tokens_per_second", result.decode_tokens_per_second()},
   };
+  json["aborted_steps"] = result.aborted_steps;
+  json["retries"] = result.retries;
+  json["poisoned"] = result.poisoned;
+  json["poison_cause"] = result.poison_cause;
   if (result.prompt_cache != PromptCacheOutcome::unused) {
     json["prompt_cache"] = std::string(to_string(result.prompt_cache));
     json["prompt_cache_tokens_reused"] = result.prompt_cache_tokens_reused;
@@ -84,16 +92,27 @@ void print_summary(const GenerationResult& result) {
   std::fprintf(stderr, "accord: %zu prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s (%s)\n",
                result.prompt_tokens.size(), result.prefill_tokens_per_second(), result.generated_tokens.size(),
                result.decode_tokens_per_second(), std::string(to_string(result.stop_reason)).c_str());
+  if (result.aborted_steps > 0) {
+    std::fprintf(stderr, "accord: %d step attempt(s) aborted, %d retried\n", result.aborted_steps, result.retries);
+  }
+}
+
+void print_json(const nlohmann::json& json) {
+  // Invalid UTF-8 (a byte piece cut from a multi-byte character) is
+  // replaced rather than making the whole report unprintable.
+  std::cout << json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
 }
 
 // Generates on `target` and prints the text or the JSON report, to which
-// `extend` adds what the target knows of itself.
+// `extend` adds what the target knows of itself. A failed generation
+// prints them too (the JSON with an "error" field), then the error.
 int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const Model& model,
                        const Tokenizer& tokenizer, const std::function<void(nlohmann::json&)>& extend) {
   GenerationOptions options;
   options.max_tokens = args.max_tokens;
   options.sampler = {args.temperature, args.top_p, args.seed};
   options.prompt_cache = args.prompt_cache;
+  options.retries = args.retries;
   PieceSink stream;
   if (!args.json) {
     stream = [](std::string_view piece) {
@@ -102,28 +121,52 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
     };
   }
   auto warn = [](const std::string& warning) { std::cerr << "accord: warning: " << warning << std::endl; };
-  auto result = generate(target, tokenizer, args.prompt, options, stream, warn);
-  if (!result) return fail(result.error().message());
-  if (!args.json) {
-    print_summary(*result);
-    return 0;
+  const auto outcome = generate(target, tokenizer, args.prompt, options, stream, warn);
+  const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
+  if (args.json) {
+    nlohmann::json json = to_json(result, model, args.threads);
+    json["ranks"] = args.ranks;
+    extend(json);
+    if (!outcome) json["error"] = outcome.error().message();
+    print_json(json);
+  } else {
+    print_summary(result);
   }
-  nlohmann::json json = to_json(*result, model, args.threads);
-  json["ranks"] = args.ranks;
-  extend(json);
-  // Invalid UTF-8 (a byte piece cut from a multi-byte character) is
-  // replaced rather than making the whole report unprintable.
-  std::cout << json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
-  return 0;
+  return outcome ? 0 : fail(outcome.error().message());
+}
+
+// --fault's entries; a bad one is a command-line error naming it.
+std::vector<Fault> parse_faults(const std::vector<std::string>& entries) {
+  std::vector<Fault> faults;
+  for (const std::string& entry : entries) {
+    auto fault = parse_fault(entry);
+    if (!fault) throw CLI::ValidationError("--fault", fault.error().message());
+    faults.push_back(*fault);
+  }
+  return faults;
+}
+
+// The faults to inject, from --fault and ACCORD_FAULTS together, checked
+// against the ranks before anything is loaded.
+Result<std::vector<Fault>> fault_plan(const GenerateArgs& args) {
+  auto from_environment = faults_from_environment();
+  if (!from_environment) return from_environment.error();
+  std::vector<Fault> plan = args.faults;
+  plan.insert(plan.end(), from_environment->begin(), from_environment->end());
+  if (Status ok = check_fault_plan(plan, args.ranks); !ok) return ok.error();
+  return plan;
 }
 
 int run_generate(const GenerateArgs& args) {
+  auto faults = fault_plan(args);
+  if (!faults) return fail(faults.error().message());
   auto model = Model::load(args.model);
   if (!model) return fail(model.error().message());
   auto tokenizer = find_tokenizer(args.tokenizer, *model);
   if (!tokenizer) return fail(tokenizer.error().message());
 
-  if (args.ranks == 1) {
+  // Faults are injected into rank actors, which a single-rank Session has not.
+  if (args.ranks == 1 && faults->empty()) {
     cpu::ThreadPool pool(args.threads);
     Session session(*model, pool);
     SessionTarget target(session);
@@ -133,6 +176,8 @@ int run_generate(const GenerateArgs& args) {
   DistributedOptions options;
   options.ranks = args.ranks;
   options.threads_per_rank = std::max(1, args.threads / args.ranks);
+  options.phase_timeout_ms = args.phase_timeout_ms;
+  options.faults = args.faults;  // create() adds ACCORD_FAULTS' own
   auto session = DistributedSession::create(*model, options);
   if (!session) return fail(session.error().message());
   DistributedTarget target(**session, *model);
@@ -165,6 +210,18 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--ranks", args->ranks,
                   "in-process ranks, each a group of actors holding a contiguous range of the model's layers")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option_function<std::vector<std::string>>(
+         "--fault", [args](const std::vector<std::string>& entries) { args->faults = parse_faults(entries); },
+         "inject a fault (repeatable): rank RANK fails in PHASE the AT-th time it runs it (default 1); KIND is "
+         "error, throw, delay, exit, drop or corrupt (runtime/fault/fault_plan.hpp). Runs the ranks as actors "
+         "even with --ranks 1")
+      ->type_name("RANK:PHASE:KIND[:AT]");
+  cmd->add_option("--phase-timeout-ms", args->phase_timeout_ms,
+                  "a rank that does not report a phase within it aborts the step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--retries", args->retries, "times an aborted step is run again before generation fails")
       ->capture_default_str();
   cmd->add_flag("--json", args->json,
                 "print one JSON object at the end (tokens, text, speeds) instead of streaming text");

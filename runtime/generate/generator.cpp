@@ -18,6 +18,9 @@ Status check_request(const GenerationTarget& target, const Tokenizer& tokenizer,
   if (options.max_tokens < 1) {
     return Error(ErrorCode::contract, "max tokens must be at least 1, got " + std::to_string(options.max_tokens));
   }
+  if (options.retries < 0) {
+    return Error(ErrorCode::contract, "retries must be at least 0, got " + std::to_string(options.retries));
+  }
   if (Status ok = validate(options.sampler); !ok) return ok;
   const ModelConfig& config = target.config();
   if (tokenizer.vocab_size() != config.vocab_size) {
@@ -29,32 +32,200 @@ Status check_request(const GenerationTarget& target, const Tokenizer& tokenizer,
   return {};
 }
 
+// How a poisoned session's error begins: DistributedSession's do, and the
+// generator makes every other say so too.
+constexpr std::string_view kPoisoned = "the session is poisoned: ";
+
+// How a failed step left the session: poisoned (no state can be trusted),
+// aborted (every change undone, so running it again is safe), or refused
+// before it changed anything.
+bool is_poisoned(const Error& error) { return error.code() == ErrorCode::commit_indeterminate; }
+
+bool is_aborted(const Error& error) { return !error.before_state_mutation() && !is_poisoned(error); }
+
+// The poisoned error's cause, without the "poisoned" preamble when it has one.
+std::string poison_cause(const Error& error) {
+  const std::string& message = error.message();
+  return message.starts_with(kPoisoned) ? message.substr(kPoisoned.size()) : message;
+}
+
+// What the caller gets when generation ends with `error`: a poisoned
+// session's error always says so and names the cause.
+GenerationFailure stopped_by(const Error& error, GenerationResult partial) {
+  partial.stop_reason = StopReason::error;
+  if (!is_poisoned(error)) return {error, std::move(partial)};
+  partial.poisoned = true;
+  partial.poison_cause = poison_cause(error);
+  Error named(error.code(), std::string(kPoisoned) + partial.poison_cause);
+  if (error.epoch()) named.at(*error.epoch(), error.phase());
+  return {std::move(named), std::move(partial)};
+}
+
 // Loads the cached prefix when it is one of the prompt's, and says how many
-// tokens it covers. A cache that exists but fails validation is reported as
-// rejected and left alone.
+// tokens it covers. A cache that exists but fails validation, or whose load
+// aborts, is reported as rejected and left alone; only a poisoned session
+// fails.
 struct CacheUse {
   PromptCacheOutcome outcome = PromptCacheOutcome::unused;
   std::string reason;
   int reused = 0;
 };
 
-CacheUse try_prompt_cache(GenerationTarget& target, const std::filesystem::path& root, std::span<const int> prompt) {
+Result<CacheUse> try_prompt_cache(GenerationTarget& target, const std::filesystem::path& root,
+                                  std::span<const int> prompt) {
   // The last prompt token is always run: its logits pick the first token.
   const auto cacheable = prompt.first(prompt.size() - 1);
   auto live = read_live_generation(root, 0);
   if (!live) {
-    if (!std::filesystem::exists(rank_folder(root, 0) / "CURRENT")) return {PromptCacheOutcome::saved, "", 0};
-    return {PromptCacheOutcome::rejected, live.error().message(), 0};
+    const bool no_cache_yet = !std::filesystem::exists(rank_folder(root, 0) / "CURRENT");
+    if (no_cache_yet) return CacheUse{PromptCacheOutcome::saved, "", 0};
+    return CacheUse{PromptCacheOutcome::rejected, live.error().message(), 0};
   }
   const int n = live->manifest.prefix_token_count;
   const bool is_prefix = n >= 1 && n <= static_cast<int>(cacheable.size()) &&
                          live->manifest.prefix_sha256 == token_ids_sha256(cacheable.first(static_cast<std::size_t>(n)));
-  if (!is_prefix) return {PromptCacheOutcome::saved, "", 0};  // another prompt's prefix: replace it
+  if (!is_prefix) return CacheUse{PromptCacheOutcome::saved, "", 0};  // another prompt's prefix: replace it
   Status loaded =
       target.load_prompt_cache(root, generation_cache_descriptor(), cacheable.first(static_cast<std::size_t>(n)));
-  if (!loaded) return {PromptCacheOutcome::rejected, loaded.error().message(), 0};
-  return {PromptCacheOutcome::hit, "", n};
+  if (!loaded && is_poisoned(loaded.error())) return loaded.error();
+  if (!loaded) return CacheUse{PromptCacheOutcome::rejected, loaded.error().message(), 0};
+  return CacheUse{PromptCacheOutcome::hit, "", n};
 }
+
+// One generation: filled in step by step into `result`, which is what the
+// caller gets whether it ends well or with an error.
+class Generation {
+ public:
+  Generation(GenerationTarget& target, const Tokenizer& tokenizer, const GenerationOptions& options,
+             const PieceSink& sink, const WarningSink& warn)
+      : target_(target),
+        tokenizer_(tokenizer),
+        options_(options),
+        sink_(sink),
+        warn_(warn),
+        sampler_(options.sampler),
+        stop_tokens_{tokenizer.bos_id(), tokenizer.eos_id()} {}
+
+  GenerationResult& result() { return result_; }
+
+  Status run(std::string_view prompt) {
+    if (Status ok = check_request(target_, tokenizer_, options_); !ok) return ok;
+    if (Status ok = encode(prompt); !ok) return ok;
+    const auto prefill_start = Clock::now();
+    auto first = prefill();
+    if (!first) return first.error();
+    result_.prefill_seconds = seconds_since(prefill_start);
+    if (Status ok = save_prompt_cache(); !ok) return ok;
+    const auto decode_start = Clock::now();
+    Status decoded = decode_from(*first);
+    result_.decode_seconds = seconds_since(decode_start);
+    return decoded;
+  }
+
+ private:
+  // Encodes the prompt, checks that it fits and emits its pieces.
+  Status encode(std::string_view prompt) {
+    auto encoded = tokenizer_.encode(prompt, /*bos=*/true, /*eos=*/false);
+    if (!encoded) return encoded.error();
+    result_.prompt_tokens = std::move(*encoded);
+    const int prompt_length = static_cast<int>(result_.prompt_tokens.size());
+    const int context = target_.config().seq_len;
+    if (prompt_length > context) {
+      return Error(ErrorCode::contract, "the prompt is " + std::to_string(prompt_length) +
+                                            " tokens long, past the model's context of " + std::to_string(context) +
+                                            " tokens");
+    }
+    for (int i = 1; i < prompt_length; ++i) emit(result_.prompt_tokens[i - 1], result_.prompt_tokens[i]);
+    return {};
+  }
+
+  void emit(int previous, int token) {
+    const std::string piece = tokenizer_.decode(previous, token);
+    result_.text += piece;
+    if (sink_ && !piece.empty()) sink_(piece);
+  }
+
+  // Loads a cached prefix when there is one, then prefills the rest and
+  // samples the first token.
+  Result<SampledToken> prefill() {
+    const std::span<const int> prompt(result_.prompt_tokens);
+    if (!options_.prompt_cache.empty() && prompt.size() >= 2) {
+      auto use = try_prompt_cache(target_, options_.prompt_cache, prompt);
+      if (!use) return use.error();
+      result_.prompt_cache = use->outcome;
+      result_.prompt_cache_reason = use->reason;
+      result_.prompt_cache_tokens_reused = use->reused;
+      if (use->outcome == PromptCacheOutcome::rejected && warn_) {
+        warn_("prompt cache rejected, prefilling from scratch: " + use->reason);
+      }
+    }
+    const auto rest = prompt.subspan(static_cast<std::size_t>(result_.prompt_cache_tokens_reused));
+    return with_retries([&] { return target_.prefill_and_sample(rest, sampler_, stop_tokens_); });
+  }
+
+  // Saves the prompt's prefix when the cache asked for it. A failed save
+  // is a warning; only a poisoned session ends generation.
+  Status save_prompt_cache() {
+    if (result_.prompt_cache != PromptCacheOutcome::saved) return {};
+    const std::span<const int> prompt(result_.prompt_tokens);
+    const auto prefix = prompt.first(prompt.size() - 1);
+    Status saved = target_.save_prompt_cache(options_.prompt_cache, generation_cache_descriptor(), prefix);
+    if (saved) return {};
+    if (is_poisoned(saved.error())) return saved;
+    result_.prompt_cache = PromptCacheOutcome::rejected;
+    result_.prompt_cache_reason = saved.error().message();
+    if (warn_) warn_("could not save the prompt cache: " + saved.error().message());
+    return {};
+  }
+
+  // Emits `sampled` and decodes until a stop rule ends generation.
+  Status decode_from(SampledToken sampled) {
+    const int context = target_.config().seq_len;
+    int previous = result_.prompt_tokens.back();
+    for (;;) {
+      if (sampled.stop) {
+        result_.stop_reason = StopReason::end_of_sequence;
+        return {};
+      }
+      const int next = sampled.token;
+      result_.generated_tokens.push_back(next);
+      emit(previous, next);
+      if (static_cast<int>(result_.generated_tokens.size()) >= options_.max_tokens) return {};
+      if (target_.position() >= context) {
+        result_.stop_reason = StopReason::context_full;
+        return {};
+      }
+      auto decoded = with_retries([&] { return target_.decode_and_sample(next, sampler_, stop_tokens_); });
+      if (!decoded) return decoded.error();
+      sampled = *decoded;
+      ++result_.decode_steps;
+      previous = next;
+    }
+  }
+
+  // Runs a step, and again after each abort, at most options_.retries
+  // times more. An abort left the target and the sampler as they were, so
+  // a retry that succeeds gives what the first attempt would have.
+  Result<SampledToken> with_retries(const std::function<Result<SampledToken>()>& step) {
+    for (int attempt = 0;; ++attempt) {
+      auto sampled = step();
+      if (sampled || !is_aborted(sampled.error())) return sampled;
+      ++result_.aborted_steps;
+      if (attempt == options_.retries) return sampled;
+      ++result_.retries;
+    }
+  }
+
+  GenerationTarget& target_;
+  const Tokenizer& tokenizer_;
+  const GenerationOptions& options_;
+  const PieceSink& sink_;
+  const WarningSink& warn_;
+  Sampler sampler_;
+  // The generator's stop rule: sampling BOS or EOS ends generation.
+  const std::vector<int> stop_tokens_;
+  GenerationResult result_;
+};
 
 }  // namespace
 
@@ -66,6 +237,8 @@ std::string_view to_string(StopReason reason) {
       return "end_of_sequence";
     case StopReason::context_full:
       return "context_full";
+    case StopReason::error:
+      return "error";
   }
   return "unknown";
 }
@@ -94,79 +267,12 @@ double GenerationResult::decode_tokens_per_second() const {
   return decode_seconds > 0 ? decode_steps / decode_seconds : 0.0;
 }
 
-Result<GenerationResult> generate(GenerationTarget& target, const Tokenizer& tokenizer, std::string_view prompt,
-                                  const GenerationOptions& options, const PieceSink& sink, const WarningSink& warn) {
-  if (Status ok = check_request(target, tokenizer, options); !ok) return ok.error();
-  auto encoded = tokenizer.encode(prompt, /*bos=*/true, /*eos=*/false);
-  if (!encoded) return encoded.error();
-
-  GenerationResult result;
-  result.prompt_tokens = std::move(*encoded);
-  const int prompt_length = static_cast<int>(result.prompt_tokens.size());
-  const int context = target.config().seq_len;
-  if (prompt_length > context) {
-    return Error(ErrorCode::contract, "the prompt is " + std::to_string(prompt_length) +
-                                          " tokens long, past the model's context of " + std::to_string(context) +
-                                          " tokens");
-  }
-
-  auto emit = [&](int previous, int token) {
-    const std::string piece = tokenizer.decode(previous, token);
-    result.text += piece;
-    if (sink && !piece.empty()) sink(piece);
-  };
-  for (int i = 1; i < prompt_length; ++i) emit(result.prompt_tokens[i - 1], result.prompt_tokens[i]);
-
-  const std::span<const int> prompt_ids(result.prompt_tokens);
-  const auto prefill_start = Clock::now();
-  if (!options.prompt_cache.empty() && prompt_length >= 2) {
-    CacheUse use = try_prompt_cache(target, options.prompt_cache, prompt_ids);
-    result.prompt_cache = use.outcome;
-    result.prompt_cache_reason = use.reason;
-    result.prompt_cache_tokens_reused = use.reused;
-    if (use.outcome == PromptCacheOutcome::rejected && warn) {
-      warn("prompt cache rejected, prefilling from scratch: " + use.reason);
-    }
-  }
-  // The generator's stop rule: sampling BOS or EOS ends generation.
-  const std::vector<int> stop_tokens = {tokenizer.bos_id(), tokenizer.eos_id()};
-  Sampler sampler(options.sampler);
-  auto sampled = target.prefill_and_sample(
-      prompt_ids.subspan(static_cast<std::size_t>(result.prompt_cache_tokens_reused)), sampler, stop_tokens);
-  if (!sampled) return sampled.error();
-  result.prefill_seconds = seconds_since(prefill_start);
-  if (result.prompt_cache == PromptCacheOutcome::saved) {
-    Status saved = target.save_prompt_cache(options.prompt_cache, generation_cache_descriptor(),
-                                            prompt_ids.first(prompt_ids.size() - 1));
-    if (!saved) {
-      result.prompt_cache = PromptCacheOutcome::rejected;
-      result.prompt_cache_reason = saved.error().message();
-      if (warn) warn("could not save the prompt cache: " + saved.error().message());
-    }
-  }
-
-  int previous = result.prompt_tokens.back();
-  const auto decode_start = Clock::now();
-  for (;;) {
-    if (sampled->stop) {
-      result.stop_reason = StopReason::end_of_sequence;
-      break;
-    }
-    const int next = sampled->token;
-    result.generated_tokens.push_back(next);
-    emit(previous, next);
-    if (static_cast<int>(result.generated_tokens.size()) >= options.max_tokens) break;
-    if (target.position() >= context) {
-      result.stop_reason = StopReason::context_full;
-      break;
-    }
-    sampled = target.decode_and_sample(next, sampler, stop_tokens);
-    if (!sampled) return sampled.error();
-    ++result.decode_steps;
-    previous = next;
-  }
-  result.decode_seconds = seconds_since(decode_start);
-  return result;
+GenerationOutcome generate(GenerationTarget& target, const Tokenizer& tokenizer, std::string_view prompt,
+                           const GenerationOptions& options, const PieceSink& sink, const WarningSink& warn) {
+  Generation generation(target, tokenizer, options, sink, warn);
+  Status done = generation.run(prompt);
+  if (!done) return stopped_by(done.error(), std::move(generation.result()));
+  return std::move(generation.result());
 }
 
 }  // namespace accord

@@ -6,6 +6,12 @@
 // first token is sampled from the prefill's logits, and every further token
 // costs one decode step. Generation stops after max_tokens tokens, when the
 // model samples BOS or EOS (not emitted), or when the context is full.
+//
+// A step that aborts (the target's state is as it was before it) is run
+// again, up to `retries` times per step, and continues exactly where it
+// stopped. A poisoned session, a step refused before it changed anything,
+// or a step that still aborts after its retries ends generation with the
+// error.
 #pragma once
 
 #include <filesystem>
@@ -28,9 +34,11 @@ struct GenerationOptions {
   // A prompt cache root: reused when it holds a prefix of the prompt for
   // this model, written otherwise. Empty: no cache.
   std::filesystem::path prompt_cache;
+  int retries = 2;  // >= 0: how often one aborted step is run again
 };
 
-enum class StopReason { max_tokens, end_of_sequence, context_full };
+// error: generation ended with an error (a GenerationFailure's partial result).
+enum class StopReason { max_tokens, end_of_sequence, context_full, error };
 std::string_view to_string(StopReason reason);
 
 // What happened with the prompt cache.
@@ -56,10 +64,28 @@ struct GenerationResult {
   PromptCacheOutcome prompt_cache = PromptCacheOutcome::unused;
   std::string prompt_cache_reason;  // why it was rejected
   int prompt_cache_tokens_reused = 0;
+  int aborted_steps = 0;  // failed attempts of steps that aborted, retried or not
+  int retries = 0;        // attempts made again after an abort
+  bool poisoned = false;  // generation ended because the session is poisoned
+  std::string poison_cause;
 
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;
 };
+
+// Generation that ended with an error, and what it had done by then (the
+// tokens and text so far, stop reason `error`, the aborted steps, retries
+// and poison), so a report can say both. An error whose session is
+// poisoned says "the session is poisoned: " and the cause.
+struct GenerationFailure {
+  Error error;
+  GenerationResult partial;
+
+  const std::string& message() const { return error.message(); }
+};
+
+// What generate returns: the result, or the failure with the partial result.
+using GenerationOutcome = Result<GenerationResult, GenerationFailure>;
 
 // Receives each printable piece as soon as it is known, prompt pieces first.
 using PieceSink = std::function<void(std::string_view piece)>;
@@ -69,14 +95,13 @@ using WarningSink = std::function<void(const std::string& warning)>;
 // Generates from the target's current state, which must be empty. Fails
 // before any forward step when the options are invalid or the prompt cannot
 // be encoded or does not fit the context.
-Result<GenerationResult> generate(GenerationTarget& target, const Tokenizer& tokenizer, std::string_view prompt,
-                                  const GenerationOptions& options, const PieceSink& sink = {},
-                                  const WarningSink& warn = {});
+GenerationOutcome generate(GenerationTarget& target, const Tokenizer& tokenizer, std::string_view prompt,
+                           const GenerationOptions& options, const PieceSink& sink = {}, const WarningSink& warn = {});
 
 // The same on a single-rank session.
-inline Result<GenerationResult> generate(Session& session, const Tokenizer& tokenizer, std::string_view prompt,
-                                         const GenerationOptions& options, const PieceSink& sink = {},
-                                         const WarningSink& warn = {}) {
+inline GenerationOutcome generate(Session& session, const Tokenizer& tokenizer, std::string_view prompt,
+                                  const GenerationOptions& options, const PieceSink& sink = {},
+                                  const WarningSink& warn = {}) {
   SessionTarget target(session);
   return generate(target, tokenizer, prompt, options, sink, warn);
 }
