@@ -206,19 +206,27 @@ void BM_prompt_cache_load(benchmark::State& state, const Shape& shape) {
   state.counters["tok"] = benchmark::Counter(256, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Decode through N in-process ranks of actors (one thread each): tok/s,
-// and the protocol's share of a step (wall time the ranks did not compute).
-void BM_distributed_decode(benchmark::State& state, const Shape& shape) {
-  const accord::Model* model = model_or_skip(state, shape);
-  if (model == nullptr) return;
+// A distributed session of state.range(0) ranks over `model`, or nullptr
+// after marking the benchmark skipped (also when the model is missing).
+std::unique_ptr<accord::DistributedSession> distributed_or_skip(benchmark::State& state, const accord::Model* model) {
+  if (model == nullptr) return nullptr;
   accord::DistributedOptions options;
   options.ranks = static_cast<int>(state.range(0));
   auto created = accord::DistributedSession::create(*model, options);
   if (!created) {
     state.SkipWithError(created.error().message().c_str());
-    return;
+    return nullptr;
   }
-  accord::DistributedSession& session = **created;
+  return std::move(*created);
+}
+
+// Decode through N in-process ranks of actors (one thread each): tok/s,
+// and the protocol's share of a step (wall time the ranks did not compute).
+void BM_distributed_decode(benchmark::State& state, const Shape& shape) {
+  const accord::Model* model = model_or_skip(state, shape);
+  auto created = distributed_or_skip(state, model);
+  if (created == nullptr) return;
+  accord::DistributedSession& session = *created;
   const int context = model->config().seq_len;
   for (auto _ : state) {
     if (session.position() == context && !session.reset_distributed()) {
@@ -242,15 +250,9 @@ void BM_distributed_decode(benchmark::State& state, const Shape& shape) {
 // phase rounds over every rank plus the caller's one blocking call.
 void BM_distributed_round(benchmark::State& state, const Shape& shape) {
   const accord::Model* model = model_or_skip(state, shape);
-  if (model == nullptr) return;
-  accord::DistributedOptions options;
-  options.ranks = static_cast<int>(state.range(0));
-  auto created = accord::DistributedSession::create(*model, options);
-  if (!created) {
-    state.SkipWithError(created.error().message().c_str());
-    return;
-  }
-  accord::DistributedSession& session = **created;
+  auto created = distributed_or_skip(state, model);
+  if (created == nullptr) return;
+  accord::DistributedSession& session = *created;
   for (auto _ : state) {
     if (!session.checkpoint_distributed()) {
       state.SkipWithError("checkpoint failed");
