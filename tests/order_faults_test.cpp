@@ -130,8 +130,8 @@ std::string failure_text(RankId rank) { return "boom on rank " + std::to_string(
 // The real coordinator with `ranks` scripted ranks and a caller.
 class ScriptedCluster {
  public:
-  explicit ScriptedCluster(RankId ranks, AgreementOptions deadlines = kDeadlines) {
-    options_.agreement = deadlines;
+  explicit ScriptedCluster(RankId ranks) {
+    options_.agreement = kDeadlines;
     coordinator_ = spawn_coordinator(sys_.system, kSession, ranks, options_);
     std::vector<caf::actor> rank_actors;
     for (RankId r = 0; r < ranks; ++r) {
