@@ -628,10 +628,14 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
 
 RankActors spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
                       caf::actor coordinator, const RankOptions& options) {
+  auto spawn_local_work = [&](auto behavior, auto argument) {
+    return options.detach_local_work ? system.spawn<caf::detached>(behavior, std::move(argument))
+                                     : system.spawn(behavior, std::move(argument));
+  };
   RankActors actors;
-  actors.execution = system.spawn<caf::detached>(execution_actor, worker);
+  actors.execution = spawn_local_work(execution_actor, worker);
   actors.state = system.spawn(state_actor, worker);
-  actors.cache = system.spawn<caf::detached>(cache_actor, std::make_shared<RankPromptCache>(worker->shard_identity()));
+  actors.cache = spawn_local_work(cache_actor, std::make_shared<RankPromptCache>(worker->shard_identity()));
   actors.agreement = system.spawn(agreement_actor, std::move(worker), session, std::move(coordinator), actors.execution,
                                   actors.state, actors.cache, options);
   return actors;

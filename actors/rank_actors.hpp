@@ -37,6 +37,11 @@ struct RankActors {
 struct RankOptions {
   std::vector<Fault> faults;  // the session's plan; the rank keeps its own entries
   std::chrono::milliseconds phase_timeout{5000};
+  // The execution and cache actors run detached, on threads of their own,
+  // so compute and disk I/O never block a scheduler thread. Only tests on
+  // CAF's deterministic scheduler turn this off (tests/order_faults_test.cpp):
+  // there a detached actor would run outside the test's control.
+  bool detach_local_work = true;
 };
 
 // Spawns the rank's actors. The agreement actor reports to `coordinator`
