@@ -1,5 +1,5 @@
 // The atoms of accord's actors (CAF 0.17.6 spelling). Included by actors/
-// translation units only.
+// translation units and by tests that speak to the actors directly.
 #pragma once
 
 #include <caf/atom.hpp>
