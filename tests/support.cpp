@@ -41,7 +41,8 @@ Tokenizer load_stories_tokenizer() {
 std::vector<float> to_vector(std::span<const float> values) { return {values.begin(), values.end()}; }
 
 bool bit_identical(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // memcmp may not see a null pointer, which an empty vector's data() can be.
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 TempDir::TempDir() {
