@@ -504,6 +504,23 @@ bool lose(AgreementActor* self, const RankMessage& message) {
   return true;
 }
 
+// An abort or a poison ends the phase a rank may still be waiting in for
+// another rank's data (which may never come): nothing of it touched the
+// state, so the wait ends with a failure and the rank restores or forgets.
+void stop_waiting(AgreementActor* self, Epoch epoch) {
+  auto stop = [&](auto& awaited) {
+    if (!awaited.phase || awaited.phase->epoch != epoch) return;
+    const RunPhase run = *awaited.phase;
+    awaited.reset();
+    finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::mechanism),
+                             "stopped waiting for another rank's data: the phase was decided"});
+  };
+  auto& s = self->state;
+  stop(s.activations);
+  stop(s.sampled);
+  stop(s.capture);
+}
+
 void forget_step(AgreementActor* self) {
   self->state.activations.reset();
   self->state.sampled.reset();
@@ -581,6 +598,9 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
       [=](const PhaseDecision& decision) {
         self->state.machine->step(decision);
         pump(self);
+        if (decision.decision == Decision::abort || decision.decision == Decision::poison) {
+          stop_waiting(self, decision.epoch);
+        }
       },
       [=](RouteTransfer& transfer) {
         auto& st = self->state;

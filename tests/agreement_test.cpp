@@ -558,6 +558,28 @@ TEST_F(RankAgreementTest, AnAbortDuringTheLocalWorkRestoresOnlyAfterItAndSendsNo
   EXPECT_EQ(ready().messages, std::vector<RankMessage>{acknowledgement(1, true)});
 }
 
+TEST_F(RankAgreementTest, APoisonDuringTheLocalWorkForgetsOnlyAfterItAndAResetWaitsForIt) {
+  rank_.step(begin(1));
+  ready();
+  const PhaseDecision poison = decide(Decision::poison);
+  rank_.step(poison);
+  EXPECT_TRUE(ready().actions.empty()) << "forgot the transaction under running work";
+  EXPECT_TRUE(rank_.poisoned());
+
+  rank_.step(begin(2, phase_id(SessionResetPreparation)));
+  EXPECT_TRUE(ready().actions.empty()) << "began the reset under running work";
+
+  rank_.phase_done(1, kExecution);
+  const RankReady out = ready();
+  EXPECT_TRUE(out.messages.empty()) << "a status for a poisoned transaction";
+  EXPECT_EQ(out.actions, (std::vector<RankAction>{MarkPoisoned{poison},
+                                                  RunPhase{2, phase_id(SessionResetPreparation), {7}}}));
+  EXPECT_EQ(rank_.dropped().of(DropReason::late), 1u);
+
+  rank_.phase_done(2, phase_id(SessionResetPreparation));
+  EXPECT_EQ(ready().messages, std::vector<RankMessage>{status(1, true, 2, phase_id(SessionResetPreparation))});
+}
+
 TEST_F(RankAgreementTest, AFailedRestoreIsAcknowledgedAndPoisonsTheRank) {
   rank_.step(begin(1));
   rank_.phase_failed(1, kExecution, FailureCode::io, "disk");
@@ -612,6 +634,7 @@ TEST_F(RankAgreementTest, APoisonedRankRefusesWorkUntilAResetCommits) {
   ASSERT_TRUE(rank_.poisoned());
   ready();
   rank_.phase_done(1, kExecution);  // the work in flight finishes: late
+  EXPECT_EQ(ready().actions, std::vector<RankAction>{MarkPoisoned{*rank_.poison()}});
 
   rank_.step(begin(2));
   RankReady out = ready();
@@ -647,15 +670,19 @@ TEST_F(RankAgreementTest, PoisonDuringAResetEndsItAndKeepsTheFirstCause) {
   const PhaseId reset = phase_id(SessionResetPreparation);
   rank_.step(begin(2, reset));
   ready();
+  rank_.phase_done(1, kExecution);  // the poisoned epoch's work ends; the reset begins
+  ready();
   const PhaseDecision second = decision(Decision::poison, cause_of(CauseKind::rank_down, 0), 2, reset);
   rank_.step(second);
-  EXPECT_EQ(ready().actions, (std::vector<RankAction>{MarkPoisoned{second}}));
+  EXPECT_TRUE(ready().actions.empty()) << "forgot the reset under its running work";
   EXPECT_TRUE(rank_.settled());
   EXPECT_EQ(*rank_.poison(), first);
   rank_.phase_done(2, reset);  // the reset's work in flight: nothing awaits it
-  EXPECT_TRUE(ready().messages.empty());
+  const RankReady out = ready();
+  EXPECT_TRUE(out.messages.empty());
+  EXPECT_EQ(out.actions, std::vector<RankAction>{MarkPoisoned{first}});
   rank_.step(second);
-  EXPECT_EQ(rank_.dropped().of(DropReason::late), 1u);
+  EXPECT_EQ(rank_.dropped().of(DropReason::late), 2u);
   EXPECT_EQ(rank_.dropped().of(DropReason::duplicate), 1u);
 }
 
@@ -672,12 +699,29 @@ TEST_F(RankAgreementTest, ANewEpochBeforeThePreviousSettledPoisonsTheRank) {
   EXPECT_FALSE(std::get<PhaseStatus>(out.messages[0]).ok);
 }
 
-TEST_F(RankAgreementTest, AResetMayStartBeforeThePreviousEpochSettled) {
+TEST_F(RankAgreementTest, AResetMayStartBeforeThePreviousEpochSettledOnceItsWorkStopped) {
   rank_.step(begin(1));
   ready();
   rank_.step(begin(2, phase_id(SessionResetPreparation)));
+  EXPECT_TRUE(ready().actions.empty()) << "began the reset under running work";
+  rank_.phase_done(1, kExecution);
+  const RankReady out = ready();
   EXPECT_FALSE(rank_.poisoned());
-  EXPECT_EQ(ready().actions, (std::vector<RankAction>{RunPhase{2, phase_id(SessionResetPreparation), {7}}}));
+  EXPECT_TRUE(out.messages.empty()) << "a status for the superseded epoch";
+  EXPECT_EQ(out.actions, (std::vector<RankAction>{RunPhase{2, phase_id(SessionResetPreparation), {7}}}));
+}
+
+TEST_F(RankAgreementTest, AnotherTransactionWhileTheWorkRunsPoisonsTheRankOnceItStopped) {
+  rank_.step(begin(1));
+  ready();
+  rank_.step(begin(2));  // the decision on epoch 1 never came
+  EXPECT_TRUE(ready().actions.empty());
+  rank_.phase_done(1, kExecution);
+  const RankReady out = ready();
+  ASSERT_TRUE(rank_.poisoned());
+  EXPECT_NE(rank_.poison()->cause.message.find("epoch 1 was never settled"), std::string::npos);
+  ASSERT_EQ(out.messages.size(), 1u);
+  EXPECT_FALSE(std::get<PhaseStatus>(out.messages[0]).ok);
 }
 
 // ---------------------------------------------------------------------------

@@ -11,6 +11,11 @@ void RankAgreement::step(const PhaseBegin& begin) {
     dropped_.count(DropReason::other_session);
   } else if (begin.epoch < epoch_) {
     dropped_.count(DropReason::stale_epoch);
+  } else if (begin.epoch > epoch_ && work_in_flight_) {
+    // Only a reset opens a transaction before the previous one settled
+    // (after a poison, say); it begins once the local work that still runs
+    // has stopped touching the state.
+    deferred_begin_ = begin;
   } else if (begin.epoch > epoch_) {
     open_transaction(begin);
   } else if (begin.phase == phase_) {
@@ -42,6 +47,7 @@ void RankAgreement::open_transaction(const PhaseBegin& begin) {
 
 void RankAgreement::run(const PhaseBegin& begin) {
   stage_ = Stage::working;
+  work_in_flight_ = true;
   phase_ = begin.phase;
   decided_ = false;
   abort_requested_ = false;
@@ -67,8 +73,18 @@ void RankAgreement::phase_failed(Epoch epoch, const PhaseId& phase, FailureCode 
 
 void RankAgreement::report_local_result(Epoch epoch, const PhaseId& phase, bool ok, FailureCode code,
                                         std::string message) {
-  if (stage_ != Stage::working || epoch != epoch_ || phase != phase_) {
+  if (!work_in_flight_ || epoch != epoch_ || phase != phase_) {
     dropped_.count(DropReason::late);
+    return;
+  }
+  work_in_flight_ = false;
+  if (stage_ != Stage::working || deferred_begin_) {
+    // Poisoned, or superseded by a reset, while the work ran: its result
+    // no longer matters. The rank forgets a poisoned transaction now, and
+    // a transaction that began meanwhile starts.
+    dropped_.count(DropReason::late);
+    if (poison_ && stage_ != Stage::working) ready_.actions.push_back(MarkPoisoned{*poison_});
+    if (auto deferred = std::exchange(deferred_begin_, std::nullopt)) step(*deferred);
     return;
   }
   if (abort_requested_) {
@@ -173,7 +189,9 @@ void RankAgreement::become_poisoned(PhaseDecision cause) {
   stage_ = Stage::settled;
   decided_ = true;
   in_reset_ = false;
-  ready_.actions.push_back(MarkPoisoned{std::move(cause)});
+  // Local work that still runs would race the rank's forgetting of the
+  // transaction; it is forgotten when the work's result comes back.
+  if (!work_in_flight_) ready_.actions.push_back(MarkPoisoned{std::move(cause)});
 }
 
 PhaseDecision RankAgreement::own_poison(DecisionCause cause) const {

@@ -10,7 +10,9 @@
 //   and answers its result with PhaseStatus.
 // - proceed waits for the next phase; commit asks to commit; abort asks to
 //   restore once the local work in flight has finished (never under it) and
-//   answers AbortAcknowledgement; poison marks the rank poisoned.
+//   answers AbortAcknowledgement; poison marks the rank poisoned (MarkPoisoned
+//   likewise waits for local work in flight, and a reset that begins
+//   meanwhile runs once that work's result is back).
 // - A poisoned rank answers every begin but a reset's with an error status,
 //   and every abort with a failed restore, until a reset commits. A rank
 //   that gets a new epoch before the previous one settled cannot prove its
@@ -114,6 +116,10 @@ class RankAgreement {
   bool decided_ = false;          // a decision on phase_ was applied
   bool abort_requested_ = false;  // abort arrived while phase_ was working
   bool in_reset_ = false;         // epoch_ is a reset transaction
+  // The local part of (epoch_, phase_) runs, whatever was decided since:
+  // nothing else may touch the rank's state until its result is back.
+  bool work_in_flight_ = false;
+  std::optional<PhaseBegin> deferred_begin_;  // a transaction that waits for it
   std::optional<PhaseDecision> poison_;
   DroppedMessages dropped_;
   RankReady ready_;
