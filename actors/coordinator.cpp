@@ -82,6 +82,7 @@ struct CoordinatorState {
   // A tick is on its way. The timer runs only while a phase or an abort is
   // being agreed on, so an idle session wakes no thread.
   bool ticking = false;
+  caf::actor_clock::time_point tick_due;  // when the tick on its way is due
 
   // The open transaction, while `busy`.
   bool busy = false;
@@ -110,7 +111,7 @@ void finish(CoordinatorActor* self, TransactionOutcome outcome, const PhaseDecis
   s.reply = {};
 }
 
-void pump(CoordinatorActor* self);
+bool pump(CoordinatorActor* self);
 
 // Begins the next planned phase of the open transaction.
 void begin_next(CoordinatorActor* self) {
@@ -158,8 +159,10 @@ void settle(CoordinatorActor* self, const PhaseDecision& decision) {
   }
 }
 
-void pump(CoordinatorActor* self) {
+// Sends what the agreement decided; true when there was anything.
+bool pump(CoordinatorActor* self) {
   CoordinatorReady ready = self->state.agreement->take_ready();
+  const bool anything = !ready.messages.empty() || !ready.settled.empty();
   for (auto& message : ready.messages) {
     const caf::actor& rank = self->state.ranks.at(message.to);
     std::visit([&](auto& m) { self->send(rank, std::move(m)); }, message.message);
@@ -168,7 +171,24 @@ void pump(CoordinatorActor* self) {
   auto& s = self->state;
   if (!s.ticking && s.agreement->agreeing()) {
     s.ticking = true;
+    s.tick_due = self->clock().now() + s.options.tick;
     self->delayed_send(self, s.options.tick, tick_atom::value);
+  }
+  return anything;
+}
+
+// A loaded machine delivers ticks late; counting the periods that really
+// passed keeps the deadlines in wall time rather than in ticks received.
+void on_tick(CoordinatorActor* self) {
+  auto& s = self->state;
+  s.ticking = false;
+  const auto late = self->clock().now() - s.tick_due;
+  const auto periods = 1 + std::max<std::int64_t>(0, late / s.options.tick);
+  // A deadline that passes starts the next one (an abort's), which runs
+  // from now: the periods after it are not counted toward it.
+  for (std::int64_t i = 0; i < periods; ++i) {
+    s.agreement->tick();
+    if (pump(self)) return;
   }
 }
 
@@ -275,11 +295,7 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
         auto& st = self->state;
         if (st.busy && report.session == st.session && report.epoch == st.reply.epoch && report.rank == 0) st.first_rank_save_id = report.save_id;
       },
-      [=](tick_atom) {
-        self->state.ticking = false;
-        self->state.agreement->tick();
-        pump(self);
-      },
+      [=](tick_atom) { on_tick(self); },
   };
 }
 
