@@ -263,17 +263,34 @@ struct DistributedSession::Impl {
     return {};
   }
 
+  // Which ranks are gone. A local rank is asked: a request to an exited
+  // local actor fails at once. A remote rank's proxy swallows requests once
+  // its node is unreachable, so the coordinator, which saw it go down, is
+  // asked instead.
+  std::vector<bool> exited_ranks() const {
+    std::vector<bool> exited(ranks.size(), false);
+    if (!nodes.empty()) {
+      (*caller)->request(coordinator, std::chrono::seconds(5), down_atom::value)
+          .receive([&](std::vector<RankId>& down) { for (RankId r : down) exited.at(r) = true; },
+                   [](caf::error&) {});
+      return exited;
+    }
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      (*caller)->request(ranks[r].agreement, std::chrono::seconds(5), dropped_atom::value)
+          .receive([](std::vector<std::uint64_t>&) {}, [&](caf::error&) { exited[r] = true; });
+    }
+    return exited;
+  }
+
   // Starts afresh, with an empty state, every rank whose actors exited (or
   // whose node went away), and tells the coordinator and the other ranks.
   // The reset that follows brings them in. Their fault plan does not come
   // back: it fired.
   Status restart_exited_ranks() {
+    const std::vector<bool> exited = exited_ranks();
     bool restarted = false;
     for (std::size_t r = 0; r < ranks.size(); ++r) {
-      bool exited = false;
-      (*caller)->request(ranks[r].agreement, std::chrono::seconds(5), dropped_atom::value)
-          .receive([](std::vector<std::uint64_t>&) {}, [&](caf::error&) { exited = true; });
-      if (!exited) continue;
+      if (!exited[r]) continue;
       if (Status ok = start_rank(static_cast<int>(r), RankOptions{{}, layout->options.phase_timeout}); !ok) {
         return std::move(Error(ok.error()).mark_before_state_mutation());
       }
