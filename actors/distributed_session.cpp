@@ -34,6 +34,8 @@ class SessionConfig : public caf::actor_system_config {
 
 // How long a node may take to load the model, hash it and spawn its rank.
 constexpr std::chrono::seconds kNodeSetupTimeout{60};
+// Connection attempts per node; see reach().
+constexpr int kConnectAttempts = 3;
 
 std::string describe_node(const NodeAddress& node, int rank) {
   return "node " + node.to_string() + " (rank " + std::to_string(rank) + ")";
@@ -242,10 +244,21 @@ struct DistributedSession::Impl {
     return assignment;
   }
 
+  // The node actor at `address`. CAF 0.17.6's BASP broker starts a new
+  // outgoing connection's last-seen time at zero, so a heartbeat tick that
+  // falls into the handshake drops it with connection_timeout; another
+  // attempt then succeeds. Other errors (nothing listens) are final.
+  caf::expected<caf::actor> reach(const NodeAddress& address) const {
+    for (int attempt = 1;; ++attempt) {
+      auto node = system->middleman().remote_actor(address.host, address.port);
+      if (node || node.error() != caf::sec::connection_timeout || attempt == kConnectAttempts) return node;
+    }
+  }
+
   // Connects to rank r's node and has it start the rank (actors/node.hpp).
   Status assign_node(int r, const RankOptions& options) {
     const NodeAddress& address = nodes[static_cast<std::size_t>(r)];
-    auto node = system->middleman().remote_actor(address.host, address.port);
+    auto node = reach(address);
     if (!node) {
       return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + system->render(node.error()));
     }

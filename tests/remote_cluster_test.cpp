@@ -2,9 +2,10 @@
 // with the coordinator in the test's process (DistributedSession::connect).
 // They give the tokens and logits of in-process ranks bit for bit; a node
 // killed with SIGKILL mid-generation poisons the session naming its rank,
-// well within the phase deadline; a restarted node on the same address
-// comes back through reset_distributed; a node with another model and bad
-// addresses are refused with clear errors.
+// well within the phase deadline, and a frozen one once its heartbeats
+// stop; a restarted node on the same address comes back through
+// reset_distributed; a node with another model and bad addresses are
+// refused with clear errors.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -65,6 +66,8 @@ class NodeProcess {
     text << in.rdbuf();
     return text.str();
   }
+
+  void freeze() { ::kill(pid_, SIGSTOP); }
 
   void kill_hard() {
     if (pid_ <= 0) return;
@@ -254,6 +257,22 @@ TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBa
   const Status reset = session->reset_distributed();
   ASSERT_TRUE(reset) << reset.error().message();
   EXPECT_TRUE(test::bit_identical(greedy_trace(*session, 3), before));
+}
+
+// A frozen node keeps its connection open; only its missing heartbeats
+// (use_remote_connections) tell the client that it is gone.
+TEST_F(RemoteClusterTest, AFrozenNodeIsDroppedWhenItsHeartbeatsStop) {
+  auto session = connect();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(session->prefill(kPrompt));
+  nodes_[2]->freeze();
+  // Idle meanwhile: no phase deadline can notice it.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  const auto started = Clock::now();
+  const auto step = session->decode(kPrompt.back());
+  ASSERT_FALSE(step);
+  EXPECT_LT(Clock::now() - started, std::chrono::milliseconds(500));
+  EXPECT_NE(step.error().message().find("rank 2 is down"), std::string::npos) << step.error().message();
 }
 
 TEST_F(RemoteClusterTest, APromptCacheSavedOnTheNodesLoadsBackBitForBit) {
