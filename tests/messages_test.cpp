@@ -16,6 +16,7 @@
 
 #include <set>
 
+#include "messages/node_api.hpp"
 #include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
 #include "messages/session_api.hpp"
@@ -165,11 +166,15 @@ TEST(PhaseArgumentsTest, SamplingArgumentsRoundTripAndRefuseMalformedBytes) {
   EXPECT_EQ(decode_sampling(torn), std::nullopt);
 }
 
+TEST_F(MessagesTest, NodeAssignmentRoundTrips) {
+  expect_round_trip(NodeAssignment{7, 2, {2, 2, 1}, "/models/m.bin", "0123abcd", 4, 2000, "1:Execution:error:2;"});
+}
+
 TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {
   for (const char* name : {"accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
                            "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer",
                            "accord.StepOutput", "accord.SamplingResult", "accord.PredictionTargetHidden",
-                           "accord.RankCheckpointReport", "accord.PromptCacheReport"}) {
+                           "accord.RankCheckpointReport", "accord.PromptCacheReport", "accord.NodeAssignment"}) {
     EXPECT_NE(receiver_.types().make_value(name), nullptr) << name;
     EXPECT_EQ(bare_.types().make_value(name), nullptr) << name;
   }
