@@ -110,6 +110,14 @@ SamplingArguments sampling_arguments(const Sampler& sampler, std::span<const int
           std::vector<std::int32_t>(stop_tokens.begin(), stop_tokens.end())};
 }
 
+// A fault plan as text, the form a rank reads it in: in process, and on a
+// node, which cannot be sent the parsed plan.
+std::string fault_plan_text(const std::vector<Fault>& plan) {
+  std::string text;
+  for (const Fault& fault : plan) text += to_string(fault) + ";";
+  return text;
+}
+
 std::uint64_t random_session_id() {
   std::random_device random;
   return (static_cast<std::uint64_t>(random()) << 32) | random();
@@ -164,8 +172,6 @@ struct DistributedSession::Impl {
 
   ~Impl() {
     if (system == nullptr) return;
-    // Stop every actor and wait for it, so no rank touches the model after
-    // the session is gone.
     // Stop every actor and wait for the local ones, so no rank touches the
     // model after the session is gone. A remote rank is not waited for: its
     // node stops it when the coordinator goes, and an unreachable node must
@@ -173,13 +179,13 @@ struct DistributedSession::Impl {
     caf::scoped_actor self{*system};
     std::vector<caf::actor> local = {coordinator};
     for (const auto& rank : ranks) {
-      if (rank.agreement) self->send_exit(rank.agreement, caf::exit_reason::user_shutdown);
-      if (nodes.empty()) local.insert(local.end(), {rank.agreement, rank.execution, rank.state, rank.cache});
+      if (nodes.empty()) {
+        local.insert(local.end(), {rank.agreement, rank.execution, rank.state, rank.cache});
+      } else if (rank.agreement) {
+        self->send_exit(rank.agreement, caf::exit_reason::user_shutdown);
+      }
     }
-    for (const auto& actor : local) {
-      if (actor) self->send_exit(actor, caf::exit_reason::user_shutdown);
-    }
-    std::erase_if(local, [](const caf::actor& actor) { return !actor; });
+    for (const auto& actor : local) self->send_exit(actor, caf::exit_reason::user_shutdown);
     self->wait_for(local);
   }
 
@@ -240,7 +246,7 @@ struct DistributedSession::Impl {
     assignment.model_identity = layout->identity;
     assignment.threads = layout->threads;
     assignment.phase_timeout_ms = static_cast<std::int32_t>(options.phase_timeout.count());
-    for (const Fault& fault : options.faults) assignment.faults += to_string(fault) + ";";
+    assignment.faults = fault_plan_text(options.faults);
     return assignment;
   }
 
@@ -564,9 +570,7 @@ std::optional<PromptInputIdentity> DistributedSession::committed_prompt_input_id
 
 Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
   if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
-  // As text, the form a remote rank will read too.
-  std::string text;
-  for (const Fault& fault : plan) text += to_string(fault) + ";";
+  const std::string text = fault_plan_text(plan);
   for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
     std::optional<Error> failure;
     (*impl_->caller)->request(impl_->ranks[r].agreement, std::chrono::seconds(5), faults_atom::value, text)
