@@ -37,7 +37,6 @@ namespace accord {
 
 struct DistributedOptions {
   int ranks = 1;                 // in-process ranks; connect() has one per node
-
   std::vector<int> unit_counts;  // units per rank; empty: balanced
   int threads_per_rank = 1;
   int phase_timeout_ms = 5000;  // a rank that does not report within it aborts the step
