@@ -140,9 +140,10 @@ class RemoteClusterTest : public ::testing::Test {
     return text;
   }
 
-  std::unique_ptr<DistributedSession> connect() {
+  std::unique_ptr<DistributedSession> connect(std::vector<Fault> faults = {}) {
     DistributedOptions options;
     options.phase_timeout_ms = kPhaseTimeoutMs;
+    options.faults = std::move(faults);
     auto session = DistributedSession::connect(peers(), model_, options);
     if (!session) {
       ADD_FAILURE() << session.error().message();
@@ -257,6 +258,28 @@ TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBa
   const Status reset = session->reset_distributed();
   ASSERT_TRUE(reset) << reset.error().message();
   EXPECT_TRUE(test::bit_identical(greedy_trace(*session, 3), before));
+}
+
+// The fault plan travels to the nodes; an `exit` stops the rank's actors,
+// not its node, and the reset assigns the rank to the node again.
+TEST_F(RemoteClusterTest, AFaultPlanRunsOnTheNodes) {
+  auto error = parse_fault("1:Execution:error");
+  auto exit = parse_fault("2:OutputPublication:exit");
+  ASSERT_TRUE(error && exit);
+  auto session = connect({*error, *exit});
+  ASSERT_TRUE(session);
+  const auto aborted = session->prefill(kPrompt);
+  ASSERT_FALSE(aborted);
+  EXPECT_NE(aborted.error().message().find("injected fault: error on rank 1 in Execution"), std::string::npos)
+      << aborted.error().message();
+  const auto poisoned = session->prefill(kPrompt);
+  ASSERT_FALSE(poisoned);
+  EXPECT_NE(poisoned.error().message().find("rank 2 is down"), std::string::npos) << poisoned.error().message();
+  const Status reset = session->reset_distributed();
+  ASSERT_TRUE(reset) << reset.error().message();
+  const auto committed = session->prefill(kPrompt);
+  ASSERT_TRUE(committed) << committed.error().message();
+  EXPECT_TRUE(test::bit_identical(committed->logits, in_process_trace(model_, 0)));
 }
 
 // A frozen node keeps its connection open; only its missing heartbeats
