@@ -32,5 +32,8 @@ using save_prepare_atom = caf::atom_constant<caf::atom("savePrep")>;
 using publish_atom = caf::atom_constant<caf::atom("publish")>;
 using load_preflight_atom = caf::atom_constant<caf::atom("loadPre")>;
 using load_read_atom = caf::atom_constant<caf::atom("loadRead")>;
+using assign_atom = caf::atom_constant<caf::atom("assign")>;
+using name_atom = caf::atom_constant<caf::atom("name")>;
+using down_atom = caf::atom_constant<caf::atom("down")>;
 
 }  // namespace accord

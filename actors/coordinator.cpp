@@ -286,6 +286,13 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
         if (self->state.busy && report.epoch == self->state.reply.epoch) self->state.reply.checkpoints.push_back(report);
       },
       [=](dropped_atom) { return self->state.agreement->dropped().counts(); },
+      [=](down_atom) {
+        std::vector<RankId> down;
+        for (RankId r = 0; r < self->state.ranks.size(); ++r) {
+          if (self->state.agreement->is_down(r)) down.push_back(r);
+        }
+        return down;
+      },
       [=](digests_atom) -> caf::result<std::vector<std::string>> {
         if (self->state.ranks.empty()) return std::vector<std::string>{};
         collect_digests(self);

@@ -27,7 +27,8 @@ struct CoordinatorOptions {
 std::vector<PhaseId> phases_of(const TransactionRequest& request, RankId ranks);
 
 // Spawns the coordinator of `rank_count` ranks. Send it topology_atom with
-// the ranks' agreement actors (in rank order) before any request.
+// the ranks' agreement actors (in rank order) before any request. Asked
+// with down_atom, it answers the ranks it saw go down (std::vector<RankId>).
 caf::actor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
                              CoordinatorOptions options);
 

@@ -2,6 +2,7 @@
 #include "actors/distributed_session_actor.hpp"
 
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
 #include <chrono>
 #include <optional>
 #include <random>
@@ -11,6 +12,7 @@
 #include "actors/failure_codes.hpp"
 #include "actors/message_registry.hpp"
 #include "actors/rank_actors.hpp"
+#include "messages/node_api.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/transformer.hpp"
@@ -23,11 +25,21 @@ namespace {
 
 class SessionConfig : public caf::actor_system_config {
  public:
-  SessionConfig() {
+  explicit SessionConfig(bool remote) {
     register_distributed_session_types(*this);
     use_low_latency_scheduling(*this);
+    if (remote) use_remote_connections(*this);
   }
 };
+
+// How long a node may take to load the model, hash it and spawn its rank.
+constexpr std::chrono::seconds kNodeSetupTimeout{60};
+// Connection attempts per node; see reach().
+constexpr int kConnectAttempts = 3;
+
+std::string describe_node(const NodeAddress& node, int rank) {
+  return "node " + node.to_string() + " (rank " + std::to_string(rank) + ")";
+}
 
 Error reply_error(const TransactionReply& reply) {
   switch (reply.outcome) {
@@ -98,6 +110,14 @@ SamplingArguments sampling_arguments(const Sampler& sampler, std::span<const int
           std::vector<std::int32_t>(stop_tokens.begin(), stop_tokens.end())};
 }
 
+// A fault plan as text, the form a rank reads it in: in process, and on a
+// node, which cannot be sent the parsed plan.
+std::string fault_plan_text(const std::vector<Fault>& plan) {
+  std::string text;
+  for (const Fault& fault : plan) text += to_string(fault) + ";";
+  return text;
+}
+
 std::uint64_t random_session_id() {
   std::random_device random;
   return (static_cast<std::uint64_t>(random()) << 32) | random();
@@ -117,14 +137,21 @@ void use_low_latency_scheduling(caf::actor_system_config& config) {
   config.set("work-stealing.moderate-poll-attempts", std::size_t{0});
 }
 
+void use_remote_connections(caf::actor_system_config& config) {
+  config.load<caf::io::middleman>();
+  config.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(250)});
+  config.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(2)});
+}
+
 struct DistributedSession::Impl {
   std::unique_ptr<SessionConfig> own_config;
   std::unique_ptr<caf::actor_system> own_system;
   caf::actor_system* system = nullptr;
   const Model* model = nullptr;
   SessionId session_id = random_session_id();
-  std::vector<RankActors> ranks;
-  std::vector<std::shared_ptr<RankWorker>> workers;
+  std::vector<RankActors> ranks;  // a remote rank has only its agreement actor here
+  std::vector<std::shared_ptr<RankWorker>> workers;  // in-process ranks' only
+  std::vector<NodeAddress> nodes;  // rank r runs on nodes[r]; empty: every rank in process
   caf::actor coordinator;
   // The caller's side of every transaction, made once: creating a scoped
   // actor per call costs a registration and a teardown each time.
@@ -145,19 +172,28 @@ struct DistributedSession::Impl {
 
   ~Impl() {
     if (system == nullptr) return;
-    // Stop every actor and wait for it, so no rank touches the model after
-    // the session is gone.
+    // Stop every actor and wait for the local ones, so no rank touches the
+    // model after the session is gone. A remote rank is not waited for: its
+    // node stops it when the coordinator goes, and an unreachable node must
+    // not hold the caller up.
     caf::scoped_actor self{*system};
-    std::vector<caf::actor> all = {coordinator};
-    for (const auto& rank : ranks) all.insert(all.end(), {rank.agreement, rank.execution, rank.state, rank.cache});
-    for (const auto& actor : all) self->send_exit(actor, caf::exit_reason::user_shutdown);
-    self->wait_for(all);
+    std::vector<caf::actor> local = {coordinator};
+    for (const auto& rank : ranks) {
+      if (nodes.empty()) {
+        local.insert(local.end(), {rank.agreement, rank.execution, rank.state, rank.cache});
+      } else if (rank.agreement) {
+        self->send_exit(rank.agreement, caf::exit_reason::user_shutdown);
+      }
+    }
+    for (const auto& actor : local) self->send_exit(actor, caf::exit_reason::user_shutdown);
+    self->wait_for(local);
   }
 
   Status start(const Model& m, const DistributedOptions& options) {
     model = &m;
     const int units = m.config().n_layers;
-    auto partition = options.unit_counts.empty() ? Partition::balanced(units, options.ranks)
+    const int rank_count = nodes.empty() ? options.ranks : static_cast<int>(nodes.size());
+    auto partition = options.unit_counts.empty() ? Partition::balanced(units, rank_count)
                                                  : Partition::from_counts(units, options.unit_counts);
     if (!partition) return partition.error();
     if (options.threads_per_rank < 1) return Error(ErrorCode::contract, "each rank needs at least one thread");
@@ -175,12 +211,12 @@ struct DistributedSession::Impl {
     coordination.agreement = {deadline, deadline};
     coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
     layout.emplace(RankLayout{*partition, options.threads_per_rank, model_identity(m), std::move(rank_options)});
+    caller.emplace(*system);
     for (int r = 0; r < partition->ranks(); ++r) {
       workers.push_back(nullptr);
       ranks.push_back({});
-      spawn_rank_at(r, layout->options);
+      if (Status ok = start_rank(r, layout->options); !ok) return ok;
     }
-    caller.emplace(*system);
     for (const auto& rank : ranks) (*caller)->send(rank.agreement, topology_atom::value, agreements());
     (*caller)->send(coordinator, topology_atom::value, agreements());
     return {};
@@ -192,28 +228,98 @@ struct DistributedSession::Impl {
     return all;
   }
 
-  void spawn_rank_at(int r, const RankOptions& options) {
+  // Starts rank r's actors: in this process, or on its node.
+  Status start_rank(int r, const RankOptions& options) {
     const auto index = static_cast<std::size_t>(r);
+    if (!nodes.empty()) return assign_node(r, options);
     workers[index] = std::make_shared<RankWorker>(*model, layout->threads, layout->partition, r, layout->identity);
     ranks[index] = spawn_rank(*system, workers[index], session_id, coordinator, options);
+    return {};
   }
 
-  // Starts afresh, with an empty state, every rank whose actors exited, and
-  // tells the coordinator and the other ranks. The reset that follows
-  // brings them in. Their fault plan does not come back: it fired.
-  void restart_exited_ranks() {
+  NodeAssignment assignment_for(int r, const RankOptions& options) const {
+    NodeAssignment assignment;
+    assignment.session = session_id;
+    assignment.rank = static_cast<RankId>(r);
+    for (int q = 0; q < layout->partition.ranks(); ++q) assignment.unit_counts.push_back(layout->partition.range(q).count);
+    assignment.model_path = model->path();
+    assignment.model_identity = layout->identity;
+    assignment.threads = layout->threads;
+    assignment.phase_timeout_ms = static_cast<std::int32_t>(options.phase_timeout.count());
+    assignment.faults = fault_plan_text(options.faults);
+    return assignment;
+  }
+
+  // The node actor at `address`. CAF 0.17.6's BASP broker starts a new
+  // outgoing connection's last-seen time at zero, so a heartbeat tick that
+  // falls into the handshake drops it with connection_timeout; another
+  // attempt then succeeds. Other errors (nothing listens) are final.
+  caf::expected<caf::actor> reach(const NodeAddress& address) const {
+    for (int attempt = 1;; ++attempt) {
+      auto node = system->middleman().remote_actor(address.host, address.port);
+      if (node || node.error() != caf::sec::connection_timeout || attempt == kConnectAttempts) return node;
+    }
+  }
+
+  // Connects to rank r's node and has it start the rank (actors/node.hpp).
+  Status assign_node(int r, const RankOptions& options) {
+    const NodeAddress& address = nodes[static_cast<std::size_t>(r)];
+    auto node = reach(address);
+    if (!node) {
+      return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + system->render(node.error()));
+    }
+    std::optional<Error> failure;
+    (*caller)->request(*node, kNodeSetupTimeout, assign_atom::value, assignment_for(r, options), coordinator)
+        .receive(
+            [&](std::string& refusal, caf::actor& agreement) {
+              if (!refusal.empty()) failure = Error(ErrorCode::architecture, refusal);
+              ranks[static_cast<std::size_t>(r)].agreement = std::move(agreement);
+            },
+            [&](caf::error& e) {
+              failure = Error(ErrorCode::io, describe_node(address, r) + " did not answer: " + system->render(e));
+            });
+    if (failure) return *failure;
+    return {};
+  }
+
+  // Which ranks are gone. A local rank is asked: a request to an exited
+  // local actor fails at once. A remote rank's proxy swallows requests once
+  // its node is unreachable, so the coordinator, which saw it go down, is
+  // asked instead.
+  std::vector<bool> exited_ranks() const {
+    std::vector<bool> exited(ranks.size(), false);
+    if (!nodes.empty()) {
+      (*caller)->request(coordinator, std::chrono::seconds(5), down_atom::value)
+          .receive([&](std::vector<RankId>& down) { for (RankId r : down) exited.at(r) = true; },
+                   [](caf::error&) {});
+      return exited;
+    }
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      (*caller)->request(ranks[r].agreement, std::chrono::seconds(5), dropped_atom::value)
+          .receive([](std::vector<std::uint64_t>&) {}, [&](caf::error&) { exited[r] = true; });
+    }
+    return exited;
+  }
+
+  // Starts afresh, with an empty state, every rank whose actors exited (or
+  // whose node went away), and tells the coordinator and the other ranks.
+  // The reset that follows brings them in. Their fault plan does not come
+  // back: it fired.
+  Status restart_exited_ranks() {
+    const std::vector<bool> exited = exited_ranks();
     bool restarted = false;
     for (std::size_t r = 0; r < ranks.size(); ++r) {
-      bool exited = false;
-      (*caller)->request(ranks[r].agreement, std::chrono::seconds(5), dropped_atom::value)
-          .receive([](std::vector<std::uint64_t>&) {}, [&](caf::error&) { exited = true; });
-      if (!exited) continue;
-      spawn_rank_at(static_cast<int>(r), RankOptions{{}, layout->options.phase_timeout});
+      if (!exited[r]) continue;
+      if (Status ok = start_rank(static_cast<int>(r), RankOptions{{}, layout->options.phase_timeout}); !ok) {
+        return std::move(Error(ok.error()).mark_before_state_mutation());
+      }
       (*caller)->send(coordinator, restart_atom::value, static_cast<RankId>(r), ranks[r].agreement);
       restarted = true;
     }
-    if (!restarted) return;
-    for (const auto& rank : ranks) (*caller)->send(rank.agreement, topology_atom::value, agreements());
+    if (restarted) {
+      for (const auto& rank : ranks) (*caller)->send(rank.agreement, topology_atom::value, agreements());
+    }
+    return {};
   }
 
   Result<TransactionReply> call(const TransactionRequest& request) {
@@ -233,6 +339,11 @@ struct DistributedSession::Impl {
   Result<DistributedStep> step(std::span<const int> step_tokens, const StepRequest& options) {
     if (Status ok = check_tokens(model->config(), step_tokens, position()); !ok) {
       return std::move(Error(ok.error()).mark_before_state_mutation());
+    }
+    if (options.observer && !nodes.empty()) {
+      return std::move(Error(ErrorCode::contract, "a session over remote nodes takes no observer: it would run on "
+                                                  "the nodes, not in the caller's process")
+                           .mark_before_state_mutation());
     }
     if (options.sampler != nullptr) {
       if (Status ok = validate(options.sampler->options()); !ok) {
@@ -312,7 +423,20 @@ DistributedSession::~DistributedSession() = default;
 Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Model& model,
                                                                        const DistributedOptions& options) {
   auto impl = std::make_unique<Impl>();
-  impl->own_config = std::make_unique<SessionConfig>();
+  impl->own_config = std::make_unique<SessionConfig>(false);
+  impl->own_system = std::make_unique<caf::actor_system>(*impl->own_config);
+  impl->system = impl->own_system.get();
+  if (Status ok = impl->start(model, options); !ok) return ok.error();
+  return std::unique_ptr<DistributedSession>(new DistributedSession(std::move(impl)));
+}
+
+Result<std::unique_ptr<DistributedSession>> DistributedSession::connect(const std::vector<NodeAddress>& peers,
+                                                                        const Model& model,
+                                                                        const DistributedOptions& options) {
+  if (peers.empty()) return Error(ErrorCode::contract, "a remote session needs at least one node");
+  auto impl = std::make_unique<Impl>();
+  impl->nodes = peers;
+  impl->own_config = std::make_unique<SessionConfig>(true);
   impl->own_system = std::make_unique<caf::actor_system>(*impl->own_config);
   impl->system = impl->own_system.get();
   if (Status ok = impl->start(model, options); !ok) return ok.error();
@@ -390,7 +514,7 @@ Status DistributedSession::rollback_distributed(const DistributedCheckpoint& che
 }
 
 Status DistributedSession::reset_distributed() {
-  impl_->restart_exited_ranks();
+  if (Status ok = impl_->restart_exited_ranks(); !ok) return ok;
   TransactionRequest request;
   request.kind = TransactionKind::reset;
   auto reply = impl_->call(request);
@@ -446,9 +570,7 @@ std::optional<PromptInputIdentity> DistributedSession::committed_prompt_input_id
 
 Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
   if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
-  // As text, the form a remote rank will read too.
-  std::string text;
-  for (const Fault& fault : plan) text += to_string(fault) + ";";
+  const std::string text = fault_plan_text(plan);
   for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
     std::optional<Error> failure;
     (*impl_->caller)->request(impl_->ranks[r].agreement, std::chrono::seconds(5), faults_atom::value, text)
@@ -508,7 +630,9 @@ int DistributedSession::ranks() const { return static_cast<int>(impl_->ranks.siz
 int DistributedSession::position() const { return impl_->position(); }
 DistributedStats DistributedSession::stats() const {
   DistributedStats stats = impl_->stats;
-  for (const auto& worker : impl_->workers) stats.compute_seconds += worker->compute_seconds();
+  for (const auto& worker : impl_->workers) {
+    if (worker) stats.compute_seconds += worker->compute_seconds();
+  }
   return stats;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/node_address.hpp"
 #include "runtime/agreement/dropped_messages.hpp"
 #include "runtime/error.hpp"
 #include "runtime/fault/fault_plan.hpp"
@@ -35,7 +36,7 @@ class actor_system_config;
 namespace accord {
 
 struct DistributedOptions {
-  int ranks = 1;
+  int ranks = 1;                 // in-process ranks; connect() has one per node
   std::vector<int> unit_counts;  // units per rank; empty: balanced
   int threads_per_rank = 1;
   int phase_timeout_ms = 5000;  // a rank that does not report within it aborts the step
@@ -105,6 +106,17 @@ class DistributedSession {
   // register_distributed_session_types() applied.
   static Result<std::unique_ptr<DistributedSession>> create(caf::actor_system& system, const Model& model,
                                                             const DistributedOptions& options);
+  // Over remote nodes (`accord node`, actors/node.hpp), rank r on peers[r],
+  // with an actor system of its own in which the coordinator runs. Every
+  // node loads the model (its own --model, or model.path()) and must hold
+  // one of model's identity. A node that cannot be reached, does not
+  // answer or refuses fails the call, naming the node. A rank whose node
+  // goes away (its connection breaks, or its heartbeats stop) poisons the
+  // session naming the rank; reset_distributed() connects to its address
+  // again. Observers stay in the caller's process, so remote steps take
+  // none.
+  static Result<std::unique_ptr<DistributedSession>> connect(const std::vector<NodeAddress>& peers,
+                                                             const Model& model, const DistributedOptions& options);
   ~DistributedSession();
 
   Result<DistributedStep> forward(std::span<const int> tokens);  // logits of every row
@@ -145,6 +157,9 @@ class DistributedSession {
 
   Result<DistributedCheckpoint> checkpoint_distributed();
   Status rollback_distributed(const DistributedCheckpoint& checkpoint);
+  // Starts again every rank whose actors exited (in process) or whose node
+  // went away (connecting to its address again; fails naming the node when
+  // it cannot), then resets every rank to an empty state.
   Status reset_distributed();
   // The state and the committed prompt's identity together.
   Result<DistributedCompleteCheckpoint> checkpoint_complete_distributed();
@@ -233,5 +248,11 @@ void register_distributed_session_types(caf::actor_system_config& config);
 // that embeds sessions may call it on its config; its own actors then see
 // the same short wake-up latency.
 void use_low_latency_scheduling(caf::actor_system_config& config);
+
+// Loads CAF's middleman (TCP between nodes) with heartbeats on: CAF 0.17.6
+// leaves them off, and then a frozen peer whose connection stays open is
+// never noticed. A node whose heartbeats stop for two seconds is dropped,
+// and its ranks go down. connect() and `accord node` use it.
+void use_remote_connections(caf::actor_system_config& config);
 
 }  // namespace accord

@@ -13,7 +13,8 @@ namespace accord {
 // Adds every message type to `config` under its stable name:
 // "accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
 // "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer",
-// "accord.StepOutput", "accord.RankCheckpointReport". Call it before the
+// "accord.StepOutput", "accord.RankCheckpointReport", ...,
+// "accord.NodeAssignment" (actors/message_registry.cpp). Call it before the
 // actor system is built from `config`.
 void register_message_types(caf::actor_system_config& config);
 

@@ -11,8 +11,11 @@
 // value that names nothing, which to_string() shows and receivers reject.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "messages/phase.hpp"
@@ -202,9 +205,35 @@ struct WireTensor {
   bool operator==(const WireTensor&) const = default;
 };
 
+// On the wire the floats travel as their raw bits: CAF 0.17.6's binary
+// serializer packs floats in a portable form that loses subnormals, and a
+// remote rank must see the activations bit for bit (invariant 1). CAF's
+// inspectors say whether they read a value (serializers, printing) or
+// write one (deserializers).
+inline std::vector<std::uint32_t> float_bits(const std::vector<float>& values) {
+  std::vector<std::uint32_t> bits(values.size());
+  std::transform(values.begin(), values.end(), bits.begin(), [](float v) { return std::bit_cast<std::uint32_t>(v); });
+  return bits;
+}
+
+inline std::vector<float> floats_from_bits(const std::vector<std::uint32_t>& bits) {
+  std::vector<float> values(bits.size());
+  std::transform(bits.begin(), bits.end(), values.begin(), [](std::uint32_t b) { return std::bit_cast<float>(b); });
+  return values;
+}
+
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, WireTensor& x) {
-  return f(x.shape, x.data);
+std::enable_if_t<Inspector::reads_state, typename Inspector::result_type> inspect(Inspector& f, WireTensor& x) {
+  auto bits = float_bits(x.data);
+  return f(x.shape, bits);
+}
+
+template <class Inspector>
+std::enable_if_t<Inspector::writes_state, typename Inspector::result_type> inspect(Inspector& f, WireTensor& x) {
+  std::vector<std::uint32_t> bits;
+  auto result = f(x.shape, bits);
+  x.data = floats_from_bits(bits);
+  return result;
 }
 
 // Activations crossing `route` in transaction `epoch`, sent by the route's

@@ -16,6 +16,7 @@
 
 #include <set>
 
+#include "messages/node_api.hpp"
 #include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
 #include "messages/session_api.hpp"
@@ -95,6 +96,21 @@ TEST_F(MessagesTest, WireTensorRoundTripsBitForBit) {
   expect_round_trip(WireTensor{{0, 4096}, {}});
 }
 
+// The binary serializer alone loses subnormal floats; a WireTensor carries
+// its floats as raw bits, so every value comes back bit for bit.
+TEST_F(MessagesTest, WireTensorKeepsSubnormalsAndNanPayloadsBitForBit) {
+  const std::vector<std::uint32_t> bits = {0x00000001u, 0x0002b8e6u /* 2.5e-40f */, 0x807fffffu, 0x7fc01234u,
+                                           0x80000000u, 0x3f800000u};
+  const WireTensor tensor{{1, static_cast<std::int64_t>(bits.size())}, floats_from_bits(bits)};
+  const std::vector<char> bytes = encode(caf::make_message(tensor));
+  caf::message decoded;
+  const caf::error err = decode(receiver_, bytes, decoded);
+  ASSERT_FALSE(err) << receiver_.render(err);
+  ASSERT_TRUE(decoded.match_elements<WireTensor>());
+  EXPECT_EQ(decoded.get_as<WireTensor>(0).shape, tensor.shape);
+  EXPECT_EQ(float_bits(decoded.get_as<WireTensor>(0).data), bits);
+}
+
 TEST_F(MessagesTest, SeveralProtocolTypesInOneMessageRoundTrip) {
   const PhaseBegin begin{1, 2, phase_id(Execution), {9}};
   const WireTensor activations{{1, 2}, {1.0f, 2.0f}};
@@ -150,11 +166,15 @@ TEST(PhaseArgumentsTest, SamplingArgumentsRoundTripAndRefuseMalformedBytes) {
   EXPECT_EQ(decode_sampling(torn), std::nullopt);
 }
 
+TEST_F(MessagesTest, NodeAssignmentRoundTrips) {
+  expect_round_trip(NodeAssignment{7, 2, {2, 2, 1}, "/models/m.bin", "0123abcd", 4, 2000, "1:Execution:error:2;"});
+}
+
 TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {
   for (const char* name : {"accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
                            "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer",
                            "accord.StepOutput", "accord.SamplingResult", "accord.PredictionTargetHidden",
-                           "accord.RankCheckpointReport", "accord.PromptCacheReport"}) {
+                           "accord.RankCheckpointReport", "accord.PromptCacheReport", "accord.NodeAssignment"}) {
     EXPECT_NE(receiver_.types().make_value(name), nullptr) << name;
     EXPECT_EQ(bare_.types().make_value(name), nullptr) << name;
   }

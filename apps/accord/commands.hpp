@@ -18,6 +18,7 @@ Command add_generate_command(CLI::App& app);
 Command add_synth_command(CLI::App& app);
 Command add_inspect_command(CLI::App& app);
 Command add_convert_command(CLI::App& app);
+Command add_node_command(CLI::App& app);
 
 // Prints "accord: error: <message>" to stderr and returns exit code 1.
 int fail(const std::string& message);

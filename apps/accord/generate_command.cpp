@@ -34,6 +34,7 @@ struct GenerateArgs {
   bool json = false;
   std::string prompt_cache;
   int ranks = 1;
+  std::vector<NodeAddress> peers;  // --peers: remote nodes, one rank each
   std::vector<Fault> faults;  // --fault entries; ACCORD_FAULTS is read at run time
   int phase_timeout_ms = DistributedOptions{}.phase_timeout_ms;
   int retries = GenerationOptions{}.retries;
@@ -125,7 +126,7 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
   const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
   if (args.json) {
     nlohmann::json json = to_json(result, model, args.threads);
-    json["ranks"] = args.ranks;
+    json["ranks"] = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
     extend(json);
     if (!outcome) json["error"] = outcome.error().message();
     print_json(json);
@@ -153,7 +154,8 @@ Result<std::vector<Fault>> fault_plan(const GenerateArgs& args) {
   if (!from_environment) return from_environment.error();
   std::vector<Fault> plan = args.faults;
   plan.insert(plan.end(), from_environment->begin(), from_environment->end());
-  if (Status ok = check_fault_plan(plan, args.ranks); !ok) return ok.error();
+  const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
+  if (Status ok = check_fault_plan(plan, ranks); !ok) return ok.error();
   return plan;
 }
 
@@ -166,7 +168,7 @@ int run_generate(const GenerateArgs& args) {
   if (!tokenizer) return fail(tokenizer.error().message());
 
   // Faults are injected into rank actors, which a single-rank Session has not.
-  if (args.ranks == 1 && faults->empty()) {
+  if (args.ranks == 1 && args.peers.empty() && faults->empty()) {
     cpu::ThreadPool pool(args.threads);
     Session session(*model, pool);
     SessionTarget target(session);
@@ -175,10 +177,12 @@ int run_generate(const GenerateArgs& args) {
   }
   DistributedOptions options;
   options.ranks = args.ranks;
-  options.threads_per_rank = std::max(1, args.threads / args.ranks);
+  // Remote ranks each have a machine (or at least a process) of their own.
+  options.threads_per_rank = args.peers.empty() ? std::max(1, args.threads / args.ranks) : args.threads;
   options.phase_timeout_ms = args.phase_timeout_ms;
   options.faults = args.faults;  // create() adds ACCORD_FAULTS' own
-  auto session = DistributedSession::create(*model, options);
+  auto session = args.peers.empty() ? DistributedSession::create(*model, options)
+                                    : DistributedSession::connect(args.peers, *model, options);
   if (!session) return fail(session.error().message());
   DistributedTarget target(**session, *model);
   return generate_and_print(args, target, *model, *tokenizer, [&](nlohmann::json& json) {
@@ -211,6 +215,17 @@ Command add_generate_command(CLI::App& app) {
                   "in-process ranks, each a group of actors holding a contiguous range of the model's layers")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--peers",
+         [args](const std::string& text) {
+           auto peers = parse_peers(text);
+           if (!peers) throw CLI::ValidationError("--peers", peers.error().message());
+           args->peers = std::move(*peers);
+         },
+         "remote ranks instead of in-process ones: `accord node` processes, rank 0 first; this process runs "
+         "the coordinator")
+      ->type_name("HOST:PORT,...")
+      ->excludes("--ranks");
   cmd->add_option_function<std::vector<std::string>>(
          "--fault", [args](const std::vector<std::string>& entries) { args->faults = parse_faults(entries); },
          "inject a fault (repeatable): rank RANK fails in PHASE the AT-th time it runs it (default 1); KIND is "

@@ -22,10 +22,11 @@ int main(int argc, char** argv) {
   const accord::cli::Command synth = accord::cli::add_synth_command(app);
   const accord::cli::Command inspect = accord::cli::add_inspect_command(app);
   const accord::cli::Command convert = accord::cli::add_convert_command(app);
+  const accord::cli::Command node = accord::cli::add_node_command(app);
   if (argc > 1 && argv[1][0] != '-') {
     const auto known = app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; });
     if (known.empty()) {
-      std::cerr << "accord: error: unknown command '" << argv[1] << "' (commands: generate, synth, inspect, convert)" << std::endl;
+      std::cerr << "accord: error: unknown command '" << argv[1] << "' (commands: generate, synth, inspect, convert, node)" << std::endl;
       return 2;
     }
   }
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("generate")) return generate();
     if (app.got_subcommand("inspect")) return inspect();
     if (app.got_subcommand("convert")) return convert();
+    if (app.got_subcommand("node")) return node();
     return synth();
   } catch (const std::exception& e) {
     return accord::cli::fail(std::string("unexpected failure: ") + e.what());

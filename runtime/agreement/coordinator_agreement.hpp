@@ -91,6 +91,8 @@ class CoordinatorAgreement {
   void rank_down(RankId rank);
   // The rank is reachable again; a reset can then succeed.
   void rank_up(RankId rank);
+  // Whether the rank was reported down and not up again since.
+  bool is_down(RankId rank) const { return rank < down_.size() && down_[rank]; }
 
   // Takes the messages to send and the decisions settled since the last call.
   CoordinatorReady take_ready();

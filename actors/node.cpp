@@ -1,0 +1,129 @@
+#include "actors/node.hpp"
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/atoms.hpp"
+#include "actors/rank_actors.hpp"
+#include "messages/node_api.hpp"
+#include "runtime/fault/fault_plan.hpp"
+#include "runtime/model/identity.hpp"
+#include "runtime/session/partition.hpp"
+#include "runtime/session/rank_worker.hpp"
+
+namespace accord {
+
+namespace {
+
+// The reply to an assignment: an empty failure and the rank's agreement
+// actor, or why the node refused.
+using AssignReply = std::tuple<std::string, caf::actor>;
+
+struct NodeState {
+  NodeOptions options;
+  std::string identity;  // of options.model, once loaded
+  RankActors rank;       // the rank this node runs, or none
+  caf::actor coordinator;
+};
+
+using NodeActor = caf::stateful_actor<NodeState>;
+
+// Stops the rank this node runs, if any. Its execution, state and cache
+// actors are linked to the agreement actor and go with it.
+void release_rank(NodeActor* self) {
+  auto& s = self->state;
+  if (!s.rank.agreement) return;
+  self->send_exit(s.rank.agreement, caf::exit_reason::user_shutdown);
+  self->demonitor(s.coordinator);
+  s.rank = {};
+  s.coordinator = caf::actor{};
+}
+
+// Loads the model the assignment names unless the node has one; compares
+// identities either way.
+Status ensure_model(NodeActor* self, const NodeAssignment& assignment) {
+  auto& s = self->state;
+  if (!s.options.model) {
+    auto loaded = Model::load(assignment.model_path);
+    if (!loaded) return Error(loaded.error().code(), s.options.name + " cannot load the model: " + loaded.error().message());
+    s.options.model = std::make_shared<const Model>(std::move(*loaded));
+  }
+  if (s.identity.empty()) s.identity = model_identity(*s.options.model);
+  if (s.identity != assignment.model_identity) {
+    return Error(ErrorCode::architecture, s.options.name + " has another model (" + s.options.model->path() +
+                                              ", identity " + s.identity + ") than the session (identity " +
+                                              assignment.model_identity + ")");
+  }
+  return {};
+}
+
+// The rank's worker; it keeps the model it reads alive, since a rank's
+// detached execution actor may outlive the node actor at shutdown.
+Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, const NodeAssignment& assignment) {
+  const std::vector<int> counts(assignment.unit_counts.begin(), assignment.unit_counts.end());
+  auto partition = Partition::from_counts(s.options.model->config().n_layers, counts);
+  if (!partition) return partition.error();
+  if (assignment.rank >= static_cast<RankId>(partition->ranks())) {
+    return Error(ErrorCode::contract, "rank " + std::to_string(assignment.rank) + " is outside the partition");
+  }
+  if (assignment.threads < 1) return Error(ErrorCode::contract, "each rank needs at least one thread");
+  auto model = s.options.model;
+  return std::shared_ptr<RankWorker>(
+      new RankWorker(*model, assignment.threads, *partition, static_cast<int>(assignment.rank), s.identity),
+      [model](RankWorker* worker) { delete worker; });
+}
+
+Result<RankActors> start_rank(NodeActor* self, const NodeAssignment& assignment, const caf::actor& coordinator) {
+  if (Status ok = ensure_model(self, assignment); !ok) return ok.error();
+  auto worker = make_worker(self->state, assignment);
+  if (!worker) return worker.error();
+  auto faults = parse_fault_list(assignment.faults);
+  if (!faults) return faults.error();
+  RankOptions options;
+  options.faults = std::move(*faults);
+  options.phase_timeout = std::chrono::milliseconds(assignment.phase_timeout_ms);
+  return spawn_rank(self->system(), std::move(*worker), assignment.session, coordinator, options);
+}
+
+// Detached: loading a model and hashing its weights block for as long as
+// the disk takes, which must not stall a scheduler thread and with it the
+// rank's own actors.
+caf::behavior node_actor(NodeActor* self, NodeOptions options) {
+  self->state.options = std::move(options);
+  self->set_down_handler([=](caf::down_msg& down) {
+    auto& s = self->state;
+    if (down.source != s.coordinator.address()) return;
+    spdlog::info("{}: the coordinator is gone ({}); rank released", s.options.name, self->system().render(down.reason));
+    release_rank(self);
+  });
+  self->set_exit_handler([=](caf::exit_msg& exit) {
+    release_rank(self);
+    self->quit(exit.reason);
+  });
+  return {
+      [=](name_atom, std::string& name) { self->state.options.name = std::move(name); },
+      [=](assign_atom, const NodeAssignment& assignment, caf::actor coordinator) -> AssignReply {
+        auto& s = self->state;
+        release_rank(self);
+        auto rank = start_rank(self, assignment, coordinator);
+        if (!rank) {
+          spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, rank.error().message());
+          return {rank.error().message(), caf::actor{}};
+        }
+        s.rank = *rank;
+        s.coordinator = std::move(coordinator);
+        self->monitor(s.coordinator);
+        spdlog::info("{}: runs rank {} of {} of session {:x}", s.options.name, assignment.rank,
+                     assignment.unit_counts.size(), assignment.session);
+        return {std::string(), s.rank.agreement};
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_node(caf::actor_system& system, NodeOptions options) {
+  return system.spawn<caf::detached>(node_actor, std::move(options));
+}
+
+}  // namespace accord

@@ -1,0 +1,34 @@
+// A node of a remote cluster (`accord node`): a process that runs one rank
+// of a session whose coordinator lives elsewhere (DESIGN.md, "Ranks as
+// actors"). Its node actor, published with CAF's middleman, waits for an
+// assignment (messages/node_api.hpp), loads the model, checks its
+// identity, spawns the rank's actors (actors/rank_actors.hpp) and answers
+// with the rank's agreement actor.
+//
+// A node serves one session at a time: a new assignment replaces the rank
+// it runs, and the rank goes when its coordinator does (the client exited
+// or its connection broke). A node loads one model over its life; an
+// assignment for a model of another identity is refused.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <memory>
+#include <string>
+
+#include "runtime/model/model.hpp"
+
+namespace accord {
+
+struct NodeOptions {
+  std::string name;                    // how errors and logs name the node: "node HOST:PORT"
+  std::shared_ptr<const Model> model;  // loaded at start (--model), or none: the first assignment's
+};
+
+// Spawns the node actor. It answers (assign_atom, NodeAssignment, coordinator)
+// with (failure, agreement actor): an empty failure and the rank's agreement
+// actor, or why the node refused and no actor; (name_atom, name) renames
+// it. It logs with spdlog. Exiting it stops the rank it runs.
+caf::actor spawn_node(caf::actor_system& system, NodeOptions options);
+
+}  // namespace accord

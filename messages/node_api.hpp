@@ -1,0 +1,33 @@
+// What a coordinator tells a node (`accord node`) so that the node becomes
+// one rank of its session (docs/protocol.md, "Remote ranks"). It is sent
+// with the coordinator's actor; the node answers with its rank's agreement
+// actor, or with why it refuses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages/protocol.hpp"
+
+namespace accord {
+
+struct NodeAssignment {
+  SessionId session = 0;
+  RankId rank = 0;
+  std::vector<std::int32_t> unit_counts;  // the partition: units per rank, rank 0 first
+  std::string model_path;                 // loaded when the node was started without a model
+  std::string model_identity;             // the node refuses a model of another identity
+  std::int32_t threads = 1;               // the rank's compute threads
+  std::int32_t phase_timeout_ms = 5000;   // as DistributedOptions::phase_timeout_ms
+  std::string faults;                     // the session's fault plan as text; the rank keeps its own entries
+
+  bool operator==(const NodeAssignment&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NodeAssignment& x) {
+  return f(x.session, x.rank, x.unit_counts, x.model_path, x.model_identity, x.threads, x.phase_timeout_ms, x.faults);
+}
+
+}  // namespace accord

@@ -1,0 +1,380 @@
+// Remote ranks: three `accord node` processes on loopback, each one rank,
+// with the coordinator in the test's process (DistributedSession::connect).
+// They give the tokens and logits of in-process ranks bit for bit; a node
+// killed with SIGKILL mid-generation poisons the session naming its rank,
+// well within the phase deadline, and a frozen one once its heartbeats
+// stop; a restarted node on the same address comes back through
+// reset_distributed; a node with another model and bad addresses are
+// refused with clear errors.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "actors/distributed_session.hpp"
+#include "runtime/model/sampler.hpp"
+#include "tests/support.hpp"
+
+namespace accord {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kNodeStartTimeout = std::chrono::seconds(30);
+constexpr int kPhaseTimeoutMs = 2000;
+
+// One `accord node` process, killed (SIGKILL) and reaped when the object
+// goes away, whatever the test did.
+class NodeProcess {
+ public:
+  // Starts a node on 127.0.0.1:port (0: any free port) and waits until it
+  // prints the port it listens on.
+  explicit NodeProcess(const test::TempDir& logs, std::uint16_t port = 0, const std::string& model = {})
+      : log_(logs.file("node-" + std::to_string(counter_++) + ".log")) {
+    std::vector<std::string> args = {ACCORD_BINARY, "node", "--listen", "127.0.0.1:" + std::to_string(port)};
+    if (!model.empty()) args.insert(args.end(), {"--model", model});
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      // Only async-signal-safe calls between fork and exec.
+      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    port_ = wait_for_port();
+  }
+  ~NodeProcess() { kill_hard(); }
+  NodeProcess(const NodeProcess&) = delete;
+  NodeProcess& operator=(const NodeProcess&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  NodeAddress address() const { return {"127.0.0.1", port_}; }
+  std::string log() const {
+    std::ifstream in(log_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  void freeze() { ::kill(pid_, SIGSTOP); }
+
+  void kill_hard() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  // Sends SIGTERM and returns the exit code, or -1 when the node did not
+  // exit within `timeout` (it is then killed).
+  int terminate(std::chrono::milliseconds timeout) {
+    ::kill(pid_, SIGTERM);
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill_hard();
+    return -1;
+  }
+
+ private:
+  std::uint16_t wait_for_port() {
+    const std::string marker = "listening on 127.0.0.1:";
+    const auto deadline = Clock::now() + kNodeStartTimeout;
+    while (Clock::now() < deadline) {
+      const std::string text = log();
+      if (const auto at = text.find(marker); at != std::string::npos && text.find('\n', at) != std::string::npos) {
+        return static_cast<std::uint16_t>(std::stoi(text.substr(at + marker.size())));
+      }
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "the node did not start listening:\n" << log();
+    return 0;
+  }
+
+  static inline int counter_ = 0;
+  std::string log_;
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+class RemoteClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int r = 0; r < 3; ++r) nodes_.push_back(std::make_unique<NodeProcess>(logs_));
+    for (const auto& node : nodes_) ASSERT_NE(node->port(), 0);
+  }
+
+  std::vector<NodeAddress> peers() const {
+    std::vector<NodeAddress> all;
+    for (const auto& node : nodes_) all.push_back(node->address());
+    return all;
+  }
+
+  std::string peer_list() const {
+    std::string text;
+    for (const auto& node : nodes_) {
+      if (!text.empty()) text += ',';
+      text += node->address().to_string();
+    }
+    return text;
+  }
+
+  std::unique_ptr<DistributedSession> connect(std::vector<Fault> faults = {}) {
+    DistributedOptions options;
+    options.phase_timeout_ms = kPhaseTimeoutMs;
+    options.faults = std::move(faults);
+    auto session = DistributedSession::connect(peers(), model_, options);
+    if (!session) {
+      ADD_FAILURE() << session.error().message();
+      return nullptr;
+    }
+    return std::move(*session);
+  }
+
+  test::TempDir logs_;
+  Model model_ = test::load_stories_model();
+  std::vector<std::unique_ptr<NodeProcess>> nodes_;
+};
+
+const std::vector<int> kPrompt = {1, 403, 407, 261};
+
+// Logits of the prefill and of `steps` greedy decode steps.
+std::vector<float> greedy_trace(DistributedSession& session, int steps) {
+  std::vector<float> trace;
+  auto step = session.prefill(kPrompt);
+  for (int i = 0;; ++i) {
+    EXPECT_TRUE(step) << step.error().message();
+    if (!step) return trace;
+    trace.insert(trace.end(), step->logits.begin(), step->logits.end());
+    if (i == steps) return trace;
+    step = session.decode(argmax(step->logits));
+  }
+}
+
+std::vector<float> in_process_trace(const Model& model, int steps) {
+  DistributedOptions options;
+  options.ranks = 3;
+  auto session = DistributedSession::create(model, options);
+  EXPECT_TRUE(session) << session.error().message();
+  return greedy_trace(**session, steps);
+}
+
+TEST_F(RemoteClusterTest, ThreeNodesGiveTheLogitsOfThreeInProcessRanks) {
+  auto session = connect();
+  ASSERT_TRUE(session);
+  EXPECT_EQ(session->ranks(), 3);
+  const auto remote = greedy_trace(*session, 20);
+  const auto local = in_process_trace(model_, 20);
+  ASSERT_EQ(remote.size(), local.size());
+  EXPECT_TRUE(test::bit_identical(remote, local));
+  auto digests = session->rank_digests();
+  ASSERT_TRUE(digests) << digests.error().message();
+  EXPECT_EQ(digests->size(), 3u);
+}
+
+TEST_F(RemoteClusterTest, GenerateWithPeersPrintsTheTokensOfInProcessRanks) {
+  auto run = [&](const std::string& flag, const std::string& value) {
+    const auto result =
+        test::run_accord({"generate", "--model", test::stories_model(), "--tokenizer", test::stories_tokenizer(),
+                          "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "24", "--json",
+                          flag, value});
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    const auto start = result.output.find('{');
+    return nlohmann::json::parse(result.output.substr(start, result.output.find('\n', start) - start));
+  };
+  const auto remote = run("--peers", peer_list());
+  const auto local = run("--ranks", "3");
+  EXPECT_EQ(remote.at("generated_tokens"), local.at("generated_tokens"));
+  EXPECT_EQ(remote.at("text"), local.at("text"));
+  EXPECT_EQ(remote.at("ranks"), 3);
+}
+
+TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBackOnReset) {
+  auto session = connect();
+  ASSERT_TRUE(session);
+  const auto before = greedy_trace(*session, 3);
+  // Generate until the kill lands, going back to the prompt before the
+  // context runs out.
+  auto start = session->checkpoint_distributed();
+  ASSERT_TRUE(start) << start.error().message();
+  std::atomic<bool> killed = false;
+  Clock::time_point killed_at;
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    killed_at = Clock::now();
+    nodes_[1]->kill_hard();
+    killed = true;
+  });
+  std::optional<Error> failure;
+  int token = kPrompt.back();
+  const auto give_up = Clock::now() + std::chrono::seconds(30);
+  while (!failure && Clock::now() < give_up) {
+    if (session->position() + 1 >= model_.config().seq_len) {
+      if (Status back = session->rollback_distributed(*start); !back) failure = back.error();
+      continue;
+    }
+    auto step = session->decode(token);
+    if (!step) failure = step.error();
+    else token = argmax(step->logits);
+  }
+  const auto failed_at = Clock::now();
+  killer.join();
+  ASSERT_TRUE(failure) << "generation went on without node 1";
+  ASSERT_TRUE(killed);
+  EXPECT_NE(failure->message().find("poisoned"), std::string::npos) << failure->message();
+  EXPECT_NE(failure->message().find("rank 1 is down"), std::string::npos) << failure->message();
+  EXPECT_LT(failed_at - killed_at, std::chrono::milliseconds(kPhaseTimeoutMs) + std::chrono::seconds(2));
+  // Refused at once while poisoned, and the reset cannot reach the node.
+  EXPECT_FALSE(session->decode(token));
+  const auto unreachable = session->reset_distributed();
+  ASSERT_FALSE(unreachable);
+  EXPECT_NE(unreachable.error().message().find(nodes_[1]->address().to_string()), std::string::npos)
+      << unreachable.error().message();
+
+  const std::uint16_t port = nodes_[1]->port();
+  nodes_[1] = std::make_unique<NodeProcess>(logs_, port);
+  ASSERT_EQ(nodes_[1]->port(), port);
+  const Status reset = session->reset_distributed();
+  ASSERT_TRUE(reset) << reset.error().message();
+  EXPECT_TRUE(test::bit_identical(greedy_trace(*session, 3), before));
+}
+
+// The fault plan travels to the nodes; an `exit` stops the rank's actors,
+// not its node, and the reset assigns the rank to the node again.
+TEST_F(RemoteClusterTest, AFaultPlanRunsOnTheNodes) {
+  auto error = parse_fault("1:Execution:error");
+  auto exit = parse_fault("2:OutputPublication:exit");
+  ASSERT_TRUE(error && exit);
+  auto session = connect({*error, *exit});
+  ASSERT_TRUE(session);
+  const auto aborted = session->prefill(kPrompt);
+  ASSERT_FALSE(aborted);
+  EXPECT_NE(aborted.error().message().find("injected fault: error on rank 1 in Execution"), std::string::npos)
+      << aborted.error().message();
+  const auto poisoned = session->prefill(kPrompt);
+  ASSERT_FALSE(poisoned);
+  EXPECT_NE(poisoned.error().message().find("rank 2 is down"), std::string::npos) << poisoned.error().message();
+  const Status reset = session->reset_distributed();
+  ASSERT_TRUE(reset) << reset.error().message();
+  const auto committed = session->prefill(kPrompt);
+  ASSERT_TRUE(committed) << committed.error().message();
+  EXPECT_TRUE(test::bit_identical(committed->logits, in_process_trace(model_, 0)));
+}
+
+// A frozen node keeps its connection open; only its missing heartbeats
+// (use_remote_connections) tell the client that it is gone.
+TEST_F(RemoteClusterTest, AFrozenNodeIsDroppedWhenItsHeartbeatsStop) {
+  auto session = connect();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(session->prefill(kPrompt));
+  nodes_[2]->freeze();
+  // Idle meanwhile: no phase deadline can notice it.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  const auto started = Clock::now();
+  const auto step = session->decode(kPrompt.back());
+  ASSERT_FALSE(step);
+  EXPECT_LT(Clock::now() - started, std::chrono::milliseconds(500));
+  EXPECT_NE(step.error().message().find("rank 2 is down"), std::string::npos) << step.error().message();
+}
+
+TEST_F(RemoteClusterTest, APromptCacheSavedOnTheNodesLoadsBackBitForBit) {
+  auto session = connect();
+  ASSERT_TRUE(session);
+  test::TempDir cache;
+  const std::vector<int> prefix(kPrompt.begin(), kPrompt.end() - 1);
+  ASSERT_TRUE(session->prefill(prefix));
+  const PromptCacheDescriptor descriptor{"story", "tests"};
+  auto saved = session->save_prompt_cache_distributed(cache.path(), descriptor, prefix);
+  ASSERT_TRUE(saved) << saved.error().message();
+  const auto cold = session->decode(kPrompt.back());
+  ASSERT_TRUE(cold) << cold.error().message();
+  ASSERT_TRUE(session->reset_distributed());
+  const Status loaded = session->load_prompt_cache_distributed(cache.path(), descriptor, prefix);
+  ASSERT_TRUE(loaded) << loaded.error().message();
+  const auto warm = session->decode(kPrompt.back());
+  ASSERT_TRUE(warm) << warm.error().message();
+  EXPECT_TRUE(test::bit_identical(warm->logits, cold->logits));
+}
+
+TEST_F(RemoteClusterTest, ANodeStopsCleanlyOnSigterm) {
+  auto session = connect();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(session->prefill(kPrompt));
+  EXPECT_EQ(nodes_[2]->terminate(std::chrono::seconds(10)), 0) << nodes_[2]->log();
+  EXPECT_NE(nodes_[2]->log().find("SIGTERM received"), std::string::npos) << nodes_[2]->log();
+}
+
+TEST(RemoteCluster, ANodeWithAnotherModelRefusesNamingItself) {
+  test::TempDir dir;
+  SyntheticModelOptions synthetic;
+  synthetic.config = test::small_config();
+  test::synthetic_model(dir, synthetic, "other.bin");
+  NodeProcess node(dir, 0, dir.file("other.bin"));
+  ASSERT_NE(node.port(), 0);
+  const Model model = test::load_stories_model();
+  auto session = DistributedSession::connect({node.address()}, model, DistributedOptions{});
+  ASSERT_FALSE(session);
+  EXPECT_NE(session.error().message().find("node " + node.address().to_string() + " has another model"),
+            std::string::npos)
+      << session.error().message();
+}
+
+TEST(RemoteCluster, AnUnreachableNodeIsAClearError) {
+  // A port nothing listens on: bound by a node that then stops.
+  test::TempDir logs;
+  NodeAddress address;
+  {
+    NodeProcess node(logs);
+    address = node.address();
+  }
+  const Model model = test::load_stories_model();
+  auto session = DistributedSession::connect({address}, model, DistributedOptions{});
+  ASSERT_FALSE(session);
+  EXPECT_NE(session.error().message().find("cannot reach node " + address.to_string() + " (rank 0)"),
+            std::string::npos)
+      << session.error().message();
+}
+
+TEST(RemoteCluster, BadAddressesAreClearErrors) {
+  EXPECT_FALSE(parse_node_address("127.0.0.1"));
+  EXPECT_FALSE(parse_node_address(":80"));
+  EXPECT_FALSE(parse_node_address("host:http"));
+  EXPECT_FALSE(parse_node_address("host:65536"));
+  EXPECT_FALSE(parse_node_address("host:0"));
+  EXPECT_TRUE(parse_node_address("host:0", true));
+  EXPECT_EQ(*parse_peers("a:1,b:2"), (std::vector<NodeAddress>{{"a", 1}, {"b", 2}}));
+  EXPECT_FALSE(parse_peers("a:1,,b:2"));
+
+  const auto bad_peers = test::run_accord({"generate", "--model", test::stories_model(), "--peers", "a:1,b"});
+  EXPECT_EQ(bad_peers.exit_code, 2) << bad_peers.output;
+  EXPECT_NE(bad_peers.output.find("bad node address 'b'"), std::string::npos) << bad_peers.output;
+  const auto bad_listen = test::run_accord({"node", "--listen", "127.0.0.1:99999"});
+  EXPECT_EQ(bad_listen.exit_code, 1) << bad_listen.output;
+  EXPECT_NE(bad_listen.output.find("bad node address '127.0.0.1:99999'"), std::string::npos) << bad_listen.output;
+  const auto both = test::run_accord({"generate", "--model", test::stories_model(), "--peers", "a:1", "--ranks", "2"});
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+}
+
+}  // namespace
+}  // namespace accord
