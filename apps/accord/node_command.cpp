@@ -74,6 +74,9 @@ int run_node(const NodeArgs& args) {
   int signal = 0;
   sigwait(&signals, &signal);
   spdlog::info("accord node: {} received, stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  // Unpublished first: the middleman holds a published actor, and a
+  // detached actor's thread ends only once nothing holds it any more.
+  system.middleman().unpublish(node, bound.port);
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
   return 0;
 }
