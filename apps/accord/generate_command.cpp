@@ -188,7 +188,9 @@ int run_generate(const GenerateArgs& args) {
   return generate_and_print(args, target, *model, *tokenizer, [&](nlohmann::json& json) {
     const DistributedStats stats = (*session)->stats();
     json["phases_run"] = stats.phases_run;
-    json["protocol_us_per_token"] = stats.protocol_microseconds_per_step();
+    // Remote ranks compute in their own processes; the client cannot tell
+    // their compute time from the protocol's.
+    if (args.peers.empty()) json["protocol_us_per_token"] = stats.protocol_microseconds_per_step();
   });
 }
 

@@ -12,20 +12,9 @@ pids=()
 # The nodes go whatever happens to the client.
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$logs"' EXIT
 
-peers=()
-for rank in 0 1 2; do
-  # Port 0: the node picks a free port and prints it.
-  "$accord" node --listen 127.0.0.1:0 >"$logs/node-$rank.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do
-    grep -q "listening on" "$logs/node-$rank.log" && break
-    sleep 0.1
-  done
-  address=$(grep -o "listening on [0-9.]*:[0-9]*" "$logs/node-$rank.log" | cut -d' ' -f3)
-  [ -n "$address" ] || { cat "$logs/node-$rank.log"; exit 1; }
-  echo "rank $rank: node $address"
-  peers+=("$address")
-done
+source "$root/scripts/nodes.sh"
+start_nodes "$accord" "$logs" 3
+for rank in 0 1 2; do echo "rank $rank: node ${peers[$rank]}"; done
 
 "$accord" generate --model "$models/stories260K.bin" --tokenizer "$models/tok512.bin" \
   --prompt "Once upon a time" --temperature 0 --max-tokens 64 \

@@ -1,0 +1,23 @@
+# Sourced, not run: starts `accord node` processes on loopback.
+#   start_nodes ACCORD LOG_DIR COUNT [node options...]
+# Each node listens on 127.0.0.1 port 0 (it picks a free port and prints
+# it); on return `peers` holds their HOST:PORT in rank order and `pids`
+# their process ids. The caller stops them (a trap on EXIT).
+start_nodes() {
+  local accord=$1 logs=$2 count=$3
+  shift 3
+  peers=()
+  pids=()
+  local rank address
+  for rank in $(seq 0 $((count - 1))); do
+    "$accord" node --listen 127.0.0.1:0 "$@" >"$logs/node-$rank.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do
+      grep -q "listening on" "$logs/node-$rank.log" && break
+      sleep 0.1
+    done
+    address=$(grep -o "listening on [0-9.]*:[0-9]*" "$logs/node-$rank.log" | cut -d' ' -f3)
+    [ -n "$address" ] || { cat "$logs/node-$rank.log"; return 1; }
+    peers+=("$address")
+  done
+}
