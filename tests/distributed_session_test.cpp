@@ -28,19 +28,6 @@ std::unique_ptr<DistributedSession> make_session(const Model& model, int ranks, 
   return std::move(*session);
 }
 
-// Logits of the prefill and of `steps` greedy decode steps.
-std::vector<float> distributed_trace(DistributedSession& session, std::span<const int> prompt, int steps) {
-  std::vector<float> trace;
-  auto step = session.prefill(prompt);
-  for (int i = 0;; ++i) {
-    EXPECT_TRUE(step) << step.error().message();
-    if (!step) return trace;
-    trace.insert(trace.end(), step->logits.begin(), step->logits.end());
-    if (i == steps) return trace;
-    step = session.decode(argmax(step->logits));
-  }
-}
-
 std::vector<float> single_rank_trace(const Model& model, std::span<const int> prompt, int steps) {
   cpu::ThreadPool pool(1);
   Session session(model, pool);
@@ -64,7 +51,7 @@ TEST(DistributedSession, OneToFiveRanksMatchRunCAndOneRank) {
     auto session = make_session(model, ranks);
     ASSERT_TRUE(session);
     EXPECT_EQ(session->ranks(), ranks);
-    const auto trace = distributed_trace(*session, reference.prompt_tokens, steps);
+    const auto trace = test::distributed_trace(*session, reference.prompt_tokens, steps);
     EXPECT_TRUE(test::bit_identical(trace, expected)) << ranks << " ranks";
     std::vector<int> tokens;
     for (std::size_t row = 0; row * 512 < trace.size(); ++row) {
@@ -84,7 +71,7 @@ TEST(DistributedSession, UnevenPartitionsOfASyntheticModelAgree) {
   for (const auto& counts : std::vector<std::vector<int>>{{1, 5}, {2, 2, 2}, {3, 1, 1, 1}}) {
     auto session = make_session(model, static_cast<int>(counts.size()), counts);
     ASSERT_TRUE(session);
-    EXPECT_TRUE(test::bit_identical(distributed_trace(*session, prompt, 5), expected)) << counts.size() << " ranks";
+    EXPECT_TRUE(test::bit_identical(test::distributed_trace(*session, prompt, 5), expected)) << counts.size() << " ranks";
   }
 }
 

@@ -159,17 +159,9 @@ class RemoteClusterTest : public ::testing::Test {
 
 const std::vector<int> kPrompt = {1, 403, 407, 261};
 
-// Logits of the prefill and of `steps` greedy decode steps.
+// Logits of the prefill of kPrompt and of `steps` greedy decode steps.
 std::vector<float> greedy_trace(DistributedSession& session, int steps) {
-  std::vector<float> trace;
-  auto step = session.prefill(kPrompt);
-  for (int i = 0;; ++i) {
-    EXPECT_TRUE(step) << step.error().message();
-    if (!step) return trace;
-    trace.insert(trace.end(), step->logits.begin(), step->logits.end());
-    if (i == steps) return trace;
-    step = session.decode(argmax(step->logits));
-  }
+  return test::distributed_trace(session, kPrompt, steps);
 }
 
 std::vector<float> in_process_trace(const Model& model, int steps) {

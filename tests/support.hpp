@@ -9,6 +9,7 @@
 
 #include <span>
 
+#include "actors/distributed_session.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -27,6 +28,10 @@ Model load_stories_model();
 Tokenizer load_stories_tokenizer();
 
 std::vector<float> to_vector(std::span<const float> values);
+
+// The logits of the prefill of `prompt` and of `steps` greedy decode steps
+// after it, one after another.
+std::vector<float> distributed_trace(DistributedSession& session, std::span<const int> prompt, int steps);
 bool bit_identical(std::span<const float> a, std::span<const float> b);
 
 // A fresh empty folder, removed when the object goes away.
