@@ -118,6 +118,8 @@ class NodeProcess {
   std::uint16_t port_ = 0;
 };
 
+const std::vector<int> kPrompt = {1, 403, 407, 261};
+
 class RemoteClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -140,6 +142,32 @@ class RemoteClusterTest : public ::testing::Test {
     return text;
   }
 
+  // kill -9 of rank 1's node while the session waits in `phase` for it: a
+  // `delay` fault holds rank 1's local work there, and the node dies
+  // meanwhile. The step must end poisoned, naming rank 1, well within the
+  // deadline (the down message comes before it).
+  void expect_poison_from_a_kill_during(const std::string& phase, bool sample) {
+    auto session = connect();
+    ASSERT_TRUE(session);
+    ASSERT_TRUE(session->prefill(kPrompt));
+    ASSERT_TRUE(session->inject_faults({parse_fault("1:" + phase + ":delay").value()}));
+    std::thread killer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      nodes_[1]->kill_hard();
+    });
+    const auto start = Clock::now();
+    Sampler sampler(SamplerOptions{0.0f, 0.9f, 0});
+    auto step = sample ? session->decode_and_sample(kPrompt.back(), sampler, std::vector<int>{})
+                       : session->decode(kPrompt.back());
+    const auto took = Clock::now() - start;
+    killer.join();
+    ASSERT_FALSE(step) << "the step committed without rank 1";
+    EXPECT_NE(step.error().message().find("poisoned"), std::string::npos) << step.error().message();
+    EXPECT_NE(step.error().message().find("rank 1 is down"), std::string::npos) << step.error().message();
+    EXPECT_NE(step.error().message().find(phase), std::string::npos) << step.error().message();
+    EXPECT_LT(took, std::chrono::milliseconds(kPhaseTimeoutMs)) << "waited for the deadline, not the down message";
+  }
+
   std::unique_ptr<DistributedSession> connect(std::vector<Fault> faults = {}) {
     DistributedOptions options;
     options.phase_timeout_ms = kPhaseTimeoutMs;
@@ -157,7 +185,6 @@ class RemoteClusterTest : public ::testing::Test {
   std::vector<std::unique_ptr<NodeProcess>> nodes_;
 };
 
-const std::vector<int> kPrompt = {1, 403, 407, 261};
 
 // Logits of the prefill of kPrompt and of `steps` greedy decode steps.
 std::vector<float> greedy_trace(DistributedSession& session, int steps) {
@@ -250,6 +277,12 @@ TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBa
   const Status reset = session->reset_distributed();
   ASSERT_TRUE(reset) << reset.error().message();
   EXPECT_TRUE(test::bit_identical(greedy_trace(*session, 3), before));
+}
+
+TEST_F(RemoteClusterTest, AKillDuringExecutionPoisonsAtOnce) { expect_poison_from_a_kill_during("Execution", false); }
+
+TEST_F(RemoteClusterTest, AKillDuringSamplingSynchronizationPoisonsAtOnce) {
+  expect_poison_from_a_kill_during("SamplingSynchronization", true);
 }
 
 // The fault plan travels to the nodes; an `exit` stops the rank's actors,
