@@ -16,11 +16,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<int> kPrompt = {1, 403, 407, 261, 378, 432, 383, 286};
-const PromptCacheDescriptor kDescriptor{"story-opening", "tests"};
-
-std::span<const int> prefix(int n) { return std::span<const int>(kPrompt).first(static_cast<std::size_t>(n)); }
-
 class DistributedPromptCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -40,8 +35,8 @@ class DistributedPromptCacheTest : public ::testing::Test {
   // Saves the first n prompt tokens into root from a fresh session of `ranks`.
   void save(const fs::path& root, int ranks, int n) {
     auto session = new_session(ranks);
-    ASSERT_TRUE(session->prefill(prefix(n)));
-    auto saved = session->save_prompt_cache_distributed(root, kDescriptor, prefix(n));
+    ASSERT_TRUE(session->prefill(test::cache_prefix(n)));
+    auto saved = session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(n));
     ASSERT_TRUE(saved) << saved.error().message();
     EXPECT_EQ(saved->prefix_token_count, n);
   }
@@ -52,7 +47,7 @@ class DistributedPromptCacheTest : public ::testing::Test {
     return checkpoint ? checkpoint->rank_digests : std::vector<std::string>{};
   }
 
-  // Expects the load of prefix(n) to be refused with `fragment` in the
+  // Expects the load of test::cache_prefix(n) to be refused with `fragment` in the
   // message, every rank's state unchanged and the session usable.
   void expect_refused(DistributedSession& session, const fs::path& root, int n, const std::string& fragment) {
     if (session.position() == 0) {
@@ -60,7 +55,7 @@ class DistributedPromptCacheTest : public ::testing::Test {
     }
     const int position = session.position();
     const auto before = digests(session);
-    Status loaded = session.load_prompt_cache_distributed(root, kDescriptor, prefix(n));
+    Status loaded = session.load_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(n));
     ASSERT_FALSE(loaded) << "expected refusal: " << fragment;
     EXPECT_EQ(loaded.error().code(), ErrorCode::prompt_cache) << loaded.error().message();
     EXPECT_NE(loaded.error().message().find(fragment), std::string::npos) << loaded.error().message();
@@ -87,12 +82,12 @@ class DistributedPromptCacheTest : public ::testing::Test {
 TEST_F(DistributedPromptCacheTest, AHitGivesTheLogitsOfAColdPrefillOnOneToThreeRanks) {
   const int n = 5;
   auto cold = new_session(1);
-  const auto expected = cold->prefill(kPrompt)->logits;
+  const auto expected = cold->prefill(test::kCachePrompt)->logits;
   for (int ranks = 1; ranks <= 3; ++ranks) {
     const fs::path root = dir_.path() / ("cache-" + std::to_string(ranks));
     auto session = new_session(ranks);
-    ASSERT_TRUE(session->prefill(prefix(n)));
-    auto saved = session->save_prompt_cache_distributed(root, kDescriptor, prefix(n));
+    ASSERT_TRUE(session->prefill(test::cache_prefix(n)));
+    auto saved = session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(n));
     ASSERT_TRUE(saved) << saved.error().message();
     EXPECT_EQ(saved->shard_bytes, 5u * n * 32 * 2 * 4) << "five units in all";
     for (int r = 0; r < ranks; ++r) {
@@ -105,10 +100,10 @@ TEST_F(DistributedPromptCacheTest, AHitGivesTheLogitsOfAColdPrefillOnOneToThreeR
     EXPECT_FALSE(fs::exists(rank_folder(root, ranks)));
 
     ASSERT_TRUE(session->reset_distributed());
-    Status loaded = session->load_prompt_cache_distributed(root, kDescriptor, prefix(n));
+    Status loaded = session->load_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(n));
     ASSERT_TRUE(loaded) << loaded.error().message();
     EXPECT_EQ(session->position(), n);
-    auto rest = session->prefill(std::span<const int>(kPrompt).subspan(n));
+    auto rest = session->prefill(std::span<const int>(test::kCachePrompt).subspan(n));
     ASSERT_TRUE(rest) << rest.error().message();
     EXPECT_TRUE(test::bit_identical(rest->logits, expected)) << ranks << " ranks";
   }
@@ -118,7 +113,7 @@ TEST_F(DistributedPromptCacheTest, OneRankCachesAreTheSingleRankSessionsToo) {
   save(dir_.path(), 1, 5);
   cpu::ThreadPool pool(1);
   Session session(*model_, pool);
-  Status loaded = session.load_prompt_cache(dir_.path(), kDescriptor, prefix(5));
+  Status loaded = session.load_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
   EXPECT_TRUE(loaded) << loaded.error().message();
 }
 
@@ -141,7 +136,7 @@ TEST_F(DistributedPromptCacheTest, ACorruptedShardOnOneRankAbortsTheLoadOnEveryR
   test::write_bytes(shard.string(), bytes);
   auto session = new_session(3);
   expect_refused(*session, dir_.path(), 5, "corrupted");
-  Status loaded = session->load_prompt_cache_distributed(dir_.path(), kDescriptor, prefix(5));
+  Status loaded = session->load_prompt_cache_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
   ASSERT_FALSE(loaded);
   EXPECT_EQ(loaded.error().phase(), "PromptCacheLoadPreparation");
 }
@@ -165,8 +160,8 @@ TEST_F(DistributedPromptCacheTest, AnAbortedSaveLeavesThePreviousCacheLiveOnEver
   const fs::path obstruction = rank_folder(root, 1) / "CURRENT.partial";
   fs::create_directories(obstruction / "taken");
   auto session = new_session(2);
-  ASSERT_TRUE(session->prefill(prefix(7)));
-  auto saved = session->save_prompt_cache_distributed(root, kDescriptor, prefix(7));
+  ASSERT_TRUE(session->prefill(test::cache_prefix(7)));
+  auto saved = session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(7));
   ASSERT_FALSE(saved);
   EXPECT_EQ(saved.error().phase(), "PromptCacheSavePublication") << saved.error().message();
   for (int r = 0; r < 2; ++r) {
@@ -176,11 +171,11 @@ TEST_F(DistributedPromptCacheTest, AnAbortedSaveLeavesThePreviousCacheLiveOnEver
     EXPECT_EQ(generations, 1) << "rank " << r << " kept the aborted save's generation";
   }
   auto reader = new_session(2);
-  Status loaded = reader->load_prompt_cache_distributed(root, kDescriptor, prefix(5));
+  Status loaded = reader->load_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(5));
   EXPECT_TRUE(loaded) << loaded.error().message();
 
   fs::remove_all(obstruction);
-  auto again = session->save_prompt_cache_distributed(root, kDescriptor, prefix(7));
+  auto again = session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(7));
   ASSERT_TRUE(again) << again.error().message();
   EXPECT_EQ(current(root, 0), again->generation);
   EXPECT_EQ(current(root, 1), again->generation);
@@ -188,8 +183,8 @@ TEST_F(DistributedPromptCacheTest, AnAbortedSaveLeavesThePreviousCacheLiveOnEver
 
 TEST_F(DistributedPromptCacheTest, SaveRefusesAPrefixTheRanksDoNotHold) {
   auto session = new_session(2);
-  ASSERT_TRUE(session->prefill(prefix(4)));
-  auto saved = session->save_prompt_cache_distributed(dir_.path(), kDescriptor, prefix(5));
+  ASSERT_TRUE(session->prefill(test::cache_prefix(4)));
+  auto saved = session->save_prompt_cache_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
   ASSERT_FALSE(saved);
   EXPECT_EQ(saved.error().code(), ErrorCode::contract);
   EXPECT_EQ(saved.error().phase(), "PromptCacheSavePreflight");
@@ -198,16 +193,16 @@ TEST_F(DistributedPromptCacheTest, SaveRefusesAPrefixTheRanksDoNotHold) {
 
 TEST_F(DistributedPromptCacheTest, CompleteCheckpointsCarryThePreparedInput) {
   auto saver = new_session(2);
-  ASSERT_TRUE(saver->prefill(prefix(5)));
-  ASSERT_TRUE(saver->save_prompt_cache_for_input_distributed(dir_.path(), kDescriptor, prefix(5), "image:42"));
-  EXPECT_FALSE(saver->save_prompt_cache_for_input_distributed(dir_.path(), kDescriptor, prefix(5), ""));
+  ASSERT_TRUE(saver->prefill(test::cache_prefix(5)));
+  ASSERT_TRUE(saver->save_prompt_cache_for_input_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
+  EXPECT_FALSE(saver->save_prompt_cache_for_input_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), ""));
 
   auto session = new_session(2);
   EXPECT_FALSE(session->committed_prompt_input_identity());
-  Status wrong = session->load_prompt_cache_for_input_distributed(dir_.path(), kDescriptor, prefix(5), "image:7");
+  Status wrong = session->load_prompt_cache_for_input_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:7");
   ASSERT_FALSE(wrong);
   EXPECT_NE(wrong.error().message().find("another prepared input"), std::string::npos);
-  ASSERT_TRUE(session->load_prompt_cache_for_input_distributed(dir_.path(), kDescriptor, prefix(5), "image:42"));
+  ASSERT_TRUE(session->load_prompt_cache_for_input_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
   auto identity = session->committed_prompt_input_identity();
   ASSERT_TRUE(identity);
   EXPECT_EQ(identity->prepared_input, "image:42");
@@ -226,7 +221,7 @@ TEST_F(DistributedPromptCacheTest, CompleteCheckpointsCarryThePreparedInput) {
   ASSERT_TRUE(session->reset_distributed());
   EXPECT_FALSE(session->committed_prompt_input_identity());
   EXPECT_FALSE(session->rollback_complete_distributed(*after_load)) << "no checkpoint survives a reset";
-  ASSERT_TRUE(session->prefill(prefix(3)));
+  ASSERT_TRUE(session->prefill(test::cache_prefix(3)));
   auto plain = session->checkpoint_complete_distributed();
   ASSERT_TRUE(plain);
   ASSERT_TRUE(plain->prompt);

@@ -17,11 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<int> kPrompt = {1, 403, 407, 261, 378, 432, 383, 286};
-const PromptCacheDescriptor kDescriptor{"story-opening", "tests"};
-
-std::span<const int> prefix(int n) { return std::span<const int>(kPrompt).first(static_cast<std::size_t>(n)); }
-
 class PromptCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -36,8 +31,8 @@ class PromptCacheTest : public ::testing::Test {
   // Saves the first n prompt tokens into root from a fresh session.
   void save(const fs::path& root, int n) {
     auto session = new_session();
-    ASSERT_TRUE(session->prefill(prefix(n)));
-    auto saved = session->save_prompt_cache(root, kDescriptor, prefix(n));
+    ASSERT_TRUE(session->prefill(test::cache_prefix(n)));
+    auto saved = session->save_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(n));
     ASSERT_TRUE(saved) << saved.error().message();
     EXPECT_EQ(saved->prefix_token_count, n);
   }
@@ -59,7 +54,7 @@ class PromptCacheTest : public ::testing::Test {
       ASSERT_TRUE(session->prefill(std::vector<int>{1, 50, 60}));
     }
     const std::string digest = session->state_digest();
-    Status loaded = session->load_prompt_cache(root, kDescriptor, ids);
+    Status loaded = session->load_prompt_cache(root, test::kCacheDescriptor, ids);
     ASSERT_FALSE(loaded) << "expected refusal: " << fragment;
     EXPECT_EQ(loaded.error().code(), ErrorCode::prompt_cache) << loaded.error().message();
     EXPECT_NE(loaded.error().message().find(fragment), std::string::npos) << loaded.error().message();
@@ -73,17 +68,17 @@ class PromptCacheTest : public ::testing::Test {
 };
 
 TEST_F(PromptCacheTest, AHitGivesTheLogitsOfAColdPrefill) {
-  const int n = static_cast<int>(kPrompt.size()) - 1;
+  const int n = static_cast<int>(test::kCachePrompt.size()) - 1;
   save(dir_.path(), n);
   auto cold = new_session();
-  const auto expected = test::to_vector(cold->prefill(kPrompt)->logits);
+  const auto expected = test::to_vector(cold->prefill(test::kCachePrompt)->logits);
 
   auto warm = new_session();
   ASSERT_TRUE(warm->prefill(std::vector<int>{1, 9, 9, 9}));  // some unrelated state first
-  Status loaded = warm->load_prompt_cache(dir_.path(), kDescriptor, prefix(n));
+  Status loaded = warm->load_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(n));
   ASSERT_TRUE(loaded) << loaded.error().message();
   EXPECT_EQ(warm->position(), n);
-  const auto got = test::to_vector(warm->decode(kPrompt.back())->logits);
+  const auto got = test::to_vector(warm->decode(test::kCachePrompt.back())->logits);
   ASSERT_EQ(got.size(), expected.size());
   EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)));
   EXPECT_EQ(warm->state_digest().size(), 32u);
@@ -118,14 +113,14 @@ TEST_F(PromptCacheTest, RefusesAFlippedByteAndATruncatedShard) {
   auto flipped = bytes;
   flipped[flipped.size() / 2] ^= std::byte{0x01};
   test::write_bytes(shard.string(), flipped);
-  expect_refused(dir_.path(), prefix(5), "corrupted");
+  expect_refused(dir_.path(), test::cache_prefix(5), "corrupted");
   auto truncated = bytes;
   truncated.resize(bytes.size() - 4);
   test::write_bytes(shard.string(), truncated);
-  expect_refused(dir_.path(), prefix(5), "bytes, the manifest says");
+  expect_refused(dir_.path(), test::cache_prefix(5), "bytes, the manifest says");
   test::write_bytes(shard.string(), bytes);
   auto session = new_session();
-  EXPECT_TRUE(session->load_prompt_cache(dir_.path(), kDescriptor, prefix(5)));
+  EXPECT_TRUE(session->load_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5)));
 }
 
 TEST_F(PromptCacheTest, RefusesAnotherModel) {
@@ -135,23 +130,23 @@ TEST_F(PromptCacheTest, RefusesAnotherModel) {
   const Model first = test::synthetic_model(dir_, a, "a.bin");
   const Model second = test::synthetic_model(dir_, b, "b.bin");
   Session saver(first, *pool_);
-  ASSERT_TRUE(saver.prefill(prefix(5)));
-  ASSERT_TRUE(saver.save_prompt_cache(dir_.path() / "cache", kDescriptor, prefix(5)));
+  ASSERT_TRUE(saver.prefill(test::cache_prefix(5)));
+  ASSERT_TRUE(saver.save_prompt_cache(dir_.path() / "cache", test::kCacheDescriptor, test::cache_prefix(5)));
   Session loader(second, *pool_);
-  expect_refused(dir_.path() / "cache", prefix(5), "another model", &loader);
+  expect_refused(dir_.path() / "cache", test::cache_prefix(5), "another model", &loader);
 }
 
 TEST_F(PromptCacheTest, RefusesOtherPrefixTokensDescriptorAndInput) {
   save(dir_.path(), 5);
-  std::vector<int> other(kPrompt.begin(), kPrompt.begin() + 5);
+  std::vector<int> other(test::kCachePrompt.begin(), test::kCachePrompt.begin() + 5);
   other[3] = 300;
   expect_refused(dir_.path(), other, "other prefix tokens");
-  expect_refused(dir_.path(), prefix(4), "other prefix tokens");
+  expect_refused(dir_.path(), test::cache_prefix(4), "other prefix tokens");
   auto session = new_session();
-  Status wrong_name = session->load_prompt_cache(dir_.path(), {"another", "tests"}, prefix(5));
+  Status wrong_name = session->load_prompt_cache(dir_.path(), {"another", "tests"}, test::cache_prefix(5));
   ASSERT_FALSE(wrong_name);
   EXPECT_NE(wrong_name.error().message().find("saved as 'story-opening'"), std::string::npos);
-  Status wrong_input = session->load_prompt_cache_for_input(dir_.path(), kDescriptor, prefix(5), "image:42");
+  Status wrong_input = session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42");
   ASSERT_FALSE(wrong_input);
   EXPECT_NE(wrong_input.error().message().find("another prepared input"), std::string::npos);
 }
@@ -169,14 +164,14 @@ void edit_manifest(const fs::path& generation, const std::function<void(nlohmann
 TEST_F(PromptCacheTest, RefusesAnUnknownVersionAndAnotherTopology) {
   save(dir_.path(), 5);
   edit_manifest(live_folder(dir_.path()), [](nlohmann::json& m) { m["format_version"] = 99; });
-  expect_refused(dir_.path(), prefix(5), "unknown prompt cache format version 99");
+  expect_refused(dir_.path(), test::cache_prefix(5), "unknown prompt cache format version 99");
   edit_manifest(live_folder(dir_.path()), [](nlohmann::json& m) {
     m["format_version"] = 1;
     m["topology"]["ranks"] = 2;
   });
-  expect_refused(dir_.path(), prefix(5), "2 rank(s)");
+  expect_refused(dir_.path(), test::cache_prefix(5), "2 rank(s)");
   edit_manifest(live_folder(dir_.path()), [](nlohmann::json& m) { m.erase("epoch"); });
-  expect_refused(dir_.path(), prefix(5), "malformed manifest");
+  expect_refused(dir_.path(), test::cache_prefix(5), "malformed manifest");
 }
 
 TEST_F(PromptCacheTest, RefusesPathsThatLeaveTheRoot) {
@@ -187,19 +182,19 @@ TEST_F(PromptCacheTest, RefusesPathsThatLeaveTheRoot) {
 
   // CURRENT naming something outside generations/.
   std::ofstream(current, std::ios::trunc) << "../../../outside\n";
-  expect_refused(root, prefix(5), "not a generation");
+  expect_refused(root, test::cache_prefix(5), "not a generation");
 
   // A manifest naming a shard outside its generation.
   std::ofstream(current, std::ios::trunc) << generation.filename().string() << "\n";
   edit_manifest(generation, [](nlohmann::json& m) { m["shards"][0]["file"] = "../../../../kv.bin"; });
-  expect_refused(root, prefix(5), "leaves");
+  expect_refused(root, test::cache_prefix(5), "leaves");
 
   // A generation that is a symbolic link out of the root.
   edit_manifest(generation, [](nlohmann::json& m) { m["shards"][0]["file"] = "kv.bin"; });
   const fs::path outside = dir_.path() / "outside-generation";
   fs::rename(generation, outside);
   fs::create_directory_symlink(outside, generation);
-  expect_refused(root, prefix(5), "leaves the cache root");
+  expect_refused(root, test::cache_prefix(5), "leaves the cache root");
 }
 
 TEST_F(PromptCacheTest, ASaveKilledBeforePublicationLeavesTheOldCacheLoadable) {
@@ -216,8 +211,8 @@ TEST_F(PromptCacheTest, ASaveKilledBeforePublicationLeavesTheOldCacheLoadable) {
       if (phase == Phase::PromptCacheSavePreparation) ::_exit(42);
       return {};
     });
-    (void)session.prefill(prefix(7));
-    (void)session.save_prompt_cache(dir_.path(), kDescriptor, prefix(7));
+    (void)session.prefill(test::cache_prefix(7));
+    (void)session.save_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(7));
     ::_exit(0);
   }
   int status = 0;
@@ -226,7 +221,7 @@ TEST_F(PromptCacheTest, ASaveKilledBeforePublicationLeavesTheOldCacheLoadable) {
   ASSERT_EQ(WEXITSTATUS(status), 42) << "the child did not die where planned";
 
   auto session = new_session();
-  Status loaded = session->load_prompt_cache(dir_.path(), kDescriptor, prefix(5));
+  Status loaded = session->load_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
   EXPECT_TRUE(loaded) << loaded.error().message();
   // The next save succeeds and clears what the dead one left behind.
   save(dir_.path(), 7);
@@ -239,25 +234,25 @@ TEST_F(PromptCacheTest, AFailedPublicationIsReverted) {
   save(dir_.path(), 5);
   const fs::path old_generation = live_folder(dir_.path());
   auto session = new_session();
-  ASSERT_TRUE(session->prefill(prefix(7)));
+  ASSERT_TRUE(session->prefill(test::cache_prefix(7)));
   for (Phase phase : {Phase::PromptCacheSavePublication, Phase::MechanismCompletion}) {
     session->set_failure_hook(test::fail_every(phase));
-    auto saved = session->save_prompt_cache(dir_.path(), kDescriptor, prefix(7));
+    auto saved = session->save_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(7));
     ASSERT_FALSE(saved);
     EXPECT_EQ(saved.error().phase(), to_string(phase));
     EXPECT_EQ(live_folder(dir_.path()), old_generation);
     auto reader = new_session();
-    EXPECT_TRUE(reader->load_prompt_cache(dir_.path(), kDescriptor, prefix(5)));
+    EXPECT_TRUE(reader->load_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5)));
   }
   session->set_failure_hook({});
-  EXPECT_TRUE(session->save_prompt_cache(dir_.path(), kDescriptor, prefix(7)));
+  EXPECT_TRUE(session->save_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(7)));
   EXPECT_NE(live_folder(dir_.path()), old_generation);
 }
 
 TEST_F(PromptCacheTest, SaveRefusesAPrefixTheSessionDoesNotHold) {
   auto session = new_session();
-  ASSERT_TRUE(session->prefill(prefix(4)));
-  auto saved = session->save_prompt_cache(dir_.path(), kDescriptor, prefix(5));
+  ASSERT_TRUE(session->prefill(test::cache_prefix(4)));
+  auto saved = session->save_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
   ASSERT_FALSE(saved);
   EXPECT_EQ(saved.error().code(), ErrorCode::contract);
   EXPECT_FALSE(fs::exists(rank_folder(dir_.path(), 0) / "CURRENT"));
@@ -265,11 +260,11 @@ TEST_F(PromptCacheTest, SaveRefusesAPrefixTheSessionDoesNotHold) {
 
 TEST_F(PromptCacheTest, PreparedInputIdentityTravelsWithTheCacheAndCheckpoints) {
   auto saver = new_session();
-  ASSERT_TRUE(saver->prefill(prefix(5)));
-  ASSERT_TRUE(saver->save_prompt_cache_for_input(dir_.path(), kDescriptor, prefix(5), "image:42"));
+  ASSERT_TRUE(saver->prefill(test::cache_prefix(5)));
+  ASSERT_TRUE(saver->save_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
   auto session = new_session();
   EXPECT_FALSE(session->committed_prompt_input_identity());
-  ASSERT_TRUE(session->load_prompt_cache_for_input(dir_.path(), kDescriptor, prefix(5), "image:42"));
+  ASSERT_TRUE(session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
   auto identity = session->committed_prompt_input_identity();
   ASSERT_TRUE(identity);
   EXPECT_EQ(identity->prepared_input, "image:42");
@@ -283,7 +278,7 @@ TEST_F(PromptCacheTest, PreparedInputIdentityTravelsWithTheCacheAndCheckpoints) 
   EXPECT_FALSE(session->committed_prompt_input_identity());
   EXPECT_FALSE(session->rollback_complete(*complete));
   // rollback_complete restores state and identity together.
-  ASSERT_TRUE(session->load_prompt_cache_for_input(dir_.path(), kDescriptor, prefix(5), "image:42"));
+  ASSERT_TRUE(session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
   auto after_load = session->checkpoint_complete();
   ASSERT_TRUE(session->decode(10));
   ASSERT_TRUE(session->rollback_complete(*after_load));

@@ -34,6 +34,14 @@ std::vector<float> to_vector(std::span<const float> values);
 std::vector<float> distributed_trace(DistributedSession& session, std::span<const int> prompt, int steps);
 bool bit_identical(std::span<const float> a, std::span<const float> b);
 
+// The prompt and descriptor the prompt-cache tests save and load, one
+// session or several ranks alike, and its first n tokens.
+inline const std::vector<int> kCachePrompt = {1, 403, 407, 261, 378, 432, 383, 286};
+inline const PromptCacheDescriptor kCacheDescriptor{"story-opening", "tests"};
+inline std::span<const int> cache_prefix(int n) {
+  return std::span<const int>(kCachePrompt).first(static_cast<std::size_t>(n));
+}
+
 // A fresh empty folder, removed when the object goes away.
 class TempDir {
  public:
