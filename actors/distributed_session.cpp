@@ -610,11 +610,10 @@ Result<std::vector<std::string>> DistributedSession::rank_digests() const {
 }
 
 Result<DroppedMessageReport> DistributedSession::dropped_messages() const {
-  caf::scoped_actor self{*impl_->system};
   std::string failure;
   auto ask = [&](const caf::actor& actor) {
     DroppedMessages dropped;
-    self->request(actor, std::chrono::seconds(5), dropped_atom::value)
+    (*impl_->caller)->request(actor, std::chrono::seconds(5), dropped_atom::value)
         .receive([&](std::vector<std::uint64_t>& counts) { dropped = DroppedMessages::from_counts(counts); },
                  [&](caf::error& e) { failure = impl_->system->render(e); });
     return dropped;
