@@ -6,6 +6,15 @@
 # the shared models from ../shared (override with ACCORD_SHARED=DIR).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The tests compare against real models and reference outputs; without them
+# say so once, before building, rather than fail a hundred tests.
+shared=${ACCORD_SHARED:-$(cd "$root/.." && pwd)/shared}
+if [ ! -f "$shared/models/stories260K.bin" ]; then
+  echo "accord: $shared/models/stories260K.bin not found: the tests need the shared models and" \
+    "reference outputs beside the checkout (../shared) or in ACCORD_SHARED=DIR" >&2
+  exit 1
+fi
+export ACCORD_SHARED=$shared
 "$root/scripts/setup.sh"
 
 passed=0
