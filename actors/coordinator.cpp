@@ -35,12 +35,16 @@ std::vector<PlannedPhase> plan_for(const TransactionRequest& request, RankId ran
         plan.push_back({boundary_phase_id(BoundarySourceCompletion, r, r + 1), {}});
         plan.push_back({boundary_phase_id(BoundarySourceReady, r, r + 1), {}});
       }
-      plan.push_back({phase_id(Execution), {static_cast<std::uint8_t>(request.all_rows ? OutputRows::all
-                                                                                   : OutputRows::last)}});
+      plan.push_back({phase_id(Execution), {static_cast<std::uint8_t>(
+                                               request.all_rows || request.draft_tokens > 0 ? OutputRows::all
+                                                                                           : OutputRows::last)}});
       plan.push_back({phase_id(OutputObservation), {}});
       if (request.capture_prediction_target) {
-        plan.push_back({phase_id(PredictionTargetCapture), {}});
+        const Bytes draft = encode_draft_tokens(request.draft_tokens);
+        plan.push_back({phase_id(PredictionTargetCapture), draft});
         plan.push_back({phase_id(PredictionTargetCapturePublication), {}});
+        plan.push_back({phase_id(PredictionTargetStatePreparation), draft});
+        plan.push_back({phase_id(PredictionExtensionExecution), {}});
       }
       plan.push_back({phase_id(OutputPublication), {}});
       if (request.sample) plan.push_back({phase_id(SamplingSynchronization), encode_sampling(request.sampling)});
@@ -280,7 +284,7 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
       },
       [=](PredictionTargetHidden& capture) {
         auto& st = self->state;
-        if (st.busy && capture.epoch == st.reply.epoch) st.reply.prediction_target_capture = std::move(capture.hidden);
+        if (st.busy && capture.epoch == st.reply.epoch) st.reply.prediction_target = std::move(capture);
       },
       [=](const RankCheckpointReport& report) {
         if (self->state.busy && report.epoch == self->state.reply.epoch) self->state.reply.checkpoints.push_back(report);

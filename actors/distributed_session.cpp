@@ -61,6 +61,7 @@ struct StepRequest {
   Sampler* sampler = nullptr;               // a generation step samples with it
   std::span<const int> stop_tokens;         // with the sampler
   bool capture_prediction_target = false;   // the prediction-target phases
+  int draft_tokens = 0;                     // with them: the last tokens that are a draft
 };
 
 // A step that returns logits only, perhaps with an observer.
@@ -78,9 +79,10 @@ StepRequest sampled_step(Sampler& sampler, std::span<const int> stop_tokens) {
   return step;
 }
 
-StepRequest prediction_target_step() {
+StepRequest prediction_target_step(int draft_tokens) {
   StepRequest step;
   step.capture_prediction_target = true;
+  step.draft_tokens = draft_tokens;
   return step;
 }
 
@@ -357,6 +359,7 @@ struct DistributedSession::Impl {
     request.sample = options.sampler != nullptr;
     if (request.sample) request.sampling = sampling_arguments(*options.sampler, options.stop_tokens);
     request.capture_prediction_target = options.capture_prediction_target;
+    request.draft_tokens = options.draft_tokens;
     const auto start = std::chrono::steady_clock::now();
     auto reply = [&] {
       ObserverLoan loan(workers, options.observer);
@@ -365,15 +368,30 @@ struct DistributedSession::Impl {
     stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++stats.forward_steps;
     if (!reply) return reply.error();
-    tokens.insert(tokens.end(), step_tokens.begin(), step_tokens.end());
+    const auto kept = options.capture_prediction_target ? step_tokens.first(static_cast<std::size_t>(
+                                                              reply->prediction_target.kept_rows))
+                                                        : step_tokens;
+    tokens.insert(tokens.end(), kept.begin(), kept.end());
     const int rows = reply->logits.shape.empty() ? 0 : static_cast<int>(reply->logits.shape[0]);
-    DistributedStep result{reply->epoch, rows, std::move(reply->logits.data), {},
-                           std::move(reply->prediction_target_capture.data)};
+    DistributedStep result{reply->epoch,
+                           rows,
+                           std::move(reply->logits.data),
+                           {},
+                           std::move(reply->prediction_target.hidden.data),
+                           reply->prediction_target.accepted,
+                           reply->prediction_target.next_token};
     if (options.sampler != nullptr) {
       *options.sampler = Sampler(options.sampler->options(), reply->sampled.rng_state);
       result.sampled = {reply->sampled.token, reply->sampled.stop};
     }
     return result;
+  }
+
+  Result<DistributedStep> prediction_step(const PredictionTargetInput& input, bool decode) {
+    if (Status ok = check_prediction_input(input, decode); !ok) {
+      return std::move(Error(ok.error()).mark_before_state_mutation());
+    }
+    return step(input.tokens, prediction_target_step(input.draft_tokens));
   }
 
   static TransactionRequest cache_request(TransactionKind kind, const std::filesystem::path& root,
@@ -636,10 +654,16 @@ DistributedStats DistributedSession::stats() const {
 }
 
 Result<DistributedStep> DistributedSession::prefill_prediction_target(std::span<const int> tokens) {
-  return impl_->step(tokens, prediction_target_step());
+  return impl_->step(tokens, prediction_target_step(0));
 }
 Result<DistributedStep> DistributedSession::decode_prediction_target(int token) {
-  return impl_->step({&token, 1}, prediction_target_step());
+  return impl_->step({&token, 1}, prediction_target_step(0));
+}
+Result<DistributedStep> DistributedSession::prefill_prediction_target_input(const PredictionTargetInput& input) {
+  return impl_->prediction_step(input, false);
+}
+Result<DistributedStep> DistributedSession::decode_prediction_target_input(const PredictionTargetInput& input) {
+  return impl_->prediction_step(input, true);
 }
 
 Result<std::span<const float>> DistributedTarget::keep(Result<DistributedStep> step) {
@@ -666,6 +690,12 @@ Result<SampledToken> DistributedTarget::decode_and_sample(int token, Sampler& sa
   auto step = session_.decode_and_sample(token, sampler, stop_tokens);
   if (!step) return step.error();
   return step->sampled;
+}
+
+Result<DraftVerdict> DistributedTarget::decode_draft(int token, std::span<const int> draft) {
+  auto step = session_.decode_prediction_target_input(draft_input(token, draft));
+  if (!step) return step.error();
+  return DraftVerdict{step->accepted, step->next_token};
 }
 
 Status DistributedTarget::load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,

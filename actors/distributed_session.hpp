@@ -52,8 +52,11 @@ struct DistributedStep {
   std::vector<float> logits;  // (rows, vocab), as the observer left them
   SampledToken sampled;       // the _and_sample steps: the output owner's pick
   // The _prediction_target steps: the output owner's final hidden state of
-  // the last row, (dim), as every rank received it.
+  // the last kept row, (dim), as every rank received it; how many draft
+  // tokens the step kept, and greedy decoding's token after them.
   std::vector<float> prediction_target_capture;
+  int accepted = 0;
+  int next_token = -1;
 };
 
 struct DistributedCheckpoint {
@@ -147,13 +150,19 @@ class DistributedSession {
   Result<DistributedStep> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens);
 
   // Steps for speculative decoding's target model, as
-  // Session::prefill/decode_prediction_target: after OutputObservation the
-  // output owner captures the residual stream after the last unit (before
-  // the final norm) of the last row (PredictionTargetCapture) and sends it
-  // to every rank, each of which reports that it holds it
-  // (PredictionTargetCapturePublication).
+  // Session::prefill/decode_prediction_target(_input)
+  // (runtime/session/prediction_target.hpp): after OutputObservation the
+  // output owner verifies the draft and captures the residual stream after
+  // the last unit (before the final norm) of the last kept row
+  // (PredictionTargetCapture) and sends both to every rank, each of which
+  // reports that it holds them (PredictionTargetCapturePublication), checks
+  // the verdict against its own lane (PredictionTargetStatePreparation) and
+  // rolls the rejected rows back (PredictionExtensionExecution). logits is
+  // the last kept row's.
   Result<DistributedStep> prefill_prediction_target(std::span<const int> tokens);
   Result<DistributedStep> decode_prediction_target(int token);
+  Result<DistributedStep> prefill_prediction_target_input(const PredictionTargetInput& input);
+  Result<DistributedStep> decode_prediction_target_input(const PredictionTargetInput& input);
 
   Result<DistributedCheckpoint> checkpoint_distributed();
   Status rollback_distributed(const DistributedCheckpoint& checkpoint);
@@ -226,6 +235,7 @@ class DistributedTarget final : public GenerationTarget {
   Result<SampledToken> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
                                           std::span<const int> stop_tokens) override;
   Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens) override;
+  Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) override;
   Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                            std::span<const int> prefix) override;
   Status save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,

@@ -83,6 +83,7 @@ caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> w
       [=](accept_atom, const WireTensor& activations) -> LocalResult {
         return to_local(worker->receive_activations(from_wire(activations)));
       },
+      [=](apply_prediction_atom) -> LocalResult { return to_local(worker->apply_prediction_target_operation()); },
       [=](digests_atom) { return worker->digest(); },
       [=](checkpoint_atom) -> RankCheckpointReport {
         const RankCheckpoint cp = worker->checkpoint();
@@ -344,6 +345,18 @@ void hold_when_here(AgreementActor* self, Awaited<Data>& awaited) {
   finish_phase(self, *run, {true, 0, ""});
 }
 
+// PredictionTargetCapturePublication on a rank other than the output
+// owner, once the capture is here: the rank holds it for the step.
+void accept_capture(AgreementActor* self) {
+  auto& awaited = self->state.capture;
+  const auto run = awaited.ready();
+  if (!run) return;
+  awaited.phase.reset();
+  const PredictionTargetHidden& capture = *awaited.data;
+  PredictionTargetState received{capture.kept_rows, capture.accepted, capture.next_token, capture.hidden.data};
+  finish_phase(self, *run, to_local(self->state.worker->exchange_prediction_target_state(std::move(received))));
+}
+
 // SamplingSynchronization: the output owner samples from the output it
 // published and shares its pick; every other rank reports once it holds it.
 void run_sampling(AgreementActor* self, const RunPhase& run) {
@@ -366,15 +379,29 @@ void run_sampling(AgreementActor* self, const RunPhase& run) {
 }
 
 // PredictionTargetCapturePublication: the output owner shares the capture
-// it took; every other rank reports once it holds it.
+// and verdict it took; every other rank reports once it holds them.
 void run_capture_publication(AgreementActor* self, const RunPhase& run) {
   auto& s = self->state;
   if (!s.worker->is_output_owner()) {
     s.capture.phase = run;
-    return hold_when_here(self, s.capture);
+    return accept_capture(self);
   }
-  share_with_every_rank(self, PredictionTargetHidden{s.session, run.epoch, to_wire(s.worker->prediction_target_capture())});
+  const auto captured = s.worker->prediction_target_state();
+  if (!captured) {
+    return finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::state), "no capture to publish"});
+  }
+  const auto dim = static_cast<std::int32_t>(captured->hidden.size());
+  share_with_every_rank(self, PredictionTargetHidden{s.session, run.epoch, {{1, dim}, captured->hidden},
+                                                     captured->kept_rows, captured->accepted, captured->next_token});
   finish_phase(self, run, {true, 0, ""});
+}
+
+// A phase whose arguments are the step's draft token count runs `work` with it.
+template <class Work>
+void with_draft_tokens(AgreementActor* self, const RunPhase& run, Work&& work) {
+  const auto draft = decode_draft_tokens(run.arguments);
+  if (!draft) return finish_phase(self, run, malformed("draft"));
+  finish_phase(self, run, to_local(work(*draft)));
 }
 
 void run_local_work(AgreementActor* self, const RunPhase& run) {
@@ -411,9 +438,13 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
       return finish_phase(self, run, ok);
     case PredictionTargetCapture:
       if (!owner) return finish_phase(self, run, ok);
-      return finish_phase(self, run, to_local(s.worker->capture_prediction_target()));
+      return with_draft_tokens(self, run, [&](int draft) { return s.worker->capture_prediction_target(draft); });
     case PredictionTargetCapturePublication:
       return run_capture_publication(self, run);
+    case PredictionTargetStatePreparation:
+      return with_draft_tokens(self, run, [&](int draft) { return s.worker->prepare_prediction_target_state(draft); });
+    case PredictionExtensionExecution:
+      return run_on(self, s.state, run, apply_prediction_atom::value);
     case SamplingSynchronization:
       return run_sampling(self, run);
     case SessionCheckpoint:
@@ -616,7 +647,7 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
       [=](PredictionTargetHidden& capture) {
         if (!is_current(self, capture.session, capture.epoch)) return;
         self->state.capture.data = std::move(capture);
-        hold_when_here(self, self->state.capture);
+        accept_capture(self);
       },
       [=](topology_atom, std::vector<caf::actor> ranks) { self->state.ranks = std::move(ranks); },
       [=](digests_atom) {

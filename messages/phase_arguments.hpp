@@ -49,6 +49,19 @@ inline std::optional<std::vector<int>> decode_tokens(std::span<const std::uint8_
   return tokens;
 }
 
+// PredictionTargetCapture and PredictionTargetStatePreparation: how many
+// of the step's last tokens are a draft, as a u32.
+inline Bytes encode_draft_tokens(int draft_tokens) {
+  Bytes out;
+  put_u32(out, static_cast<std::uint32_t>(draft_tokens));
+  return out;
+}
+
+inline std::optional<int> decode_draft_tokens(std::span<const std::uint8_t> in) {
+  if (in.size() != 4) return std::nullopt;
+  return static_cast<std::int32_t>(get_u32(in));
+}
+
 // SessionRollbackPreparation: the checkpoint every rank must restore.
 struct RollbackTarget {
   std::int32_t position = 0;

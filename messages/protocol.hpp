@@ -286,21 +286,26 @@ typename Inspector::result_type inspect(Inspector& f, SamplingResult& x) {
   return f(x.session, x.epoch, x.token, x.stop, x.rng_state);
 }
 
-// The output owner's prediction-target capture of transaction `epoch`: the
-// residual stream after the last unit, before the final norm, of the step's
-// last row, (1, dim). Sent in PredictionTargetCapturePublication to every
-// other rank and to the coordinator, before the owner's status.
+// The output owner's prediction-target capture of transaction `epoch`
+// (runtime/session/prediction_target.hpp): the residual stream after the
+// last unit, before the final norm, of the last kept row, (1, dim), and
+// the verdict on the step's draft. Sent in
+// PredictionTargetCapturePublication to every other rank and to the
+// coordinator, before the owner's status.
 struct PredictionTargetHidden {
   SessionId session = 0;
   Epoch epoch = 0;
   WireTensor hidden;
+  std::int32_t kept_rows = 0;
+  std::int32_t accepted = 0;
+  std::int32_t next_token = -1;
 
   bool operator==(const PredictionTargetHidden&) const = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PredictionTargetHidden& x) {
-  return f(x.session, x.epoch, x.hidden);
+  return f(x.session, x.epoch, x.hidden, x.kept_rows, x.accepted, x.next_token);
 }
 
 // What a rank recorded for a distributed checkpoint (SessionCheckpoint),

@@ -30,6 +30,7 @@ struct TransactionRequest {
   bool sample = false;          // forward_step: the output owner samples (SamplingSynchronization)
   SamplingArguments sampling;   // when sample
   bool capture_prediction_target = false;  // forward_step: the prediction-target phases
+  std::int32_t draft_tokens = 0;           // with them: the last tokens that are a draft to verify
 
   bool operator==(const TransactionRequest&) const = default;
 };
@@ -37,7 +38,8 @@ struct TransactionRequest {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {
   return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_epoch, x.cache_root, x.cache_name,
-           x.cache_namespace, x.prepared_input, x.save_id, x.sample, x.sampling, x.capture_prediction_target);
+           x.cache_namespace, x.prepared_input, x.save_id, x.sample, x.sampling, x.capture_prediction_target,
+           x.draft_tokens);
 }
 
 // How a transaction ended, for the caller.
@@ -58,7 +60,7 @@ struct TransactionReply {
   std::vector<RankCheckpointReport> checkpoints;  // checkpoint: one per rank
   std::uint64_t phases_run = 0;  // phase rounds of this transaction
   SamplingResult sampled;        // forward_step with sample: the output owner's pick
-  WireTensor prediction_target_capture;  // with capture_prediction_target: (1, dim)
+  PredictionTargetHidden prediction_target;  // with capture_prediction_target: capture and verdict
 
   bool operator==(const TransactionReply&) const = default;
 };
@@ -66,7 +68,7 @@ struct TransactionReply {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionReply& x) {
   return f(x.outcome, x.epoch, x.phase, x.error_code, x.message, x.logits, x.checkpoints, x.phases_run, x.sampled,
-           x.prediction_target_capture);
+           x.prediction_target);
 }
 
 }  // namespace accord

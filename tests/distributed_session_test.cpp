@@ -441,8 +441,9 @@ TEST(DistributedSession, PredictionTargetStepsMatchOneRankBitForBit) {
     }
     // StateCheckpoint, two phases per route, Execution, OutputObservation,
     // PredictionTargetCapture, PredictionTargetCapturePublication,
+    // PredictionTargetStatePreparation, PredictionExtensionExecution,
     // OutputPublication, MechanismCompletion, Commit.
-    EXPECT_EQ(session->stats().phases_run, 4u * static_cast<std::uint64_t>(2 * (ranks - 1) + 8));
+    EXPECT_EQ(session->stats().phases_run, 4u * static_cast<std::uint64_t>(2 * (ranks - 1) + 10));
     EXPECT_TRUE(session->decode(5)->prediction_target_capture.empty()) << "plain steps capture nothing";
   }
 }

@@ -39,6 +39,12 @@ class FaultyTarget final : public GenerationTarget {
     if (auto error = planned_failure()) return *error;
     return count(inner_.decode_and_sample(token, sampler, stop_tokens));
   }
+  Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) override {
+    if (auto error = planned_failure()) return *error;
+    auto verdict = inner_.decode_draft(token, draft);
+    if (verdict) ++step_;
+    return verdict;
+  }
   Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                            std::span<const int> prefix) override {
     if (cache_load_error_) return *cache_load_error_;

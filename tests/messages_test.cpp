@@ -147,12 +147,22 @@ TEST_F(MessagesTest, SamplingAndCapturesTravelWithTheirFields) {
   request.tokens = {1, 403};
   request.sample = true;
   request.sampling = {0.9f, 0.5f, 0x0123456789ABCDEFull, {1, 2}};
+  request.capture_prediction_target = true;
+  request.draft_tokens = 4;
   expect_round_trip(request);
   TransactionReply reply;
   reply.sampled = {7, 3, 2, true, 99};
-  reply.prediction_target_capture = WireTensor{{1, 2}, {0.25f, -3.5f}};
+  reply.prediction_target = PredictionTargetHidden{7, 3, WireTensor{{1, 2}, {0.25f, -3.5f}}, 3, 2, 411};
   expect_round_trip(reply);
-  expect_round_trip(PredictionTargetHidden{7, 3, WireTensor{{1, 3}, {1.0f, -0.0f, 2.5e-30f}}});
+  expect_round_trip(PredictionTargetHidden{7, 3, WireTensor{{1, 3}, {1.0f, -0.0f, 2.5e-30f}}, 1, 0, 0});
+}
+
+TEST(PhaseArgumentsTest, DraftTokenCountsRoundTripAndRefuseMalformedBytes) {
+  EXPECT_EQ(decode_draft_tokens(encode_draft_tokens(7)), 7);
+  Bytes torn = encode_draft_tokens(7);
+  torn.pop_back();
+  EXPECT_EQ(decode_draft_tokens(torn), std::nullopt);
+  EXPECT_EQ(decode_draft_tokens({}), std::nullopt);
 }
 
 TEST(PhaseArgumentsTest, SamplingArgumentsRoundTripAndRefuseMalformedBytes) {

@@ -356,7 +356,8 @@ TEST_F(SessionTest, PredictionTargetStepsCaptureTheFinalHiddenStateOfTheLastRow)
   EXPECT_EQ(decoded->capture.size(), dim);
   EXPECT_TRUE(test::bit_identical(decoded->capture, observer.last_unit_output));
 
-  for (Phase phase : {Phase::PredictionTargetCapture, Phase::PredictionTargetCapturePublication}) {
+  for (Phase phase : {Phase::PredictionTargetCapture, Phase::PredictionTargetCapturePublication,
+                      Phase::PredictionTargetStatePreparation, Phase::PredictionExtensionExecution}) {
     const std::string digest = session_.state_digest();
     session_.set_failure_hook(test::fail_every(phase));
     auto failed = session_.decode_prediction_target(11);

@@ -38,7 +38,31 @@ struct GenerateArgs {
   std::vector<Fault> faults;  // --fault entries; ACCORD_FAULTS is read at run time
   int phase_timeout_ms = DistributedOptions{}.phase_timeout_ms;
   int retries = GenerationOptions{}.retries;
+  std::string speculative;  // --speculative: "lookup" or "model:PATH"; empty: plain decoding
+  int draft_tokens = GenerationOptions{}.draft_tokens;
 };
+
+constexpr std::string_view kDraftModelPrefix = "model:";
+
+// The drafter of --speculative, and the draft model it runs, if any.
+struct Speculation {
+  std::unique_ptr<Model> draft_model;
+  std::unique_ptr<Drafter> drafter;
+};
+
+Result<Speculation> load_speculation(const GenerateArgs& args, const Model& target) {
+  Speculation speculation;
+  if (args.speculative == "lookup") {
+    speculation.drafter = std::make_unique<PromptLookupDrafter>();
+  } else if (args.speculative.starts_with(kDraftModelPrefix)) {
+    auto draft = Model::load(args.speculative.substr(kDraftModelPrefix.size()));
+    if (!draft) return Error(draft.error().code(), "the draft model: " + draft.error().message());
+    if (Status ok = check_draft_model(draft->config(), target.config()); !ok) return ok.error();
+    speculation.draft_model = std::make_unique<Model>(std::move(*draft));
+    speculation.drafter = std::make_unique<ModelDrafter>(*speculation.draft_model, args.threads);
+  }
+  return speculation;
+}
 
 nlohmann::json to_json(const SessionReport& r) {
   return {
@@ -79,6 +103,7 @@ nlohmann::json to_json(const GenerationResult& result, const Model& model, int t
   json["retries"] = result.retries;
   json["poisoned"] = result.poisoned;
   json["poison_cause"] = result.poison_cause;
+  json["decode_steps"] = result.decode_steps;
   if (result.prompt_cache != PromptCacheOutcome::unused) {
     json["prompt_cache"] = std::string(to_string(result.prompt_cache));
     json["prompt_cache_tokens_reused"] = result.prompt_cache_tokens_reused;
@@ -96,6 +121,10 @@ void print_summary(const GenerationResult& result) {
   if (result.aborted_steps > 0) {
     std::fprintf(stderr, "accord: %d step attempt(s) aborted, %d retried\n", result.aborted_steps, result.retries);
   }
+  if (result.drafted_tokens > 0) {
+    std::fprintf(stderr, "accord: speculative: %d of %d drafted tokens accepted (%.1f%%), %d decode steps\n",
+                 result.accepted_tokens, result.drafted_tokens, 100.0 * result.acceptance_rate(), result.decode_steps);
+  }
 }
 
 void print_json(const nlohmann::json& json) {
@@ -108,8 +137,11 @@ void print_json(const nlohmann::json& json) {
 // `extend` adds what the target knows of itself. A failed generation
 // prints them too (the JSON with an "error" field), then the error.
 int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const Model& model,
-                       const Tokenizer& tokenizer, const std::function<void(nlohmann::json&)>& extend) {
+                       const Tokenizer& tokenizer, Drafter* drafter,
+                       const std::function<void(nlohmann::json&)>& extend) {
   GenerationOptions options;
+  options.drafter = drafter;
+  options.draft_tokens = args.draft_tokens;
   options.max_tokens = args.max_tokens;
   options.sampler = {args.temperature, args.top_p, args.seed};
   options.prompt_cache = args.prompt_cache;
@@ -128,6 +160,13 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
     nlohmann::json json = to_json(result, model, args.threads);
     json["ranks"] = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
     extend(json);
+    if (drafter != nullptr) {
+      json["speculative"] = args.speculative;
+      json["draft_tokens"] = args.draft_tokens;
+      json["drafted_tokens"] = result.drafted_tokens;
+      json["accepted_tokens"] = result.accepted_tokens;
+      json["acceptance_rate"] = result.acceptance_rate();
+    }
     if (!outcome) json["error"] = outcome.error().message();
     print_json(json);
   } else {
@@ -166,13 +205,16 @@ int run_generate(const GenerateArgs& args) {
   if (!model) return fail(model.error().message());
   auto tokenizer = find_tokenizer(args.tokenizer, *model);
   if (!tokenizer) return fail(tokenizer.error().message());
+  auto speculation = load_speculation(args, *model);
+  if (!speculation) return fail(speculation.error().message());
+  Drafter* drafter = speculation->drafter.get();
 
   // Faults are injected into rank actors, which a single-rank Session has not.
   if (args.ranks == 1 && args.peers.empty() && faults->empty()) {
     cpu::ThreadPool pool(args.threads);
     Session session(*model, pool);
     SessionTarget target(session);
-    return generate_and_print(args, target, *model, *tokenizer,
+    return generate_and_print(args, target, *model, *tokenizer, drafter,
                               [&](nlohmann::json& json) { json["report"] = to_json(session.report()); });
   }
   DistributedOptions options;
@@ -185,7 +227,7 @@ int run_generate(const GenerateArgs& args) {
                                     : DistributedSession::connect(args.peers, *model, options);
   if (!session) return fail(session.error().message());
   DistributedTarget target(**session, *model);
-  return generate_and_print(args, target, *model, *tokenizer, [&](nlohmann::json& json) {
+  return generate_and_print(args, target, *model, *tokenizer, drafter, [&](nlohmann::json& json) {
     const DistributedStats stats = (*session)->stats();
     json["phases_run"] = stats.phases_run;
     // Remote ranks compute in their own processes; the client cannot tell
@@ -239,6 +281,16 @@ Command add_generate_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--retries", args->retries, "times an aborted step is run again before generation fails")
+      ->capture_default_str();
+  cmd->add_option("--speculative", args->speculative,
+                  "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
+                  "earlier text (prompt lookup), `model:PATH` from a smaller model with the same vocabulary")
+      ->check([](const std::string& text) {
+        const bool known = text == "lookup" || (text.starts_with(kDraftModelPrefix) && text.size() > kDraftModelPrefix.size());
+        return known ? std::string() : "expected `lookup` or `model:PATH`, got `" + text + "`";
+      });
+  cmd->add_option("--draft-tokens", args->draft_tokens, "the most draft tokens one speculative step verifies")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_flag("--json", args->json,
                 "print one JSON object at the end (tokens, text, speeds) instead of streaming text");

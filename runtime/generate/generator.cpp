@@ -1,5 +1,6 @@
 #include "runtime/generate/generator.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "runtime/io/digest.hpp"
@@ -22,6 +23,14 @@ Status check_request(const GenerationTarget& target, const Tokenizer& tokenizer,
     return Error(ErrorCode::contract, "retries must be at least 0, got " + std::to_string(options.retries));
   }
   if (Status ok = validate(options.sampler); !ok) return ok;
+  if (options.drafter != nullptr) {
+    if (options.sampler.temperature != 0.0f) {
+      return Error(ErrorCode::contract, "speculative decoding verifies drafts greedily: it needs temperature 0");
+    }
+    if (options.draft_tokens < 1) {
+      return Error(ErrorCode::contract, "draft tokens must be at least 1, got " + std::to_string(options.draft_tokens));
+    }
+  }
   const ModelConfig& config = target.config();
   if (tokenizer.vocab_size() != config.vocab_size) {
     return Error(ErrorCode::architecture, "the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
@@ -181,37 +190,76 @@ class Generation {
   // Emits `sampled` and decodes until a stop rule ends generation.
   Status decode_from(SampledToken sampled) {
     const int context = target_.config().seq_len;
-    int previous = result_.prompt_tokens.back();
     for (;;) {
       if (sampled.stop) {
         result_.stop_reason = StopReason::end_of_sequence;
         return {};
       }
       const int next = sampled.token;
-      result_.generated_tokens.push_back(next);
-      emit(previous, next);
-      if (static_cast<int>(result_.generated_tokens.size()) >= options_.max_tokens) return {};
+      keep(next);
+      if (generated() >= options_.max_tokens) return {};
       if (target_.position() >= context) {
         result_.stop_reason = StopReason::context_full;
         return {};
       }
-      auto decoded = with_retries([&] { return target_.decode_and_sample(next, sampler_, stop_tokens_); });
+      auto decoded = options_.drafter != nullptr ? decode_speculatively(next)
+                                                 : with_retries([&] {
+                                                     return target_.decode_and_sample(next, sampler_, stop_tokens_);
+                                                   });
       if (!decoded) return decoded.error();
       sampled = *decoded;
       ++result_.decode_steps;
-      previous = next;
+      ++result_.decoded_tokens;
     }
+  }
+
+  int generated() const { return static_cast<int>(result_.generated_tokens.size()); }
+
+  // Adds a generated token and emits its piece.
+  void keep(int token) {
+    const int previous = result_.generated_tokens.empty() ? result_.prompt_tokens.back() : result_.generated_tokens.back();
+    result_.generated_tokens.push_back(token);
+    emit(previous, token);
+  }
+
+  // One speculative step after `next`: drafts, verifies, keeps what the
+  // target accepted and returns greedy's token after it. The draft stops
+  // short of max_tokens and the context, and before any stop token, so
+  // what is kept is exactly what plain decoding would have emitted.
+  Result<SampledToken> decode_speculatively(int next) {
+    const int room = std::min(options_.max_tokens - generated() - 1,
+                              target_.config().seq_len - target_.position() - 1);
+    std::vector<int> draft;
+    if (room > 0) {
+      std::vector<int> context = result_.prompt_tokens;
+      context.insert(context.end(), result_.generated_tokens.begin(), result_.generated_tokens.end());
+      auto proposed = options_.drafter->propose(context, std::min(options_.draft_tokens, room));
+      if (!proposed) return proposed.error();
+      draft = std::move(*proposed);
+      const auto stop = std::find_first_of(draft.begin(), draft.end(), stop_tokens_.begin(), stop_tokens_.end());
+      draft.erase(stop, draft.end());
+    }
+    if (draft.empty()) return with_retries([&] { return target_.decode_and_sample(next, sampler_, stop_tokens_); });
+    auto verdict = with_retries([&] { return target_.decode_draft(next, draft); });
+    if (!verdict) return verdict.error();
+    result_.drafted_tokens += static_cast<int>(draft.size());
+    result_.accepted_tokens += verdict->accepted;
+    result_.decoded_tokens += verdict->accepted;
+    for (int i = 0; i < verdict->accepted; ++i) keep(draft[static_cast<std::size_t>(i)]);
+    const int token = verdict->next_token;
+    return SampledToken{token, std::find(stop_tokens_.begin(), stop_tokens_.end(), token) != stop_tokens_.end()};
   }
 
   // Runs a step, and again after each abort, at most options_.retries
   // times more. An abort left the target and the sampler as they were, so
   // a retry that succeeds gives what the first attempt would have.
-  Result<SampledToken> with_retries(const std::function<Result<SampledToken>()>& step) {
+  template <class Step>
+  auto with_retries(const Step& step) -> decltype(step()) {
     for (int attempt = 0;; ++attempt) {
-      auto sampled = step();
-      if (sampled || !is_aborted(sampled.error())) return sampled;
+      auto done = step();
+      if (done || !is_aborted(done.error())) return done;
       ++result_.aborted_steps;
-      if (attempt == options_.retries) return sampled;
+      if (attempt == options_.retries) return done;
       ++result_.retries;
     }
   }
@@ -264,7 +312,11 @@ double GenerationResult::prefill_tokens_per_second() const {
 }
 
 double GenerationResult::decode_tokens_per_second() const {
-  return decode_seconds > 0 ? decode_steps / decode_seconds : 0.0;
+  return decode_seconds > 0 ? decoded_tokens / decode_seconds : 0.0;
+}
+
+double GenerationResult::acceptance_rate() const {
+  return drafted_tokens > 0 ? static_cast<double>(accepted_tokens) / drafted_tokens : 0.0;
 }
 
 GenerationOutcome generate(GenerationTarget& target, const Tokenizer& tokenizer, std::string_view prompt,

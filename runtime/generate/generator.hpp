@@ -7,6 +7,13 @@
 // costs one decode step. Generation stops after max_tokens tokens, when the
 // model samples BOS or EOS (not emitted), or when the context is full.
 //
+// Speculative decoding (options.drafter): a drafter guesses up to
+// draft_tokens tokens after each generated one, and one prediction-target
+// step of the target verifies them all, keeping the longest prefix that
+// greedy decoding would produce and greedy's token after it. The tokens are
+// exactly plain greedy decoding's; only the number of steps changes. It
+// needs temperature 0.
+//
 // A step that aborts (the target's state is as it was before it) is run
 // again, up to `retries` times per step, and continues exactly where it
 // stopped. A poisoned session, a step refused before it changed anything,
@@ -24,6 +31,7 @@
 #include "runtime/error.hpp"
 #include "runtime/model/sampler.hpp"
 #include "runtime/model/tokenizer.hpp"
+#include "runtime/generate/drafter.hpp"
 #include "runtime/generate/target.hpp"
 
 namespace accord {
@@ -35,6 +43,8 @@ struct GenerationOptions {
   // this model, written otherwise. Empty: no cache.
   std::filesystem::path prompt_cache;
   int retries = 2;  // >= 0: how often one aborted step is run again
+  Drafter* drafter = nullptr;  // speculative decoding with it (not owned), or none
+  int draft_tokens = 4;        // >= 1: the most tokens one speculative step verifies
 };
 
 // error: generation ended with an error (a GenerationFailure's partial result).
@@ -61,6 +71,9 @@ struct GenerationResult {
   double prefill_seconds = 0;  // loading the cache (if any) and the forward of the rest
   double decode_seconds = 0;   // every later forward step together
   int decode_steps = 0;
+  int decoded_tokens = 0;   // tokens the decode steps produced (more than the steps when speculating)
+  int drafted_tokens = 0;   // speculative decoding: tokens the drafter proposed
+  int accepted_tokens = 0;  // and those the target kept
   PromptCacheOutcome prompt_cache = PromptCacheOutcome::unused;
   std::string prompt_cache_reason;  // why it was rejected
   int prompt_cache_tokens_reused = 0;
@@ -71,6 +84,7 @@ struct GenerationResult {
 
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;
+  double acceptance_rate() const;  // accepted / drafted; 0 when nothing was drafted
 };
 
 // Generation that ended with an error, and what it had done by then (the

@@ -13,6 +13,20 @@
 
 namespace accord {
 
+// What a speculative step kept: how many draft tokens greedy decoding
+// reproduced, and its token after them.
+struct DraftVerdict {
+  int accepted = 0;
+  int next_token = -1;
+};
+
+// Builds the input of a prediction-target decode: `token`, then `draft`.
+inline PredictionTargetInput draft_input(int token, std::span<const int> draft) {
+  PredictionTargetInput input{{token}, static_cast<int>(draft.size())};
+  input.tokens.insert(input.tokens.end(), draft.begin(), draft.end());
+  return input;
+}
+
 class GenerationTarget {
  public:
   virtual ~GenerationTarget() = default;
@@ -38,6 +52,10 @@ class GenerationTarget {
     if (!logits) return logits.error();
     return sample_token(sampler, *logits, stop_tokens);
   }
+  // Speculative decoding: runs `token` and then `draft` as one
+  // prediction-target step (Session::decode_prediction_target_input), which
+  // keeps the longest draft prefix greedy decoding would produce.
+  virtual Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) = 0;
   // As Session::load_prompt_cache and save_prompt_cache.
   virtual Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                    std::span<const int> prefix) = 0;
@@ -61,6 +79,11 @@ class SessionTarget final : public GenerationTarget {
     auto step = session_.decode(token);
     if (!step) return step.error();
     return step->logits;
+  }
+  Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) override {
+    auto step = session_.decode_prediction_target_input(draft_input(token, draft));
+    if (!step) return step.error();
+    return DraftVerdict{step->accepted, step->next_token};
   }
   Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                            std::span<const int> prefix) override {

@@ -44,8 +44,9 @@ Status RankStage::execute(std::span<const int> tokens, std::span<const float> ac
 
 std::span<const float> RankStage::activations() { return transformer_.hidden(); }
 
-std::span<const float> RankStage::prediction_target_capture() {
-  return activations().last(static_cast<std::size_t>(model_.config().dim));
+std::span<const float> RankStage::prediction_target_capture(int row) {
+  const auto dim = static_cast<std::size_t>(model_.config().dim);
+  return activations().subspan(static_cast<std::size_t>(row) * dim, dim);
 }
 
 std::span<float> RankStage::logits(Transformer::Rows rows) { return transformer_.head(rows); }

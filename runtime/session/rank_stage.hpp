@@ -28,6 +28,7 @@ class RankStage {
   RankStage(const Model& model, cpu::ThreadPool& pool, const Partition& partition, int rank);
 
   int rank() const { return rank_; }
+  const ModelConfig& config() const { return model_.config(); }
   const UnitRange& units() const { return units_; }
   bool is_first() const { return first_; }
   bool is_output_owner() const { return output_owner_; }
@@ -50,9 +51,9 @@ class RankStage {
   // After execute: the activations for the next rank, (rows, dim).
   std::span<const float> activations();
   // After execute, on the output owner: the prediction-target capture, the
-  // residual stream after the last unit (before the final norm) of the last
-  // row, (dim). The head leaves it as it is.
-  std::span<const float> prediction_target_capture();
+  // residual stream after the last unit (before the final norm) of the
+  // step's row `row`, (dim). The head leaves it as it is.
+  std::span<const float> prediction_target_capture(int row);
   // After execute, on the output owner: the logits, (rows, vocab).
   std::span<float> logits(Transformer::Rows rows);
   // The same, seen and perhaps changed by the observer (when there is one);

@@ -53,7 +53,8 @@ void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on
   undo_.reset();
   incoming_.reset();
   output_.reset();
-  capture_.reset();
+  prediction_.reset();
+  lane_swap_prepared_ = false;
   on_commit_ = std::move(on_commit);
 }
 
@@ -122,14 +123,46 @@ RowBlock RankWorker::head(bool all_rows) {
 
 RowBlock RankWorker::published_output() const { return output_.value_or(RowBlock{}); }
 
-Status RankWorker::capture_prediction_target() {
-  if (step_tokens_.empty()) return Error(ErrorCode::state, "no step is open on this rank");
-  const auto hidden = stage_.prediction_target_capture();
-  capture_ = RowBlock{1, static_cast<int>(hidden.size()), {hidden.begin(), hidden.end()}};
+Status RankWorker::capture_prediction_target(int draft_tokens) {
+  if (!output_) return Error(ErrorCode::state, "no output to verify a draft against on this rank");
+  if (draft_tokens < 0 || draft_tokens >= output_->rows) {
+    return Error(ErrorCode::contract, "a draft of " + std::to_string(draft_tokens) + " token(s) needs " +
+                                          std::to_string(draft_tokens + 1) + " rows of logits; the step has " +
+                                          std::to_string(output_->rows));
+  }
+  prediction_ = verify_draft(stage_, output_->data, step_tokens_, draft_tokens);
   return {};
 }
 
-RowBlock RankWorker::prediction_target_capture() const { return capture_.value_or(RowBlock{}); }
+Status RankWorker::exchange_prediction_target_state(PredictionTargetState state) {
+  if (step_tokens_.empty()) return Error(ErrorCode::state, "no step is open on this rank");
+  prediction_ = std::move(state);
+  return {};
+}
+
+Status RankWorker::prepare_prediction_target_state(int draft_tokens) {
+  if (!prediction_) {
+    return Error(ErrorCode::state, "rank " + std::to_string(rank()) + " holds no prediction-target verdict");
+  }
+  if (Status ok = check_lane_swap(*prediction_, static_cast<int>(step_tokens_.size()), draft_tokens); !ok) return ok;
+  lane_swap_prepared_ = true;
+  return {};
+}
+
+Status RankWorker::apply_prediction_target_operation() {
+  if (!lane_swap_prepared_ || !undo_) {
+    return Error(ErrorCode::state, "rank " + std::to_string(rank()) + " has no prepared lane swap");
+  }
+  drop_rejected_rows(stage_.state(), *undo_, *prediction_);
+  const int step_rows = static_cast<int>(step_tokens_.size());
+  step_tokens_.resize(static_cast<std::size_t>(prediction_->kept_rows));
+  if (output_) {
+    const auto row = output_->data.begin() + static_cast<std::ptrdiff_t>(kept_row_offset(
+                                                 *prediction_, step_rows, output_->rows, output_->width));
+    output_ = RowBlock{1, output_->width, {row, row + output_->width}};
+  }
+  return {};
+}
 
 Result<RankSample> RankWorker::sample(const SamplerOptions& options, std::uint64_t rng_state,
                                       std::span<const int> stop_tokens) {
@@ -209,7 +242,8 @@ void RankWorker::forget_open_transaction() {
   incoming_.reset();
   step_observer_.reset();
   output_.reset();
-  capture_.reset();
+  prediction_.reset();
+  lane_swap_prepared_ = false;
 }
 
 }  // namespace accord

@@ -23,6 +23,7 @@
 #include "runtime/session/prompt_cache_shard.hpp"
 #include "runtime/model/sampler.hpp"
 #include "runtime/session/observer.hpp"
+#include "runtime/session/prediction_target.hpp"
 #include "runtime/session/rank_stage.hpp"
 
 namespace accord {
@@ -89,10 +90,23 @@ class RankWorker {
   // The step's output (OutputPublication): the logits run_units computed,
   // as the observer left them.
   RowBlock published_output() const;
-  // On the output owner after run_units: keeps the prediction-target
-  // capture (RankStage::prediction_target_capture), (1, dim).
-  Status capture_prediction_target();
-  RowBlock prediction_target_capture() const;
+  // --- prediction-target steps (prediction_target.hpp) -----------------------
+  // PredictionTargetCapture, on the output owner after run_units computed
+  // the logits of at least the draft's rows and the one before: verifies
+  // the step's last `draft_tokens` tokens and captures the last kept row.
+  Status capture_prediction_target(int draft_tokens);
+  // What the output owner captured, or the copy another rank received.
+  std::optional<PredictionTargetState> prediction_target_state() const { return prediction_; }
+  // PredictionTargetCapturePublication, on every other rank: holds the
+  // output owner's capture and verdict for the open step.
+  Status exchange_prediction_target_state(PredictionTargetState state);
+  // PredictionTargetStatePreparation: validates the verdict's lane swap
+  // against this rank's step.
+  Status prepare_prediction_target_state(int draft_tokens);
+  // PredictionExtensionExecution: rolls the rejected rows back; the
+  // commit keeps the others, and the output keeps the last kept row.
+  Status apply_prediction_target_operation();
+  // A failed prediction-target step is undone like any other: restore().
   // On the output owner after run_units: samples the next token from
   // the output's last row with `options`, its random stream at rng_state.
   Result<RankSample> sample(const SamplerOptions& options, std::uint64_t rng_state, std::span<const int> stop_tokens);
@@ -153,7 +167,8 @@ class RankWorker {
   std::optional<RowBlock> incoming_;
   std::shared_ptr<StepObserver> step_observer_;
   std::optional<RowBlock> output_;
-  std::optional<RowBlock> capture_;
+  std::optional<PredictionTargetState> prediction_;
+  bool lane_swap_prepared_ = false;
 };
 
 }  // namespace accord

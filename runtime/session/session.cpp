@@ -35,6 +35,10 @@ class Session::Transaction {
 
   // Saves what the transaction may overwrite, so abort can put it back.
   void protect_rows(int first, int count) { undo_ = session_.state().capture_rows(first, count); }
+  // A prediction-target step's lane: puts back the rows the verdict rejects.
+  void drop_rejected_rows(const PredictionTargetState& verdict) {
+    accord::drop_rejected_rows(session_.state(), *undo_, verdict);
+  }
   // Something to reverse on abort besides the state (a publication).
   void on_abort(std::function<Status()> reverse) { reverse_ = std::move(reverse); }
 
@@ -118,7 +122,8 @@ Session::Session(const Model& model, cpu::ThreadPool& pool)
 
 // ---------------------------------------------------------------------------
 // Forward steps: StateCheckpoint, Execution, OutputObservation,
-// [PredictionTargetCapture, PredictionTargetCapturePublication,]
+// [PredictionTargetCapture, PredictionTargetCapturePublication,
+// PredictionTargetStatePreparation, PredictionExtensionExecution,]
 // OutputPublication, MechanismCompletion, Commit.
 
 Result<StepResult> Session::forward(std::span<const int> tokens) {
@@ -139,20 +144,30 @@ Result<StepResult> Session::decode_with_observer(int token, StepObserver& observ
 }
 
 Result<PredictionTargetResult> Session::prefill_prediction_target(std::span<const int> tokens) {
-  return run_prediction_target_step(tokens);
+  return run_prediction_target_step({{tokens.begin(), tokens.end()}, 0}, false);
 }
 Result<PredictionTargetResult> Session::decode_prediction_target(int token) {
-  return run_prediction_target_step({&token, 1});
+  return run_prediction_target_step({{token}, 0}, true);
+}
+Result<PredictionTargetResult> Session::prefill_prediction_target_input(const PredictionTargetInput& input) {
+  return run_prediction_target_step(input, false);
+}
+Result<PredictionTargetResult> Session::decode_prediction_target_input(const PredictionTargetInput& input) {
+  return run_prediction_target_step(input, true);
 }
 
-Result<PredictionTargetResult> Session::run_prediction_target_step(std::span<const int> tokens) {
-  auto step = run_step(tokens, Transformer::Rows::last, nullptr, true);
+Result<PredictionTargetResult> Session::run_prediction_target_step(const PredictionTargetInput& input, bool decode) {
+  if (Status ok = check_prediction_input(input, decode); !ok) {
+    return before_mutation(ok.error().code(), ok.error().message());
+  }
+  const auto rows = input.draft_tokens > 0 ? Transformer::Rows::all : Transformer::Rows::last;
+  auto step = run_step(input.tokens, rows, nullptr, input.draft_tokens);
   if (!step) return step.error();
-  return PredictionTargetResult{*step, published_capture_};
+  return PredictionTargetResult{*step, prediction_.hidden, prediction_.accepted, prediction_.next_token};
 }
 
 Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer,
-                                     bool capture_prediction_target) {
+                                     std::optional<int> draft_tokens) {
   const int first = state().position();
   if (Status ok = stage_.check_step(tokens, {}); !ok) {
     return before_mutation(ok.error().code(), ok.error().message());
@@ -174,8 +189,10 @@ Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::R
       !s) {
     return tx.abort(s.error());
   }
-  if (capture_prediction_target) {
-    if (Status s = capture_prediction_target_phases(tx); !s) return tx.abort(s.error());
+  std::span<const int> kept = tokens;
+  if (draft_tokens) {
+    if (Status s = prediction_target_phases(tx, tokens, *draft_tokens, logits); !s) return tx.abort(s.error());
+    kept = tokens.first(static_cast<std::size_t>(prediction_.kept_rows));
   }
   if (Status s = tx.phase(Phase::OutputPublication,
                           [&] {
@@ -185,24 +202,41 @@ Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::R
       !s) {
     return tx.abort(s.error());
   }
-  if (Status s = tx.commit([&] { state().commit_rows(first, tokens, tx.epoch()); }); !s) return s.error();
+  if (Status s = tx.commit([&] { state().commit_rows(first, kept, tx.epoch()); }); !s) return s.error();
   const int n = static_cast<int>(published_.size()) / model_.config().vocab_size;
-  return StepResult{tx.epoch(), first + static_cast<int>(tokens.size()) - n, n, published_};
+  return StepResult{tx.epoch(), first + static_cast<int>(kept.size()) - n, n, published_};
 }
 
-Status Session::capture_prediction_target_phases(Transaction& tx) {
-  std::vector<float> capture;
+Status Session::prediction_target_phases(Transaction& tx, std::span<const int> tokens, int draft_tokens,
+                                         std::span<float>& logits) {
+  PredictionTargetState verdict;
+  const int step_rows = static_cast<int>(tokens.size());
   if (Status s = tx.phase(Phase::PredictionTargetCapture,
                           [&] {
-                            const auto hidden = stage_.prediction_target_capture();
-                            capture.assign(hidden.begin(), hidden.end());
+                            verdict = verify_draft(stage_, logits, tokens, draft_tokens);
                             return Status{};
                           });
       !s) {
     return s;
   }
-  return tx.phase(Phase::PredictionTargetCapturePublication, [&] {
-    published_capture_ = std::move(capture);
+  if (Status s = tx.phase(Phase::PredictionTargetCapturePublication,
+                          [&] {
+                            prediction_ = std::move(verdict);
+                            return Status{};
+                          });
+      !s) {
+    return s;
+  }
+  if (Status s = tx.phase(Phase::PredictionTargetStatePreparation,
+                          [&] { return check_lane_swap(prediction_, step_rows, draft_tokens); });
+      !s) {
+    return s;
+  }
+  return tx.phase(Phase::PredictionExtensionExecution, [&] {
+    tx.drop_rejected_rows(prediction_);
+    const int vocab = model_.config().vocab_size;
+    const int logit_rows = static_cast<int>(logits.size()) / vocab;
+    logits = logits.subspan(kept_row_offset(prediction_, step_rows, logit_rows, vocab), static_cast<std::size_t>(vocab));
     return Status{};
   });
 }

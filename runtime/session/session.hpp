@@ -22,6 +22,7 @@
 #include "runtime/model/transformer.hpp"
 #include "runtime/session/observer.hpp"
 #include "runtime/session/phase.hpp"
+#include "runtime/session/prediction_target.hpp"
 #include "runtime/session/prompt_cache.hpp"
 #include "runtime/session/prompt_cache_shard.hpp"
 #include "runtime/session/prompt_input.hpp"
@@ -43,12 +44,15 @@ struct StepResult {
   std::span<const float> logits;
 };
 
-// A prediction-target step's output: the last row's logits and the
-// prediction-target capture (RankStage::prediction_target_capture), (dim),
-// both valid until the next call on the session.
+// A prediction-target step's output (prediction_target.hpp): the logits of
+// the last kept row and its prediction-target capture (the final hidden
+// state, (dim)), both valid until the next call on the session; how many
+// draft tokens it kept, and greedy decoding's token after them.
 struct PredictionTargetResult {
   StepResult step;
   std::span<const float> capture;
+  int accepted = 0;
+  int next_token = -1;
 };
 
 // An opaque point to come back to with rollback().
@@ -112,10 +116,14 @@ class Session {
   Result<StepResult> decode(int token);
   Result<StepResult> decode_with_observer(int token, StepObserver& observer);
   // Prefill and decode for speculative decoding's target model, which also
-  // capture the final hidden state (PredictionTargetCapture and
-  // PredictionTargetCapturePublication after OutputObservation).
+  // capture the final hidden state and, in the _input forms, verify a
+  // draft: the prediction-target phases after OutputObservation
+  // (prediction_target.hpp). Without a draft they commit every token.
   Result<PredictionTargetResult> prefill_prediction_target(std::span<const int> tokens);
   Result<PredictionTargetResult> decode_prediction_target(int token);
+  Result<PredictionTargetResult> prefill_prediction_target_input(const PredictionTargetInput& input);
+  // One token, then the draft.
+  Result<PredictionTargetResult> decode_prediction_target_input(const PredictionTargetInput& input);
 
   Result<SessionCheckpoint> checkpoint();
   Status rollback(const SessionCheckpoint& checkpoint);
@@ -160,11 +168,14 @@ class Session {
 
   SessionState& state() { return stage_.state(); }
   const SessionState& state() const { return stage_.state(); }
+  // A forward step; a prediction-target step when draft_tokens is set.
   Result<StepResult> run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer,
-                              bool capture_prediction_target = false);
-  Result<PredictionTargetResult> run_prediction_target_step(std::span<const int> tokens);
-  // PredictionTargetCapture and PredictionTargetCapturePublication.
-  Status capture_prediction_target_phases(Transaction& tx);
+                              std::optional<int> draft_tokens = std::nullopt);
+  Result<PredictionTargetResult> run_prediction_target_step(const PredictionTargetInput& input, bool decode);
+  // PredictionTargetCapture to PredictionExtensionExecution; leaves
+  // `logits` at the last kept row.
+  Status prediction_target_phases(Transaction& tx, std::span<const int> tokens, int draft_tokens,
+                                  std::span<float>& logits);
   Result<PromptCacheSaveResult> save(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                      std::span<const int> prefix, const std::string& prepared_input);
   Status load(const std::filesystem::path& root, const PromptCacheDescriptor& expected, std::span<const int> prefix,
@@ -187,7 +198,7 @@ class Session {
   std::string last_error_;
   PreparedInputRecord prepared_;  // cleared when the state no longer holds its tokens
   std::vector<float> published_;                 // (rows, vocab) of the last step
-  std::vector<float> published_capture_;         // (dim) of the last prediction-target step
+  PredictionTargetState prediction_;  // of the last prediction-target step
   FailureHook failure_hook_;
 };
 

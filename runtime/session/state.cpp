@@ -32,19 +32,25 @@ SessionState::Undo SessionState::capture_rows(int first, int count) const {
 }
 
 void SessionState::restore(const Undo& undo) {
-  const auto row_floats = static_cast<std::size_t>(undo.row_count) * kv_.kv_dim();
-  const auto offset = static_cast<std::size_t>(undo.first_row) * kv_.kv_dim();
-  for (int i = 0; i < kv_.unit_count(); ++i) {
-    const int u = kv_.first_unit() + i;
-    const auto from = static_cast<std::size_t>(i) * row_floats;
-    std::copy_n(undo.keys.begin() + static_cast<std::ptrdiff_t>(from), row_floats, kv_.keys(u) + offset);
-    std::copy_n(undo.values.begin() + static_cast<std::ptrdiff_t>(from), row_floats, kv_.values(u) + offset);
-  }
-  std::copy(undo.tokens.begin(), undo.tokens.end(), tokens_.begin() + undo.first_row);
-  std::copy(undo.row_epochs.begin(), undo.row_epochs.end(), row_epochs_.begin() + undo.first_row);
+  restore_rows_after(undo, 0);
   position_ = undo.position;
   state_epoch_ = undo.state_epoch;
   high_water_ = undo.high_water;
+}
+
+void SessionState::restore_rows_after(const Undo& undo, int kept) {
+  const auto kv_dim = static_cast<std::size_t>(kv_.kv_dim());
+  const auto row_floats = static_cast<std::size_t>(undo.row_count) * kv_dim;
+  const auto skipped = static_cast<std::size_t>(kept) * kv_dim;
+  const auto offset = static_cast<std::size_t>(undo.first_row) * kv_dim + skipped;
+  for (int i = 0; i < kv_.unit_count(); ++i) {
+    const int u = kv_.first_unit() + i;
+    const auto from = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * row_floats + skipped);
+    std::copy_n(undo.keys.begin() + from, row_floats - skipped, kv_.keys(u) + offset);
+    std::copy_n(undo.values.begin() + from, row_floats - skipped, kv_.values(u) + offset);
+  }
+  std::copy(undo.tokens.begin() + kept, undo.tokens.end(), tokens_.begin() + undo.first_row + kept);
+  std::copy(undo.row_epochs.begin() + kept, undo.row_epochs.end(), row_epochs_.begin() + undo.first_row + kept);
 }
 
 void SessionState::commit_rows(int first, std::span<const int> ids, std::uint64_t epoch) {

@@ -47,6 +47,10 @@ class SessionState {
   };
   Undo capture_rows(int first, int count) const;
   void restore(const Undo& undo);
+  // Puts back the undo's rows from its `kept`-th on and leaves the first
+  // `kept` as the step wrote them: a prediction-target step keeps the
+  // rows it accepted and rolls the rest back before it commits.
+  void restore_rows_after(const Undo& undo, int kept);
 
   // Records that rows [first, first + count) now hold `ids`, written by the
   // transaction `epoch`, and moves the position to first + count.
