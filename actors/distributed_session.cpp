@@ -531,6 +531,20 @@ Status DistributedSession::rollback_distributed(const DistributedCheckpoint& che
   return {};
 }
 
+Status DistributedSession::recover_prediction_target_state_after_failure() {
+  // A checkpoint is the cheapest transaction that tells a usable session
+  // from a poisoned one.
+  auto probe = checkpoint_distributed();
+  if (probe) return {};
+  if (probe.error().code() != ErrorCode::commit_indeterminate) return probe.error();
+  const std::vector<int> committed = impl_->tokens;
+  if (Status ok = reset_distributed(); !ok) return ok;
+  if (committed.empty()) return {};
+  auto replayed = prefill(committed);
+  if (!replayed) return replayed.error();
+  return {};
+}
+
 Status DistributedSession::reset_distributed() {
   if (Status ok = impl_->restart_exited_ranks(); !ok) return ok;
   TransactionRequest request;

@@ -163,6 +163,13 @@ class DistributedSession {
   Result<DistributedStep> decode_prediction_target(int token);
   Result<DistributedStep> prefill_prediction_target_input(const PredictionTargetInput& input);
   Result<DistributedStep> decode_prediction_target_input(const PredictionTargetInput& input);
+  // After a failed prediction-target step: a step that aborted left every
+  // rank as it was, and there is nothing to do. A poisoned session (a rank
+  // exited or went away) is reset (reset_distributed) and the committed
+  // tokens are prefilled again, so every rank holds the KV rows it held
+  // after the last committed step, bit for bit, under a new state epoch.
+  // The prepared-input identity of a prompt-cache load does not survive.
+  Status recover_prediction_target_state_after_failure();
 
   Result<DistributedCheckpoint> checkpoint_distributed();
   Status rollback_distributed(const DistributedCheckpoint& checkpoint);
@@ -236,6 +243,9 @@ class DistributedTarget final : public GenerationTarget {
                                           std::span<const int> stop_tokens) override;
   Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens) override;
   Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) override;
+  Status recover_prediction_target_state_after_failure() override {
+    return session_.recover_prediction_target_state_after_failure();
+  }
   Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                            std::span<const int> prefix) override;
   Status save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,

@@ -374,5 +374,60 @@ TEST(Cli, APoisonedSessionFailsAtOnceWithAJsonReport) {
   EXPECT_NE(json.at("error").get<std::string>().find("poisoned"), std::string::npos);
 }
 
+// --- speculative decoding ---------------------------------------------------
+
+TEST(Cli, SpeculativeDecodingGivesRunCsTokensAndReportsAcceptance) {
+  const auto c = test::greedy_cases().at(1);
+  for (const std::string& spec : std::vector<std::string>{"lookup", "model:" + test::stories_model()}) {
+    for (const std::string ranks : {"1", "3"}) {
+      const auto result = run_accord(generate_args({"--prompt", c.prompt, "--temperature", "0", "--max-tokens",
+                                                    std::to_string(c.generated_tokens.size()), "--speculative", spec,
+                                                    "--draft-tokens", "3", "--ranks", ranks, "--json"}));
+      ASSERT_EQ(result.exit_code, 0) << result.output;
+      const auto json = nlohmann::json::parse(result.output);
+      EXPECT_EQ(json.at("generated_tokens").get<std::vector<int>>(), c.generated_tokens) << spec << ", " << ranks;
+      EXPECT_EQ(json.at("text").get<std::string>(), c.text);
+      EXPECT_EQ(json.at("speculative"), spec);
+      EXPECT_EQ(json.at("draft_tokens"), 3);
+      const int drafted = json.at("drafted_tokens").get<int>();
+      const int accepted = json.at("accepted_tokens").get<int>();
+      EXPECT_GT(drafted, 0);
+      EXPECT_LE(accepted, drafted);
+      EXPECT_DOUBLE_EQ(json.at("acceptance_rate").get<double>(), static_cast<double>(accepted) / drafted);
+      // Every decode step produced greedy's token and the draft tokens it kept.
+      EXPECT_EQ(json.at("decode_steps").get<int>() + accepted, static_cast<int>(c.generated_tokens.size()) - 1);
+    }
+  }
+}
+
+TEST(Cli, SpeculativeDecodingRefusesBadOptions) {
+  expect_failure(generate_args({"--speculative", "ngram"}), 2, "expected `lookup` or `model:PATH`");
+  expect_failure(generate_args({"--speculative", "model:"}), 2, "expected `lookup` or `model:PATH`");
+  expect_failure(generate_args({"--speculative", "lookup", "--draft-tokens", "0"}), 2, "--draft-tokens");
+  expect_failure(generate_args({"--speculative", "lookup"}), 1, "it needs temperature 0");
+  expect_failure(generate_args({"--speculative", "model:/nonexistent/draft.bin", "--temperature", "0"}), 1,
+                 "the draft model");
+  const test::TempDir dir;
+  const std::string draft = dir.file("draft.bin");
+  const auto synth = run_accord({"synth", "--out", draft, "--vocab", "300"});
+  ASSERT_EQ(synth.exit_code, 0) << synth.output;
+  expect_failure(generate_args({"--speculative", "model:" + draft, "--temperature", "0"}), 1,
+                 "the draft model's vocabulary has 300 tokens but the target's has 512");
+}
+
+// needs fault injection in the actors
+TEST(Cli, SpeculativeGenerationRecoversFromARankThatExits) {
+  const auto c = test::greedy_cases().at(1);
+  const auto result = run_accord(generate_args({"--prompt", c.prompt, "--temperature", "0", "--max-tokens",
+                                                std::to_string(c.generated_tokens.size()), "--speculative",
+                                                "model:" + test::stories_model(), "--ranks", "3", "--fault",
+                                                "1:PredictionExtensionExecution:exit:2", "--json"}));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto json = nlohmann::json::parse(result.output);
+  EXPECT_EQ(json.at("generated_tokens").get<std::vector<int>>(), c.generated_tokens);
+  EXPECT_EQ(json.at("recoveries"), 1);
+  EXPECT_EQ(json.at("retries"), 1);
+}
+
 }  // namespace
 }  // namespace accord

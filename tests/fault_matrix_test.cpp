@@ -40,6 +40,10 @@ constexpr auto kTimeLimit = std::chrono::milliseconds(4 * kPhaseTimeoutMs + 2000
 const std::vector<int> kPrompt = {1, 403, 407};
 const std::vector<int> kShorterPrefix = {1, 403};
 constexpr int kNextToken = 432;
+// The speculative step's input: kNextToken, then a draft of which greedy
+// decoding reproduces the first token only (kept), so the lane both keeps
+// and rolls back rows.
+const PredictionTargetInput kSpeculation{{kNextToken, 383, 7, 7}, 3};
 const PromptCacheDescriptor kDescriptor{"fault-matrix", "tests"};
 
 enum class Operation { prefill, decode, generation, prediction, checkpoint, rollback, reset, cache_save, cache_load };
@@ -52,7 +56,7 @@ std::string name(Operation op) {
     case Operation::prefill: return "prefill";
     case Operation::decode: return "decode";
     case Operation::generation: return "generation step";
-    case Operation::prediction: return "prediction-target decode";
+    case Operation::prediction: return "speculative decode (prediction target)";
     case Operation::checkpoint: return "checkpoint_distributed";
     case Operation::rollback: return "rollback_distributed";
     case Operation::reset: return "reset_distributed";
@@ -67,7 +71,10 @@ TransactionRequest request_of(Operation op) {
   TransactionRequest request;
   switch (op) {
     case Operation::generation: request.sample = true; break;
-    case Operation::prediction: request.capture_prediction_target = true; break;
+    case Operation::prediction:
+      request.capture_prediction_target = true;
+      request.draft_tokens = kSpeculation.draft_tokens;
+      break;
     case Operation::checkpoint: request.kind = TransactionKind::checkpoint; break;
     case Operation::rollback: request.kind = TransactionKind::rollback; break;
     case Operation::reset: request.kind = TransactionKind::reset; break;
@@ -156,11 +163,11 @@ Result<std::vector<float>> perform(Operation op, Bench& bench) {
       return with(step->logits, {static_cast<float>(step->sampled.token), static_cast<float>(sampler.rng_state())});
     }
     case Operation::prediction: {
-      auto step = s.decode_prediction_target(kNextToken);
+      auto step = s.decode_prediction_target_input(kSpeculation);
       if (!step) return step.error();
       auto output = step->logits;
       output.insert(output.end(), step->prediction_target_capture.begin(), step->prediction_target_capture.end());
-      return output;
+      return with(output, {static_cast<float>(step->accepted), static_cast<float>(step->next_token)});
     }
     case Operation::checkpoint: {
       auto checkpoint = s.checkpoint_distributed();

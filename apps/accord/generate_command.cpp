@@ -101,6 +101,7 @@ nlohmann::json to_json(const GenerationResult& result, const Model& model, int t
   };
   json["aborted_steps"] = result.aborted_steps;
   json["retries"] = result.retries;
+  json["recoveries"] = result.recoveries;
   json["poisoned"] = result.poisoned;
   json["poison_cause"] = result.poison_cause;
   json["decode_steps"] = result.decode_steps;

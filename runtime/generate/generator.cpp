@@ -240,7 +240,7 @@ class Generation {
       draft.erase(stop, draft.end());
     }
     if (draft.empty()) return with_retries([&] { return target_.decode_and_sample(next, sampler_, stop_tokens_); });
-    auto verdict = with_retries([&] { return target_.decode_draft(next, draft); });
+    auto verdict = with_retries([&] { return target_.decode_draft(next, draft); }, Recovery::after_poison);
     if (!verdict) return verdict.error();
     result_.drafted_tokens += static_cast<int>(draft.size());
     result_.accepted_tokens += verdict->accepted;
@@ -253,13 +253,24 @@ class Generation {
   // Runs a step, and again after each abort, at most options_.retries
   // times more. An abort left the target and the sampler as they were, so
   // a retry that succeeds gives what the first attempt would have.
+  // A speculative step may also be run again after a poison, once the
+  // target recovered its last committed state
+  // (recover_prediction_target_state_after_failure).
+  enum class Recovery { none, after_poison };
+
   template <class Step>
-  auto with_retries(const Step& step) -> decltype(step()) {
+  auto with_retries(const Step& step, Recovery recovery = Recovery::none) -> decltype(step()) {
     for (int attempt = 0;; ++attempt) {
       auto done = step();
-      if (done || !is_aborted(done.error())) return done;
+      if (done) return done;
+      const bool recoverable = recovery == Recovery::after_poison && is_poisoned(done.error());
+      if (!is_aborted(done.error()) && !recoverable) return done;
       ++result_.aborted_steps;
       if (attempt == options_.retries) return done;
+      if (recoverable) {
+        if (Status recovered = target_.recover_prediction_target_state_after_failure(); !recovered) return done;
+        ++result_.recoveries;
+      }
       ++result_.retries;
     }
   }

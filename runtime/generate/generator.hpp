@@ -16,9 +16,11 @@
 //
 // A step that aborts (the target's state is as it was before it) is run
 // again, up to `retries` times per step, and continues exactly where it
-// stopped. A poisoned session, a step refused before it changed anything,
-// or a step that still aborts after its retries ends generation with the
-// error.
+// stopped. A speculative step that poisons the session is retried too,
+// after the target recovers its last committed state
+// (recover_prediction_target_state_after_failure). Any other poisoned
+// step, a step refused before it changed anything, or a step that still
+// fails after its retries ends generation with the error.
 #pragma once
 
 #include <filesystem>
@@ -79,6 +81,7 @@ struct GenerationResult {
   int prompt_cache_tokens_reused = 0;
   int aborted_steps = 0;  // failed attempts of steps that aborted, retried or not
   int retries = 0;        // attempts made again after an abort
+  int recoveries = 0;     // speculative steps whose poisoned target recovered before a retry
   bool poisoned = false;  // generation ended because the session is poisoned
   std::string poison_cause;
 

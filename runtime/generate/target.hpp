@@ -56,6 +56,13 @@ class GenerationTarget {
   // prediction-target step (Session::decode_prediction_target_input), which
   // keeps the longest draft prefix greedy decoding would produce.
   virtual Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) = 0;
+  // After a speculative step failed: brings a poisoned target back to its
+  // last committed state, as DistributedSession's operation of that name.
+  // A single-rank session is never poisoned by a forward step, so by
+  // default there is nothing to recover.
+  virtual Status recover_prediction_target_state_after_failure() {
+    return Error(ErrorCode::state, "this target cannot recover a poisoned state");
+  }
   // As Session::load_prompt_cache and save_prompt_cache.
   virtual Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                    std::span<const int> prefix) = 0;
