@@ -1,0 +1,206 @@
+// Speculative decoding end to end: generate() with greedy decoding, plain
+// and with a drafter, on the same target and prompt. Each iteration is one
+// whole generation on a fresh session; the figures are the decode phase's
+// (the prefill is the same for all): `tok_s` (tokens the decode steps
+// produced per second of decoding), `acceptance` (accepted / drafted
+// tokens), `tokens_per_step`. The speed-up is the ratio of tok_s between
+// rows of one run.
+//
+// stories260K (../shared/models, or ACCORD_SHARED) with prompt lookup runs
+// by default. With ACCORD_BENCH_110M=1: a synthetic 110M target, plain,
+// with prompt lookup, and with a draft model: the same synthetic weights
+// cut to its first 2 layers (the writer draws each tensor kind from one
+// stream, layer after layer, so a model of the same seed and fewer layers
+// is the target's early exit), and an unrelated 15M-class synthetic model
+// of the same vocabulary for contrast.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "actors/distributed_session.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/generate/drafter.hpp"
+#include "runtime/generate/generator.hpp"
+#include "runtime/model/synthetic.hpp"
+#include "runtime/model/tokenizer.hpp"
+
+namespace {
+
+using namespace accord;
+
+std::filesystem::path shared_models() {
+  const char* shared = std::getenv("ACCORD_SHARED");
+  return std::filesystem::path(shared != nullptr ? shared : ACCORD_SHARED_DIR) / "models";
+}
+
+ModelConfig shape(int dim, int hidden_dim, int layers, int heads, int vocab, int context) {
+  ModelConfig c;
+  c.dim = dim;
+  c.hidden_dim = hidden_dim;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = heads;
+  c.vocab_size = vocab;
+  c.seq_len = context;
+  return c;
+}
+
+// The models of the runs, loaded once; synthetic ones are written into a
+// temporary folder removed at exit.
+class Models {
+ public:
+  static Models& instance() {
+    static Models models;
+    return models;
+  }
+  ~Models() {
+    loaded_.clear();
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+
+  const Model* file(const std::string& path, std::string& error) {
+    if (auto it = loaded_.find(path); it != loaded_.end()) return it->second.get();
+    auto model = Model::load(path);
+    if (!model) {
+      error = model.error().message();
+      return nullptr;
+    }
+    return loaded_.emplace(path, std::make_unique<Model>(std::move(*model))).first->second.get();
+  }
+
+  const Model* synthetic(const std::string& name, const ModelConfig& config, std::uint64_t seed, std::string& error) {
+    if (dir_.empty()) {
+      std::string pattern = (std::filesystem::temp_directory_path() / "accord-spec-bench-XXXXXX").string();
+      if (mkdtemp(pattern.data()) == nullptr) {
+        error = "cannot create a temporary directory";
+        return nullptr;
+      }
+      dir_ = pattern;
+    }
+    const std::string path = (dir_ / (name + ".bin")).string();
+    if (!std::filesystem::exists(path)) {
+      if (Status written = write_synthetic_model(path, {config, seed}); !written) {
+        error = written.error().message();
+        return nullptr;
+      }
+    }
+    return file(path, error);
+  }
+
+ private:
+  std::filesystem::path dir_;
+  std::map<std::string, std::unique_ptr<Model>> loaded_;
+};
+
+// How a run finds its models: the target and, for a draft-model run, the draft.
+struct Run {
+  std::function<const Model*(std::string&)> target;
+  std::function<const Model*(std::string&)> draft;  // empty: no draft model
+  bool lookup = false;
+  std::string prompt;
+  int max_tokens = 0;
+  bool real_tokenizer = false;  // stories260K's tok512.bin, or a synthetic one
+};
+
+void BM_speculative_generation(benchmark::State& state, const Run& run) {
+  std::string error;
+  const Model* target = run.target(error);
+  const Model* draft = target != nullptr && run.draft ? run.draft(error) : nullptr;
+  if (target == nullptr || (run.draft && draft == nullptr)) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  auto tokenizer = run.real_tokenizer ? Tokenizer::load((shared_models() / "tok512.bin").string())
+                                      : synthetic_tokenizer(target->config().vocab_size);
+  if (!tokenizer) {
+    state.SkipWithError(tokenizer.error().message().c_str());
+    return;
+  }
+  cpu::ThreadPool pool(1);
+  std::unique_ptr<Drafter> drafter;
+  if (run.lookup) drafter = std::make_unique<PromptLookupDrafter>();
+  if (draft != nullptr) drafter = std::make_unique<ModelDrafter>(*draft, 1);
+  GenerationOptions options;
+  options.max_tokens = run.max_tokens;
+  options.sampler.temperature = 0.0f;
+  options.drafter = drafter.get();
+  options.draft_tokens = static_cast<int>(state.range(0));
+  double seconds = 0;
+  long decoded = 0, drafted = 0, accepted = 0, steps = 0;
+  for (auto _ : state) {
+    Session session(*target, pool);
+    auto result = generate(session, *tokenizer, run.prompt, options);
+    if (!result) {
+      state.SkipWithError(result.error().message().c_str());
+      return;
+    }
+    state.SetIterationTime(result->decode_seconds);
+    seconds += result->decode_seconds;
+    decoded += result->decoded_tokens;
+    drafted += result->drafted_tokens;
+    accepted += result->accepted_tokens;
+    steps += result->decode_steps;
+  }
+  state.counters["tok_s"] = static_cast<double>(decoded) / seconds;
+  state.counters["acceptance"] = drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+  state.counters["tokens_per_step"] = static_cast<double>(decoded) / static_cast<double>(steps);
+}
+
+void add(const std::string& name, const Run& run, bool speculative) {
+  auto* bm = benchmark::RegisterBenchmark(("speculative_generation/" + name).c_str(), BM_speculative_generation, run)
+                 ->ArgName("draft_tokens")
+                 ->UseManualTime()
+                 ->Unit(benchmark::kMillisecond);
+  if (speculative) {
+    bm->Arg(4)->Arg(8);
+  } else {
+    bm->Arg(0);
+  }
+}
+
+bool register_speculative_benchmarks() {
+  Run stories;
+  stories.target = [](std::string& error) {
+    return Models::instance().file((shared_models() / "stories260K.bin").string(), error);
+  };
+  stories.prompt = "Once upon a time";
+  stories.max_tokens = 256;
+  stories.real_tokenizer = true;
+  add("stories260K/plain", stories, false);
+  stories.lookup = true;
+  add("stories260K/lookup", stories, true);
+
+  if (const char* v = std::getenv("ACCORD_BENCH_110M"); v == nullptr || std::string_view(v) != "1") return true;
+  const ModelConfig big = shape(768, 2048, 12, 12, 32000, 1024);
+  ModelConfig early_exit = big;
+  early_exit.n_layers = 2;
+  const ModelConfig small = shape(288, 768, 6, 6, 32000, 1024);
+  Run synthetic;
+  synthetic.target = [big](std::string& error) { return Models::instance().synthetic("110M", big, 1, error); };
+  synthetic.prompt = "The quick brown fox";
+  synthetic.max_tokens = 96;
+  add("110M/plain", synthetic, false);
+  Run lookup = synthetic;
+  lookup.lookup = true;
+  add("110M/lookup", lookup, true);
+  Run exit_draft = synthetic;
+  exit_draft.draft = [early_exit](std::string& error) {
+    return Models::instance().synthetic("110M-first-2-layers", early_exit, 1, error);
+  };
+  add("110M/draft_model:first_2_layers", exit_draft, true);
+  Run unrelated = synthetic;
+  unrelated.draft = [small](std::string& error) { return Models::instance().synthetic("15M", small, 2, error); };
+  add("110M/draft_model:unrelated_15M", unrelated, true);
+  return true;
+}
+
+[[maybe_unused]] const bool registered = register_speculative_benchmarks();
+
+}  // namespace
