@@ -8,11 +8,11 @@
 //
 // stories260K (../shared/models, or ACCORD_SHARED) with prompt lookup runs
 // by default. With ACCORD_BENCH_110M=1: a synthetic 110M target, plain,
-// with prompt lookup, and with a draft model: the same synthetic weights
-// cut to its first 2 layers (the writer draws each tensor kind from one
+// with prompt lookup, and with two draft models: the same synthetic weights
+// cut to their first 2 layers (the writer draws each tensor kind from one
 // stream, layer after layer, so a model of the same seed and fewer layers
 // is the target's early exit), and an unrelated 15M-class synthetic model
-// of the same vocabulary for contrast.
+// of the same vocabulary.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -153,16 +153,13 @@ void BM_speculative_generation(benchmark::State& state, const Run& run) {
   state.counters["tokens_per_step"] = static_cast<double>(decoded) / static_cast<double>(steps);
 }
 
-void add(const std::string& name, const Run& run, bool speculative) {
+// Registers `run` with each draft length (0: plain decoding).
+void add(const std::string& name, const Run& run, std::initializer_list<int> draft_tokens) {
   auto* bm = benchmark::RegisterBenchmark(("speculative_generation/" + name).c_str(), BM_speculative_generation, run)
                  ->ArgName("draft_tokens")
                  ->UseManualTime()
                  ->Unit(benchmark::kMillisecond);
-  if (speculative) {
-    bm->Arg(4)->Arg(8);
-  } else {
-    bm->Arg(0);
-  }
+  for (int k : draft_tokens) bm->Arg(k);
 }
 
 bool register_speculative_benchmarks() {
@@ -173,9 +170,9 @@ bool register_speculative_benchmarks() {
   stories.prompt = "Once upon a time";
   stories.max_tokens = 256;
   stories.real_tokenizer = true;
-  add("stories260K/plain", stories, false);
+  add("stories260K/plain", stories, {0});
   stories.lookup = true;
-  add("stories260K/lookup", stories, true);
+  add("stories260K/lookup", stories, {4, 8});
 
   if (const char* v = std::getenv("ACCORD_BENCH_110M"); v == nullptr || std::string_view(v) != "1") return true;
   const ModelConfig big = shape(768, 2048, 12, 12, 32000, 1024);
@@ -185,19 +182,19 @@ bool register_speculative_benchmarks() {
   Run synthetic;
   synthetic.target = [big](std::string& error) { return Models::instance().synthetic("110M", big, 1, error); };
   synthetic.prompt = "The quick brown fox";
-  synthetic.max_tokens = 96;
-  add("110M/plain", synthetic, false);
+  synthetic.max_tokens = 256;
+  add("110M/plain", synthetic, {0});
   Run lookup = synthetic;
   lookup.lookup = true;
-  add("110M/lookup", lookup, true);
+  add("110M/lookup", lookup, {2, 3, 4, 8});
   Run exit_draft = synthetic;
   exit_draft.draft = [early_exit](std::string& error) {
     return Models::instance().synthetic("110M-first-2-layers", early_exit, 1, error);
   };
-  add("110M/draft_model:first_2_layers", exit_draft, true);
+  add("110M/draft_model:first_2_layers", exit_draft, {4});
   Run unrelated = synthetic;
   unrelated.draft = [small](std::string& error) { return Models::instance().synthetic("15M", small, 2, error); };
-  add("110M/draft_model:unrelated_15M", unrelated, true);
+  add("110M/draft_model:unrelated_15M", unrelated, {4});
   return true;
 }
 

@@ -304,8 +304,10 @@ TEST(PromptLookupDrafter, ProposesWhatFollowedTheLongestEarlierMatch) {
   const std::vector<int> context = {1, 2, 3, 9, 8, 2, 3, 4, 1, 2, 3};
   EXPECT_EQ(drafter.propose(context, 3).value(), (std::vector<int>{9, 8, 2}));
   EXPECT_EQ(drafter.propose(context, 1).value(), (std::vector<int>{9}));
-  // Only the last token matches, at two places: the latest wins.
-  EXPECT_EQ(drafter.propose(std::vector<int>{5, 6, 5, 7, 5}, 4).value(), (std::vector<int>{7, 5}));
+  // Only the last token matches, at two places: the latest wins, and the
+  // copy runs on past the context's end as the loop "5 7" would.
+  EXPECT_EQ(drafter.propose(std::vector<int>{5, 6, 5, 7, 5}, 4).value(), (std::vector<int>{7, 5, 7, 5}));
+  EXPECT_EQ(drafter.propose(std::vector<int>{3, 4, 4, 4}, 5).value(), (std::vector<int>(5, 4)));
   EXPECT_TRUE(drafter.propose(std::vector<int>{1, 2, 3}, 4).value().empty());
   EXPECT_TRUE(drafter.propose(std::vector<int>{1}, 4).value().empty());
 }

@@ -14,9 +14,14 @@ Result<std::vector<int>> PromptLookupDrafter::propose(std::span<const int> conte
     // The latest earlier occurrence: it starts at `start`, before the suffix itself.
     for (int start = length - n - 1; start >= 0; --start) {
       if (!std::equal(suffix.begin(), suffix.end(), context.begin() + start)) continue;
-      const int follow = start + n;
-      const int count = std::min(max_tokens, length - follow);
-      return std::vector<int>(context.begin() + follow, context.begin() + follow + count);
+      // Copies what followed it, reading on into the draft itself once
+      // past the context's end (as LZ77 copies overlap), so that a loop of
+      // any period is drafted to its full length.
+      std::vector<int> draft;
+      for (int i = start + n; static_cast<int>(draft.size()) < max_tokens; ++i) {
+        draft.push_back(i < length ? context[static_cast<std::size_t>(i)] : draft[static_cast<std::size_t>(i - length)]);
+      }
+      return draft;
     }
   }
   return std::vector<int>{};

@@ -27,8 +27,10 @@ class Drafter {
 
 // Prompt lookup: finds the latest earlier place where the context's last
 // n tokens occurred (the longest n from max_ngram down to 1 that occurs)
-// and proposes the tokens that followed them there. No model: it pays off
-// where text repeats itself, as small models' greedy text does.
+// and proposes the tokens that followed them there, max_tokens of them:
+// where the context ends first, the copy goes on from its own start, so a
+// repeating loop is proposed in full. No model: it pays off where text
+// repeats itself, as small models' greedy text does.
 class PromptLookupDrafter final : public Drafter {
  public:
   explicit PromptLookupDrafter(int max_ngram = 3) : max_ngram_(max_ngram) {}
