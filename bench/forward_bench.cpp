@@ -22,89 +22,15 @@
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/transformer.hpp"
 #include "actors/distributed_session.hpp"
+#include "bench/model_store.hpp"
 #include "runtime/session/session.hpp"
 
 namespace {
 
-struct Shape {
-  std::string name;
-  accord::ModelConfig config;
-};
-
-Shape make_shape(std::string name, int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads,
-                 int vocab_size, int seq_len) {
-  accord::ModelConfig c;
-  c.dim = dim;
-  c.hidden_dim = hidden_dim;
-  c.n_layers = n_layers;
-  c.n_heads = n_heads;
-  c.n_kv_heads = n_kv_heads;
-  c.vocab_size = vocab_size;
-  c.seq_len = seq_len;
-  return {std::move(name), c};
-}
-
-// Loaded synthetic models by shape name; their files live in one temporary
-// directory that the destructor (at process exit) removes.
-class ModelStore {
- public:
-  static ModelStore& instance() {
-    static ModelStore store;
-    return store;
-  }
-
-  ~ModelStore() {
-    models_.clear();  // unmap before removing the files
-    std::error_code ec;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
-  }
-
-  // The model of `shape`, written and loaded on first use; nullptr and a
-  // message in `error` on failure.
-  const accord::Model* get(const Shape& shape, std::string& error) {
-    if (auto it = models_.find(shape.name); it != models_.end()) return &it->second;
-    if (dir_.empty() && !make_dir(error)) return nullptr;
-
-    const std::string path = (dir_ / (shape.name + ".bin")).string();
-    accord::SyntheticModelOptions options;
-    options.config = shape.config;
-    if (accord::Status written = accord::write_synthetic_model(path, options); !written) {
-      error = "write_synthetic_model: " + written.error().message();
-      return nullptr;
-    }
-    accord::Result<accord::Model> model = accord::Model::load(path);
-    if (!model) {
-      error = "Model::load: " + model.error().message();
-      return nullptr;
-    }
-    return &models_.emplace(shape.name, std::move(model).value()).first->second;
-  }
-
-  // A folder for files beside the models (after the first get()).
-  const std::filesystem::path& dir() const { return dir_; }
-
- private:
-  bool make_dir(std::string& error) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "accord-bench-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) {
-      error = "cannot create a temporary directory";
-      return false;
-    }
-    dir_ = pattern;
-    return true;
-  }
-
-  std::filesystem::path dir_;
-  std::map<std::string, accord::Model> models_;
-};
-
-// The model of `shape`, or nullptr after marking the benchmark skipped.
-const accord::Model* model_or_skip(benchmark::State& state, const Shape& shape) {
-  std::string error;
-  const accord::Model* model = ModelStore::instance().get(shape, error);
-  if (model == nullptr) state.SkipWithError(error.c_str());
-  return model;
-}
+using accord::bench::Shape;
+using accord::bench::make_shape;
+using accord::bench::model_or_skip;
+using accord::bench::ModelStore;
 
 // An arbitrary but fixed token id for position `pos`.
 int token_at(int pos, int vocab_size) { return (pos * 7919 + 1) % vocab_size; }

@@ -17,16 +17,16 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <system_error>
 
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/drafter.hpp"
 #include "runtime/generate/generator.hpp"
+#include "bench/model_store.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/tokenizer.hpp"
 
@@ -39,65 +39,15 @@ std::filesystem::path shared_models() {
   return std::filesystem::path(shared != nullptr ? shared : ACCORD_SHARED_DIR) / "models";
 }
 
-ModelConfig shape(int dim, int hidden_dim, int layers, int heads, int vocab, int context) {
-  ModelConfig c;
-  c.dim = dim;
-  c.hidden_dim = hidden_dim;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = heads;
-  c.vocab_size = vocab;
-  c.seq_len = context;
-  return c;
+// stories260K, loaded once.
+const Model* stories_model(std::string& error) {
+  static const Result<Model> model = Model::load((shared_models() / "stories260K.bin").string());
+  if (!model) {
+    error = model.error().message();
+    return nullptr;
+  }
+  return &*model;
 }
-
-// The models of the runs, loaded once; synthetic ones are written into a
-// temporary folder removed at exit.
-class Models {
- public:
-  static Models& instance() {
-    static Models models;
-    return models;
-  }
-  ~Models() {
-    loaded_.clear();
-    std::error_code ec;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
-  }
-
-  const Model* file(const std::string& path, std::string& error) {
-    if (auto it = loaded_.find(path); it != loaded_.end()) return it->second.get();
-    auto model = Model::load(path);
-    if (!model) {
-      error = model.error().message();
-      return nullptr;
-    }
-    return loaded_.emplace(path, std::make_unique<Model>(std::move(*model))).first->second.get();
-  }
-
-  const Model* synthetic(const std::string& name, const ModelConfig& config, std::uint64_t seed, std::string& error) {
-    if (dir_.empty()) {
-      std::string pattern = (std::filesystem::temp_directory_path() / "accord-spec-bench-XXXXXX").string();
-      if (mkdtemp(pattern.data()) == nullptr) {
-        error = "cannot create a temporary directory";
-        return nullptr;
-      }
-      dir_ = pattern;
-    }
-    const std::string path = (dir_ / (name + ".bin")).string();
-    if (!std::filesystem::exists(path)) {
-      if (Status written = write_synthetic_model(path, {config, seed}); !written) {
-        error = written.error().message();
-        return nullptr;
-      }
-    }
-    return file(path, error);
-  }
-
- private:
-  std::filesystem::path dir_;
-  std::map<std::string, std::unique_ptr<Model>> loaded_;
-};
 
 // How a run finds its models: the target and, for a draft-model run, the draft.
 struct Run {
@@ -164,9 +114,7 @@ void add(const std::string& name, const Run& run, std::initializer_list<int> dra
 
 bool register_speculative_benchmarks() {
   Run stories;
-  stories.target = [](std::string& error) {
-    return Models::instance().file((shared_models() / "stories260K.bin").string(), error);
-  };
+  stories.target = stories_model;
   stories.prompt = "Once upon a time";
   stories.max_tokens = 256;
   stories.real_tokenizer = true;
@@ -175,12 +123,14 @@ bool register_speculative_benchmarks() {
   add("stories260K/lookup", stories, {4, 8});
 
   if (const char* v = std::getenv("ACCORD_BENCH_110M"); v == nullptr || std::string_view(v) != "1") return true;
-  const ModelConfig big = shape(768, 2048, 12, 12, 32000, 1024);
-  ModelConfig early_exit = big;
-  early_exit.n_layers = 2;
-  const ModelConfig small = shape(288, 768, 6, 6, 32000, 1024);
+  const bench::Shape big = bench::make_shape("110M", 768, 2048, 12, 12, 12, 32000, 1024);
+  const bench::Shape early_exit = bench::make_shape("110M-first-2-layers", 768, 2048, 2, 12, 12, 32000, 1024);
+  const bench::Shape small = bench::make_shape("15M-1024", 288, 768, 6, 6, 6, 32000, 1024);
+  auto synthetic_model = [](const bench::Shape& shape) {
+    return [shape](std::string& error) { return bench::ModelStore::instance().get(shape, error); };
+  };
   Run synthetic;
-  synthetic.target = [big](std::string& error) { return Models::instance().synthetic("110M", big, 1, error); };
+  synthetic.target = synthetic_model(big);
   synthetic.prompt = "The quick brown fox";
   synthetic.max_tokens = 256;
   add("110M/plain", synthetic, {0});
@@ -188,12 +138,10 @@ bool register_speculative_benchmarks() {
   lookup.lookup = true;
   add("110M/lookup", lookup, {2, 3, 4, 8});
   Run exit_draft = synthetic;
-  exit_draft.draft = [early_exit](std::string& error) {
-    return Models::instance().synthetic("110M-first-2-layers", early_exit, 1, error);
-  };
+  exit_draft.draft = synthetic_model(early_exit);
   add("110M/draft_model:first_2_layers", exit_draft, {4});
   Run unrelated = synthetic;
-  unrelated.draft = [small](std::string& error) { return Models::instance().synthetic("15M", small, 2, error); };
+  unrelated.draft = synthetic_model(small);
   add("110M/draft_model:unrelated_15M", unrelated, {4});
   return true;
 }
