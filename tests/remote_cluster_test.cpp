@@ -212,21 +212,33 @@ TEST_F(RemoteClusterTest, ThreeNodesGiveTheLogitsOfThreeInProcessRanks) {
   EXPECT_EQ(digests->size(), 3u);
 }
 
+// `accord generate --json` with greedy decoding, 24 tokens of "Once upon a time".
+nlohmann::json generate_json(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"generate",     "--model",  test::stories_model(), "--tokenizer",
+                                   test::stories_tokenizer(), "--prompt", "Once upon a time", "--temperature",
+                                   "0",            "--max-tokens", "24",             "--json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto result = test::run_accord(args);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  const auto start = result.output.find('{');
+  return nlohmann::json::parse(result.output.substr(start, result.output.find('\n', start) - start));
+}
+
 TEST_F(RemoteClusterTest, GenerateWithPeersPrintsTheTokensOfInProcessRanks) {
-  auto run = [&](const std::string& flag, const std::string& value) {
-    const auto result =
-        test::run_accord({"generate", "--model", test::stories_model(), "--tokenizer", test::stories_tokenizer(),
-                          "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "24", "--json",
-                          flag, value});
-    EXPECT_EQ(result.exit_code, 0) << result.output;
-    const auto start = result.output.find('{');
-    return nlohmann::json::parse(result.output.substr(start, result.output.find('\n', start) - start));
-  };
-  const auto remote = run("--peers", peer_list());
-  const auto local = run("--ranks", "3");
+  const auto remote = generate_json({"--peers", peer_list()});
+  const auto local = generate_json({"--ranks", "3"});
   EXPECT_EQ(remote.at("generated_tokens"), local.at("generated_tokens"));
   EXPECT_EQ(remote.at("text"), local.at("text"));
   EXPECT_EQ(remote.at("ranks"), 3);
+}
+
+TEST_F(RemoteClusterTest, SpeculativeDecodingOnTheNodesGivesGreedysTokens) {
+  const auto plain = generate_json({"--ranks", "3"});
+  const auto remote = generate_json({"--peers", peer_list(), "--speculative", "model:" + test::stories_model()});
+  EXPECT_EQ(remote.at("generated_tokens"), plain.at("generated_tokens"));
+  // The target as its own draft: every drafted token is kept.
+  EXPECT_GT(remote.at("drafted_tokens").get<int>(), 0);
+  EXPECT_EQ(remote.at("accepted_tokens"), remote.at("drafted_tokens"));
 }
 
 TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBackOnReset) {
