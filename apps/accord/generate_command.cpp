@@ -287,7 +287,8 @@ Command add_generate_command(CLI::App& app) {
                   "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
                   "earlier text (prompt lookup), `model:PATH` from a smaller model with the same vocabulary")
       ->check([](const std::string& text) {
-        const bool known = text == "lookup" || (text.starts_with(kDraftModelPrefix) && text.size() > kDraftModelPrefix.size());
+        const bool draft_model = text.starts_with(kDraftModelPrefix) && text.size() > kDraftModelPrefix.size();
+        const bool known = text == "lookup" || draft_model;
         return known ? std::string() : "expected `lookup` or `model:PATH`, got `" + text + "`";
       });
   cmd->add_option("--draft-tokens", args->draft_tokens, "the most draft tokens one speculative step verifies")

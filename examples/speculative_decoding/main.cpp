@@ -54,7 +54,8 @@ GenerationOutcome generate_on_three_ranks(const Model& model, const Tokenizer& t
 int show_one_step(const Model& model, const std::vector<int>& prompt, const std::vector<int>& greedy) {
   auto session = three_ranks(model);
   if (!session) return fail(session.error().message());
-  const PredictionTargetInput input{{prompt.back(), greedy[0], greedy[1], (greedy[2] + 1) % model.config().vocab_size}, 3};
+  const int spoiled = (greedy[2] + 1) % model.config().vocab_size;
+  const PredictionTargetInput input{{prompt.back(), greedy[0], greedy[1], spoiled}, 3};
   auto prefix = std::vector<int>(prompt.begin(), prompt.end() - 1);
   if (auto step = (*session)->prefill(prefix); !step) return fail(step.error().message());
   auto step = (*session)->decode_prediction_target_input(input);

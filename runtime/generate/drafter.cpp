@@ -19,7 +19,8 @@ Result<std::vector<int>> PromptLookupDrafter::propose(std::span<const int> conte
       // any period is drafted to its full length.
       std::vector<int> draft;
       for (int i = start + n; static_cast<int>(draft.size()) < max_tokens; ++i) {
-        draft.push_back(i < length ? context[static_cast<std::size_t>(i)] : draft[static_cast<std::size_t>(i - length)]);
+        const auto at = static_cast<std::size_t>(i < length ? i : i - length);
+        draft.push_back(i < length ? context[at] : draft[at]);
       }
       return draft;
     }

@@ -217,7 +217,8 @@ class Generation {
 
   // Adds a generated token and emits its piece.
   void keep(int token) {
-    const int previous = result_.generated_tokens.empty() ? result_.prompt_tokens.back() : result_.generated_tokens.back();
+    const auto& before = result_.generated_tokens.empty() ? result_.prompt_tokens : result_.generated_tokens;
+    const int previous = before.back();
     result_.generated_tokens.push_back(token);
     emit(previous, token);
   }
@@ -250,13 +251,14 @@ class Generation {
     return SampledToken{token, std::find(stop_tokens_.begin(), stop_tokens_.end(), token) != stop_tokens_.end()};
   }
 
+  // Whether a poisoned step may run again once the target recovered its
+  // last committed state (recover_prediction_target_state_after_failure):
+  // a speculative step's may.
+  enum class Recovery { none, after_poison };
+
   // Runs a step, and again after each abort, at most options_.retries
   // times more. An abort left the target and the sampler as they were, so
   // a retry that succeeds gives what the first attempt would have.
-  // A speculative step may also be run again after a poison, once the
-  // target recovered its last committed state
-  // (recover_prediction_target_state_after_failure).
-  enum class Recovery { none, after_poison };
 
   template <class Step>
   auto with_retries(const Step& step, Recovery recovery = Recovery::none) -> decltype(step()) {

@@ -236,7 +236,8 @@ Status Session::prediction_target_phases(Transaction& tx, std::span<const int> t
     tx.drop_rejected_rows(prediction_);
     const int vocab = model_.config().vocab_size;
     const int logit_rows = static_cast<int>(logits.size()) / vocab;
-    logits = logits.subspan(kept_row_offset(prediction_, step_rows, logit_rows, vocab), static_cast<std::size_t>(vocab));
+    const std::size_t offset = kept_row_offset(prediction_, step_rows, logit_rows, vocab);
+    logits = logits.subspan(offset, static_cast<std::size_t>(vocab));
     return Status{};
   });
 }
