@@ -404,6 +404,7 @@ TEST(Cli, SpeculativeDecodingRefusesBadOptions) {
   expect_failure(generate_args({"--speculative", "ngram"}), 2, "expected `lookup` or `model:PATH`");
   expect_failure(generate_args({"--speculative", "model:"}), 2, "expected `lookup` or `model:PATH`");
   expect_failure(generate_args({"--speculative", "lookup", "--draft-tokens", "0"}), 2, "--draft-tokens");
+  expect_failure(generate_args({"--draft-tokens", "4"}), 2, "--draft-tokens requires --speculative");
   expect_failure(generate_args({"--speculative", "lookup"}), 1, "it needs temperature 0");
   expect_failure(generate_args({"--speculative", "model:/nonexistent/draft.bin", "--temperature", "0"}), 1,
                  "the draft model");

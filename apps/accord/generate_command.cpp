@@ -283,7 +283,7 @@ Command add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--retries", args->retries, "times an aborted step is run again before generation fails")
       ->capture_default_str();
-  cmd->add_option("--speculative", args->speculative,
+  CLI::Option* speculative = cmd->add_option("--speculative", args->speculative,
                   "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
                   "earlier text (prompt lookup), `model:PATH` from a smaller model with the same vocabulary")
       ->check([](const std::string& text) {
@@ -293,6 +293,7 @@ Command add_generate_command(CLI::App& app) {
       });
   cmd->add_option("--draft-tokens", args->draft_tokens, "the most draft tokens one speculative step verifies")
       ->check(CLI::Range(1, 64))
+      ->needs(speculative)
       ->capture_default_str();
   cmd->add_flag("--json", args->json,
                 "print one JSON object at the end (tokens, text, speeds) instead of streaming text");
