@@ -8,7 +8,8 @@
 //
 // stories260K (../shared/models, or ACCORD_SHARED) with prompt lookup runs
 // by default. With ACCORD_BENCH_110M=1: a synthetic 110M target, plain,
-// with prompt lookup, and with two draft models: the same synthetic weights
+// with prompt lookup (also after a repetitive prompt, where more of its
+// guesses are accepted), and with two draft models: the same synthetic weights
 // cut to their first 2 layers (the writer draws each tensor kind from one
 // stream, layer after layer, so a model of the same seed and fewer layers
 // is the target's early exit), and an unrelated 15M-class synthetic model
@@ -137,6 +138,13 @@ bool register_speculative_benchmarks() {
   Run lookup = synthetic;
   lookup.lookup = true;
   add("110M/lookup", lookup, {2, 3, 4, 8});
+  // Repetitive text, where prompt lookup's guesses are accepted more often.
+  Run repetitive = synthetic;
+  repetitive.prompt = "1 2 3 1 2 3 1 2 3 1 2 3";
+  repetitive.max_tokens = 128;
+  add("110M_repetitive_prompt/plain", repetitive, {0});
+  repetitive.lookup = true;
+  add("110M_repetitive_prompt/lookup", repetitive, {3, 4});
   Run exit_draft = synthetic;
   exit_draft.draft = synthetic_model(early_exit);
   add("110M/draft_model:first_2_layers", exit_draft, {4});
