@@ -122,6 +122,10 @@ void print_summary(const GenerationResult& result) {
   if (result.aborted_steps > 0) {
     std::fprintf(stderr, "accord: %d step attempt(s) aborted, %d retried\n", result.aborted_steps, result.retries);
   }
+  if (result.recoveries > 0) {
+    std::fprintf(stderr, "accord: %d poisoned speculative step(s) recovered the last committed state\n",
+                 result.recoveries);
+  }
   if (result.drafted_tokens > 0) {
     std::fprintf(stderr, "accord: speculative: %d of %d drafted tokens accepted (%.1f%%), %d decode steps\n",
                  result.accepted_tokens, result.drafted_tokens, 100.0 * result.acceptance_rate(), result.decode_steps);
