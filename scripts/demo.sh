@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what accord needs, builds it and generates a story.
-# Uses stories260K from ../shared/models when it is there (ACCORD_SHARED=DIR
-# overrides the location); otherwise writes a synthetic model and says so.
+# Uses stories260K from ../shared/models (or beside the repository this one
+# was cloned from; ACCORD_SHARED=DIR overrides both) when it is there;
+# otherwise writes a synthetic model and says so.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/scripts/setup.sh"
 "$root/scripts/build.sh" --target accord "$root/build"
 accord=$root/build/apps/accord
-shared=${ACCORD_SHARED:-$(cd "$root/.." && pwd)/shared}
+source "$root/scripts/shared_dir.sh"
+shared=$(shared_dir "$root")
 
 if [ -f "$shared/models/stories260K.bin" ] && [ -f "$shared/models/tok512.bin" ]; then
   echo "== accord demo: stories260K (a real 260K-parameter TinyStories model) from $shared/models"

@@ -3,15 +3,18 @@
 # a Release build, then a build under AddressSanitizer and
 # UndefinedBehaviorSanitizer; then runs every fuzz target for a bounded time
 # (scripts/fuzz.sh; ACCORD_FUZZ_SECONDS per target, default 20). Tests read
-# the shared models from ../shared (override with ACCORD_SHARED=DIR).
+# the shared models from ../shared, or beside the repository this one was
+# cloned from (ACCORD_SHARED=DIR overrides both; scripts/shared_dir.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # The tests compare against real models and reference outputs; without them
 # say so once, before building, rather than fail a hundred tests.
-shared=${ACCORD_SHARED:-$(cd "$root/.." && pwd)/shared}
+source "$root/scripts/shared_dir.sh"
+shared=$(shared_dir "$root")
 if [ ! -f "$shared/models/stories260K.bin" ]; then
   echo "accord: $shared/models/stories260K.bin not found: the tests need the shared models and" \
-    "reference outputs beside the checkout (../shared) or in ACCORD_SHARED=DIR" >&2
+    "reference outputs beside the checkout (../shared), beside the repository it was cloned from," \
+    "or in ACCORD_SHARED=DIR" >&2
   exit 1
 fi
 export ACCORD_SHARED=$shared
