@@ -94,7 +94,7 @@ void BM_speculative_generation(benchmark::State& state, const Run& run) {
     }
     state.SetIterationTime(result->decode_seconds);
     seconds += result->decode_seconds;
-    decoded += result->decoded_tokens;
+    decoded += result->decoded_tokens();
     drafted += result->drafted_tokens;
     accepted += result->accepted_tokens;
     steps += result->decode_steps;

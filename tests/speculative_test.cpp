@@ -360,7 +360,7 @@ void expect_greedy_tokens_with(Drafter& drafter, const Model& model, const Token
     EXPECT_EQ(one->generated_tokens, c.generated_tokens) << c.prompt;
     EXPECT_EQ(one->text, c.text);
     EXPECT_LE(one->accepted_tokens, one->drafted_tokens);
-    EXPECT_EQ(one->decoded_tokens, static_cast<int>(c.generated_tokens.size()) - 1);
+    EXPECT_EQ(one->decoded_tokens(), static_cast<int>(c.generated_tokens.size()) - 1);
     if (expect_acceptance) {
       EXPECT_GT(one->accepted_tokens, 0) << c.prompt;
     }
@@ -392,7 +392,7 @@ TEST(SpeculativeGeneration, TheTargetAsItsOwnDraftAcceptsEveryToken) {
   ASSERT_TRUE(result);
   EXPECT_EQ(result->acceptance_rate(), 1.0);
   // 4 draft tokens and greedy's own per step: 5 tokens a step.
-  EXPECT_EQ(result->decode_steps, (result->decoded_tokens + 4) / 5);
+  EXPECT_EQ(result->decode_steps, (result->decoded_tokens() + 4) / 5);
 }
 
 TEST(SpeculativeGeneration, AnUnrelatedDraftModelStillGivesGreedysTokens) {

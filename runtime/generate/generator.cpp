@@ -202,14 +202,10 @@ class Generation {
         result_.stop_reason = StopReason::context_full;
         return {};
       }
-      auto decoded = options_.drafter != nullptr ? decode_speculatively(next)
-                                                 : with_retries([&] {
-                                                     return target_.decode_and_sample(next, sampler_, stop_tokens_);
-                                                   });
+      auto decoded = options_.drafter != nullptr ? decode_speculatively(next) : decode_plainly(next);
       if (!decoded) return decoded.error();
       sampled = *decoded;
       ++result_.decode_steps;
-      ++result_.decoded_tokens;
     }
   }
 
@@ -221,6 +217,11 @@ class Generation {
     const int previous = before.back();
     result_.generated_tokens.push_back(token);
     emit(previous, token);
+  }
+
+  // One decode step of `next` that samples the token after it.
+  Result<SampledToken> decode_plainly(int next) {
+    return with_retries([&] { return target_.decode_and_sample(next, sampler_, stop_tokens_); });
   }
 
   // One speculative step after `next`: drafts, verifies, keeps what the
@@ -240,15 +241,14 @@ class Generation {
       const auto stop = std::find_first_of(draft.begin(), draft.end(), stop_tokens_.begin(), stop_tokens_.end());
       draft.erase(stop, draft.end());
     }
-    if (draft.empty()) return with_retries([&] { return target_.decode_and_sample(next, sampler_, stop_tokens_); });
+    if (draft.empty()) return decode_plainly(next);
     auto verdict = with_retries([&] { return target_.decode_draft(next, draft); }, Recovery::after_poison);
     if (!verdict) return verdict.error();
     result_.drafted_tokens += static_cast<int>(draft.size());
     result_.accepted_tokens += verdict->accepted;
-    result_.decoded_tokens += verdict->accepted;
     for (int i = 0; i < verdict->accepted; ++i) keep(draft[static_cast<std::size_t>(i)]);
     const int token = verdict->next_token;
-    return SampledToken{token, std::find(stop_tokens_.begin(), stop_tokens_.end(), token) != stop_tokens_.end()};
+    return SampledToken{token, is_stop_token(token, stop_tokens_)};
   }
 
   // Whether a poisoned step may run again once the target recovered its
@@ -325,7 +325,7 @@ double GenerationResult::prefill_tokens_per_second() const {
 }
 
 double GenerationResult::decode_tokens_per_second() const {
-  return decode_seconds > 0 ? decoded_tokens / decode_seconds : 0.0;
+  return decode_seconds > 0 ? decoded_tokens() / decode_seconds : 0.0;
 }
 
 double GenerationResult::acceptance_rate() const {

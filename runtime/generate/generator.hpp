@@ -73,7 +73,6 @@ struct GenerationResult {
   double prefill_seconds = 0;  // loading the cache (if any) and the forward of the rest
   double decode_seconds = 0;   // every later forward step together
   int decode_steps = 0;
-  int decoded_tokens = 0;   // tokens the decode steps produced (more than the steps when speculating)
   int drafted_tokens = 0;   // speculative decoding: tokens the drafter proposed
   int accepted_tokens = 0;  // and those the target kept
   PromptCacheOutcome prompt_cache = PromptCacheOutcome::unused;
@@ -86,6 +85,8 @@ struct GenerationResult {
   std::string poison_cause;
 
   double prefill_tokens_per_second() const;
+  // Tokens the decode steps produced: one each, and the draft tokens kept.
+  int decoded_tokens() const { return decode_steps + accepted_tokens; }
   double decode_tokens_per_second() const;
   double acceptance_rate() const;  // accepted / drafted; 0 when nothing was drafted
 };

@@ -30,7 +30,11 @@ Sampler::Sampler(const SamplerOptions& options, std::uint64_t rng_state)
 
 SampledToken sample_token(Sampler& sampler, std::span<const float> logits, std::span<const int> stop_tokens) {
   const int token = sampler.sample(logits);
-  return {token, std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end()};
+  return {token, is_stop_token(token, stop_tokens)};
+}
+
+bool is_stop_token(int token, std::span<const int> stop_tokens) {
+  return std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end();
 }
 
 int argmax(std::span<const float> values) {

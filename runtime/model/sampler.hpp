@@ -54,6 +54,9 @@ struct SampledToken {
   bool operator==(const SampledToken&) const = default;
 };
 
+// Whether `token` is one of stop_tokens.
+bool is_stop_token(int token, std::span<const int> stop_tokens);
+
 // Samples from logits (vocab) and checks the pick against stop_tokens.
 SampledToken sample_token(Sampler& sampler, std::span<const float> logits, std::span<const int> stop_tokens);
 
