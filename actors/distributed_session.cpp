@@ -596,6 +596,11 @@ Status DistributedSession::load_prompt_cache_for_input_distributed(const std::fi
   return impl_->load_cache(root, expected, prefix, prepared_input);
 }
 
+Result<PromptCacheRecovery> DistributedSession::recover_prompt_cache(const std::filesystem::path& root) {
+  if (!impl_->nodes.empty()) return PromptCacheRecovery{};
+  return accord::recover_prompt_cache(root);
+}
+
 std::optional<PromptInputIdentity> DistributedSession::committed_prompt_input_identity() const {
   return impl_->prepared.describe(impl_->tokens);
 }

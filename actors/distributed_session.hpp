@@ -198,6 +198,11 @@ class DistributedSession {
   Status load_prompt_cache_for_input_distributed(const std::filesystem::path& root,
                                                  const PromptCacheDescriptor& expected, std::span<const int> prefix,
                                                  const std::string& prepared_input);
+  // Heals a cache a killed save left on mixed generations
+  // (runtime/session/prompt_cache_recovery.hpp) when every rank runs in
+  // this process and so shares its file system. Over remote nodes each
+  // rank's folder is its node's, and nothing is done (action none).
+  Result<PromptCacheRecovery> recover_prompt_cache(const std::filesystem::path& root);
   // What produced the committed tokens; none when the state is empty.
   std::optional<PromptInputIdentity> committed_prompt_input_identity() const;
 
@@ -250,6 +255,9 @@ class DistributedTarget final : public GenerationTarget {
                            std::span<const int> prefix) override;
   Status save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                            std::span<const int> prefix) override;
+  Result<PromptCacheRecovery> recover_prompt_cache(const std::filesystem::path& root) override {
+    return session_.recover_prompt_cache(root);
+  }
 
  private:
   Result<std::span<const float>> keep(Result<DistributedStep> step);

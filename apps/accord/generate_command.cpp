@@ -108,7 +108,8 @@ nlohmann::json to_json(const GenerationResult& result, const Model& model, int t
   if (result.prompt_cache != PromptCacheOutcome::unused) {
     json["prompt_cache"] = std::string(to_string(result.prompt_cache));
     json["prompt_cache_tokens_reused"] = result.prompt_cache_tokens_reused;
-    if (result.prompt_cache == PromptCacheOutcome::rejected) json["prompt_cache_reason"] = result.prompt_cache_reason;
+    if (!result.prompt_cache_reason.empty()) json["prompt_cache_reason"] = result.prompt_cache_reason;
+    if (!result.prompt_cache_recovery.empty()) json["prompt_cache_recovery"] = result.prompt_cache_recovery;
   }
   return json;
 }

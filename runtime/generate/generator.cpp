@@ -70,35 +70,48 @@ GenerationFailure stopped_by(const Error& error, GenerationResult partial) {
   return {std::move(named), std::move(partial)};
 }
 
-// Loads the cached prefix when it is one of the prompt's, and says how many
-// tokens it covers. A cache that exists but fails validation, or whose load
-// aborts, is reported as rejected and left alone; only a poisoned session
-// fails.
+// Opens the cache (healing a publication that a killed save left mixed),
+// then loads the cached prefix when it is one of the prompt's, and says how
+// many tokens it covers. A cache that exists but fails validation, or whose
+// load aborts, is reported as rejected and left alone; only a poisoned
+// session fails.
 struct CacheUse {
   PromptCacheOutcome outcome = PromptCacheOutcome::unused;
   std::string reason;
+  std::string recovery;
   int reused = 0;
 };
 
 Result<CacheUse> try_prompt_cache(GenerationTarget& target, const std::filesystem::path& root,
                                   std::span<const int> prompt) {
+  CacheUse use;
+  auto recovered = target.recover_prompt_cache(root);
+  if (!recovered) return CacheUse{PromptCacheOutcome::rejected, recovered.error().message(), "", 0};
+  if (recovered->action == RecoveryAction::healed || recovered->action == RecoveryAction::cleared) {
+    use.recovery = recovered->reason;
+  }
   // The last prompt token is always run: its logits pick the first token.
   const auto cacheable = prompt.first(prompt.size() - 1);
   auto live = read_live_generation(root, 0);
   if (!live) {
-    const bool no_cache_yet = !std::filesystem::exists(rank_folder(root, 0) / "CURRENT");
-    if (no_cache_yet) return CacheUse{PromptCacheOutcome::saved, "", 0};
-    return CacheUse{PromptCacheOutcome::rejected, live.error().message(), 0};
+    auto current = read_current(rank_folder(root, 0));
+    const bool no_cache_yet = current && !*current;
+    use.outcome = no_cache_yet ? PromptCacheOutcome::saved : PromptCacheOutcome::rejected;
+    if (!no_cache_yet) use.reason = live.error().message();
+    return use;
   }
   const int n = live->manifest.prefix_token_count;
-  const bool is_prefix = n >= 1 && n <= static_cast<int>(cacheable.size()) &&
+  const bool is_prefix = n <= static_cast<int>(cacheable.size()) &&
                          live->manifest.prefix_sha256 == token_ids_sha256(cacheable.first(static_cast<std::size_t>(n)));
-  if (!is_prefix) return CacheUse{PromptCacheOutcome::saved, "", 0};  // another prompt's prefix: replace it
+  use.outcome = PromptCacheOutcome::saved;  // another prompt's prefix: replace it
+  if (!is_prefix) return use;
   Status loaded =
       target.load_prompt_cache(root, generation_cache_descriptor(), cacheable.first(static_cast<std::size_t>(n)));
   if (!loaded && is_poisoned(loaded.error())) return loaded.error();
-  if (!loaded) return CacheUse{PromptCacheOutcome::rejected, loaded.error().message(), 0};
-  return CacheUse{PromptCacheOutcome::hit, "", n};
+  use.outcome = loaded ? PromptCacheOutcome::hit : PromptCacheOutcome::rejected;
+  if (loaded) use.reused = n;
+  if (!loaded) use.reason = loaded.error().message();
+  return use;
 }
 
 // One generation: filled in step by step into `result`, which is what the
@@ -163,7 +176,9 @@ class Generation {
       if (!use) return use.error();
       result_.prompt_cache = use->outcome;
       result_.prompt_cache_reason = use->reason;
+      result_.prompt_cache_recovery = use->recovery;
       result_.prompt_cache_tokens_reused = use->reused;
+      if (!use->recovery.empty() && warn_) warn_("prompt cache recovered: " + use->recovery);
       if (use->outcome == PromptCacheOutcome::rejected && warn_) {
         warn_("prompt cache rejected, prefilling from scratch: " + use->reason);
       }
@@ -172,17 +187,18 @@ class Generation {
     return with_retries([&] { return target_.prefill_and_sample(rest, sampler_, stop_tokens_); });
   }
 
-  // Saves the prompt's prefix when the cache asked for it. A failed save
-  // is a warning; only a poisoned session ends generation.
+  // Saves the prompt's prefix when the cache asked for it: `saved` stays
+  // only when every rank published. A failed save is a warning; only a
+  // poisoned session ends generation.
   Status save_prompt_cache() {
     if (result_.prompt_cache != PromptCacheOutcome::saved) return {};
     const std::span<const int> prompt(result_.prompt_tokens);
     const auto prefix = prompt.first(prompt.size() - 1);
     Status saved = target_.save_prompt_cache(options_.prompt_cache, generation_cache_descriptor(), prefix);
     if (saved) return {};
-    if (is_poisoned(saved.error())) return saved;
-    result_.prompt_cache = PromptCacheOutcome::rejected;
+    result_.prompt_cache = PromptCacheOutcome::failed;
     result_.prompt_cache_reason = saved.error().message();
+    if (is_poisoned(saved.error())) return saved;
     if (warn_) warn_("could not save the prompt cache: " + saved.error().message());
     return {};
   }
@@ -314,6 +330,8 @@ std::string_view to_string(PromptCacheOutcome outcome) {
       return "saved";
     case PromptCacheOutcome::rejected:
       return "rejected";
+    case PromptCacheOutcome::failed:
+      return "failed";
   }
   return "unknown";
 }

@@ -57,8 +57,9 @@ std::string_view to_string(StopReason reason);
 enum class PromptCacheOutcome {
   unused,    // no cache was asked for, or the prompt is too short to cache
   hit,       // a cached prefix was loaded; only the rest was prefilled
-  saved,     // no usable prefix was there; the prompt's prefix was saved
+  saved,     // no usable prefix was there; the prompt's prefix was saved on every rank
   rejected,  // a cache was there but failed validation: cold prefill, not overwritten
+  failed,    // a save was tried and did not publish on every rank; nothing of it is visible
 };
 std::string_view to_string(PromptCacheOutcome outcome);
 
@@ -76,7 +77,8 @@ struct GenerationResult {
   int drafted_tokens = 0;   // speculative decoding: tokens the drafter proposed
   int accepted_tokens = 0;  // and those the target kept
   PromptCacheOutcome prompt_cache = PromptCacheOutcome::unused;
-  std::string prompt_cache_reason;  // why it was rejected
+  std::string prompt_cache_reason;    // why it was rejected, or why the save failed
+  std::string prompt_cache_recovery;  // what opening the cache healed (prompt_cache_recovery.hpp), if anything
   int prompt_cache_tokens_reused = 0;
   int aborted_steps = 0;  // failed attempts of steps that aborted, retried or not
   int retries = 0;        // attempts made again after an abort
@@ -107,7 +109,7 @@ using GenerationOutcome = Result<GenerationResult, GenerationFailure>;
 
 // Receives each printable piece as soon as it is known, prompt pieces first.
 using PieceSink = std::function<void(std::string_view piece)>;
-// Receives warnings (a rejected prompt cache).
+// Receives warnings (a rejected, recovered or unsaved prompt cache).
 using WarningSink = std::function<void(const std::string& warning)>;
 
 // Generates from the target's current state, which must be empty. Fails

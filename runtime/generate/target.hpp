@@ -9,6 +9,7 @@
 #include "runtime/model/model.hpp"
 #include "runtime/model/sampler.hpp"
 #include "runtime/session/prompt_cache.hpp"
+#include "runtime/session/prompt_cache_recovery.hpp"
 #include "runtime/session/session.hpp"
 
 namespace accord {
@@ -68,6 +69,11 @@ class GenerationTarget {
                                    std::span<const int> prefix) = 0;
   virtual Status save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                    std::span<const int> prefix) = 0;
+  // Opening a cache: heals a publication a killed save left mixed, where
+  // this process sees every rank's folder (prompt_cache_recovery.hpp).
+  virtual Result<PromptCacheRecovery> recover_prompt_cache(const std::filesystem::path& root) {
+    return accord::recover_prompt_cache(root);
+  }
 };
 
 // A single-rank Session as a generation target.

@@ -1,6 +1,7 @@
 #include "runtime/io/durable_file.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -52,6 +53,10 @@ Status sync_folder(const std::filesystem::path& folder) {
 Status write_atomically(const std::filesystem::path& path, const std::function<void(std::ostream&)>& body) {
   std::filesystem::path temporary = path;
   temporary += ".partial";
+  // A stale temporary (left by a killed writer, or planted as a link) is
+  // unlinked first, so the stream below never writes through a link.
+  std::error_code ignored;
+  std::filesystem::remove(temporary, ignored);
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) return io_error("cannot create", temporary);
@@ -90,11 +95,12 @@ Result<std::vector<std::byte>> read_file(const std::filesystem::path& path, std:
   return bytes;
 }
 
-bool stays_inside(const std::filesystem::path& root, const std::filesystem::path& path) {
-  std::error_code ec1, ec2;
-  const auto real_root = std::filesystem::weakly_canonical(root, ec1);
-  const auto real_path = std::filesystem::weakly_canonical(path, ec2);
-  if (ec1 || ec2) return false;
+Result<bool> resolves_inside(const std::filesystem::path& root, const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto real_root = std::filesystem::weakly_canonical(root, ec);
+  if (ec) return Error(ErrorCode::io, "cannot resolve " + root.string() + ": " + ec.message());
+  const auto real_path = std::filesystem::weakly_canonical(path, ec);
+  if (ec) return Error(ErrorCode::io, "cannot resolve " + path.string() + ": " + ec.message());
   auto r = real_root.begin();
   auto p = real_path.begin();
   for (; r != real_root.end(); ++r, ++p) {
@@ -102,6 +108,47 @@ bool stays_inside(const std::filesystem::path& root, const std::filesystem::path
     if (p == real_path.end() || *r != *p) return false;
   }
   return true;
+}
+
+bool is_real_folder(const std::filesystem::path& path) {
+  std::error_code ec;
+  return std::filesystem::symlink_status(path, ec).type() == std::filesystem::file_type::directory;
+}
+
+std::vector<std::string> folder_entries(const std::filesystem::path& folder) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  return names;
+}
+
+Result<std::optional<FileLock>> FileLock::try_take(const std::filesystem::path& path) {
+  // O_NOFOLLOW: a link planted in the lock's place is refused, not followed.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return io_error("cannot open the lock file", path);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    const bool busy = errno == EWOULDBLOCK;
+    Error error = io_error("cannot lock", path);
+    ::close(fd);
+    if (busy) return std::optional<FileLock>();
+    return error;
+  }
+  return std::optional<FileLock>(FileLock(fd));
+}
+
+FileLock& FileLock::operator=(FileLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the lock
 }
 
 }  // namespace accord

@@ -6,9 +6,11 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/error.hpp"
@@ -32,7 +34,37 @@ Status replace_file_atomically(const std::filesystem::path& path, const std::str
 // Reads a whole file, refusing one larger than max_bytes.
 Result<std::vector<std::byte>> read_file(const std::filesystem::path& path, std::size_t max_bytes);
 
-// True when `path`, with every symbolic link resolved, lies inside `root`.
-bool stays_inside(const std::filesystem::path& root, const std::filesystem::path& path);
+// Whether `path`, with every symbolic link resolved, lies inside `root`; an
+// io error when either cannot be resolved (a loop of links, no permission).
+Result<bool> resolves_inside(const std::filesystem::path& root, const std::filesystem::path& path);
+
+// True when `path` exists as a folder of its own: not a symbolic link, not
+// a file. The prompt cache writes and deletes only inside such folders.
+bool is_real_folder(const std::filesystem::path& path);
+
+// The names in a folder, without following links below it; empty when the
+// folder cannot be read. (A range-for over directory_iterator throws on a
+// failed step even with an error_code; this never throws.)
+std::vector<std::string> folder_entries(const std::filesystem::path& folder);
+
+// An exclusive flock(2) on a file, held until the object is destroyed or
+// the process dies (the kernel releases it then, so a killed writer never
+// leaves a cache locked).
+class FileLock {
+ public:
+  // Takes the lock on `path`, created when missing, without waiting:
+  // nullopt when another open file holds it, in this process or another.
+  static Result<std::optional<FileLock>> try_take(const std::filesystem::path& path);
+
+  FileLock(FileLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileLock& operator=(FileLock&& other) noexcept;
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  ~FileLock();
+
+ private:
+  explicit FileLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
 
 }  // namespace accord

@@ -1,6 +1,8 @@
 #include "runtime/session/prompt_cache.hpp"
 
 #include <cstdio>
+#include <cstring>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/digest.hpp"
@@ -15,7 +17,10 @@ namespace {
 constexpr char kCurrent[] = "CURRENT";
 constexpr char kGenerations[] = "generations";
 constexpr char kManifest[] = "manifest.json";
+constexpr char kLock[] = "LOCK";
+constexpr char kStagingPrefix[] = ".staging-";
 constexpr std::size_t kMaxManifestBytes = 1 << 20;
+constexpr std::int64_t kMaxRanks = 4096;
 
 Error cache_error(const std::string& message) { return Error(ErrorCode::prompt_cache, message); }
 
@@ -26,8 +31,86 @@ bool is_plain_name(const std::string& name) {
   return name.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz-_.") == std::string::npos;
 }
 
+bool is_hex(std::string_view text, std::size_t max_digits) {
+  return !text.empty() && text.size() <= max_digits && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
 std::string_view as_text(std::span<const std::byte> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+// A manifest field that is present and well typed but out of its range.
+struct FieldOutOfRange : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A whole number in [low, high]; fractions, strings and numbers that do
+// not fit are refused rather than rounded or wrapped.
+std::int64_t whole_number(const nlohmann::json& object, const char* key, std::int64_t low, std::int64_t high) {
+  const auto& value = object.at(key);
+  const auto fail = [&] {
+    throw FieldOutOfRange(std::string("'") + key + "' must be a whole number from " + std::to_string(low) + " to " +
+                          std::to_string(high) + ", not " + value.dump());
+  };
+  if (!value.is_number_integer()) fail();
+  if (value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(high)) fail();
+  const auto number = value.get<std::int64_t>();
+  if (number < low || number > high) fail();
+  return number;
+}
+
+std::uint64_t unsigned_number(const nlohmann::json& object, const char* key) {
+  const auto& value = object.at(key);
+  if (!value.is_number_unsigned()) {
+    throw FieldOutOfRange(std::string("'") + key + "' must be a whole number of at least 0, not " + value.dump());
+  }
+  return value.get<std::uint64_t>();
+}
+
+// Removes a generation or staging folder this cache wrote, and only what
+// it writes there: its manifest and shard files. Anything else in the
+// folder (a user's file, a link) stays, and so does the folder with it.
+void remove_generation_folder(const fs::path& folder) {
+  if (!is_real_folder(folder)) return;
+  std::string shard_file = "kv.bin";
+  if (auto text = read_file(folder / kManifest, kMaxManifestBytes)) {
+    if (auto manifest = manifest_from_json(as_text(*text)); manifest && is_plain_name(manifest->shard_file)) {
+      shard_file = manifest->shard_file;
+    }
+  }
+  std::error_code ignored;
+  for (const fs::path& file : {folder / shard_file, folder / kManifest}) {
+    if (fs::symlink_status(file, ignored).type() == fs::file_type::regular) fs::remove(file, ignored);
+  }
+  fs::remove(folder, ignored);  // only when nothing else is left in it
+}
+
+// A folder the cache writes into: created when missing, refused when it
+// is a symbolic link or not a folder.
+Status ensure_real_folder(const fs::path& folder) {
+  std::error_code ec;
+  const auto type = fs::symlink_status(folder, ec).type();
+  if (type == fs::file_type::not_found) {
+    fs::create_directory(folder, ec);
+    if (ec) return Error(ErrorCode::io, "cannot create " + folder.string() + ": " + ec.message());
+    return {};
+  }
+  if (type == fs::file_type::symlink) {
+    return cache_error(folder.string() + " is a symbolic link; the prompt cache writes only into folders of its own");
+  }
+  if (type != fs::file_type::directory) {
+    return cache_error(folder.string() + " is not a folder" + (ec ? ": " + ec.message() : std::string()));
+  }
+  return {};
+}
+
+// The root may be a link the user chose; the folders below it are the cache's.
+Status ensure_rank_folders(const fs::path& root, const fs::path& rank_dir) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return Error(ErrorCode::io, "cannot create " + root.string() + ": " + ec.message());
+  if (Status ok = ensure_real_folder(rank_dir); !ok) return ok;
+  return ensure_real_folder(rank_dir / kGenerations);
 }
 
 }  // namespace
@@ -39,6 +122,30 @@ fs::path rank_folder(const fs::path& root, int rank) {
 }
 
 fs::path generation_folder(const fs::path& rank_dir, const std::string& name) { return rank_dir / kGenerations / name; }
+
+fs::path staging_folder(const fs::path& rank_dir, const std::string& name) { return rank_dir / (kStagingPrefix + name); }
+
+bool is_generation_name(const std::string& name) {
+  const auto dash = name.find('-');
+  if (dash == std::string::npos || dash == 0 || dash > 20) return false;
+  const std::string_view epoch(name.data(), dash);
+  return epoch.find_first_not_of("0123456789") == std::string_view::npos &&
+         is_hex(std::string_view(name).substr(dash + 1), 64);
+}
+
+Result<std::optional<std::string>> read_current(const fs::path& rank_dir) {
+  std::error_code ec;
+  const auto type = fs::symlink_status(rank_dir / kCurrent, ec).type();
+  if (type == fs::file_type::not_found) return std::optional<std::string>();
+  auto current = read_file(rank_dir / kCurrent, 256);
+  if (!current) return cache_error("cannot read " + (rank_dir / kCurrent).string() + ": " + current.error().message());
+  std::string name(as_text(*current));
+  while (!name.empty() && name.back() == '\n') name.pop_back();
+  if (!is_plain_name(name)) {
+    return cache_error((rank_dir / kCurrent).string() + " names '" + name + "', which is not a generation");
+  }
+  return std::optional<std::string>(std::move(name));
+}
 
 std::string manifest_to_json(const PromptCacheManifest& m) {
   const nlohmann::json json = {
@@ -62,33 +169,41 @@ std::string manifest_to_json(const PromptCacheManifest& m) {
 }
 
 Result<PromptCacheManifest> manifest_from_json(std::string_view text) {
+  constexpr std::int64_t kMaxCount = std::int64_t{1} << 30;  // units, rows, widths: far past any model
   try {
     const auto json = nlohmann::json::parse(text);
     PromptCacheManifest m;
-    m.format_version = json.at("format_version").get<int>();
-    if (m.format_version != kPromptCacheFormatVersion) {
-      return cache_error("unknown prompt cache format version " + std::to_string(m.format_version) +
+    const auto version = whole_number(json, "format_version", 0, kMaxCount);
+    if (version != kPromptCacheFormatVersion) {
+      return cache_error("unknown prompt cache format version " + std::to_string(version) +
                          " (this build reads version " + std::to_string(kPromptCacheFormatVersion) + ")");
     }
     m.model_identity = json.at("model_identity").get<std::string>();
     const auto& t = json.at("topology");
-    m.topology = {t.at("ranks").get<int>(), t.at("rank").get<int>(), t.at("first_unit").get<int>(),
-                  t.at("unit_count").get<int>()};
-    m.kv_dim = json.at("kv_dim").get<int>();
-    m.prefix_token_count = json.at("prefix_token_count").get<int>();
+    m.topology.ranks = static_cast<int>(whole_number(t, "ranks", 1, kMaxRanks));
+    m.topology.rank = static_cast<int>(whole_number(t, "rank", 0, m.topology.ranks - 1));
+    m.topology.first_unit = static_cast<int>(whole_number(t, "first_unit", 0, kMaxCount));
+    m.topology.unit_count = static_cast<int>(whole_number(t, "unit_count", 1, kMaxCount));
+    m.kv_dim = static_cast<int>(whole_number(json, "kv_dim", 1, kMaxCount));
+    m.prefix_token_count = static_cast<int>(whole_number(json, "prefix_token_count", 1, kMaxCount));
     m.prefix_sha256 = json.at("prefix_sha256").get<std::string>();
     m.descriptor = {json.at("descriptor").at("name").get<std::string>(),
                     json.at("descriptor").at("namespace").get<std::string>()};
     m.prepared_input = json.at("prepared_input").get<std::string>();
-    m.epoch = json.at("epoch").get<std::uint64_t>();
+    m.epoch = unsigned_number(json, "epoch");
     m.save_id = json.at("save_id").get<std::string>();
+    if (!is_hex(m.save_id, 64)) {
+      return cache_error("malformed manifest: 'save_id' must be 1 to 64 lower-case hex digits, not '" + m.save_id + "'");
+    }
     const auto& shards = json.at("shards");
     if (!shards.is_array() || shards.size() != 1) return cache_error("the manifest must list exactly one shard");
     m.shard_file = shards[0].at("file").get<std::string>();
-    m.shard_bytes = shards[0].at("bytes").get<std::uint64_t>();
+    m.shard_bytes = unsigned_number(shards[0], "bytes");
     m.shard_sha256 = shards[0].at("sha256").get<std::string>();
     return m;
   } catch (const nlohmann::json::exception& e) {
+    return cache_error(std::string("malformed manifest: ") + e.what());
+  } catch (const FieldOutOfRange& e) {
     return cache_error(std::string("malformed manifest: ") + e.what());
   }
 }
@@ -98,11 +213,17 @@ Result<PreparedGeneration> prepare_generation(const fs::path& root, const Prompt
   PreparedGeneration g;
   g.rank_dir = rank_folder(root, manifest.topology.rank);
   g.name = std::to_string(manifest.epoch) + "-" + manifest.save_id;
-  g.staging_path = g.rank_dir / (".staging-" + g.name);
+  g.staging_path = staging_folder(g.rank_dir, g.name);
+  if (Status ok = ensure_rank_folders(root, g.rank_dir); !ok) return ok.error();
+  auto lock = FileLock::try_take(g.rank_dir / kLock);
+  if (!lock) return lock.error();
+  if (!*lock) {
+    return cache_error("another writer is saving into " + g.rank_dir.string() + " (it holds " + kLock +
+                       "); this save is skipped");
+  }
+  g.lock = std::make_shared<const FileLock>(std::move(**lock));
+  remove_generation_folder(g.staging_path);  // a dead save's, by the same name
   std::error_code ec;
-  fs::create_directories(g.rank_dir / kGenerations, ec);
-  if (ec) return Error(ErrorCode::io, "cannot create " + (g.rank_dir / kGenerations).string() + ": " + ec.message());
-  fs::remove_all(g.staging_path, ec);
   fs::create_directory(g.staging_path, ec);
   if (ec) return Error(ErrorCode::io, "cannot create " + g.staging_path.string() + ": " + ec.message());
 
@@ -126,40 +247,34 @@ Result<PreparedGeneration> prepare_generation(const fs::path& root, const Prompt
   return g;
 }
 
-void discard_generation(const PreparedGeneration& generation) {
-  std::error_code ignored;
-  fs::remove_all(generation.staging_path, ignored);
-}
+void discard_generation(const PreparedGeneration& generation) { remove_generation_folder(generation.staging_path); }
 
 Result<Publication> publish_generation(const PreparedGeneration& generation) {
-  Publication p{generation, std::nullopt};
-  if (auto current = read_file(generation.rank_dir / kCurrent, 256)) {
-    std::string name(as_text(*current));
-    while (!name.empty() && name.back() == '\n') name.pop_back();
-    p.previous = name;
-  }
+  auto current = read_current(generation.rank_dir);
+  Publication p{generation, current ? *current : std::nullopt};
   const fs::path final_path = generation_folder(generation.rank_dir, generation.name);
   std::error_code ec;
   fs::rename(generation.staging_path, final_path, ec);
   if (ec) return Error(ErrorCode::io, "cannot publish " + final_path.string() + ": " + ec.message());
   if (Status s = sync_folder(generation.rank_dir / kGenerations); !s) return s.error();
   if (Status s = replace_file_atomically(generation.rank_dir / kCurrent, generation.name + "\n"); !s) {
-    fs::remove_all(final_path, ec);
+    remove_generation_folder(final_path);
     return s.error();
   }
   return p;
 }
 
 void commit_publication(const Publication& publication) {
-  std::error_code ec;
   const fs::path& dir = publication.generation.rank_dir;
-  for (const auto& entry : fs::directory_iterator(dir / kGenerations, ec)) {
-    if (entry.path().filename() != publication.generation.name) fs::remove_all(entry.path(), ec);
+  for (const std::string& name : folder_entries(dir / kGenerations)) {
+    if (name != publication.generation.name && is_generation_name(name)) {
+      remove_generation_folder(generation_folder(dir, name));
+    }
   }
-  // Staging folders left by saves that died before publishing (there is
-  // one writer at a time, so none of them is still being written).
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().filename().string().starts_with(".staging-")) fs::remove_all(entry.path(), ec);
+  for (const std::string& name : folder_entries(dir)) {
+    if (name.starts_with(kStagingPrefix) && is_generation_name(name.substr(std::strlen(kStagingPrefix)))) {
+      remove_generation_folder(dir / name);
+    }
   }
 }
 
@@ -172,30 +287,38 @@ Status revert_publication(const Publication& publication) {
     fs::remove(dir / kCurrent, ec);
     if (ec) return Error(ErrorCode::io, "cannot remove " + (dir / kCurrent).string() + ": " + ec.message());
   }
-  fs::remove_all(generation_folder(dir, publication.generation.name), ec);
+  remove_generation_folder(generation_folder(dir, publication.generation.name));
   return {};
 }
 
 Result<LiveGeneration> read_live_generation(const fs::path& root, int rank) {
   const fs::path dir = rank_folder(root, rank);
-  auto current = read_file(dir / kCurrent, 256);
-  if (!current) return cache_error("no prompt cache at " + dir.string() + " (" + current.error().message() + ")");
-  std::string name(as_text(*current));
-  while (!name.empty() && name.back() == '\n') name.pop_back();
-  if (!is_plain_name(name)) return cache_error(dir.string() + "/CURRENT names '" + name + "', which is not a generation");
-  const fs::path generation = generation_folder(dir, name);
-  if (!stays_inside(root, generation / kManifest)) {
-    return cache_error("the generation " + generation.string() + " leaves the cache root " + root.string());
-  }
-  auto text = read_file(generation / kManifest, kMaxManifestBytes);
-  if (!text) return cache_error("cannot read the manifest of " + generation.string() + ": " + text.error().message());
+  auto current = read_current(dir);
+  if (!current) return current.error();
+  if (!*current) return cache_error("no prompt cache at " + dir.string() + " (it has no CURRENT)");
+  return read_generation(root, generation_folder(dir, **current));
+}
+
+Result<LiveGeneration> read_generation(const fs::path& root, const fs::path& folder) {
+  auto inside = resolves_inside(root, folder / kManifest);
+  if (!inside) return cache_error("cannot open the generation " + folder.string() + ": " + inside.error().message());
+  if (!*inside) return cache_error("the generation " + folder.string() + " leaves the cache root " + root.string());
+  auto text = read_file(folder / kManifest, kMaxManifestBytes);
+  if (!text) return cache_error("cannot read the manifest of " + folder.string() + ": " + text.error().message());
   auto manifest = manifest_from_json(as_text(*text));
-  if (!manifest) return manifest.error();
+  if (!manifest) return Error(ErrorCode::prompt_cache, folder.string() + ": " + manifest.error().message());
   if (!is_plain_name(manifest->shard_file)) {
     return cache_error("the manifest names the shard '" + manifest->shard_file + "', which leaves its generation");
   }
-  const fs::path shard = generation / manifest->shard_file;
-  if (!stays_inside(root, shard)) return cache_error("the shard " + shard.string() + " leaves the cache root");
+  const std::string name = std::to_string(manifest->epoch) + "-" + manifest->save_id;
+  const std::string folder_name = folder.filename().string();
+  if (folder_name != name && folder_name != kStagingPrefix + name) {
+    return cache_error("the manifest in " + folder.string() + " is of the generation " + name);
+  }
+  const fs::path shard = folder / manifest->shard_file;
+  auto shard_inside = resolves_inside(root, shard);
+  if (!shard_inside) return cache_error("cannot open the shard " + shard.string() + ": " + shard_inside.error().message());
+  if (!*shard_inside) return cache_error("the shard " + shard.string() + " leaves the cache root");
   return LiveGeneration{std::move(*manifest), shard};
 }
 

@@ -9,17 +9,23 @@
 // Reading validates everything (version, identity, topology, prefix,
 // paths, size, checksum) before any byte reaches the caller.
 //
-// One writer per cache root at a time; readers may run concurrently.
+// Writers to one rank folder are serialised by an flock on rank-NN/LOCK,
+// held from preparation to commit or revert; readers take no lock. A
+// writer deletes only what it could have written: folders named like its
+// generations, inside folders that are not symbolic links, and in them only
+// the files a generation holds.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "runtime/error.hpp"
+#include "runtime/io/durable_file.hpp"
 
 namespace accord {
 
@@ -64,12 +70,24 @@ Result<PromptCacheManifest> manifest_from_json(std::string_view text);
 std::filesystem::path rank_folder(const std::filesystem::path& root, int rank);
 // The folder of generation `name` of a rank: rank_dir/generations/name.
 std::filesystem::path generation_folder(const std::filesystem::path& rank_dir, const std::string& name);
+// Where a generation is written before it is published: rank_dir/.staging-name.
+std::filesystem::path staging_folder(const std::filesystem::path& rank_dir, const std::string& name);
+
+// True for the names this cache gives generations: <epoch>-<save id>, the
+// epoch in decimal, the save id in lower-case hex.
+bool is_generation_name(const std::string& name);
+
+// The generation rank_dir/CURRENT names; nullopt when there is no CURRENT.
+// An unreadable CURRENT, or one that names no generation, is an error.
+Result<std::optional<std::string>> read_current(const std::filesystem::path& rank_dir);
 
 // A generation written and verified but not yet visible.
+// It holds the rank folder's writer lock until the last copy goes.
 struct PreparedGeneration {
   std::filesystem::path rank_dir;
   std::string name;                    // final name under generations/
   std::filesystem::path staging_path;  // where it lies until published
+  std::shared_ptr<const FileLock> lock;
 };
 
 // A published generation, with what is needed to take it back.
@@ -78,8 +96,10 @@ struct Publication {
   std::optional<std::string> previous;  // CURRENT before the switch
 };
 
-// Writes manifest and shard into a temporary folder of rank_dir, fsyncs
-// them, and re-reads the shard to check its checksum.
+// Takes the rank folder's writer lock (refusing the save when another
+// writer holds it), writes manifest and shard into a staging folder, fsyncs
+// them, and re-reads the shard to check its checksum. The rank folder and
+// its generations/ must be real folders, not symbolic links.
 Result<PreparedGeneration> prepare_generation(const std::filesystem::path& root, const PromptCacheManifest& manifest,
                                               std::span<const std::byte> shard);
 
@@ -90,7 +110,8 @@ void discard_generation(const PreparedGeneration& generation);
 Result<Publication> publish_generation(const PreparedGeneration& generation);
 
 // Makes a publication final: removes every other generation of the rank
-// and the staging folders of saves that died before publishing.
+// and the staging folders of saves that died before publishing (there is
+// one writer at a time, so none of them is still being written).
 void commit_publication(const Publication& publication);
 
 // Points CURRENT back to the previous generation (or removes it when there
@@ -103,6 +124,9 @@ struct LiveGeneration {
   std::filesystem::path shard_path;
 };
 Result<LiveGeneration> read_live_generation(const std::filesystem::path& root, int rank);
+// The generation in `folder` (published or staged): its manifest, which
+// must name the folder, validated against the root.
+Result<LiveGeneration> read_generation(const std::filesystem::path& root, const std::filesystem::path& folder);
 
 // Reads the shard of a live generation and checks size and checksum.
 Result<std::vector<std::byte>> read_shard(const LiveGeneration& live);

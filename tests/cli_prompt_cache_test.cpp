@@ -1,0 +1,152 @@
+// `accord generate --prompt-cache` against what an adversarial user tried:
+// a linked generations folder (the cache must not delete the user's
+// files), a save killed half-way through publication on three ranks (the
+// next run heals it), several writers at once, a missing rank folder, a
+// loop of links as the root, and honest reports throughout.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "tests/support.hpp"
+
+namespace accord {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_accord;
+
+std::vector<std::string> cached_run(const fs::path& cache, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"generate",    "--model",          test::stories_model(),
+                                   "--tokenizer", test::stories_tokenizer(), "--prompt",
+                                   "Once upon a time there", "--temperature", "0",
+                                   "--max-tokens", "12", "--json", "--prompt-cache", cache.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// The JSON object a run printed on one line (after any warnings), and its
+// exit code.
+struct CachedRun {
+  int exit_code;
+  std::string output;
+  nlohmann::json json;
+};
+
+CachedRun run(const std::vector<std::string>& args) {
+  const auto result = run_accord(args);
+  const auto brace = result.output.find('{');
+  nlohmann::json json;
+  if (brace != std::string::npos) {
+    const auto end = result.output.find('\n', brace);  // an error line may follow the object
+    json = nlohmann::json::parse(result.output.substr(brace, end - brace), nullptr, false);
+  }
+  return {result.exit_code, result.output, json};
+}
+
+std::string reason(const CachedRun& r) { return r.json.value("prompt_cache_reason", std::string()); }
+
+TEST(CliPromptCache, NeverDeletesTheFilesOfALinkedGenerationsFolder) {
+  test::TempDir dir;
+  const fs::path user = dir.path() / "v";
+  fs::create_directories(user / "sub");
+  std::ofstream(user / "sub" / "b") << "x";
+  fs::create_directories(dir.path() / "c" / "rank-00");
+  fs::create_directory_symlink(user, dir.path() / "c" / "rank-00" / "generations");
+  const CachedRun r = run(cached_run(dir.path() / "c"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.json.at("prompt_cache"), "failed");
+  EXPECT_NE(reason(r).find("symbolic link"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(user / "sub" / "b"));
+}
+
+TEST(CliPromptCache, ASaveKilledDuringPublicationOnThreeRanksHealsOnTheNextRun) {
+  test::TempDir dir;
+  const fs::path cache = dir.path() / "c";
+  const CachedRun cold = run(cached_run(dir.path() / "unused", {"--ranks", "3"}));
+  ASSERT_EQ(cold.exit_code, 0) << cold.output;
+
+  const CachedRun killed = run(cached_run(cache, {"--ranks", "3", "--fault", "1:PromptCacheSavePublication:exit"}));
+  EXPECT_EQ(killed.exit_code, 1) << killed.output;
+  EXPECT_EQ(killed.json.at("prompt_cache"), "failed") << "nothing was saved on every rank";
+  EXPECT_NE(reason(killed).find("poisoned"), std::string::npos) << killed.output;
+
+  const CachedRun healed = run(cached_run(cache, {"--ranks", "3"}));
+  ASSERT_EQ(healed.exit_code, 0) << healed.output;
+  EXPECT_EQ(healed.json.at("prompt_cache"), "hit") << healed.output;
+  EXPECT_NE(healed.json.value("prompt_cache_recovery", "").find("every rank now names"), std::string::npos)
+      << healed.output;
+  EXPECT_EQ(healed.json.at("generated_tokens"), cold.json.at("generated_tokens"));
+  EXPECT_EQ(healed.json.at("text"), cold.json.at("text"));
+}
+
+TEST(CliPromptCache, WritersAtOnceLeaveOneWholeCache) {
+  test::TempDir dir;
+  const fs::path cache = dir.path() / "c";
+  std::vector<std::future<CachedRun>> writers;
+  for (int i = 0; i < 3; ++i) writers.push_back(std::async(std::launch::async, [&] { return run(cached_run(cache)); }));
+  int saved = 0;
+  for (auto& writer : writers) {
+    const CachedRun r = writer.get();
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string outcome = r.json.at("prompt_cache");
+    saved += outcome == "saved";
+    // A writer that found the lock taken says so and changes nothing.
+    if (outcome == "failed") {
+      EXPECT_NE(reason(r).find("another writer"), std::string::npos) << r.output;
+    } else {
+      EXPECT_TRUE(outcome == "saved" || outcome == "hit") << r.output;
+    }
+  }
+  EXPECT_GE(saved, 1);
+  const CachedRun after = run(cached_run(cache));
+  EXPECT_EQ(after.json.at("prompt_cache"), "hit") << after.output;
+}
+
+TEST(CliPromptCache, AMissingRankFolderIsSavedAgainLikeAMissingFirstRank) {
+  for (const char* missing : {"rank-00", "rank-01"}) {
+    test::TempDir dir;
+    const fs::path cache = dir.path() / "c";
+    ASSERT_EQ(run(cached_run(cache, {"--ranks", "2"})).json.at("prompt_cache"), "saved");
+    fs::remove_all(cache / missing);
+    const CachedRun r = run(cached_run(cache, {"--ranks", "2"}));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.json.at("prompt_cache"), "saved") << missing << ": " << r.output;
+    EXPECT_EQ(run(cached_run(cache, {"--ranks", "2"})).json.at("prompt_cache"), "hit") << missing;
+  }
+}
+
+TEST(CliPromptCache, ALoopOfLinksAsTheRootIsRejectedWithAReason) {
+  test::TempDir dir;
+  const fs::path loop = dir.path() / "loop";
+  fs::create_directory_symlink(loop, loop);
+  const CachedRun r = run(cached_run(loop));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.json.at("prompt_cache"), "rejected") << r.output;
+  EXPECT_NE(reason(r).find("Too many levels of symbolic links"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("unexpected failure"), std::string::npos) << r.output;
+}
+
+TEST(CliPromptCache, AnOutOfRangePrefixCountIsRejectedNotOverwritten) {
+  test::TempDir dir;
+  const fs::path cache = dir.path() / "c";
+  ASSERT_EQ(run(cached_run(cache)).json.at("prompt_cache"), "saved");
+  std::ifstream current(cache / "rank-00" / "CURRENT");
+  std::string name;
+  std::getline(current, name);
+  const fs::path manifest = cache / "rank-00" / "generations" / name / "manifest.json";
+  for (const long long count : {-1LL, 99999999999LL}) {
+    std::ifstream in(manifest);
+    auto json = nlohmann::json::parse(in);
+    json["prefix_token_count"] = count;
+    std::ofstream(manifest) << json.dump();
+    const CachedRun r = run(cached_run(cache));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.json.at("prompt_cache"), "rejected") << count << ": " << r.output;
+    EXPECT_NE(reason(r).find("prefix_token_count"), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace accord
