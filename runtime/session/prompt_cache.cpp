@@ -17,6 +17,7 @@ namespace {
 constexpr char kCurrent[] = "CURRENT";
 constexpr char kGenerations[] = "generations";
 constexpr char kManifest[] = "manifest.json";
+constexpr char kShard[] = "kv.bin";  // the shard file every save writes
 constexpr char kLock[] = "LOCK";
 constexpr char kStagingPrefix[] = ".staging-";
 constexpr std::size_t kMaxManifestBytes = 1 << 20;
@@ -67,19 +68,14 @@ std::uint64_t unsigned_number(const nlohmann::json& object, const char* key) {
   return value.get<std::uint64_t>();
 }
 
-// Removes a generation or staging folder this cache wrote, and only what
-// it writes there: its manifest and shard files. Anything else in the
-// folder (a user's file, a link) stays, and so does the folder with it.
+// Removes a generation or staging folder this cache wrote, and only the
+// two files it writes there (whatever a manifest may claim). Anything else
+// in the folder (a user's file, a link) stays, and so does the folder.
 void remove_generation_folder(const fs::path& folder) {
   if (!is_real_folder(folder)) return;
-  std::string shard_file = "kv.bin";
-  if (auto text = read_file(folder / kManifest, kMaxManifestBytes)) {
-    if (auto manifest = manifest_from_json(as_text(*text)); manifest && is_plain_name(manifest->shard_file)) {
-      shard_file = manifest->shard_file;
-    }
-  }
   std::error_code ignored;
-  for (const fs::path& file : {folder / shard_file, folder / kManifest}) {
+  for (const char* name : {kShard, kManifest}) {
+    const fs::path file = folder / name;
     if (fs::symlink_status(file, ignored).type() == fs::file_type::regular) fs::remove(file, ignored);
   }
   fs::remove(folder, ignored);  // only when nothing else is left in it
