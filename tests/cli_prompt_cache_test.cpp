@@ -3,10 +3,18 @@
 // files), a save killed half-way through publication on three ranks (the
 // next run heals it), several writers at once, a missing rank folder, a
 // loop of links as the root, and honest reports throughout.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <future>
+#include <random>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "tests/support.hpp"
@@ -17,10 +25,12 @@ namespace {
 namespace fs = std::filesystem;
 using test::run_accord;
 
-std::vector<std::string> cached_run(const fs::path& cache, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"generate",    "--model",          test::stories_model(),
-                                   "--tokenizer", test::stories_tokenizer(), "--prompt",
-                                   "Once upon a time there", "--temperature", "0",
+constexpr char kPrompt[] = "Once upon a time there";
+
+std::vector<std::string> cached_run(const fs::path& cache, std::vector<std::string> extra = {},
+                                    const std::string& prompt = kPrompt) {
+  std::vector<std::string> args = {"generate",  "--model",  test::stories_model(), "--tokenizer",
+                                   test::stories_tokenizer(), "--prompt", prompt, "--temperature", "0",
                                    "--max-tokens", "12", "--json", "--prompt-cache", cache.string()};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
@@ -79,6 +89,53 @@ TEST(CliPromptCache, ASaveKilledDuringPublicationOnThreeRanksHealsOnTheNextRun) 
       << healed.output;
   EXPECT_EQ(healed.json.at("generated_tokens"), cold.json.at("generated_tokens"));
   EXPECT_EQ(healed.json.at("text"), cold.json.at("text"));
+}
+
+// Starts `accord` with `args`, its output discarded, and kills it with
+// SIGKILL after `delay`.
+void run_and_kill(const std::vector<std::string>& args, std::chrono::microseconds delay) {
+  std::vector<std::string> argv_strings = {ACCORD_BINARY};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& arg : argv_strings) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  std::this_thread::sleep_for(delay);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+}
+
+TEST(CliPromptCache, ARunKilledAtAnyMomentNeverLeavesACacheThatGivesOtherTokens) {
+  // Wherever the kill lands (loading, prefilling, preparing, publishing on
+  // one rank and not another, committing), the next run heals or ignores
+  // what it left, and prints the tokens of a run without a cache.
+  test::TempDir dir;
+  const CachedRun cold = run(cached_run(dir.path() / "unused", {"--ranks", "3"}));
+  ASSERT_EQ(cold.exit_code, 0) << cold.output;
+  std::mt19937 random(20);  // fixed: the same delays on every machine, wherever they land
+  for (int attempt = 0; attempt < 12; ++attempt) {
+    const fs::path cache = dir.path() / "c" / std::to_string(attempt);
+    // Every other attempt kills a save over an existing cache of another prompt.
+    if (attempt % 2 == 1) {
+      ASSERT_EQ(run(cached_run(cache, {"--ranks", "3"}, "Lily had a ball")).exit_code, 0);
+    }
+    run_and_kill(cached_run(cache, {"--ranks", "3"}), std::chrono::microseconds(random() % 60000));
+    for (const char* expected : {"hit or saved", "hit"}) {
+      const CachedRun after = run(cached_run(cache, {"--ranks", "3"}));
+      ASSERT_EQ(after.exit_code, 0) << after.output;
+      const std::string outcome = after.json.at("prompt_cache");
+      EXPECT_TRUE(outcome == "hit" || (outcome == "saved" && std::string(expected) != "hit"))
+          << "attempt " << attempt << ", expected " << expected << ": " << after.output;
+      EXPECT_EQ(after.json.at("generated_tokens"), cold.json.at("generated_tokens")) << "attempt " << attempt;
+    }
+  }
 }
 
 TEST(CliPromptCache, WritersAtOnceLeaveOneWholeCache) {
