@@ -452,6 +452,7 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::connect(const st
                                                                         const Model& model,
                                                                         const DistributedOptions& options) {
   if (peers.empty()) return Error(ErrorCode::contract, "a remote session needs at least one node");
+  if (Status ok = check_distinct_nodes(peers); !ok) return ok.error();
   auto impl = std::make_unique<Impl>();
   impl->nodes = peers;
   impl->own_config = std::make_unique<SessionConfig>(true);

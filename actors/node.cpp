@@ -5,6 +5,7 @@
 
 #include "actors/atoms.hpp"
 #include "actors/rank_actors.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "messages/node_api.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/identity.hpp"
@@ -57,6 +58,16 @@ Status ensure_model(NodeActor* self, const NodeAssignment& assignment) {
   return {};
 }
 
+// The threads of the rank's pool: the coordinator's count, which knows
+// nothing of this machine's cores, capped at cpu::max_useful_threads().
+int node_threads(const NodeState& s, int requested) {
+  const int limit = cpu::max_useful_threads();
+  if (requested <= limit) return requested;
+  spdlog::warn("{}: the coordinator asks for {} threads, more than {} per core of this machine; using {}",
+               s.options.name, requested, cpu::kThreadsPerCore, limit);
+  return limit;
+}
+
 // The rank's worker; it keeps the model it reads alive, since a rank's
 // detached execution actor may outlive the node actor at shutdown.
 Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, const NodeAssignment& assignment) {
@@ -68,8 +79,9 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, const NodeAs
   }
   if (assignment.threads < 1) return Error(ErrorCode::contract, "each rank needs at least one thread");
   auto model = s.options.model;
+  const int threads = node_threads(s, assignment.threads);
   return std::shared_ptr<RankWorker>(
-      new RankWorker(*model, assignment.threads, *partition, static_cast<int>(assignment.rank), s.identity),
+      new RankWorker(*model, threads, *partition, static_cast<int>(assignment.rank), s.identity),
       [model](RankWorker* worker) { delete worker; });
 }
 
@@ -107,7 +119,8 @@ caf::behavior node_actor(NodeActor* self, NodeOptions options) {
         release_rank(self);
         auto rank = start_rank(self, assignment, coordinator);
         if (!rank) {
-          spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, rank.error().message());
+          // The error may quote what the coordinator sent (a model path).
+          spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, printable(rank.error().message()));
           return {rank.error().message(), caf::actor{}};
         }
         s.rank = *rank;

@@ -24,7 +24,14 @@ struct NodeAddress {
 // address. A bad value is a contract error quoting it.
 Result<NodeAddress> parse_node_address(std::string_view text, bool allow_any_port = false);
 
-// "HOST:PORT,HOST:PORT,...": the nodes of a session, rank 0 first.
+// "HOST:PORT,HOST:PORT,...": the nodes of a session, rank 0 first, each
+// named once (check_distinct_nodes).
 Result<std::vector<NodeAddress>> parse_peers(std::string_view text);
+
+// Fails with a contract error naming both spellings when two addresses are
+// the same node: equal up to the case of the host, with "localhost" taken
+// as 127.0.0.1. A node serves one rank, so the second assignment would
+// replace the first and the session would fail later, naming a rank down.
+Status check_distinct_nodes(const std::vector<NodeAddress>& nodes);
 
 }  // namespace accord

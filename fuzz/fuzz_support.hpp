@@ -23,7 +23,8 @@ inline void consume(float value) {
 
 // Reads the first and last float of every weight tensor.
 inline void touch_weights(const ModelContents& model) {
-  for_each_weight(model.config, model.weights, [](const float* p, std::size_t n) { consume(p[0] + p[n - 1]); });
+  for_each_weight(model.config, model.weights,
+                  [](WeightId, const float* p, std::size_t n) { consume(p[0] + p[n - 1]); });
 }
 
 // Encodes a few texts and decodes every token of the result.

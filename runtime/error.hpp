@@ -45,6 +45,14 @@ enum class ErrorCode {
 
 std::string_view to_string(ErrorCode code);
 
+// `text` safe to print on a terminal: control characters (C0 but newline
+// and tab, DEL and the C1 range) and bytes that are not valid UTF-8 are
+// written as \xNN; printable UTF-8 is kept. Error messages quote what the
+// user gave (an option, ACCORD_FAULTS, a file's contents), and raw bytes
+// there could move the cursor, clear the screen or retitle the terminal.
+// Escaping twice changes nothing more.
+std::string printable(std::string_view text);
+
 class Error {
  public:
   Error(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}

@@ -2,8 +2,9 @@
 # Builds the libFuzzer targets (clang, AddressSanitizer + UBSan, a build
 # folder of their own) and runs each one for a bounded time.
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 20; ACCORD_FUZZ_SECONDS too)
-# Seeds are written fresh by the fuzz build's own `accord synth` and
-# `accord convert`; each target's corpus grows in build-fuzz/corpus/.
+# Seeds are written fresh by the fuzz build's own `accord synth`,
+# `accord convert` and `accord generate --prompt-cache` (a manifest), and
+# here (fault plans); each target's corpus grows in build-fuzz/corpus/.
 # A crash, leak, sanitizer report or timeout fails the script and leaves the
 # input in build-fuzz/crash-*.
 set -euo pipefail
@@ -23,13 +24,20 @@ accord=$build/apps/accord
 for type in f32 f16 q8_0 q4_0; do
   "$accord" convert --in "$seeds/tiny.bin" --out "$seeds/tiny-$type.gguf" --type "$type" >/dev/null
 done
+rm -rf "$seeds/cache"
+"$accord" generate --model "$seeds/tiny.bin" --prompt "hi" --max-tokens 1 --prompt-cache "$seeds/cache" --json >/dev/null
+cp "$(find "$seeds/cache" -name manifest.json | head -n 1)" "$seeds/manifest.json"
+printf '%s' "1:Execution:error" >"$seeds/fault-one"
+printf '%s' "0:BoundarySourceReady(0->1):drop:2;;2:PromptCacheSavePublication:corrupt" >"$seeds/fault-list"
 
 declare -A corpus=(
   [gguf_fuzz]="tiny-f32.gguf tiny-f16.gguf tiny-q8_0.gguf tiny-q4_0.gguf"
   [llama2c_fuzz]="tiny.bin"
   [tokenizer_fuzz]="tiny.tokenizer.bin tiny-q8_0.gguf"
+  [manifest_fuzz]="manifest.json"
+  [fault_plan_fuzz]="fault-one fault-list"
 )
-for target in gguf_fuzz llama2c_fuzz tokenizer_fuzz; do
+for target in gguf_fuzz llama2c_fuzz tokenizer_fuzz manifest_fuzz fault_plan_fuzz; do
   dir=$build/corpus/$target
   mkdir -p "$dir"
   for seed in ${corpus[$target]}; do cp "$seeds/$seed" "$dir/"; done

@@ -100,6 +100,33 @@ TEST(CliGguf, ConvertRefusesBadRequests) {
   }
 }
 
+// A GGUF file is one by its magic, whatever its name: named .bin it still
+// brings its own vocabulary.
+TEST(CliGguf, AGgufFileNamedBinIsReadAsGguf) {
+  test::TempDir dir;
+  test::write_bytes(dir.file("stories.bin"), test::read_bytes(stories_gguf()));
+  expect_reference_generation({"--model", dir.file("stories.bin")});
+  EXPECT_EQ(identity(dir.file("stories.bin")), identity(stories_gguf()));
+}
+
+// convert checks a llama2.c input's tokenizer against its header before
+// reading the weights, and writes nothing.
+TEST(CliGguf, ConvertRefusesAMismatchedTokenizerBeforeReadingTheWeights) {
+  test::TempDir dir;
+  const auto synth = run_accord({"synth", "--dim", "64", "--hidden", "96", "--layers", "1", "--heads", "4",
+                                 "--kv-heads", "4", "--vocab", "300", "--seq", "16", "--out", dir.file("s.bin")});
+  ASSERT_EQ(synth.exit_code, 0) << synth.output;
+  auto half = test::read_bytes(test::stories_model());
+  half.resize(half.size() / 2);
+  test::write_bytes(dir.file("half.bin"), half);
+  const auto result = run_accord({"convert", "--in", dir.file("half.bin"), "--tokenizer", dir.file("s.tokenizer.bin"),
+                                  "--out", dir.file("x.gguf")});
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("the tokenizer has 300 tokens but the model's vocabulary has 512"), std::string::npos)
+      << result.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.gguf")));
+}
+
 TEST(CliGguf, RefusesDamagedGgufFiles) {
   test::TempDir dir;
   auto bytes = test::read_bytes(stories_gguf());

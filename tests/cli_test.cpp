@@ -2,10 +2,13 @@
 // fields, help, and a clear non-zero exit for every kind of bad input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/thread_pool.hpp"
 #include "tests/reference.hpp"
 #include "tests/support.hpp"
 
@@ -119,19 +122,127 @@ TEST(Cli, RefusesMissingOrMismatchedTokenizer) {
                  "the tokenizer has 300 tokens but the model's vocabulary has 512");
 }
 
+// The tokenizer is checked against the model's header before the weights
+// are read: with half of the weights missing, the tokenizer is still what
+// the error is about.
+TEST(Cli, RefusesAMismatchedTokenizerBeforeReadingTheWeights) {
+  test::TempDir dir;
+  const auto synth = run_accord({"synth", "--dim", "64", "--hidden", "96", "--layers", "1", "--heads", "4",
+                                 "--kv-heads", "4", "--vocab", "300", "--seq", "16", "--out", dir.file("s.bin")});
+  ASSERT_EQ(synth.exit_code, 0) << synth.output;
+  auto half = test::read_bytes(test::stories_model());
+  half.resize(half.size() / 2);
+  test::write_bytes(dir.file("half.bin"), half);
+  expect_failure(generate_args(dir.file("half.bin"), dir.file("s.tokenizer.bin")), 1,
+                 "the tokenizer has 300 tokens but the model's vocabulary has 512");
+  // A fitting tokenizer lets the load find the damage.
+  expect_failure(generate_args(dir.file("half.bin"), test::stories_tokenizer()), 1, "truncated");
+}
+
+// Non-finite weights are refused at load instead of generating "<unk>"
+// over and over.
+TEST(Cli, RefusesNonFiniteWeights) {
+  test::TempDir dir;
+  auto bytes = test::read_bytes(test::stories_model());
+  const float nan = NAN;
+  std::memcpy(bytes.data() + bytes.size() / 8 * 4, &nan, sizeof nan);  // a float in the middle
+  test::write_bytes(dir.file("nan.bin"), bytes);
+  expect_failure(generate_args(dir.file("nan.bin"), test::stories_tokenizer()), 1, "holds nan at element");
+}
+
+// Formats are told by their magic: a file named .gguf that is not one says
+// what it is not.
+TEST(Cli, RefusesAFileThatIsNeitherGgufNorLlama2c) {
+  test::TempDir dir;
+  std::vector<std::byte> bytes(1000, std::byte{0});
+  std::memcpy(bytes.data(), "FUGG", 4);
+  test::write_bytes(dir.file("x.gguf"), bytes);
+  expect_failure({"generate", "--model", dir.file("x.gguf")}, 1,
+                 dir.file("x.gguf") + ": not a GGUF file (it starts with \"FUGG\", not \"GGUF\") nor a llama2.c "
+                                      "checkpoint");
+}
+
 TEST(Cli, RefusesBadOptions) {
   expect_failure(generate_args({"--max-tokens", "0"}), 1, "max tokens must be at least 1");
   expect_failure(generate_args({"--max-tokens", "-3"}), 1, "max tokens must be at least 1");
   expect_failure(generate_args({"--temperature", "-1"}), 1, "temperature");
   expect_failure(generate_args({"--top-p", "2"}), 1, "top-p");
   expect_failure(generate_args({"--threads", "0"}), 2, "threads");
-  expect_failure(generate_args({"--phase-timeout-ms", "0"}), 2, "--phase-timeout-ms");
+  // The bound is the int's, printed as such (not a double's 300 digits).
+  expect_failure(generate_args({"--phase-timeout-ms", "0"}), 2,
+                 "--phase-timeout-ms: Value 0 not in range 1 to 2147483647\n");
   expect_failure(generate_args({"--retries", "-1"}), 1, "retries must be at least 0, got -1");
   expect_failure(generate_args({"--max-tokens", "many"}), 2, "max-tokens");
   expect_failure(generate_args({"--frobnicate"}), 2, "frobnicate");
   expect_failure({"launch"}, 2, "launch");
   expect_failure({}, 2, "subcommand");
   expect_failure({"generate"}, 2, "--model");
+}
+
+// CLI11 alone reads a negative or too large seed as 2^64-1.
+TEST(Cli, RefusesSeedsOutsideZeroToTwoToTheSixtyFourMinusOne) {
+  for (const std::string seed : {"-1", "18446744073709551616", "99999999999999999999999", "1.5", "0x10", ""}) {
+    expect_failure(generate_args({"--seed", seed}), 2,
+                   "--seed: expected a whole number from 0 to 18446744073709551615, got '" + seed + "'");
+  }
+  expect_failure({"synth", "--seed", "-1", "--out", "/nonexistent/x.bin"}, 2, "--seed: expected a whole number");
+  const auto largest = run_accord(generate_args({"--seed", "18446744073709551615", "--max-tokens", "2"}));
+  EXPECT_EQ(largest.exit_code, 0) << largest.output;
+}
+
+// Below about 1e-37 a logit divided by the temperature overflows a float;
+// softmax then saw NaNs and every token was 0 (<unk>).
+TEST(Cli, ATemperatureTooSmallToDivideBySamplesGreedily) {
+  const auto c = test::greedy_cases().at(1);
+  for (const std::string temperature : {"1e-30", "1e-38", "1e-45"}) {
+    const auto result = run_accord(generate_args({"--prompt", c.prompt, "--temperature", temperature, "--max-tokens",
+                                                  std::to_string(c.generated_tokens.size()), "--json"}));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_EQ(nlohmann::json::parse(result.output).at("generated_tokens").get<std::vector<int>>(), c.generated_tokens)
+        << "temperature " << temperature;
+  }
+}
+
+// 1000 threads on 2 cores took 2 s a token.
+TEST(Cli, CapsThreadsAtAFewPerCoreWithAWarning) {
+  const int limit = cpu::max_useful_threads();
+  if (limit >= 1024) GTEST_SKIP() << "--threads cannot exceed this machine's limit of " << limit;
+  const auto result = run_accord(generate_args({"--threads", "1024", "--max-tokens", "2", "--json"}));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::string warning = "accord: warning: --threads 1024 is more than " + std::to_string(cpu::kThreadsPerCore) +
+                              " per core of this machine; using " + std::to_string(limit);
+  EXPECT_NE(result.output.find(warning), std::string::npos) << result.output;
+  EXPECT_EQ(report_in(result.output).at("threads"), limit);
+}
+
+// Bytes from the command line or the environment could drive the terminal
+// (here: retitle it, clear it) if errors printed them raw.
+TEST(Cli, ErrorsEscapeUnprintableBytes) {
+  const auto missing_model = [](std::vector<std::string> extra) {
+    return generate_args("/nonexistent/model.bin", "/nonexistent/tokenizer.bin", std::move(extra));
+  };
+  auto expect_escaped = [](const test::CommandResult& result, const std::string& fragment) {
+    EXPECT_NE(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find(fragment), std::string::npos) << "expected '" << fragment << "' in:\n" << result.output;
+    EXPECT_EQ(result.output.find('\x1B'), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find('\x07'), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find('\xFF'), std::string::npos) << result.output;
+  };
+  {
+    const FaultsInEnvironment bad("0:Execution\x1B]0;x\x07:error\xFF");
+    expect_escaped(run_accord(missing_model({})), "bad fault '0:Execution\\x1B]0'");
+  }
+  {
+    const FaultsInEnvironment bad("0:Exec\x1B[2Jution:err\xFFor");
+    expect_escaped(run_accord(missing_model({})), "unknown phase 'Exec\\x1B[2Jution'");
+  }
+  expect_escaped(run_accord(missing_model({"--fault", "1:Execution:\x1B[2J\xFF"})),
+                 "unknown kind '\\x1B[2J\\xFF'");
+  expect_escaped(run_accord(missing_model({"--peers", "a:1,\x1B[2J"})), "bad node address '\\x1B[2J'");
+  expect_escaped(run_accord({"\x1B]0;x\x07"}), "unknown command '\\x1B]0;x\\x07'");
+  expect_escaped(run_accord(generate_args("/nonexistent/\x1B[2J\xFF.bin", "t.bin")), "/nonexistent/\\x1B[2J\\xFF.bin");
+  // Printable UTF-8 stays as it is.
+  expect_failure(generate_args("/nonexistent/caf\xC3\xA9.bin", "t.bin"), 1, "/nonexistent/caf\xC3\xA9.bin");
 }
 
 TEST(Cli, RefusesAPromptPastTheContext) {

@@ -49,6 +49,20 @@ TEST(FaultPlan, RefusesMalformedEntriesWithTheReason) {
   }
 }
 
+TEST(FaultPlan, ErrorsEscapeUnprintableBytes) {
+  auto fault = parse_fault("1:Exec\x1B[2Jution:error\xFF");
+  ASSERT_FALSE(fault);
+  EXPECT_EQ(fault.error().message().find('\x1B'), std::string::npos) << fault.error().message();
+  EXPECT_NE(fault.error().message().find("bad fault '1:Exec\\x1B[2Jution:error\\xFF': unknown phase 'Exec\\x1B[2Jution'"),
+            std::string::npos)
+      << fault.error().message();
+}
+
+// The one route that printed as none and so parsed back as another fault.
+TEST(FaultPlan, RefusesTheNoRouteValueAsARoute) {
+  EXPECT_FALSE(parse_fault("0:BoundarySourceReady(4294967295->4294967295):drop"));
+}
+
 TEST(FaultPlan, ListsAndTheEnvironment) {
   auto plan = parse_fault_list("1:Execution:error;;2:Commit:exit:3;");
   ASSERT_TRUE(plan) << plan.error().message();

@@ -212,6 +212,51 @@ TEST(GgufModel, QuantizedConversionsStayWithinTolerance) {
   }
 }
 
+// A NaN or infinity in a weight, stored in any type (in a quantized block,
+// in its f16 scale), is refused at load with the tensor's name: such a
+// model would generate nothing but one repeated token.
+TEST(GgufModel, RefusesNonFiniteWeightsInEveryType) {
+  test::TempDir dir;
+  const Model bin = test::synthetic_model(dir, {block_config(), 8, llama2c::Layout::legacy});
+  const float nan = NAN, inf = INFINITY;
+  const std::uint16_t f16_nan = 0x7E00, f16_inf = 0x7C00;
+  const auto raw = [](const auto& value) {
+    std::vector<std::byte> bytes(sizeof value);
+    std::memcpy(bytes.data(), &value, sizeof value);
+    return bytes;
+  };
+  const struct {
+    gguf::TensorType type;
+    std::string tensor;
+    std::uint64_t at;  // bytes into the tensor
+    std::vector<std::byte> patch;
+    std::string expected;
+  } cases[] = {
+      {gguf::TensorType::f32, "blk.1.attn_q.weight", 3 * 4, raw(nan), "tensor blk.1.attn_q.weight holds nan at element 3"},
+      {gguf::TensorType::f16, "token_embd.weight", 10 * 2, raw(f16_inf), "tensor token_embd.weight holds inf at element 10"},
+      // The scale of the second block: every value of the block is NaN.
+      {gguf::TensorType::q8_0, "blk.0.ffn_up.weight", cpu::kQ8_0BlockBytes, raw(f16_nan),
+       "tensor blk.0.ffn_up.weight holds nan at element 32"},
+      {gguf::TensorType::q4_0, "blk.2.attn_v.weight", 0, raw(f16_inf), "tensor blk.2.attn_v.weight holds "},
+      // Norms stay F32 in a quantized file.
+      {gguf::TensorType::q4_0, "output_norm.weight", 0, raw(-inf), "tensor output_norm.weight holds -inf at element 0"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = dir.file("bad.gguf");
+    ASSERT_TRUE(write_gguf_model(path, bin, llama_metadata(bin.config()), c.type));
+    auto bytes = test::read_bytes(path);
+    auto file = gguf::parse(bytes, path);
+    ASSERT_TRUE(file) << file.error().message();
+    ASSERT_NE(file->tensor(c.tensor), nullptr) << c.tensor;
+    std::memcpy(bytes.data() + file->tensor(c.tensor)->offset + c.at, c.patch.data(), c.patch.size());
+    test::write_bytes(path, bytes);
+    auto model = Model::load(path);
+    ASSERT_FALSE(model) << c.expected;
+    EXPECT_EQ(model.error().code(), ErrorCode::format);
+    EXPECT_NE(model.error().message().find(path + ": " + c.expected), std::string::npos) << model.error().message();
+  }
+}
+
 TEST(GgufModel, StoriesSurvivesQ8_0) {
   test::TempDir dir;
   const Model f32 = load(stories_gguf());

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "runtime/model/gguf_model.hpp"
@@ -152,6 +153,14 @@ TEST(GgufReader, RefusesUnknownTypes) {
   expect_parse_error(one_tensor_file(99).bytes, "type 99");
 }
 
+// A number ggml does not name was reported as "tensor type type 512".
+TEST(GgufReader, NamesAnUnknownTensorTypeOnce) {
+  const auto bytes = one_tensor_file(512).bytes;
+  expect_parse_error(bytes, "tensor 't' has unknown type 512, which accord does not read");
+  EXPECT_EQ(gguf::parse(bytes, "bad.gguf").error().message().find("type type"), std::string::npos);
+  expect_parse_error(one_tensor_file(30).bytes, "tensor 't' has type BF16, which accord does not read");
+}
+
 TEST(GgufReader, RefusesBadTensorInfos) {
   expect_parse_error(one_tensor_file(0, 4).bytes, "misaligned");
   expect_parse_error(one_tensor_file(0, 64).bytes, "outside the file");
@@ -241,6 +250,22 @@ TEST_F(GgufModelErrors, RefusesWrongOrMissingArchitectureKeys) {
                  ErrorCode::architecture, "RoPE over 8");
   expect_refused([](auto& m) { m.emplace_back("llama.expert_count", Value::unsigned_int(ValueType::u32, 8)); },
                  ErrorCode::architecture, "mixture-of-experts");
+}
+
+// An infinite epsilon divides every activation to zero and the model
+// repeats one token; the key is named.
+TEST_F(GgufModelErrors, RefusesNonFiniteOrNonPositiveConfigurationFloats) {
+  using gguf::Value;
+  for (const char* key : {"llama.attention.layer_norm_rms_epsilon", "llama.rope.freq_base"}) {
+    for (double bad : {double(INFINITY), -double(INFINITY), double(NAN), 0.0, -1.0}) {
+      expect_refused([&](auto& m) { set(m, key, Value::floating(ValueType::f32, bad)); }, ErrorCode::format,
+                     std::string(key) + ": " + Value::floating(ValueType::f32, bad).describe() +
+                         " is not a finite positive number");
+    }
+  }
+  // An f64 too large for a float is infinite once read.
+  expect_refused([](auto& m) { set(m, "llama.rope.freq_base", Value::floating(ValueType::f64, 1e300)); },
+                 ErrorCode::format, "llama.rope.freq_base: ");
 }
 
 TEST_F(GgufModelErrors, RefusesTensorsThatDoNotFitTheMetadata) {

@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/thread_pool.hpp"
+#include "runtime/model/gguf_model.hpp"
 #include "runtime/model/llama2c.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
@@ -76,12 +78,13 @@ TEST(ModelLoader, SameSeedSameBytesOtherSeedOtherBytes) {
   EXPECT_NE(test::read_bytes(dir.file("a.bin")), test::read_bytes(dir.file("c.bin")));
 }
 
-// Loads `bytes` as a model file and expects a clear error of `code` whose
-// message contains `fragment`.
-void expect_refused(const std::vector<std::byte>& bytes, ErrorCode code, const std::string& fragment) {
+// Loads `bytes` as a model file named `name` and expects a clear error of
+// `code` whose message contains `fragment`.
+void expect_refused(const std::vector<std::byte>& bytes, ErrorCode code, const std::string& fragment,
+                    const std::string& name = "bad.bin") {
   TempDir dir;
-  test::write_bytes(dir.file("bad.bin"), bytes);
-  auto model = Model::load(dir.file("bad.bin"));
+  test::write_bytes(dir.file(name), bytes);
+  auto model = Model::load(dir.file(name));
   ASSERT_FALSE(model) << "loaded a model that should be refused (" << fragment << ")";
   EXPECT_EQ(model.error().code(), code) << model.error().message();
   EXPECT_NE(model.error().message().find(fragment), std::string::npos) << model.error().message();
@@ -132,6 +135,116 @@ TEST(ModelLoader, RefusesGarbageAndOtherFormats) {
   std::vector<std::byte> gguf = {std::byte{'G'}, std::byte{'G'}, std::byte{'U'}, std::byte{'F'}};
   gguf.resize(64);
   expect_refused(gguf, ErrorCode::format, "unknown GGUF version 0");
+}
+
+// A copy of `bytes` with the float at byte `offset` set to `value`.
+std::vector<std::byte> with_float(std::vector<std::byte> bytes, std::uint64_t offset, float value) {
+  std::memcpy(bytes.data() + offset, &value, sizeof value);
+  return bytes;
+}
+
+// Where the stored tensor `name` of `model` starts in its file.
+std::uint64_t tensor_offset(const Model& model, const std::string& name) {
+  for (const StoredTensor& t : model.tensors()) {
+    if (t.name == name) return t.offset;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return 0;
+}
+
+TEST(ModelLoader, RefusesNonFiniteWeightsNamingTheTensor) {
+  TempDir dir;
+  for (auto layout : {llama2c::Layout::legacy, llama2c::Layout::v1}) {
+    SyntheticModelOptions options{test::small_config(), 7, layout};
+    options.config.shared_classifier = false;
+    const Model model = test::synthetic_model(dir, options);
+    const auto bytes = test::read_bytes(model.path());
+    const std::uint64_t wq_layer_bytes = 72 * 72 * sizeof(float);
+    const struct {
+      std::string tensor;
+      std::uint64_t at;  // bytes into the stored tensor
+      float value;
+      std::string expected;
+    } cases[] = {
+        {"wq", wq_layer_bytes + 5 * sizeof(float), NAN, "tensor wq (layer 1) holds nan at element 5 of 5184"},
+        {"token_embedding_table", 0, INFINITY, "tensor token_embedding_table holds inf at element 0 of 21600"},
+        {"rms_final_weight", 71 * sizeof(float), -INFINITY, "tensor rms_final_weight holds -inf at element 71"},
+        {"wcls", 17 * sizeof(float), NAN, "tensor wcls holds nan at element 17"},
+    };
+    for (const auto& c : cases) {
+      expect_refused(with_float(bytes, tensor_offset(model, c.tensor) + c.at, c.value), ErrorCode::format,
+                     "bad.bin: " + c.expected);
+    }
+  }
+}
+
+TEST(ModelLoader, ValidateRefusesNonFiniteOrNonPositiveRopeThetaAndNormEps) {
+  for (float bad : {INFINITY, -INFINITY, NAN, 0.0f, -1e-5f}) {
+    ModelConfig c = test::small_config();
+    c.norm_eps = bad;
+    Status valid = validate(c);
+    ASSERT_FALSE(valid) << bad;
+    EXPECT_NE(valid.error().message().find("norm_eps is"), std::string::npos) << valid.error().message();
+    c = test::small_config();
+    c.rope_theta = bad;
+    valid = validate(c);
+    ASSERT_FALSE(valid) << bad;
+    EXPECT_NE(valid.error().message().find("rope_theta is"), std::string::npos) << valid.error().message();
+  }
+}
+
+// The format is the file's first bytes' word, not its name's: a GGUF magic
+// read as a legacy llama2.c header gave "dim is 1195857222".
+TEST(ModelLoader, AFileNamedGgufThatIsNotSaysWhatItIsNot) {
+  std::vector<std::byte> bytes(4096, std::byte{0});
+  std::memcpy(bytes.data(), "FUGG", 4);
+  expect_refused(bytes, ErrorCode::format,
+                 "x.gguf: not a GGUF file (it starts with \"FUGG\", not \"GGUF\") nor a llama2.c checkpoint "
+                 "(read as a legacy header: dim is 1195857222",
+                 "x.gguf");
+  bytes[0] = std::byte{0x01};
+  expect_refused(bytes, ErrorCode::format, "it starts with \"\\x01UGG\"", "x.gguf");
+  expect_refused({}, ErrorCode::format, "not a GGUF file (it is empty) nor a llama2.c checkpoint", "x.gguf");
+}
+
+TEST(ModelLoader, FormatsAreRecognisedByMagicWhateverTheName) {
+  TempDir dir;
+  const Model bin = test::synthetic_model(dir, {test::small_config(), 9, llama2c::Layout::legacy});
+  ASSERT_TRUE(write_gguf_model(dir.file("gguf.bin"), bin, llama_metadata(bin.config()), gguf::TensorType::f32));
+  auto gguf = Model::load(dir.file("gguf.bin"));
+  ASSERT_TRUE(gguf) << gguf.error().message();
+  EXPECT_EQ(gguf->format(), "gguf-v3");
+  EXPECT_EQ(gguf->identity(), bin.identity());
+  test::write_bytes(dir.file("llama2c.gguf"), test::read_bytes(bin.path()));
+  auto llama2c = Model::load(dir.file("llama2c.gguf"));
+  ASSERT_TRUE(llama2c) << llama2c.error().message();
+  EXPECT_EQ(llama2c->format(), "llama2c-legacy");
+}
+
+// read_header() reads the configuration alone, so the tokenizer can be
+// checked before a long load; the weights are load()'s to check.
+TEST(ModelLoader, ReadHeaderTouchesNoWeight) {
+  TempDir dir;
+  auto bytes = test::read_bytes(test::stories_model());
+  bytes.resize(bytes.size() / 2);
+  test::write_bytes(dir.file("half.bin"), bytes);
+  auto header = Model::read_header(dir.file("half.bin"));
+  ASSERT_TRUE(header) << header.error().message();
+  EXPECT_EQ(header->config.vocab_size, 512);
+  EXPECT_EQ(header->format, "llama2c-legacy");
+  EXPECT_FALSE(Model::load(dir.file("half.bin")));
+
+  const auto gguf_path = (test::shared_dir() / "models" / "stories260K.gguf").string();
+  header = Model::read_header(gguf_path);
+  ASSERT_TRUE(header) << header.error().message();
+  EXPECT_EQ(header->format, "gguf-v3");
+  EXPECT_EQ(header->config.seq_len, 2048);
+  EXPECT_FALSE(header->config.shared_classifier);
+
+  test::write_bytes(dir.file("x.gguf"), std::vector<std::byte>(100, std::byte{'x'}));
+  header = Model::read_header(dir.file("x.gguf"));
+  ASSERT_FALSE(header);
+  EXPECT_NE(header.error().message().find("not a GGUF file"), std::string::npos) << header.error().message();
 }
 
 TEST(ModelLoader, MissingFileIsAnIoError) {

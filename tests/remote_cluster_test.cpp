@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "actors/distributed_session.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "runtime/model/sampler.hpp"
 #include "tests/support.hpp"
 
@@ -411,6 +412,47 @@ TEST(RemoteCluster, BadAddressesAreClearErrors) {
   EXPECT_NE(bad_listen.output.find("bad node address '127.0.0.1:99999'"), std::string::npos) << bad_listen.output;
   const auto both = test::run_accord({"generate", "--model", test::stories_model(), "--peers", "a:1", "--ranks", "2"});
   EXPECT_EQ(both.exit_code, 2) << both.output;
+}
+
+// A node serves one rank: named twice, its second assignment replaced the
+// first and the session failed later, saying rank 0 was down.
+TEST(RemoteCluster, ANodeNamedTwiceIsRefusedBeforeConnecting) {
+  const std::pair<const char*, const char*> twice[] = {
+      {"a:1,b:2,a:1", "the node a:1 is named twice: rank 0 and rank 2; each rank needs a node of its own"},
+      {"127.0.0.1:5000,localhost:5000", "rank 0 and rank 1 (as localhost:5000)"},
+      {"Node-A:7,node-a:7", "the node Node-A:7 is named twice"},
+  };
+  for (const auto& [text, why] : twice) {
+    auto peers = parse_peers(text);
+    ASSERT_FALSE(peers) << text;
+    EXPECT_EQ(peers.error().code(), ErrorCode::contract);
+    EXPECT_NE(peers.error().message().find(why), std::string::npos) << peers.error().message();
+  }
+  EXPECT_TRUE(parse_peers("a:1,a:2,b:1"));
+  const Model model = test::load_stories_model();
+  auto session = DistributedSession::connect({{"127.0.0.1", 1}, {"localhost", 1}}, model, DistributedOptions{});
+  ASSERT_FALSE(session);
+  EXPECT_NE(session.error().message().find("named twice"), std::string::npos) << session.error().message();
+  const auto cli = test::run_accord({"generate", "--model", test::stories_model(), "--peers", "h:1,h:1"});
+  EXPECT_EQ(cli.exit_code, 2) << cli.output;
+  EXPECT_NE(cli.output.find("--peers: the node h:1 is named twice"), std::string::npos) << cli.output;
+}
+
+// The coordinator's --threads knows nothing of a node's cores.
+TEST(RemoteCluster, ANodeCapsTheThreadsItIsAskedFor) {
+  test::TempDir logs;
+  NodeProcess node(logs);
+  const Model model = test::load_stories_model();
+  DistributedOptions options;
+  options.threads_per_rank = cpu::max_useful_threads() + 1;
+  auto session = DistributedSession::connect({node.address()}, model, options);
+  ASSERT_TRUE(session) << session.error().message();
+  EXPECT_FALSE(greedy_trace(**session, 2).empty());
+  EXPECT_NE(node.log().find("the coordinator asks for " + std::to_string(options.threads_per_rank) +
+                            " threads, more than " + std::to_string(cpu::kThreadsPerCore) +
+                            " per core of this machine; using " + std::to_string(cpu::max_useful_threads())),
+            std::string::npos)
+      << node.log();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -43,6 +44,29 @@ TEST(Sampler, LowTemperatureSharpensTowardsArgmax) {
     const int t = sampler.sample(kLogits);
     EXPECT_TRUE(t == 1 || t == 5) << t;
   }
+}
+
+// 20 / 1e-38 overflows a float: softmax saw infinities, gave NaNs, and the
+// sampler returned token 0 or the last one whatever the logits.
+TEST(Sampler, ATemperatureTooSmallToDivideTheLogitsByIsGreedy) {
+  const std::vector<float> logits = {5.0f, 20.0f, 19.0f, -30.0f};
+  for (float temperature : {1e-38f, std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min()}) {
+    for (float top_p : {1.0f, 0.9f}) {
+      Sampler sampler({temperature, top_p, 3});
+      for (int i = 0; i < 20; ++i) EXPECT_EQ(sampler.sample(logits), 1) << temperature << ", top-p " << top_p;
+    }
+  }
+}
+
+// 3 / 1e-30 is a float: the sampler still samples, here between the tied
+// tokens 1 and 5, rather than taking the first maximum.
+TEST(Sampler, ATinyTemperatureThatDividesStillSamples) {
+  Sampler sampler({1e-30f, 1.0f, 5});
+  std::map<int, int> counts;
+  for (int i = 0; i < 100; ++i) counts[sampler.sample(kLogits)]++;
+  EXPECT_GT(counts[1], 0);
+  EXPECT_GT(counts[5], 0);
+  EXPECT_EQ(counts[1] + counts[5], 100);
 }
 
 TEST(Sampler, TinyTopPStillReturnsAToken) {

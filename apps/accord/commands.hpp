@@ -20,7 +20,11 @@ Command add_inspect_command(CLI::App& app);
 Command add_convert_command(CLI::App& app);
 Command add_node_command(CLI::App& app);
 
-// Prints "accord: error: <message>" to stderr and returns exit code 1.
+// Prints "accord: error: <message>" to stderr, unprintable bytes escaped
+// (accord::printable), and returns exit code 1.
 int fail(const std::string& message);
+
+// Prints "accord: warning: <message>" to stderr, escaped as fail() does.
+void warn(const std::string& message);
 
 }  // namespace accord::cli

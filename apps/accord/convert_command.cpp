@@ -3,6 +3,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"
@@ -27,30 +28,42 @@ const std::map<std::string, gguf::TensorType> kTypes = {{"f32", gguf::TensorType
                                                         {"q8_0", gguf::TensorType::q8_0},
                                                         {"q4_0", gguf::TensorType::q4_0}};
 
+// The tokenizer whose vocabulary a llama2.c input's GGUF file gets, found
+// and checked against the header before the weights are read; none for a
+// GGUF input, which keeps its own.
+Result<std::optional<Tokenizer>> input_tokenizer(const ConvertArgs& args, const ModelHeader& header) {
+  if (is_gguf(header.format)) {
+    if (args.tokenizer.empty()) return std::optional<Tokenizer>();
+    return Error(ErrorCode::contract, "--tokenizer applies to llama2.c inputs; a GGUF input keeps its own vocabulary");
+  }
+  auto found = find_tokenizer(args.tokenizer, args.in, header);
+  if (!found) return found.error();
+  return std::optional<Tokenizer>(std::move(*found));
+}
+
 // The metadata to write: a GGUF input's own (vocabulary included); for a
 // llama2.c input, the llama keys and the vocabulary of its tokenizer.
-Result<gguf::Metadata> output_metadata(const ConvertArgs& args, const Model& model) {
-  if (is_gguf(model)) {
+Result<gguf::Metadata> output_metadata(const Model& model, const std::optional<Tokenizer>& tokenizer) {
+  if (!tokenizer) {
     auto file = MappedFile::open(model.path());
     if (!file) return file.error();
     auto parsed = gguf::parse(file->bytes(), model.path());
     if (!parsed) return parsed.error();
     return std::move(parsed->metadata);
   }
-  auto tokenizer = find_tokenizer(args.tokenizer, model);
-  if (!tokenizer) return tokenizer.error();
   gguf::Metadata metadata = llama_metadata(model.config());
   for (auto& entry : tokenizer->gguf_metadata()) metadata.push_back(std::move(entry));
   return metadata;
 }
 
 int run_convert(const ConvertArgs& args) {
+  auto header = Model::read_header(args.in);
+  if (!header) return fail(header.error().message());
+  auto tokenizer = input_tokenizer(args, *header);
+  if (!tokenizer) return fail(tokenizer.error().message());
   auto model = Model::load(args.in);
   if (!model) return fail(model.error().message());
-  if (is_gguf(*model) && !args.tokenizer.empty()) {
-    return fail("--tokenizer applies to llama2.c inputs; a GGUF input keeps its own vocabulary");
-  }
-  auto metadata = output_metadata(args, *model);
+  auto metadata = output_metadata(*model, *tokenizer);
   if (!metadata) return fail(metadata.error().message());
   const gguf::TensorType type = kTypes.at(args.type);
   if (Status written = write_gguf_model(args.out, *model, std::move(*metadata), type); !written) {

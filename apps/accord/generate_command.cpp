@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "actors/distributed_session.hpp"
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"
+#include "apps/accord/options.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/generate/generator.hpp"
@@ -44,6 +46,16 @@ struct GenerateArgs {
 
 constexpr std::string_view kDraftModelPrefix = "model:";
 
+// The threads this process's pools get for --threads: past
+// max_useful_threads() they would only take turns on this machine's cores.
+int capped_threads(int requested) {
+  const int limit = cpu::max_useful_threads();
+  if (requested <= limit) return requested;
+  warn("--threads " + std::to_string(requested) + " is more than " + std::to_string(cpu::kThreadsPerCore) +
+       " per core of this machine; using " + std::to_string(limit));
+  return limit;
+}
+
 // The drafter of --speculative, and the draft model it runs, if any.
 struct Speculation {
   std::unique_ptr<Model> draft_model;
@@ -59,7 +71,8 @@ Result<Speculation> load_speculation(const GenerateArgs& args, const Model& targ
     if (!draft) return Error(draft.error().code(), "the draft model: " + draft.error().message());
     if (Status ok = check_draft_model(draft->config(), target.config()); !ok) return ok.error();
     speculation.draft_model = std::make_unique<Model>(std::move(*draft));
-    speculation.drafter = std::make_unique<ModelDrafter>(*speculation.draft_model, args.threads);
+    // It runs here even with --peers.
+    speculation.drafter = std::make_unique<ModelDrafter>(*speculation.draft_model, capped_threads(args.threads));
   }
   return speculation;
 }
@@ -159,7 +172,6 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
       std::fflush(stdout);
     };
   }
-  auto warn = [](const std::string& warning) { std::cerr << "accord: warning: " << warning << std::endl; };
   const auto outcome = generate(target, tokenizer, args.prompt, options, stream, warn);
   const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
   if (args.json) {
@@ -204,13 +216,20 @@ Result<std::vector<Fault>> fault_plan(const GenerateArgs& args) {
   return plan;
 }
 
-int run_generate(const GenerateArgs& args) {
+int run_generate(GenerateArgs args) {
+  // With --peers the ranks compute on the nodes, and each node caps the
+  // count it is sent by its own cores.
+  if (args.peers.empty()) args.threads = capped_threads(args.threads);
   auto faults = fault_plan(args);
   if (!faults) return fail(faults.error().message());
+  // The header says what the tokenizer must fit, so a tokenizer that does
+  // not is refused before a long load.
+  auto header = Model::read_header(args.model);
+  if (!header) return fail(header.error().message());
+  auto tokenizer = find_tokenizer(args.tokenizer, args.model, *header);
+  if (!tokenizer) return fail(tokenizer.error().message());
   auto model = Model::load(args.model);
   if (!model) return fail(model.error().message());
-  auto tokenizer = find_tokenizer(args.tokenizer, *model);
-  if (!tokenizer) return fail(tokenizer.error().message());
   auto speculation = load_speculation(args, *model);
   if (!speculation) return fail(speculation.error().message());
   Drafter* drafter = speculation->drafter.get();
@@ -253,10 +272,17 @@ Command add_generate_command(CLI::App& app) {
                   "NAME.tokenizer.bin, tokenizer.bin or tok<vocab>.bin beside the model)");
   cmd->add_option("--prompt", args->prompt, "prompt text (default: empty, start from BOS alone)");
   cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate, prompt excluded")->capture_default_str();
-  cmd->add_option("--temperature", args->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--temperature", args->temperature,
+                  "0 = greedy; so is a temperature so small that a logit divided by it overflows a float "
+                  "(below about 1e-37 with the logits of usual models)")
+      ->capture_default_str();
   cmd->add_option("--top-p", args->top_p, "nucleus sampling threshold in (0, 1]; 1 = off")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "random seed of the sampler")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "CPU threads of the rank's pool")
+  cmd->add_option("--seed", args->seed, "random seed of the sampler, 0 to 2^64-1")
+      ->check(seed_range())
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads,
+                  "CPU threads of the rank's pool, at most " + std::to_string(cpu::kThreadsPerCore) +
+                      " per core of the machine that runs it (more are capped, with a warning)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--prompt-cache", args->prompt_cache,
@@ -272,8 +298,8 @@ Command add_generate_command(CLI::App& app) {
            if (!peers) throw CLI::ValidationError("--peers", peers.error().message());
            args->peers = std::move(*peers);
          },
-         "remote ranks instead of in-process ones: `accord node` processes, rank 0 first; this process runs "
-         "the coordinator")
+         "remote ranks instead of in-process ones: distinct `accord node` processes, rank 0 first; this process "
+         "runs the coordinator")
       ->type_name("HOST:PORT,...")
       ->excludes("--ranks");
   cmd->add_option_function<std::vector<std::string>>(
@@ -284,7 +310,7 @@ Command add_generate_command(CLI::App& app) {
       ->type_name("RANK:PHASE:KIND[:AT]");
   cmd->add_option("--phase-timeout-ms", args->phase_timeout_ms,
                   "a rank that does not report a phase within it aborts the step")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
       ->capture_default_str();
   cmd->add_option("--retries", args->retries, "times an aborted step is run again before generation fails")
       ->capture_default_str();

@@ -4,14 +4,18 @@
 #include <iostream>
 
 #include "apps/accord/commands.hpp"
+#include "runtime/error.hpp"
 
 namespace accord::cli {
 
+// Messages quote options, files and the environment: printed escaped.
 int fail(const std::string& message) {
   std::fflush(stdout);
-  std::cerr << "accord: error: " << message << std::endl;
+  std::cerr << "accord: error: " << printable(message) << std::endl;
   return 1;
 }
+
+void warn(const std::string& message) { std::cerr << "accord: warning: " << printable(message) << std::endl; }
 
 }  // namespace accord::cli
 
@@ -26,7 +30,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     const auto known = app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; });
     if (known.empty()) {
-      std::cerr << "accord: error: unknown command '" << argv[1] << "' (commands: generate, synth, inspect, convert, node)" << std::endl;
+      std::cerr << "accord: error: unknown command '" << accord::printable(argv[1])
+                << "' (commands: generate, synth, inspect, convert, node)" << std::endl;
       return 2;
     }
   }
@@ -37,7 +42,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "accord: error: " << e.what() << "\nRun with --help for usage." << std::endl;
+    std::cerr << "accord: error: " << accord::printable(e.what()) << "\nRun with --help for usage." << std::endl;
     return 2;
   }
   try {

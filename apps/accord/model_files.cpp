@@ -4,6 +4,25 @@
 
 namespace accord::cli {
 
+namespace {
+
+// The tokenizer of find_tokenizer(), not yet checked against the model.
+Result<Tokenizer> locate_tokenizer(const std::string& explicit_path, const std::string& model_path,
+                                   const ModelHeader& header) {
+  if (!explicit_path.empty()) return Tokenizer::load(explicit_path);
+  if (is_gguf(header.format)) return Tokenizer::load(model_path);
+  const auto candidates = tokenizer_candidates(model_path, header.config.vocab_size);
+  for (const auto& path : candidates) {
+    if (std::filesystem::is_regular_file(path)) return Tokenizer::load_llama2c(path);
+  }
+  std::string tried;
+  for (const auto& path : candidates) tried += "\n  " + path;
+  return Error(ErrorCode::io, "no tokenizer given and none found beside the model; pass --tokenizer. Looked for:" +
+                                  tried);
+}
+
+}  // namespace
+
 std::string companion_tokenizer_path(const std::string& model_path) {
   std::filesystem::path path(model_path);
   return (path.parent_path() / (path.stem().string() + ".tokenizer.bin")).string();
@@ -15,19 +34,16 @@ std::vector<std::string> tokenizer_candidates(const std::string& model_path, int
           (dir / ("tok" + std::to_string(vocab_size) + ".bin")).string()};
 }
 
-bool is_gguf(const Model& model) { return model.format().rfind("gguf", 0) == 0; }
+bool is_gguf(std::string_view format) { return format.starts_with("gguf"); }
 
-Result<Tokenizer> find_tokenizer(const std::string& explicit_path, const Model& model) {
-  if (!explicit_path.empty()) return Tokenizer::load(explicit_path);
-  if (is_gguf(model)) return Tokenizer::load(model.path());
-  const auto candidates = tokenizer_candidates(model.path(), model.config().vocab_size);
-  for (const auto& path : candidates) {
-    if (std::filesystem::is_regular_file(path)) return Tokenizer::load_llama2c(path);
+Result<Tokenizer> find_tokenizer(const std::string& explicit_path, const std::string& model_path,
+                                 const ModelHeader& header) {
+  auto tokenizer = locate_tokenizer(explicit_path, model_path, header);
+  if (!tokenizer) return tokenizer.error();
+  if (Status fits = tokenizer->check_fits(header.config.vocab_size); !fits) {
+    return Error(fits.error().code(), "the tokenizer does not fit " + model_path + ": " + fits.error().message());
   }
-  std::string tried;
-  for (const auto& path : candidates) tried += "\n  " + path;
-  return Error(ErrorCode::io, "no tokenizer given and none found beside the model; pass --tokenizer. Looked for:" +
-                                  tried);
+  return tokenizer;
 }
 
 }  // namespace accord::cli

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/error.hpp"
@@ -18,12 +19,16 @@ std::string companion_tokenizer_path(const std::string& model_path);
 // companion path, then "tokenizer.bin" and "tok<vocab>.bin" beside it.
 std::vector<std::string> tokenizer_candidates(const std::string& model_path, int vocab_size);
 
-// The tokenizer to use with `model`: the file `explicit_path` names (GGUF
-// or llama2.c) when not empty, else the vocabulary inside a GGUF model,
-// else the first of tokenizer_candidates() that exists.
-Result<Tokenizer> find_tokenizer(const std::string& explicit_path, const Model& model);
+// The tokenizer to use with the model at `model_path`, whose header
+// (Model::read_header) is `header`: the file `explicit_path` names (GGUF or
+// llama2.c) when not empty, else the vocabulary inside a GGUF model, else
+// the first of tokenizer_candidates() that exists. Its vocabulary must be
+// the model's size; the header is enough to check that, so a tokenizer
+// that does not fit is refused before the weights are read.
+Result<Tokenizer> find_tokenizer(const std::string& explicit_path, const std::string& model_path,
+                                 const ModelHeader& header);
 
-// True for a model read from a GGUF file.
-bool is_gguf(const Model& model);
+// True for a model read from a GGUF file, given its format name.
+bool is_gguf(std::string_view format);
 
 }  // namespace accord::cli

@@ -5,6 +5,7 @@
 
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"
+#include "apps/accord/options.hpp"
 #include "runtime/model/synthetic.hpp"
 
 namespace accord::cli {
@@ -45,7 +46,9 @@ Command add_synth_command(CLI::App& app) {
   cmd->add_option("--kv-heads", c.n_kv_heads, "key/value heads (divides --heads)")->capture_default_str();
   cmd->add_option("--vocab", c.vocab_size, "vocabulary size (at least 259)")->capture_default_str();
   cmd->add_option("--seq", c.seq_len, "context length")->capture_default_str();
-  cmd->add_option("--seed", args->options.seed, "weight seed")->capture_default_str();
+  cmd->add_option("--seed", args->options.seed, "weight seed, 0 to 2^64-1")
+      ->check(seed_range())
+      ->capture_default_str();
   cmd->add_flag("--separate-classifier", args->separate_classifier,
                 "store a classifier of its own instead of sharing the embedding");
   cmd->add_option("--out", args->out, "model file to write; the tokenizer goes to NAME.tokenizer.bin")->required();

@@ -69,10 +69,14 @@ int show_one_step(const Model& model, const std::vector<int>& prompt, const std:
 
 int main(int argc, char** argv) {
   if (argc < 4) return fail("usage: speculative_decoding MODEL.bin TOKENIZER.bin lookup|DRAFT.bin [PROMPT]");
-  auto model = Model::load(argv[1]);
-  if (!model) return fail(model.error().message());
+  // The tokenizer is checked against the model's header before the weights are read.
+  auto header = Model::read_header(argv[1]);
+  if (!header) return fail(header.error().message());
   auto tokenizer = Tokenizer::load(argv[2]);
   if (!tokenizer) return fail(tokenizer.error().message());
+  if (Status fits = tokenizer->check_fits(header->config.vocab_size); !fits) return fail(fits.error().message());
+  auto model = Model::load(argv[1]);
+  if (!model) return fail(model.error().message());
   const std::string prompt = argc > 4 ? argv[4] : "Once upon a time";
 
   std::unique_ptr<Model> draft_model;

@@ -19,6 +19,10 @@ inline void cpu_relax() {
 
 }  // namespace
 
+int max_useful_threads() {
+  return kThreadsPerCore * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 ThreadPool::ThreadPool(int threads) {
   if (threads < 1) throw std::invalid_argument("ThreadPool needs at least one thread");
   workers_.reserve(static_cast<std::size_t>(threads - 1));

@@ -20,6 +20,14 @@
 
 namespace accord::cpu {
 
+// The most threads worth giving a pool on this machine: kThreadsPerCore per
+// core (one core when the count is unknown). Past that the threads only
+// take turns on the cores, and since workers spin before they sleep each
+// turn is slow: 1000 threads on 2 cores take seconds per token. The command
+// line and a node cap what they are asked for at this.
+inline constexpr int kThreadsPerCore = 4;
+int max_useful_threads();
+
 class ThreadPool {
  public:
   // threads >= 1: the number of threads that share the work, caller included.

@@ -12,9 +12,11 @@ namespace {
 constexpr std::array<FaultKind, 6> kKinds = {FaultKind::error, FaultKind::throws, FaultKind::delay,
                                              FaultKind::exit,  FaultKind::drop,   FaultKind::corrupt};
 
+// The entry and the names in `why` come from a command line or the
+// environment, so the message escapes what a terminal would act on.
 Error bad_fault(std::string_view text, const std::string& why) {
-  return Error(ErrorCode::contract, "bad fault '" + std::string(text) + "': " + why +
-                                        " (expected RANK:PHASE:KIND[:AT], for example 1:Execution:error)");
+  return Error(ErrorCode::contract, printable("bad fault '" + std::string(text) + "': " + why +
+                                              " (expected RANK:PHASE:KIND[:AT], for example 1:Execution:error)"));
 }
 
 std::vector<std::string_view> split(std::string_view text, char separator) {
@@ -54,7 +56,10 @@ Status parse_phase(std::string_view text, std::string_view field, Fault& fault) 
     const auto arrow = ends.find("->");
     const auto source = parse_number<RankId>(ends.substr(0, arrow));
     const auto target = arrow == std::string_view::npos ? std::nullopt : parse_number<RankId>(ends.substr(arrow + 2));
-    if (!source || !target) return bad_fault(text, "a route is written (SOURCE->TARGET)");
+    // Both ends kNoRank would be the "no route" value, not a route.
+    if (!source || !target || CommunicationRouteId{*source, *target}.is_none()) {
+      return bad_fault(text, "a route is written (SOURCE->TARGET)");
+    }
     fault.route = CommunicationRouteId{*source, *target};
   }
   const auto phase = phase_from_string(name);

@@ -31,12 +31,7 @@ Status check_request(const GenerationTarget& target, const Tokenizer& tokenizer,
       return Error(ErrorCode::contract, "draft tokens must be at least 1, got " + std::to_string(options.draft_tokens));
     }
   }
-  const ModelConfig& config = target.config();
-  if (tokenizer.vocab_size() != config.vocab_size) {
-    return Error(ErrorCode::architecture, "the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
-                                              " tokens but the model's vocabulary has " +
-                                              std::to_string(config.vocab_size));
-  }
+  if (Status fits = tokenizer.check_fits(target.config().vocab_size); !fits) return fits;
   if (target.position() != 0) return Error(ErrorCode::state, "generation needs an empty session");
   return {};
 }

@@ -45,12 +45,13 @@ std::uint64_t min_bytes(ValueType type) {
   return 1;
 }
 
+// ggml's name of a tensor type; empty for a number ggml does not know.
 std::string ggml_type_name(std::uint32_t type) {
   static const char* const names[] = {"F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1",
                                       "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K"};
   if (type < std::size(names)) return names[type];
   if (type == 30) return "BF16";
-  return "type " + std::to_string(type);
+  return "";
 }
 
 bool supported(std::uint32_t type) {
@@ -215,7 +216,9 @@ TensorInfo read_tensor_info(Reader& r, std::uint64_t index) {
   info.offset = r.read<std::uint64_t>("the offset of " + what);
   if (r.failed()) return info;
   if (!supported(type)) {
-    r.fail(what + " has tensor type " + ggml_type_name(type) + ", which accord does not read (F32, F16, Q4_0, Q8_0)");
+    const std::string known = ggml_type_name(type);
+    r.fail(what + (known.empty() ? " has unknown type " + std::to_string(type) : " has type " + known) +
+           ", which accord does not read (it reads F32, F16, Q4_0 and Q8_0)");
     return info;
   }
   info.type = static_cast<TensorType>(type);

@@ -1,11 +1,13 @@
 #include "runtime/model/gguf_model.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <unordered_set>
 
 #include "kernels/cpu/quant.hpp"
+#include "runtime/model/identity.hpp"
 
 namespace accord {
 
@@ -25,25 +27,34 @@ struct Slot {
   bool matrix;  // stored quantized; norm weights stay F32
 };
 
+// GGUF's (llama.cpp's) name of a weight, e.g. "blk.3.attn_q.weight".
+std::string tensor_name(WeightId id) {
+  static const char* const names[] = {"token_embd", "attn_norm", "attn_q",   "attn_k", "attn_v",      "attn_output",
+                                      "ffn_norm",   "ffn_gate",  "ffn_down", "ffn_up", "output_norm", "output"};
+  const std::string block = id.layer < 0 ? "" : "blk." + std::to_string(id.layer) + ".";
+  return block + names[static_cast<std::size_t>(id.kind)] + ".weight";
+}
+
 std::vector<Slot> llama_slots(const ModelConfig& c, ModelWeights& w, bool with_output) {
   const auto D = static_cast<std::uint64_t>(c.dim), H = static_cast<std::uint64_t>(c.hidden_dim);
   const auto KV = static_cast<std::uint64_t>(c.kv_dim()), V = static_cast<std::uint64_t>(c.vocab_size);
-  std::vector<Slot> slots = {{"token_embd.weight", {D, V}, &w.token_embedding, true}};
+  using K = WeightKind;
+  std::vector<Slot> slots = {{tensor_name({K::token_embedding}), {D, V}, &w.token_embedding, true}};
   for (std::size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& layer = w.layers[l];
-    const std::string p = "blk." + std::to_string(l) + ".";
-    slots.push_back({p + "attn_norm.weight", {D}, &layer.rms_att, false});
-    slots.push_back({p + "attn_q.weight", {D, D}, &layer.wq, true});
-    slots.push_back({p + "attn_k.weight", {D, KV}, &layer.wk, true});
-    slots.push_back({p + "attn_v.weight", {D, KV}, &layer.wv, true});
-    slots.push_back({p + "attn_output.weight", {D, D}, &layer.wo, true});
-    slots.push_back({p + "ffn_norm.weight", {D}, &layer.rms_ffn, false});
-    slots.push_back({p + "ffn_gate.weight", {D, H}, &layer.w1, true});
-    slots.push_back({p + "ffn_down.weight", {H, D}, &layer.w2, true});
-    slots.push_back({p + "ffn_up.weight", {D, H}, &layer.w3, true});
+    auto name = [&](WeightKind kind) { return tensor_name({kind, static_cast<int>(l)}); };
+    slots.push_back({name(K::rms_att), {D}, &layer.rms_att, false});
+    slots.push_back({name(K::wq), {D, D}, &layer.wq, true});
+    slots.push_back({name(K::wk), {D, KV}, &layer.wk, true});
+    slots.push_back({name(K::wv), {D, KV}, &layer.wv, true});
+    slots.push_back({name(K::wo), {D, D}, &layer.wo, true});
+    slots.push_back({name(K::rms_ffn), {D}, &layer.rms_ffn, false});
+    slots.push_back({name(K::w1), {D, H}, &layer.w1, true});
+    slots.push_back({name(K::w2), {H, D}, &layer.w2, true});
+    slots.push_back({name(K::w3), {D, H}, &layer.w3, true});
   }
-  slots.push_back({"output_norm.weight", {D}, &w.rms_final, false});
-  if (with_output) slots.push_back({"output.weight", {D, V}, &w.classifier, true});
+  slots.push_back({tensor_name({K::rms_final}), {D}, &w.rms_final, false});
+  if (with_output) slots.push_back({tensor_name({K::classifier}), {D, V}, &w.classifier, true});
   return slots;
 }
 
@@ -69,12 +80,15 @@ class MetadataReader {
     return static_cast<int>(*v);
   }
 
-  Result<float> real(const std::string& key, float fallback) const {
+  // A float that must be finite and positive (an epsilon, a RoPE base).
+  Result<float> positive_real(const std::string& key, float fallback) const {
     const Value* value = file_.find(key);
     if (value == nullptr) return fallback;
     auto v = value->as_float();
     if (!v) return error(key, v.error().message());
-    return static_cast<float>(*v);
+    const auto f = static_cast<float>(*v);
+    if (!std::isfinite(f) || !(f > 0.0f)) return error(key, value->describe() + " is not a finite positive number");
+    return f;
   }
 
   Result<std::string> text(const std::string& key) const {
@@ -121,8 +135,8 @@ Status read_llama_keys(const MetadataReader& meta, ModelConfig& c) {
   take(meta.integer("llama.attention.head_count"), c.n_heads, failed);
   take(meta.integer("llama.attention.head_count_kv", c.n_heads), c.n_kv_heads, failed);
   take(meta.integer("llama.context_length"), c.seq_len, failed);
-  take(meta.real("llama.attention.layer_norm_rms_epsilon", 1e-5f), c.norm_eps, failed);
-  take(meta.real("llama.rope.freq_base", 10000.0f), c.rope_theta, failed);
+  take(meta.positive_real("llama.attention.layer_norm_rms_epsilon", 1e-5f), c.norm_eps, failed);
+  take(meta.positive_real("llama.rope.freq_base", 10000.0f), c.rope_theta, failed);
   if (failed) return *failed;
   return {};
 }
@@ -204,15 +218,28 @@ Status check_tensors(const gguf::File& file, const std::vector<Slot>& slots, con
 
 }  // namespace
 
-Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes,
-                                      const std::string& name) {
+Result<ModelHeader> read_gguf_header(const gguf::File& file, const std::string& name) {
   auto config = read_config(file, name);
   if (!config) return config.error();
+  // The slots' names and shapes are checked; nothing is pointed anywhere.
+  ModelWeights unused;
+  unused.layers.resize(static_cast<std::size_t>(config->n_layers));
+  if (Status ok = check_tensors(file, llama_slots(*config, unused, !config->shared_classifier), name); !ok) {
+    return ok.error();
+  }
+  return ModelHeader{*config, "gguf-v" + std::to_string(file.version)};
+}
+
+Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes,
+                                      const std::string& name) {
+  auto header = read_gguf_header(file, name);
+  if (!header) return header.error();
+  const ModelConfig& config = header->config;
   ModelContents contents;
-  contents.config = *config;
-  contents.weights.layers.resize(static_cast<std::size_t>(config->n_layers));
-  const auto slots = llama_slots(*config, contents.weights, !config->shared_classifier);
-  if (Status ok = check_tensors(file, slots, name); !ok) return ok.error();
+  contents.config = config;
+  contents.format = header->format;
+  contents.weights.layers.resize(static_cast<std::size_t>(config.n_layers));
+  const auto slots = llama_slots(config, contents.weights, !config.shared_classifier);
 
   // The owned buffer is sized first, so pointers into it stay valid. Its
   // size is bounded by the tensors' bytes, which parse() found in the file.
@@ -233,11 +260,11 @@ Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const st
       next += static_cast<std::size_t>(t.elements);
     }
   }
-  if (config->shared_classifier) contents.weights.classifier = contents.weights.token_embedding;
+  if (config.shared_classifier) contents.weights.classifier = contents.weights.token_embedding;
   for (const auto& t : file.tensors) {
     contents.tensors.push_back({t.name, std::string(gguf::to_string(t.type)), t.shape, t.offset, t.bytes});
   }
-  contents.format = "gguf-v" + std::to_string(file.version);
+  if (Status ok = identify(contents, name, tensor_name); !ok) return ok.error();
   return contents;
 }
 

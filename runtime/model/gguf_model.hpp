@@ -19,9 +19,15 @@ namespace accord {
 
 // Reads the llama configuration and weights of a parsed GGUF file whose
 // bytes are `bytes`; pointers of the result point into `bytes` or into its
-// owned buffer. `name` prefixes error messages.
+// owned buffer. Every weight must be finite (identity.hpp). `name`
+// prefixes error messages.
 Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes,
                                       const std::string& name);
+
+// The llama configuration of a parsed GGUF file and its tensors' names
+// and shapes, checked as read_gguf_model() checks them, reading no tensor
+// data.
+Result<ModelHeader> read_gguf_header(const gguf::File& file, const std::string& name);
 
 // The `general.*` and `llama.*` metadata that describe `config`.
 gguf::Metadata llama_metadata(const ModelConfig& config);

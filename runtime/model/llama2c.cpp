@@ -1,11 +1,13 @@
 #include "runtime/model/llama2c.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "kernels/cpu/ops.hpp"
 #include "runtime/io/durable_file.hpp"
+#include "runtime/model/identity.hpp"
 
 namespace accord::llama2c {
 
@@ -67,18 +69,44 @@ ModelConfig read_shape(const std::byte* p) {
   return c;
 }
 
-Result<std::pair<ModelConfig, Layout>> read_header(std::span<const std::byte> bytes, const std::string& name) {
+// How a file starts, against GGUF's magic, for an error about what it is.
+std::string first_bytes(std::span<const std::byte> bytes) {
+  if (bytes.empty()) return "it is empty";
+  std::string text = "it starts with \"";
+  for (std::size_t i = 0; i < std::min<std::size_t>(bytes.size(), 4); ++i) {
+    const auto c = std::to_integer<unsigned char>(bytes[i]);
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "\\x%02X", c);
+    text += c >= 0x20 && c < 0x7F ? std::string(1, static_cast<char>(c)) : std::string(hex);
+  }
+  return text + "\", not \"GGUF\"";
+}
+
+// A file without either magic is read as a legacy checkpoint, whose header
+// has none. When that header makes no sense the file is most likely
+// something else, often a GGUF file that is not one: say what it is not.
+Error not_a_model(std::span<const std::byte> bytes, const std::string& name, const std::string& problem) {
+  return Error(ErrorCode::format, name + ": not a GGUF file (" + first_bytes(bytes) +
+                                      ") nor a llama2.c checkpoint (read as a legacy header: " + problem + ")");
+}
+
+// Reads the legacy header, which has no magic.
+Result<ModelConfig> read_legacy_header(std::span<const std::byte> bytes, const std::string& name) {
   if (bytes.size() < kLegacyHeaderBytes) {
-    return format_error(name, "truncated: " + std::to_string(bytes.size()) + " bytes is shorter than a llama2.c header");
+    return not_a_model(bytes, name,
+                       "truncated: " + std::to_string(bytes.size()) + " bytes is shorter than a llama2.c header");
   }
-  if (static_cast<std::uint32_t>(read_i32(bytes.data())) != kMagic) {
-    ModelConfig c = read_shape(bytes.data());
-    // A negative vocabulary size marks a separate classifier. INT32_MIN has
-    // no positive counterpart and is left for validate() to refuse.
-    c.shared_classifier = c.vocab_size > 0;
-    if (c.vocab_size < 0 && c.vocab_size != INT32_MIN) c.vocab_size = -c.vocab_size;
-    return std::pair{c, Layout::legacy};
-  }
+  ModelConfig c = read_shape(bytes.data());
+  // A negative vocabulary size marks a separate classifier. INT32_MIN has
+  // no positive counterpart and is left for validate() to refuse.
+  c.shared_classifier = c.vocab_size > 0;
+  if (c.vocab_size < 0 && c.vocab_size != INT32_MIN) c.vocab_size = -c.vocab_size;
+  if (Status valid = validate(c); !valid) return not_a_model(bytes, name, valid.error().message());
+  return c;
+}
+
+// Reads the version 1 header, after the "ak42" magic.
+Result<ModelConfig> read_v1_header(std::span<const std::byte> bytes, const std::string& name) {
   if (bytes.size() < kV1HeaderBytes) return format_error(name, "truncated inside the 256-byte version header");
   const std::int32_t version = read_i32(bytes.data() + 4);
   if (version == 2) {
@@ -88,8 +116,36 @@ Result<std::pair<ModelConfig, Layout>> read_header(std::span<const std::byte> by
   if (version != 1) return format_error(name, "unknown llama2.c format version " + std::to_string(version));
   ModelConfig c = read_shape(bytes.data() + 8);
   c.shared_classifier = std::to_integer<int>(bytes[36]) != 0;
-  return std::pair{c, Layout::v1};
+  if (Status valid = validate(c); !valid) return format_error(name, valid.error().message());
+  return c;
 }
+
+bool has_v1_magic(std::span<const std::byte> bytes) {
+  return bytes.size() >= 4 && static_cast<std::uint32_t>(read_i32(bytes.data())) == kMagic;
+}
+
+// The layout and validated configuration of the header of `bytes`.
+Result<std::pair<ModelConfig, Layout>> parse_header(std::span<const std::byte> bytes, const std::string& name) {
+  const Layout layout = has_v1_magic(bytes) ? Layout::v1 : Layout::legacy;
+  auto config = layout == Layout::v1 ? read_v1_header(bytes, name) : read_legacy_header(bytes, name);
+  if (!config) return config.error();
+  return std::pair{*config, layout};
+}
+
+// The file must be exactly as long as its header implies.
+Status check_length(std::span<const std::byte> bytes, const std::string& name, const ModelConfig& config,
+                    Layout layout) {
+  std::size_t expected = header_bytes(layout);
+  for (const auto& span : file_order(config, layout)) expected += span.count * sizeof(float);
+  if (bytes.size() == expected) return {};
+  return format_error(name, (bytes.size() < expected ? "truncated: " : "unexpected trailing data: ") +
+                                std::to_string(bytes.size()) + " bytes, but the header (dim " +
+                                std::to_string(config.dim) + ", " + std::to_string(config.n_layers) +
+                                " layers, vocab " + std::to_string(config.vocab_size) + ") implies " +
+                                std::to_string(expected));
+}
+
+std::string format_name(Layout layout) { return layout == Layout::legacy ? "llama2c-legacy" : "llama2c-v1"; }
 
 void assign(ModelWeights& w, const ModelConfig& c, Tensor tensor, const float* p) {
   const std::size_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim();
@@ -121,6 +177,14 @@ std::string tensor_name(Tensor tensor) {
   return names[static_cast<std::size_t>(tensor)];
 }
 
+// How a checkpoint names a weight of a block: its stacked tensor and the layer.
+std::string weight_name(WeightId id) {
+  // The two enums agree up to rms_final; the RoPE tables sit between it and the classifier.
+  static_assert(static_cast<int>(WeightKind::rms_final) == static_cast<int>(Tensor::rms_final));
+  const Tensor tensor = id.kind == WeightKind::classifier ? Tensor::classifier : static_cast<Tensor>(id.kind);
+  return tensor_name(tensor) + (id.layer < 0 ? "" : " (layer " + std::to_string(id.layer) + ")");
+}
+
 // Row-major shape, slowest dimension first, as run.c indexes the tensor.
 std::vector<std::uint64_t> tensor_shape(Tensor tensor, const ModelConfig& c) {
   const std::uint64_t L = c.n_layers, D = c.dim, H = c.hidden_dim, V = c.vocab_size, KV = c.kv_dim();
@@ -145,31 +209,26 @@ std::vector<std::uint64_t> tensor_shape(Tensor tensor, const ModelConfig& c) {
 
 }  // namespace
 
+Result<ModelHeader> read_header(std::span<const std::byte> bytes, const std::string& name) {
+  auto header = parse_header(bytes, name);
+  if (!header) return header.error();
+  return ModelHeader{header->first, format_name(header->second)};
+}
+
 Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name) {
   if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(float) != 0) {
     return Error(ErrorCode::contract, name + ": the bytes of a llama2.c checkpoint must be aligned for floats");
   }
-  auto header = read_header(bytes, name);
+  auto header = parse_header(bytes, name);
   if (!header) return header.error();
   const auto [config, layout] = *header;
-  if (Status valid = validate(config); !valid) return format_error(name, valid.error().message());
-
-  const auto order = file_order(config, layout);
-  std::size_t expected = header_bytes(layout);
-  for (const auto& span : order) expected += span.count * sizeof(float);
-  if (bytes.size() != expected) {
-    return format_error(name, (bytes.size() < expected ? "truncated: " : "unexpected trailing data: ") +
-                                  std::to_string(bytes.size()) + " bytes, but the header (dim " +
-                                  std::to_string(config.dim) + ", " + std::to_string(config.n_layers) +
-                                  " layers, vocab " + std::to_string(config.vocab_size) + ") implies " +
-                                  std::to_string(expected));
-  }
+  if (Status ok = check_length(bytes, name, config, layout); !ok) return ok.error();
 
   ModelContents contents;
   contents.config = config;
   contents.weights.layers.resize(static_cast<std::size_t>(config.n_layers));
   std::size_t offset = header_bytes(layout);
-  for (const auto& span : order) {
+  for (const auto& span : file_order(config, layout)) {
     // The header's size is a multiple of 4 and mappings are page-aligned,
     // so every tensor is aligned for floats.
     assign(contents.weights, config, span.tensor, reinterpret_cast<const float*>(bytes.data() + offset));
@@ -178,7 +237,8 @@ Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& 
     offset += span.count * sizeof(float);
   }
   if (config.shared_classifier) contents.weights.classifier = contents.weights.token_embedding;
-  contents.format = layout == Layout::legacy ? "llama2c-legacy" : "llama2c-v1";
+  contents.format = format_name(layout);
+  if (Status ok = identify(contents, name, weight_name); !ok) return ok.error();
   return contents;
 }
 

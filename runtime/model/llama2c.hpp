@@ -22,9 +22,17 @@ enum class Layout { legacy, v1 };
 
 // Parses and validates the header of `bytes` (a whole file) and points
 // every weight into them. The file must be exactly as long as its header
-// says. `bytes` must be aligned for floats (a mapping or malloc'ed memory
-// is). `name` prefixes error messages.
+// says, and every weight finite (identity.hpp). `bytes` must be aligned
+// for floats (a mapping or malloc'ed memory is). `name` prefixes error
+// messages. A file without the "ak42" magic is read as a legacy
+// checkpoint; when that header makes no sense, the error says the file is
+// neither GGUF nor llama2.c, since the callers have ruled GGUF out.
 Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name);
+
+// The configuration in the header of `bytes` (a whole file, or its start),
+// validated as read() validates it. Whether the file holds the weights the
+// header implies is read()'s to check.
+Result<ModelHeader> read_header(std::span<const std::byte> bytes, const std::string& name);
 
 // The tensors of a checkpoint, each stacked over all layers.
 enum class Tensor {

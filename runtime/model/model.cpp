@@ -1,5 +1,8 @@
 #include "runtime/model/model.hpp"
 
+#include <cmath>
+#include <utility>
+
 #include "runtime/model/gguf.hpp"
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/llama2c.hpp"
@@ -19,22 +22,25 @@ Status check_range(const char* name, long long value, long long max) {
 }  // namespace
 
 void for_each_weight(const ModelConfig& c, const ModelWeights& w,
-                     const std::function<void(const float* data, std::size_t count)>& fn) {
+                     const std::function<void(WeightId id, const float* data, std::size_t count)>& fn) {
   const std::size_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), V = c.vocab_size;
-  fn(w.token_embedding, V * D);
-  for (const LayerWeights& l : w.layers) {
-    fn(l.rms_att, D);
-    fn(l.wq, D * D);
-    fn(l.wk, KV * D);
-    fn(l.wv, KV * D);
-    fn(l.wo, D * D);
-    fn(l.rms_ffn, D);
-    fn(l.w1, H * D);
-    fn(l.w2, D * H);
-    fn(l.w3, H * D);
+  using K = WeightKind;
+  fn({K::token_embedding}, w.token_embedding, V * D);
+  for (std::size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    const int layer = static_cast<int>(i);
+    fn({K::rms_att, layer}, l.rms_att, D);
+    fn({K::wq, layer}, l.wq, D * D);
+    fn({K::wk, layer}, l.wk, KV * D);
+    fn({K::wv, layer}, l.wv, KV * D);
+    fn({K::wo, layer}, l.wo, D * D);
+    fn({K::rms_ffn, layer}, l.rms_ffn, D);
+    fn({K::w1, layer}, l.w1, H * D);
+    fn({K::w2, layer}, l.w2, D * H);
+    fn({K::w3, layer}, l.w3, H * D);
   }
-  fn(w.rms_final, D);
-  if (!c.shared_classifier) fn(w.classifier, V * D);
+  fn({K::rms_final}, w.rms_final, D);
+  if (!c.shared_classifier) fn({K::classifier}, w.classifier, V * D);
 }
 
 Status validate(const ModelConfig& c) {
@@ -62,8 +68,11 @@ Status validate(const ModelConfig& c) {
     return Error(ErrorCode::format, "n_heads " + std::to_string(c.n_heads) + " is not a multiple of n_kv_heads " +
                                         std::to_string(c.n_kv_heads));
   }
-  if (!(c.rope_theta > 0.0f) || !(c.norm_eps > 0.0f)) {
-    return Error(ErrorCode::format, "rope theta and norm epsilon must be positive");
+  for (const auto& [name, value] : {std::pair{"rope_theta", c.rope_theta}, std::pair{"norm_eps", c.norm_eps}}) {
+    if (!std::isfinite(value) || !(value > 0.0f)) {
+      return Error(ErrorCode::format,
+                   std::string(name) + " is " + std::to_string(value) + ", expected a finite positive number");
+    }
   }
   return {};
 }
@@ -73,6 +82,16 @@ Result<ModelContents> Model::read(std::span<const std::byte> bytes, const std::s
   auto file = gguf::parse(bytes, name);
   if (!file) return file.error();
   return read_gguf_model(*file, bytes, name);
+}
+
+Result<ModelHeader> Model::read_header(const std::string& path) {
+  auto file = MappedFile::open(path);
+  if (!file) return file.error();
+  // Only the pages of the header (and GGUF's metadata) are read from the mapping.
+  if (!gguf::has_magic(file->bytes())) return llama2c::read_header(file->bytes(), path);
+  auto parsed = gguf::parse(file->bytes(), path);
+  if (!parsed) return parsed.error();
+  return read_gguf_header(*parsed, path);
 }
 
 Result<Model> Model::load(const std::string& path) {

@@ -38,7 +38,8 @@ struct ModelConfig {
 };
 
 // Checks that the shapes are positive, divisible as attention needs and
-// small enough that every tensor size fits in 64 bits with room to spare.
+// small enough that every tensor size fits in 64 bits with room to spare,
+// and that rope theta and norm epsilon are finite and positive.
 Status validate(const ModelConfig& config);
 
 // Pointers to one block's weights; matrices are row-major (out, in).
@@ -61,11 +62,20 @@ struct ModelWeights {
   const float* classifier = nullptr;       // (vocab_size, dim)
 };
 
-// Calls fn(data, count) for every weight tensor in one canonical order
+// The weights of a model, in the canonical order of for_each_weight.
+enum class WeightKind { token_embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier };
+
+// One weight tensor: its kind and, for those of a block, the block's layer.
+struct WeightId {
+  WeightKind kind;
+  int layer = -1;  // -1: not a block's weight
+};
+
+// Calls fn(id, data, count) for every weight tensor in one canonical order
 // (embedding; per layer rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3; final
 // norm; the classifier when it is not shared), whatever the file layout.
 void for_each_weight(const ModelConfig& config, const ModelWeights& weights,
-                     const std::function<void(const float* data, std::size_t count)>& fn);
+                     const std::function<void(WeightId id, const float* data, std::size_t count)>& fn);
 
 // One tensor as the file stores it (for `accord inspect`).
 struct StoredTensor {
@@ -76,6 +86,12 @@ struct StoredTensor {
   std::uint64_t bytes = 0;
 };
 
+// What a model file's header says, read without touching the weights.
+struct ModelHeader {
+  ModelConfig config;
+  std::string format;  // e.g. "llama2c-legacy", "gguf-v3"
+};
+
 // What a format reader makes of a file's bytes: the weights point into
 // those bytes or into `owned`.
 struct ModelContents {
@@ -83,18 +99,28 @@ struct ModelContents {
   ModelWeights weights;
   std::vector<float> owned;  // dequantized weights; the buffer keeps its address when moved
   std::vector<StoredTensor> tensors;
-  std::string format;  // e.g. "llama2c-legacy", "gguf-v3"
+  std::string format;    // e.g. "llama2c-legacy", "gguf-v3"
+  std::string identity;  // identity.hpp; the readers set it as they check every weight is finite
 };
 
 class Model {
  public:
   // Opens a model file; the format is recognised from its first bytes
-  // (GGUF magic, llama2.c "ak42" magic, else the legacy llama2.c header).
+  // (GGUF magic, llama2.c "ak42" magic, else the legacy llama2.c header),
+  // never from its name. Reads every weight once, to compute the identity
+  // and refuse a weight that is NaN or infinite.
   static Result<Model> load(const std::string& path);
 
   // Reads the model in `bytes` (a whole file) without keeping it: for
   // fuzzers and checks. `name` prefixes error messages.
   static Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name);
+
+  // Reads only the header of the model file at `path` (for GGUF also the
+  // metadata and tensor table), validated as load() validates it but
+  // touching no weight, so that what must fit the model (a tokenizer) can
+  // be checked before a long load. A truncated or damaged weight section
+  // may still fail load().
+  static Result<ModelHeader> read_header(const std::string& path);
 
   // `contents` must point into `file` or into its own `owned` buffer.
   Model(ModelContents contents, MappedFile file) : contents_(std::move(contents)), file_(std::move(file)) {}
@@ -106,6 +132,8 @@ class Model {
   std::size_t resident_bytes() const { return file_.resident_bytes(); }
   // A short name of the on-disk format, e.g. "llama2c-legacy" or "gguf-v3".
   const std::string& format() const { return contents_.format; }
+  // The identity of identity.hpp, computed at load.
+  const std::string& identity() const { return contents_.identity; }
   // The tensors of the file in file order.
   const std::vector<StoredTensor>& tensors() const { return contents_.tensors; }
   // Floats held in memory the Model owns (0 when every weight is mapped).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "kernels/cpu/ops.hpp"
@@ -49,8 +50,21 @@ float Sampler::next_uniform() {
   return static_cast<float>(bits >> 8) / 16777216.0f;
 }
 
+namespace {
+
+// Whether some logit / temperature overflows a float: softmax would then
+// see infinities and give NaNs. Sampling is argmax in all but name long
+// before the temperature gets that small, so the sampler is greedy there.
+bool scaling_overflows(std::span<const float> logits, float temperature) {
+  float largest = 0.0f;
+  for (float logit : logits) largest = std::max(largest, std::fabs(logit));
+  return largest / temperature > std::numeric_limits<float>::max();
+}
+
+}  // namespace
+
 int Sampler::sample(std::span<const float> logits) {
-  if (options_.temperature == 0.0f) return argmax(logits);
+  if (options_.temperature == 0.0f || scaling_overflows(logits, options_.temperature)) return argmax(logits);
   probabilities_.assign(logits.begin(), logits.end());
   for (float& p : probabilities_) p /= options_.temperature;
   cpu::softmax(probabilities_.data(), static_cast<int>(probabilities_.size()));

@@ -13,7 +13,10 @@
 namespace accord {
 
 struct SamplerOptions {
-  float temperature = 1.0f;  // 0 = greedy (argmax); must be >= 0
+  // 0 = greedy (argmax); must be >= 0. A temperature so small that a logit
+  // divided by it overflows a float (below about 1e-37 with usual logits)
+  // is greedy too: sampling approaches argmax as the temperature falls.
+  float temperature = 1.0f;
   float top_p = 0.9f;        // in (0, 1]; 1 = sample from the whole distribution
   std::uint64_t seed = 0;
 };

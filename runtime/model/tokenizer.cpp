@@ -90,6 +90,13 @@ Result<Tokenizer> Tokenizer::load(const std::string& path) {
   return from_gguf(*parsed, path);
 }
 
+Status Tokenizer::check_fits(int model_vocab_size) const {
+  if (vocab_size() == model_vocab_size) return {};
+  return Error(ErrorCode::architecture, "the tokenizer has " + std::to_string(vocab_size()) +
+                                            " tokens but the model's vocabulary has " +
+                                            std::to_string(model_vocab_size));
+}
+
 Result<Tokenizer> Tokenizer::load_llama2c(const std::string& path) {
   auto file = MappedFile::open(path);
   if (!file) return file.error();

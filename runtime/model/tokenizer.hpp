@@ -68,6 +68,9 @@ class Tokenizer {
 
   TokenizerKind kind() const { return kind_; }
   int vocab_size() const { return static_cast<int>(pieces_.size()); }
+  // Refuses (architecture error) a vocabulary whose size is not the model's
+  // `model_vocab_size`: its ids would not index the model's logits.
+  Status check_fits(int model_vocab_size) const;
   int bos_id() const { return bos_id_; }
   int eos_id() const { return eos_id_; }
   const std::string& piece(int id) const { return pieces_.at(static_cast<std::size_t>(id)); }

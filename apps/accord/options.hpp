@@ -1,0 +1,12 @@
+// Option checks shared by the subcommands, beyond what CLI11 checks itself.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace accord::cli {
+
+// A seed: a whole number from 0 to 2^64-1. CLI11 alone reads "-1", 2^64 and
+// anything larger as 2^64-1, so all of them would silently be one seed.
+CLI::Validator seed_range();
+
+}  // namespace accord::cli
