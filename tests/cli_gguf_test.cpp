@@ -113,14 +113,9 @@ TEST(CliGguf, AGgufFileNamedBinIsReadAsGguf) {
 // reading the weights, and writes nothing.
 TEST(CliGguf, ConvertRefusesAMismatchedTokenizerBeforeReadingTheWeights) {
   test::TempDir dir;
-  const auto synth = run_accord({"synth", "--dim", "64", "--hidden", "96", "--layers", "1", "--heads", "4",
-                                 "--kv-heads", "4", "--vocab", "300", "--seq", "16", "--out", dir.file("s.bin")});
-  ASSERT_EQ(synth.exit_code, 0) << synth.output;
-  auto half = test::read_bytes(test::stories_model());
-  half.resize(half.size() / 2);
-  test::write_bytes(dir.file("half.bin"), half);
-  const auto result = run_accord({"convert", "--in", dir.file("half.bin"), "--tokenizer", dir.file("s.tokenizer.bin"),
-                                  "--out", dir.file("x.gguf")});
+  const auto files = test::truncated_model_and_foreign_tokenizer(dir);
+  const auto result =
+      run_accord({"convert", "--in", files.model, "--tokenizer", files.tokenizer, "--out", dir.file("x.gguf")});
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_NE(result.output.find("the tokenizer has 300 tokens but the model's vocabulary has 512"), std::string::npos)
       << result.output;

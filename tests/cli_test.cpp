@@ -127,16 +127,11 @@ TEST(Cli, RefusesMissingOrMismatchedTokenizer) {
 // the error is about.
 TEST(Cli, RefusesAMismatchedTokenizerBeforeReadingTheWeights) {
   test::TempDir dir;
-  const auto synth = run_accord({"synth", "--dim", "64", "--hidden", "96", "--layers", "1", "--heads", "4",
-                                 "--kv-heads", "4", "--vocab", "300", "--seq", "16", "--out", dir.file("s.bin")});
-  ASSERT_EQ(synth.exit_code, 0) << synth.output;
-  auto half = test::read_bytes(test::stories_model());
-  half.resize(half.size() / 2);
-  test::write_bytes(dir.file("half.bin"), half);
-  expect_failure(generate_args(dir.file("half.bin"), dir.file("s.tokenizer.bin")), 1,
+  const auto files = test::truncated_model_and_foreign_tokenizer(dir);
+  expect_failure(generate_args(files.model, files.tokenizer), 1,
                  "the tokenizer has 300 tokens but the model's vocabulary has 512");
   // A fitting tokenizer lets the load find the damage.
-  expect_failure(generate_args(dir.file("half.bin"), test::stories_tokenizer()), 1, "truncated");
+  expect_failure(generate_args(files.model, test::stories_tokenizer()), 1, "truncated");
 }
 
 // Non-finite weights are refused at load instead of generating "<unk>"

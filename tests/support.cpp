@@ -157,4 +157,14 @@ CommandResult run_accord(const std::vector<std::string>& args) {
   return result;
 }
 
+MismatchedFiles truncated_model_and_foreign_tokenizer(const TempDir& dir) {
+  const auto synth = run_accord({"synth", "--dim", "64", "--hidden", "96", "--layers", "1", "--heads", "4",
+                                 "--kv-heads", "4", "--vocab", "300", "--seq", "16", "--out", dir.file("s.bin")});
+  EXPECT_EQ(synth.exit_code, 0) << synth.output;
+  auto half = read_bytes(stories_model());
+  half.resize(half.size() / 2);
+  write_bytes(dir.file("half.bin"), half);
+  return {dir.file("half.bin"), dir.file("s.tokenizer.bin")};
+}
+
 }  // namespace accord::test

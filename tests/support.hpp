@@ -79,4 +79,14 @@ struct CommandResult {
 // Runs the accord binary with the given arguments (shell-quoted here).
 CommandResult run_accord(const std::vector<std::string>& args);
 
+// A model that a load would find damaged and a tokenizer that does not fit
+// it, written into dir: stories260K cut in half, and the tokenizer of a
+// synthetic 300-token model. A check that refuses the pair for its
+// vocabulary proves it ran before any weight was read.
+struct MismatchedFiles {
+  std::string model;
+  std::string tokenizer;
+};
+MismatchedFiles truncated_model_and_foreign_tokenizer(const TempDir& dir);
+
 }  // namespace accord::test
