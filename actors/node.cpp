@@ -97,9 +97,10 @@ Result<RankActors> start_rank(NodeActor* self, const NodeAssignment& assignment,
   return spawn_rank(self->system(), std::move(*worker), assignment.session, coordinator, options);
 }
 
+// --- node: the node's own work, on its own thread --------------------------
 // Detached: loading a model and hashing its weights block for as long as
 // the disk takes, which must not stall a scheduler thread and with it the
-// rank's own actors.
+// rank's own actors. Only its front talks to it (see front_actor).
 caf::behavior node_actor(NodeActor* self, NodeOptions options) {
   self->state.options = std::move(options);
   self->set_down_handler([=](caf::down_msg& down) {
@@ -133,10 +134,45 @@ caf::behavior node_actor(NodeActor* self, NodeOptions options) {
   };
 }
 
+// --- front: what other nodes see ----------------------------------------------
+// A scheduled actor that hands every request to the detached node actor and
+// answers itself, so no other node ever holds a proxy of a detached actor.
+// CAF 0.17.6's BASP broker monitors every local actor a remote node has a
+// proxy of; the down message of its exit holds the actor, and it can reach
+// the broker after the middleman stopped it (local_actor::cleanup unregisters
+// an actor, which lets ~actor_system go on, before it sends its down
+// messages), where nothing drains it (abstract_broker::cleanup skips the
+// mailbox). A detached actor held so is never destroyed, and ~actor_system
+// waits for its thread forever (issue 16); a scheduled one held so is only
+// memory the process gives back as it exits.
+caf::behavior front_actor(caf::event_based_actor* self, caf::actor node) {
+  // However the front ends, the node actor is told to stop, so it releases
+  // its rank. A link does not do it: the front drops its behavior, and with
+  // it its handle on the node actor, before its links fire; the node actor
+  // then got no exit message and either ended as unreachable, without
+  // running its exit handler, or kept its rank running.
+  self->attach_functor([node] { caf::anon_send_exit(node, caf::exit_reason::user_shutdown); });
+  // A node actor that ends takes the front with it: the node is down.
+  self->monitor(node);
+  self->set_down_handler([=](caf::down_msg& down) { self->quit(down.reason); });
+  return {
+      [=](name_atom name, std::string& text) { self->send(node, name, std::move(text)); },
+      [=](assign_atom assign, NodeAssignment& assignment, caf::actor& coordinator) {
+        auto reply = self->make_response_promise<std::string, caf::actor>();
+        auto answer = [=](std::string& failure, caf::actor& agreement) mutable {
+          reply.deliver(std::move(failure), std::move(agreement));
+        };
+        auto fail = [=](caf::error& error) mutable { reply.deliver(std::move(error)); };
+        self->request(node, caf::infinite, assign, std::move(assignment), std::move(coordinator)).then(answer, fail);
+        return reply;
+      },
+  };
+}
+
 }  // namespace
 
 caf::actor spawn_node(caf::actor_system& system, NodeOptions options) {
-  return system.spawn<caf::detached>(node_actor, std::move(options));
+  return system.spawn(front_actor, system.spawn<caf::detached>(node_actor, std::move(options)));
 }
 
 }  // namespace accord

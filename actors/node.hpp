@@ -5,6 +5,12 @@
 // identity, spawns the rank's actors (actors/rank_actors.hpp) and answers
 // with the rank's agreement actor.
 //
+// The actor to publish is a scheduled front; the work runs in a detached
+// actor behind it that never leaves the process. No other node may hold a
+// detached actor: CAF 0.17.6 can strand the last reference to such an actor
+// in its middleman at shutdown, and the actor system then waits for the
+// actor's thread forever (node.cpp, front_actor).
+//
 // A node serves one session at a time: a new assignment replaces the rank
 // it runs, and the rank goes when its coordinator does (the client exited
 // or its connection broke). A node loads one model over its life; an
@@ -25,10 +31,11 @@ struct NodeOptions {
   std::shared_ptr<const Model> model;  // loaded at start (--model), or none: the first assignment's
 };
 
-// Spawns the node actor. It answers (assign_atom, NodeAssignment, coordinator)
-// with (failure, agreement actor): an empty failure and the rank's agreement
-// actor, or why the node refused and no actor; (name_atom, name) renames
-// it. It logs with spdlog. Exiting it stops the rank it runs.
+// Spawns the node actor and returns its front, the actor to publish. It
+// answers (assign_atom, NodeAssignment, coordinator) with (failure,
+// agreement actor): an empty failure and the rank's agreement actor, or why
+// the node refused and no actor; (name_atom, name) renames it. It logs with
+// spdlog. Exiting it stops the node and the rank it runs.
 caf::actor spawn_node(caf::actor_system& system, NodeOptions options);
 
 }  // namespace accord

@@ -4,16 +4,19 @@
 // killed with SIGKILL mid-generation poisons the session naming its rank,
 // well within the phase deadline, and a frozen one once its heartbeats
 // stop; a restarted node on the same address comes back through
-// reset_distributed; a node with another model and bad addresses are
-// refused with clear errors.
+// reset_distributed; a node stops on SIGTERM, every time, after serving a
+// session; a node with another model and bad addresses are refused with
+// clear errors.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -88,7 +91,8 @@ class NodeProcess {
         pid_ = -1;
         return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      // Fine-grained, so that the stop time the caller measures is the node's.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     kill_hard();
     return -1;
@@ -361,6 +365,45 @@ TEST_F(RemoteClusterTest, ANodeStopsCleanlyOnSigterm) {
   ASSERT_TRUE(session->prefill(kPrompt));
   EXPECT_EQ(nodes_[2]->terminate(std::chrono::seconds(10)), 0) << nodes_[2]->log();
   EXPECT_NE(nodes_[2]->log().find("SIGTERM received"), std::string::npos) << nodes_[2]->log();
+}
+
+// Issue 16: a node that had served a session sometimes never stopped on
+// SIGTERM (~actor_system waited for a detached actor that the middleman
+// still held). Every other node serves one short `generate --peers` and is
+// sent SIGTERM right after the client exits, as the issue's nodes were; the
+// others are sent it while they run a rank of an open session. Every one
+// must exit with status 0. The goal is a stop within 2 s; the wait is
+// generous so a loaded machine cannot fail the test.
+TEST(RemoteCluster, EveryNodeStopsOnSigtermAfterOrDuringASession) {
+  constexpr int kNodes = 50;
+  constexpr auto kStopWait = std::chrono::seconds(10);
+  const Model model = test::load_stories_model();
+  test::TempDir logs;
+  std::vector<double> stop_ms;
+  for (int i = 0; i < kNodes; ++i) {
+    NodeProcess node(logs);
+    ASSERT_NE(node.port(), 0);
+    std::unique_ptr<DistributedSession> open;
+    if (i % 2 == 0) {
+      const auto served = test::run_accord({"generate", "--model", test::stories_model(), "--tokenizer",
+                                            test::stories_tokenizer(), "--prompt", "Once upon a time", "--temperature",
+                                            "0", "--max-tokens", "2", "--peers", node.address().to_string()});
+      ASSERT_EQ(served.exit_code, 0) << served.output;
+    } else {
+      auto session = DistributedSession::connect({node.address()}, model, DistributedOptions{});
+      ASSERT_TRUE(session) << session.error().message();
+      ASSERT_TRUE((*session)->prefill(kPrompt));
+      open = std::move(*session);
+    }
+    const auto start = Clock::now();
+    const int status = node.terminate(kStopWait);
+    stop_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    ASSERT_EQ(status, 0) << "node " << i << " did not stop cleanly (-1: not within " << kStopWait.count() << " s):\n"
+                         << node.log();
+  }
+  std::sort(stop_ms.begin(), stop_ms.end());
+  std::cout << "stop after SIGTERM over " << kNodes << " nodes: median " << stop_ms[stop_ms.size() / 2] << " ms, max "
+            << stop_ms.back() << " ms\n";
 }
 
 TEST(RemoteCluster, ANodeWithAnotherModelRefusesNamingItself) {
