@@ -303,6 +303,15 @@ struct DistributedSession::Impl {
     return exited;
   }
 
+  // An exited rank's execution, state and cache actors exit with it (they
+  // are linked), each on its own time, and let go of what they hold only
+  // then: the prompt-cache writer lock of a save the rank had open among
+  // it. Waiting for them means a rank started afresh never finds its own
+  // predecessor's lock held.
+  void await_local_work_exit(const RankActors& rank) {
+    (*caller)->wait_for(rank.execution, rank.state, rank.cache);
+  }
+
   // Starts afresh, with an empty state, every rank whose actors exited (or
   // whose node went away), and tells the coordinator and the other ranks.
   // The reset that follows brings them in. Their fault plan does not come
@@ -312,6 +321,7 @@ struct DistributedSession::Impl {
     bool restarted = false;
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       if (!exited[r]) continue;
+      if (nodes.empty()) await_local_work_exit(ranks[r]);
       if (Status ok = start_rank(static_cast<int>(r), RankOptions{{}, layout->options.phase_timeout}); !ok) {
         return std::move(Error(ok.error()).mark_before_state_mutation());
       }
