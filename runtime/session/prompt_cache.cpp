@@ -121,6 +121,16 @@ fs::path generation_folder(const fs::path& rank_dir, const std::string& name) { 
 
 fs::path staging_folder(const fs::path& rank_dir, const std::string& name) { return rank_dir / (kStagingPrefix + name); }
 
+std::string staged_generation(const std::string& entry) {
+  if (!entry.starts_with(kStagingPrefix)) return "";
+  std::string name = entry.substr(std::strlen(kStagingPrefix));
+  return is_generation_name(name) ? name : "";
+}
+
+fs::path generations_folder(const fs::path& rank_dir) { return rank_dir / kGenerations; }
+fs::path current_file(const fs::path& rank_dir) { return rank_dir / kCurrent; }
+fs::path lock_file(const fs::path& rank_dir) { return rank_dir / kLock; }
+
 bool is_generation_name(const std::string& name) {
   const auto dash = name.find('-');
   if (dash == std::string::npos || dash == 0 || dash > 20) return false;
@@ -267,10 +277,8 @@ void commit_publication(const Publication& publication) {
       remove_generation_folder(generation_folder(dir, name));
     }
   }
-  for (const std::string& name : folder_entries(dir)) {
-    if (name.starts_with(kStagingPrefix) && is_generation_name(name.substr(std::strlen(kStagingPrefix)))) {
-      remove_generation_folder(dir / name);
-    }
+  for (const std::string& entry : folder_entries(dir)) {
+    if (!staged_generation(entry).empty()) remove_generation_folder(dir / entry);
   }
 }
 

@@ -72,6 +72,14 @@ std::filesystem::path rank_folder(const std::filesystem::path& root, int rank);
 std::filesystem::path generation_folder(const std::filesystem::path& rank_dir, const std::string& name);
 // Where a generation is written before it is published: rank_dir/.staging-name.
 std::filesystem::path staging_folder(const std::filesystem::path& rank_dir, const std::string& name);
+// The generation a rank folder's entry stages (".staging-NAME" gives NAME),
+// or "" when the entry is no staging folder of this cache.
+std::string staged_generation(const std::string& entry);
+// The rest of a rank folder: rank_dir/generations, rank_dir/CURRENT and
+// rank_dir/LOCK (the writers' lock).
+std::filesystem::path generations_folder(const std::filesystem::path& rank_dir);
+std::filesystem::path current_file(const std::filesystem::path& rank_dir);
+std::filesystem::path lock_file(const std::filesystem::path& rank_dir);
 
 // True for the names this cache gives generations: <epoch>-<save id>, the
 // epoch in decimal, the save id in lower-case hex.

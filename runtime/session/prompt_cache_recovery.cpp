@@ -15,8 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kStagingPrefix[] = ".staging-";
-
 // What one rank folder holds, read once under its lock.
 struct RankView {
   fs::path dir;
@@ -49,12 +47,12 @@ RankView view_of(const fs::path& dir) {
   } else {
     view.current_unreadable = true;
   }
-  for (const std::string& name : folder_entries(dir / "generations")) {
+  for (const std::string& name : folder_entries(generations_folder(dir))) {
     if (is_generation_name(name) && is_real_folder(generation_folder(dir, name))) view.published.insert(name);
   }
   for (const std::string& entry : folder_entries(dir)) {
-    const std::string name = entry.starts_with(kStagingPrefix) ? entry.substr(sizeof kStagingPrefix - 1) : "";
-    if (is_generation_name(name) && is_real_folder(dir / entry)) view.staged.insert(name);
+    const std::string name = staged_generation(entry);
+    if (!name.empty() && is_real_folder(dir / entry)) view.staged.insert(name);
   }
   return view;
 }
@@ -93,7 +91,7 @@ std::optional<int> whole_everywhere(const fs::path& root, const Views& views, co
     const RankView* view = find_view(views, r);
     if (view == nullptr || !(view->published.contains(name) || view->staged.contains(name))) return std::nullopt;
     const fs::path folder = view->published.contains(name) ? generation_folder(view->dir, name)
-                                                           : view->dir / (kStagingPrefix + name);
+                                                           : staging_folder(view->dir, name);
     auto generation = read_generation(root, folder);
     if (!generation || !read_shard(*generation)) return std::nullopt;
     const PromptCacheTopology& topology = generation->manifest.topology;
@@ -137,12 +135,12 @@ Status make_live(const Views& views, const Choice& choice) {
     if (!view.published.contains(choice.name)) {
       const fs::path target = generation_folder(view.dir, choice.name);
       std::error_code ec;
-      fs::rename(view.dir / (kStagingPrefix + choice.name), target, ec);
+      fs::rename(staging_folder(view.dir, choice.name), target, ec);
       if (ec) return Error(ErrorCode::io, "cannot publish " + target.string() + ": " + ec.message());
-      if (Status ok = sync_folder(view.dir / "generations"); !ok) return ok;
+      if (Status ok = sync_folder(generations_folder(view.dir)); !ok) return ok;
     }
     if (view.current != choice.name) {
-      if (Status ok = replace_file_atomically(view.dir / "CURRENT", choice.name + "\n"); !ok) return ok;
+      if (Status ok = replace_file_atomically(current_file(view.dir), choice.name + "\n"); !ok) return ok;
     }
   }
   return {};
@@ -151,8 +149,8 @@ Status make_live(const Views& views, const Choice& choice) {
 Status remove_every_current(const Views& views) {
   for (const auto& [rank, view] : views) {
     std::error_code ec;
-    fs::remove(view.dir / "CURRENT", ec);
-    if (ec) return Error(ErrorCode::io, "cannot remove " + (view.dir / "CURRENT").string() + ": " + ec.message());
+    fs::remove(current_file(view.dir), ec);
+    if (ec) return Error(ErrorCode::io, "cannot remove " + current_file(view.dir).string() + ": " + ec.message());
     if (Status ok = sync_folder(view.dir); !ok) return ok;
   }
   return {};
@@ -175,16 +173,18 @@ Result<PromptCacheRecovery> recover_prompt_cache(const fs::path& root) {
   Views views;
   for (int rank : rank_numbers(root)) {
     const fs::path dir = rank_folder(root, rank);
-    auto lock = FileLock::try_take(dir / "LOCK");
+    auto lock = FileLock::try_take(lock_file(dir));
     if (!lock) return lock.error();
-    if (!*lock) return PromptCacheRecovery{RecoveryAction::busy, "", "a writer holds " + (dir / "LOCK").string()};
+    if (!*lock) return PromptCacheRecovery{RecoveryAction::busy, "", "a writer holds " + lock_file(dir).string()};
     locks.push_back(std::move(**lock));
     views.emplace(rank, view_of(dir));
   }
   // A killed writer's half-written CURRENT; no writer is running now.
   for (const auto& [rank, view] : views) {
     std::error_code ignored;
-    fs::remove(view.dir / "CURRENT.partial", ignored);
+    fs::path partial = current_file(view.dir);
+    partial += ".partial";  // write_atomically's temporary
+    fs::remove(partial, ignored);
   }
   if (is_consistent(root, views)) return PromptCacheRecovery{};
   const std::string found = "the ranks were on different generations (" + describe(views) + ")";
