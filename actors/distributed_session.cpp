@@ -427,7 +427,7 @@ struct DistributedSession::Impl {
     const auto& config = model->config();
     const std::uint64_t shard_bytes = prefix.size() * static_cast<std::uint64_t>(config.kv_dim()) * sizeof(float) *
                                       2 * static_cast<std::uint64_t>(config.n_layers);
-    return PromptCacheSaveResult{reply->epoch, std::to_string(reply->epoch) + "-" + request.save_id,
+    return PromptCacheSaveResult{reply->epoch, generation_name(reply->epoch, request.save_id),
                                  static_cast<int>(prefix.size()), shard_bytes};
   }
 

@@ -131,6 +131,10 @@ fs::path generations_folder(const fs::path& rank_dir) { return rank_dir / kGener
 fs::path current_file(const fs::path& rank_dir) { return rank_dir / kCurrent; }
 fs::path lock_file(const fs::path& rank_dir) { return rank_dir / kLock; }
 
+std::string generation_name(std::uint64_t epoch, const std::string& save_id) {
+  return std::to_string(epoch) + "-" + save_id;
+}
+
 bool is_generation_name(const std::string& name) {
   const auto dash = name.find('-');
   if (dash == std::string::npos || dash == 0 || dash > 20) return false;
@@ -218,7 +222,7 @@ Result<PreparedGeneration> prepare_generation(const fs::path& root, const Prompt
                                               std::span<const std::byte> shard) {
   PreparedGeneration g;
   g.rank_dir = rank_folder(root, manifest.topology.rank);
-  g.name = std::to_string(manifest.epoch) + "-" + manifest.save_id;
+  g.name = generation_name(manifest.epoch, manifest.save_id);
   g.staging_path = staging_folder(g.rank_dir, g.name);
   if (Status ok = ensure_rank_folders(root, g.rank_dir); !ok) return ok.error();
   auto lock = FileLock::try_take(g.rank_dir / kLock);
@@ -314,7 +318,7 @@ Result<LiveGeneration> read_generation(const fs::path& root, const fs::path& fol
   if (!is_plain_name(manifest->shard_file)) {
     return cache_error("the manifest names the shard '" + manifest->shard_file + "', which leaves its generation");
   }
-  const std::string name = std::to_string(manifest->epoch) + "-" + manifest->save_id;
+  const std::string name = generation_name(manifest->epoch, manifest->save_id);
   const std::string folder_name = folder.filename().string();
   if (folder_name != name && folder_name != kStagingPrefix + name) {
     return cache_error("the manifest in " + folder.string() + " is of the generation " + name);

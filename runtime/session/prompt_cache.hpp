@@ -81,8 +81,10 @@ std::filesystem::path generations_folder(const std::filesystem::path& rank_dir);
 std::filesystem::path current_file(const std::filesystem::path& rank_dir);
 std::filesystem::path lock_file(const std::filesystem::path& rank_dir);
 
-// True for the names this cache gives generations: <epoch>-<save id>, the
-// epoch in decimal, the save id in lower-case hex.
+// The name of the generation a save writes: <epoch>-<save id>, the epoch in
+// decimal, the save id in lower-case hex. is_generation_name() is true for
+// these names and no others.
+std::string generation_name(std::uint64_t epoch, const std::string& save_id);
 bool is_generation_name(const std::string& name);
 
 // The generation rank_dir/CURRENT names; nullopt when there is no CURRENT.
