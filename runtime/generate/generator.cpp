@@ -77,36 +77,47 @@ struct CacheUse {
   int reused = 0;
 };
 
-Result<CacheUse> try_prompt_cache(GenerationTarget& target, const std::filesystem::path& root,
-                                  std::span<const int> prompt) {
-  CacheUse use;
-  auto recovered = target.recover_prompt_cache(root);
-  if (!recovered) return CacheUse{PromptCacheOutcome::rejected, recovered.error().message(), "", 0};
-  if (recovered->action == RecoveryAction::healed || recovered->action == RecoveryAction::cleared) {
-    use.recovery = recovered->reason;
-  }
-  // The last prompt token is always run: its logits pick the first token.
-  const auto cacheable = prompt.first(prompt.size() - 1);
-  auto live = read_live_generation(root, 0);
-  if (!live) {
-    auto current = read_current(rank_folder(root, 0));
-    const bool no_cache_yet = current && !*current;
-    use.outcome = no_cache_yet ? PromptCacheOutcome::saved : PromptCacheOutcome::rejected;
-    if (!no_cache_yet) use.reason = live.error().message();
-    return use;
-  }
+// One look at the cache: the generation rank 0's CURRENT names (`current`,
+// as read), loaded when it holds a prefix of the prompt.
+Result<CacheUse> look_at_cache(GenerationTarget& target, const std::filesystem::path& root,
+                               std::span<const int> cacheable, const Result<std::optional<std::string>>& current) {
+  if (!current) return CacheUse{PromptCacheOutcome::rejected, current.error().message(), "", 0};
+  if (!*current) return CacheUse{PromptCacheOutcome::saved, "", "", 0};  // no cache yet
+  auto live = read_generation(root, generation_folder(rank_folder(root, 0), **current));
+  if (!live) return CacheUse{PromptCacheOutcome::rejected, live.error().message(), "", 0};
   const int n = live->manifest.prefix_token_count;
   const bool is_prefix = n <= static_cast<int>(cacheable.size()) &&
                          live->manifest.prefix_sha256 == token_ids_sha256(cacheable.first(static_cast<std::size_t>(n)));
-  use.outcome = PromptCacheOutcome::saved;  // another prompt's prefix: replace it
-  if (!is_prefix) return use;
+  if (!is_prefix) return CacheUse{PromptCacheOutcome::saved, "", "", 0};  // another prompt's prefix: replace it
   Status loaded =
       target.load_prompt_cache(root, generation_cache_descriptor(), cacheable.first(static_cast<std::size_t>(n)));
   if (!loaded && is_poisoned(loaded.error())) return loaded.error();
-  use.outcome = loaded ? PromptCacheOutcome::hit : PromptCacheOutcome::rejected;
-  if (loaded) use.reused = n;
-  if (!loaded) use.reason = loaded.error().message();
-  return use;
+  if (!loaded) return CacheUse{PromptCacheOutcome::rejected, loaded.error().message(), "", 0};
+  return CacheUse{PromptCacheOutcome::hit, "", "", n};
+}
+
+Result<CacheUse> try_prompt_cache(GenerationTarget& target, const std::filesystem::path& root,
+                                  std::span<const int> prompt) {
+  auto recovered = target.recover_prompt_cache(root);
+  if (!recovered) return CacheUse{PromptCacheOutcome::rejected, recovered.error().message(), "", 0};
+  const bool repaired = recovered->action == RecoveryAction::healed || recovered->action == RecoveryAction::cleared;
+  // The last prompt token is always run: its logits pick the first token.
+  const auto cacheable = prompt.first(prompt.size() - 1);
+  // Readers take no lock: another writer may switch CURRENT, and remove
+  // the generation just read, during a look. A refusal after which CURRENT
+  // names something else is such a race, not a bad cache: look again.
+  constexpr int kLooks = 3;
+  for (int look = 1;; ++look) {
+    const auto current = read_current(rank_folder(root, 0));
+    auto use = look_at_cache(target, root, cacheable, current);
+    if (!use) return use;
+    const auto now = read_current(rank_folder(root, 0));
+    const bool moved = current && now && *current != *now;
+    if (use->outcome != PromptCacheOutcome::rejected || !moved || look == kLooks) {
+      if (repaired) use->recovery = recovered->reason;
+      return use;
+    }
+  }
 }
 
 // One generation: filled in step by step into `result`, which is what the
