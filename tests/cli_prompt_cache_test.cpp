@@ -71,7 +71,7 @@ TEST(CliPromptCache, NeverDeletesTheFilesOfALinkedGenerationsFolder) {
   EXPECT_TRUE(fs::exists(user / "sub" / "b"));
 }
 
-TEST(CliPromptCache, ASaveKilledDuringPublicationOnThreeRanksHealsOnTheNextRun) {
+TEST(CliPromptCache, ASaveKilledDuringPublicationOnThreeRanksIsHealedOrRedone) {
   test::TempDir dir;
   const fs::path cache = dir.path() / "c";
   const CachedRun cold = run(cached_run(dir.path() / "unused", {"--ranks", "3"}));
@@ -82,13 +82,18 @@ TEST(CliPromptCache, ASaveKilledDuringPublicationOnThreeRanksHealsOnTheNextRun) 
   EXPECT_EQ(killed.json.at("prompt_cache"), "failed") << "nothing was saved on every rank";
   EXPECT_NE(reason(killed).find("poisoned"), std::string::npos) << killed.output;
 
-  const CachedRun healed = run(cached_run(cache, {"--ranks", "3"}));
-  ASSERT_EQ(healed.exit_code, 0) << healed.output;
-  EXPECT_EQ(healed.json.at("prompt_cache"), "hit") << healed.output;
-  EXPECT_NE(healed.json.value("prompt_cache_recovery", "").find("every rank now names"), std::string::npos)
-      << healed.output;
-  EXPECT_EQ(healed.json.at("generated_tokens"), cold.json.at("generated_tokens"));
-  EXPECT_EQ(healed.json.at("text"), cold.json.at("text"));
+  // Whether the other ranks published before the exit poisoned the session
+  // depends on timing: the next run heals their publication and hits, or
+  // finds nothing published and saves. Either way the run after that hits.
+  const CachedRun next = run(cached_run(cache, {"--ranks", "3"}));
+  ASSERT_EQ(next.exit_code, 0) << next.output;
+  const bool healed = next.json.value("prompt_cache_recovery", "").find("every rank now names") != std::string::npos;
+  EXPECT_EQ(next.json.at("prompt_cache"), healed ? "hit" : "saved") << next.output;
+  EXPECT_EQ(next.json.at("generated_tokens"), cold.json.at("generated_tokens"));
+  EXPECT_EQ(next.json.at("text"), cold.json.at("text"));
+  const CachedRun after = run(cached_run(cache, {"--ranks", "3"}));
+  EXPECT_EQ(after.json.at("prompt_cache"), "hit") << after.output;
+  EXPECT_EQ(after.json.at("generated_tokens"), cold.json.at("generated_tokens"));
 }
 
 // Starts `accord` with `args`, its output discarded, and kills it with
