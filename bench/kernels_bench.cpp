@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/ops.hpp"
+#include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace {
@@ -35,9 +35,10 @@ void BM_matmul(benchmark::State& state) {
   const std::vector<float> x = random_floats(static_cast<std::size_t>(batch) * cols, 1);
   const std::vector<float> w = random_floats(static_cast<std::size_t>(rows) * cols, 2);
   std::vector<float> out(static_cast<std::size_t>(batch) * rows);
+  const auto matrix = accord::cpu::Matrix::of_floats(w.data(), rows, cols);
 
   for (auto _ : state) {
-    accord::cpu::matmul(pool, out.data(), x.data(), w.data(), batch, cols, rows);
+    accord::cpu::matmul(pool, out.data(), x.data(), matrix, batch);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }

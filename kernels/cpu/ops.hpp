@@ -1,10 +1,11 @@
-// CPU kernels of the Llama forward pass: flat functions over float arrays.
+// CPU kernels of the Llama forward pass besides the matrix products
+// (matmul.hpp): flat functions over float arrays.
 //
 // Determinism: every output element is reduced in one fixed order that
 // depends neither on the pool size nor on the number of rows in a batch.
-// Threads split work by output rows (or by token and head), never inside a
-// reduction, so logits are bit-identical for any thread count and for a
-// prompt run as one batch or token by token.
+// Threads split work by token and head, never inside a reduction, so
+// logits are bit-identical for any thread count and for a prompt run as
+// one batch or token by token.
 #pragma once
 
 #include <cstddef>
@@ -12,14 +13,6 @@
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace accord::cpu {
-
-// Dot product of a[n] and b[n] in a fixed order: eight interleaved partial
-// sums, combined pairwise, then the tail in order.
-float dot(const float* a, const float* b, int n);
-
-// out[t][r] = dot(w[r], x[t]).
-// x: (batch, cols)  w: (rows, cols) row-major  out: (batch, rows)
-void matmul(ThreadPool& pool, float* out, const float* x, const float* w, int batch, int cols, int rows);
 
 // out[i] = weight[i] * (x[i] / sqrt(mean(x^2) + eps)).  out may alias x.
 // x, weight, out: (n)

@@ -6,6 +6,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "runtime/model/identity.hpp"
 
@@ -18,13 +19,14 @@ using gguf::Value;
 using gguf::ValueType;
 
 // One tensor of the llama architecture: its GGUF name, its ggml shape
-// (input features first) and the weight pointer it fills. The reader and
-// the writer both walk this list, so they cannot disagree.
+// (input features first) and the weight it fills: a norm (floats) or a
+// matrix (kept in its stored type). The reader and the writer both walk
+// this list, so they cannot disagree.
 struct Slot {
   std::string name;
   std::vector<std::uint64_t> shape;
-  const float** target;
-  bool matrix;  // stored quantized; norm weights stay F32
+  const float** norm = nullptr;
+  cpu::Matrix* matrix = nullptr;
 };
 
 // GGUF's (llama.cpp's) name of a weight, e.g. "blk.3.attn_q.weight".
@@ -39,22 +41,22 @@ std::vector<Slot> llama_slots(const ModelConfig& c, ModelWeights& w, bool with_o
   const auto D = static_cast<std::uint64_t>(c.dim), H = static_cast<std::uint64_t>(c.hidden_dim);
   const auto KV = static_cast<std::uint64_t>(c.kv_dim()), V = static_cast<std::uint64_t>(c.vocab_size);
   using K = WeightKind;
-  std::vector<Slot> slots = {{tensor_name({K::token_embedding}), {D, V}, &w.token_embedding, true}};
+  std::vector<Slot> slots = {{tensor_name({K::token_embedding}), {D, V}, nullptr, &w.token_embedding}};
   for (std::size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& layer = w.layers[l];
     auto name = [&](WeightKind kind) { return tensor_name({kind, static_cast<int>(l)}); };
-    slots.push_back({name(K::rms_att), {D}, &layer.rms_att, false});
-    slots.push_back({name(K::wq), {D, D}, &layer.wq, true});
-    slots.push_back({name(K::wk), {D, KV}, &layer.wk, true});
-    slots.push_back({name(K::wv), {D, KV}, &layer.wv, true});
-    slots.push_back({name(K::wo), {D, D}, &layer.wo, true});
-    slots.push_back({name(K::rms_ffn), {D}, &layer.rms_ffn, false});
-    slots.push_back({name(K::w1), {D, H}, &layer.w1, true});
-    slots.push_back({name(K::w2), {H, D}, &layer.w2, true});
-    slots.push_back({name(K::w3), {D, H}, &layer.w3, true});
+    slots.push_back({name(K::rms_att), {D}, &layer.rms_att});
+    slots.push_back({name(K::wq), {D, D}, nullptr, &layer.wq});
+    slots.push_back({name(K::wk), {D, KV}, nullptr, &layer.wk});
+    slots.push_back({name(K::wv), {D, KV}, nullptr, &layer.wv});
+    slots.push_back({name(K::wo), {D, D}, nullptr, &layer.wo});
+    slots.push_back({name(K::rms_ffn), {D}, &layer.rms_ffn});
+    slots.push_back({name(K::w1), {D, H}, nullptr, &layer.w1});
+    slots.push_back({name(K::w2), {H, D}, nullptr, &layer.w2});
+    slots.push_back({name(K::w3), {D, H}, nullptr, &layer.w3});
   }
-  slots.push_back({tensor_name({K::rms_final}), {D}, &w.rms_final, false});
-  if (with_output) slots.push_back({tensor_name({K::classifier}), {D, V}, &w.classifier, true});
+  slots.push_back({tensor_name({K::rms_final}), {D}, &w.rms_final});
+  if (with_output) slots.push_back({tensor_name({K::classifier}), {D, V}, nullptr, &w.classifier});
   return slots;
 }
 
@@ -189,8 +191,19 @@ void decode(float* dst, const std::byte* src, TensorType type, std::size_t n) {
   }
 }
 
-// F32 data aligned for floats is used where it lies; everything else is
-// decoded into the owned buffer.
+cpu::WeightType weight_type(TensorType type) {
+  switch (type) {
+    case TensorType::f32: return cpu::WeightType::f32;
+    case TensorType::f16: return cpu::WeightType::f16;
+    case TensorType::q8_0: return cpu::WeightType::q8_0;
+    case TensorType::q4_0: return cpu::WeightType::q4_0;
+  }
+  return cpu::WeightType::f32;
+}
+
+// A norm weight stored as F32 aligned for floats is used where it lies;
+// any other is decoded into the owned buffer. Matrices always stay where
+// they lie, in their stored type.
 bool read_in_place(const gguf::TensorInfo& t, std::span<const std::byte> bytes) {
   return t.type == TensorType::f32 && reinterpret_cast<std::uintptr_t>(bytes.data() + t.offset) % alignof(float) == 0;
 }
@@ -246,17 +259,20 @@ Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const st
   std::size_t owned = 0;
   for (const Slot& slot : slots) {
     const gguf::TensorInfo& t = *file.tensor(slot.name);
-    if (!read_in_place(t, bytes)) owned += static_cast<std::size_t>(t.elements);
+    if (slot.norm != nullptr && !read_in_place(t, bytes)) owned += static_cast<std::size_t>(t.elements);
   }
   contents.owned.resize(owned);
   std::size_t next = 0;
   for (const Slot& slot : slots) {
     const gguf::TensorInfo& t = *file.tensor(slot.name);
-    if (read_in_place(t, bytes)) {
-      *slot.target = reinterpret_cast<const float*>(bytes.data() + t.offset);
+    if (slot.matrix != nullptr) {
+      *slot.matrix = {weight_type(t.type), bytes.data() + t.offset, static_cast<int>(t.shape[1]),
+                      static_cast<int>(t.shape[0])};
+    } else if (read_in_place(t, bytes)) {
+      *slot.norm = reinterpret_cast<const float*>(bytes.data() + t.offset);
     } else {
       decode(contents.owned.data() + next, bytes.data() + t.offset, t.type, static_cast<std::size_t>(t.elements));
-      *slot.target = contents.owned.data() + next;
+      *slot.norm = contents.owned.data() + next;
       next += static_cast<std::size_t>(t.elements);
     }
   }
@@ -331,9 +347,15 @@ Status write_gguf_model(const std::string& path, const Model& model, gguf::Metad
     for (std::uint64_t extent : slot.shape) n *= extent;
     // Rows that do not split into 32-value blocks fall back to F16, as
     // llama.cpp falls back to another type for them.
-    TensorType stored = slot.matrix ? type : TensorType::f32;
+    TensorType stored = slot.matrix != nullptr ? type : TensorType::f32;
     if (slot.shape[0] % gguf::block_size(stored) != 0) stored = TensorType::f16;
-    tensors.push_back({slot.name, slot.shape, stored, encode(*slot.target, static_cast<std::size_t>(n), stored)});
+    if (slot.norm != nullptr) {
+      tensors.push_back({slot.name, slot.shape, stored, encode(*slot.norm, static_cast<std::size_t>(n), stored)});
+      continue;
+    }
+    std::vector<float> values(static_cast<std::size_t>(n));
+    cpu::dequantize(*slot.matrix, values.data());
+    tensors.push_back({slot.name, slot.shape, stored, encode(values.data(), values.size(), stored)});
   }
   return gguf::write(path, metadata, tensors);
 }

@@ -148,25 +148,30 @@ Status check_length(std::span<const std::byte> bytes, const std::string& name, c
 std::string format_name(Layout layout) { return layout == Layout::legacy ? "llama2c-legacy" : "llama2c-v1"; }
 
 void assign(ModelWeights& w, const ModelConfig& c, Tensor tensor, const float* p) {
-  const std::size_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim();
-  auto per_layer = [&](const float* LayerWeights::*field, std::size_t stride) {
-    for (std::size_t l = 0; l < w.layers.size(); ++l) w.layers[l].*field = p + l * stride;
+  const int D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), V = c.vocab_size;
+  auto norms = [&](const float* LayerWeights::*field) {
+    for (std::size_t l = 0; l < w.layers.size(); ++l) w.layers[l].*field = p + l * static_cast<std::size_t>(D);
+  };
+  // Each layer's (rows, cols) matrix follows the previous layer's.
+  auto matrices = [&](cpu::Matrix LayerWeights::*field, int rows, int cols) {
+    const std::size_t stride = static_cast<std::size_t>(rows) * cols;
+    for (std::size_t l = 0; l < w.layers.size(); ++l) w.layers[l].*field = cpu::Matrix::of_floats(p + l * stride, rows, cols);
   };
   switch (tensor) {
-    case Tensor::token_embedding: w.token_embedding = p; break;
-    case Tensor::rms_att: per_layer(&LayerWeights::rms_att, D); break;
-    case Tensor::wq: per_layer(&LayerWeights::wq, D * D); break;
-    case Tensor::wk: per_layer(&LayerWeights::wk, KV * D); break;
-    case Tensor::wv: per_layer(&LayerWeights::wv, KV * D); break;
-    case Tensor::wo: per_layer(&LayerWeights::wo, D * D); break;
-    case Tensor::rms_ffn: per_layer(&LayerWeights::rms_ffn, D); break;
-    case Tensor::w1: per_layer(&LayerWeights::w1, H * D); break;
-    case Tensor::w2: per_layer(&LayerWeights::w2, D * H); break;
-    case Tensor::w3: per_layer(&LayerWeights::w3, H * D); break;
+    case Tensor::token_embedding: w.token_embedding = cpu::Matrix::of_floats(p, V, D); break;
+    case Tensor::rms_att: norms(&LayerWeights::rms_att); break;
+    case Tensor::wq: matrices(&LayerWeights::wq, D, D); break;
+    case Tensor::wk: matrices(&LayerWeights::wk, KV, D); break;
+    case Tensor::wv: matrices(&LayerWeights::wv, KV, D); break;
+    case Tensor::wo: matrices(&LayerWeights::wo, D, D); break;
+    case Tensor::rms_ffn: norms(&LayerWeights::rms_ffn); break;
+    case Tensor::w1: matrices(&LayerWeights::w1, H, D); break;
+    case Tensor::w2: matrices(&LayerWeights::w2, D, H); break;
+    case Tensor::w3: matrices(&LayerWeights::w3, H, D); break;
     case Tensor::rms_final: w.rms_final = p; break;
     case Tensor::freq_cis_real:
     case Tensor::freq_cis_imag: break;  // run.c recomputes RoPE; so do we
-    case Tensor::classifier: w.classifier = p; break;
+    case Tensor::classifier: w.classifier = cpu::Matrix::of_floats(p, V, D); break;
   }
 }
 

@@ -1,8 +1,10 @@
 #include "runtime/model/model.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <utility>
 
+#include "kernels/cpu/matmul.hpp"
 #include "runtime/model/gguf.hpp"
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/llama2c.hpp"
@@ -21,26 +23,59 @@ Status check_range(const char* name, long long value, long long max) {
 
 }  // namespace
 
+namespace {
+
+// The floats of a matrix: where they lie for aligned F32, else decoded into
+// `scratch`.
+const float* floats_of(const cpu::Matrix& m, std::vector<float>& scratch) {
+  if (m.type == cpu::WeightType::f32 && reinterpret_cast<std::uintptr_t>(m.data) % alignof(float) == 0) {
+    return reinterpret_cast<const float*>(m.data);
+  }
+  scratch.resize(static_cast<std::size_t>(m.rows) * m.cols);
+  cpu::dequantize(m, scratch.data());
+  return scratch.data();
+}
+
+}  // namespace
+
 void for_each_weight(const ModelConfig& c, const ModelWeights& w,
                      const std::function<void(WeightId id, const float* data, std::size_t count)>& fn) {
-  const std::size_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), V = c.vocab_size;
+  const std::size_t D = c.dim;
   using K = WeightKind;
-  fn({K::token_embedding}, w.token_embedding, V * D);
+  std::vector<float> scratch;
+  auto matrix = [&](WeightId id, const cpu::Matrix& m) {
+    fn(id, floats_of(m, scratch), static_cast<std::size_t>(m.rows) * m.cols);
+  };
+  matrix({K::token_embedding}, w.token_embedding);
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const int layer = static_cast<int>(i);
     fn({K::rms_att, layer}, l.rms_att, D);
-    fn({K::wq, layer}, l.wq, D * D);
-    fn({K::wk, layer}, l.wk, KV * D);
-    fn({K::wv, layer}, l.wv, KV * D);
-    fn({K::wo, layer}, l.wo, D * D);
+    matrix({K::wq, layer}, l.wq);
+    matrix({K::wk, layer}, l.wk);
+    matrix({K::wv, layer}, l.wv);
+    matrix({K::wo, layer}, l.wo);
     fn({K::rms_ffn, layer}, l.rms_ffn, D);
-    fn({K::w1, layer}, l.w1, H * D);
-    fn({K::w2, layer}, l.w2, D * H);
-    fn({K::w3, layer}, l.w3, H * D);
+    matrix({K::w1, layer}, l.w1);
+    matrix({K::w2, layer}, l.w2);
+    matrix({K::w3, layer}, l.w3);
   }
   fn({K::rms_final}, w.rms_final, D);
-  if (!c.shared_classifier) fn({K::classifier}, w.classifier, V * D);
+  if (!c.shared_classifier) matrix({K::classifier}, w.classifier);
+}
+
+std::map<std::string, std::uint64_t> Model::weight_bytes_by_type() const {
+  std::map<std::string, std::uint64_t> bytes;
+  const ModelWeights& w = weights();
+  auto add = [&](const cpu::Matrix& m) { bytes[cpu::to_string(m.type)] += m.bytes(); };
+  add(w.token_embedding);
+  for (const LayerWeights& l : w.layers) {
+    for (const cpu::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) add(*m);
+  }
+  if (!config().shared_classifier) add(w.classifier);
+  const auto norms = static_cast<std::uint64_t>(2 * config().n_layers + 1) * config().dim;
+  bytes["F32"] += norms * sizeof(float);
+  return bytes;
 }
 
 Status validate(const ModelConfig& c) {

@@ -1,7 +1,8 @@
-// A Llama-family decoder loaded from disk: configuration plus pointers to
-// float weights, either where the file mapping put them or in a buffer the
-// Model owns (weights dequantized at load from F16, Q8_0 or Q4_0 GGUF
-// tensors).
+// A Llama-family decoder loaded from disk: configuration plus its weights
+// where the file mapping put them. Matrices stay in the file's type (F32,
+// F16, Q8_0 or Q4_0; kernels/cpu/matrix.hpp) and the kernels read them in
+// place. Norm weights are floats: in place when the file stores them as
+// aligned F32, else converted into a small buffer the Model owns.
 //
 // Ownership: a Model owns its MappedFile and its float buffer; every weight
 // pointer points into one of them and lives as long as the Model, moves
@@ -11,11 +12,13 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/matrix.hpp"
 #include "runtime/error.hpp"
 #include "runtime/io/mapped_file.hpp"
 
@@ -42,24 +45,24 @@ struct ModelConfig {
 // and that rope theta and norm epsilon are finite and positive.
 Status validate(const ModelConfig& config);
 
-// Pointers to one block's weights; matrices are row-major (out, in).
+// One block's weights; matrices are row-major (out, in).
 struct LayerWeights {
-  const float* rms_att;  // (dim)
-  const float* wq;       // (dim, dim)
-  const float* wk;       // (kv_dim, dim)
-  const float* wv;       // (kv_dim, dim)
-  const float* wo;       // (dim, dim)
-  const float* rms_ffn;  // (dim)
-  const float* w1;       // (hidden_dim, dim) gate
-  const float* w2;       // (dim, hidden_dim) down
-  const float* w3;       // (hidden_dim, dim) up
+  const float* rms_att = nullptr;  // (dim)
+  cpu::Matrix wq;                  // (dim, dim)
+  cpu::Matrix wk;                  // (kv_dim, dim)
+  cpu::Matrix wv;                  // (kv_dim, dim)
+  cpu::Matrix wo;                  // (dim, dim)
+  const float* rms_ffn = nullptr;  // (dim)
+  cpu::Matrix w1;                  // (hidden_dim, dim) gate
+  cpu::Matrix w2;                  // (dim, hidden_dim) down
+  cpu::Matrix w3;                  // (hidden_dim, dim) up
 };
 
 struct ModelWeights {
-  const float* token_embedding = nullptr;  // (vocab_size, dim)
-  std::vector<LayerWeights> layers;        // n_layers blocks
-  const float* rms_final = nullptr;        // (dim)
-  const float* classifier = nullptr;       // (vocab_size, dim)
+  cpu::Matrix token_embedding;       // (vocab_size, dim)
+  std::vector<LayerWeights> layers;  // n_layers blocks
+  const float* rms_final = nullptr;  // (dim)
+  cpu::Matrix classifier;            // (vocab_size, dim)
 };
 
 // The weights of a model, in the canonical order of for_each_weight.
@@ -74,6 +77,8 @@ struct WeightId {
 // Calls fn(id, data, count) for every weight tensor in one canonical order
 // (embedding; per layer rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3; final
 // norm; the classifier when it is not shared), whatever the file layout.
+// Matrices of other types than F32 are handed over dequantized, one at a
+// time, in a buffer that lives until fn returns.
 void for_each_weight(const ModelConfig& config, const ModelWeights& weights,
                      const std::function<void(WeightId id, const float* data, std::size_t count)>& fn);
 
@@ -97,7 +102,7 @@ struct ModelHeader {
 struct ModelContents {
   ModelConfig config;
   ModelWeights weights;
-  std::vector<float> owned;  // dequantized weights; the buffer keeps its address when moved
+  std::vector<float> owned;  // norm weights not stored as aligned F32; the buffer keeps its address when moved
   std::vector<StoredTensor> tensors;
   std::string format;    // e.g. "llama2c-legacy", "gguf-v3"
   std::string identity;  // identity.hpp; the readers set it as they check every weight is finite
@@ -138,6 +143,8 @@ class Model {
   const std::vector<StoredTensor>& tensors() const { return contents_.tensors; }
   // Floats held in memory the Model owns (0 when every weight is mapped).
   std::size_t owned_floats() const { return contents_.owned.size(); }
+  // The bytes of the weights as held in memory, by type ("F32", "Q8_0", ...).
+  std::map<std::string, std::uint64_t> weight_bytes_by_type() const;
 
  private:
   ModelContents contents_;

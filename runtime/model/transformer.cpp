@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/ops.hpp"
 
 namespace accord {
@@ -52,8 +53,7 @@ void Transformer::embed(std::span<const int> tokens) {
   resize_scratch(batch_);
   const std::size_t dim = static_cast<std::size_t>(model_.config().dim);
   for (std::size_t t = 0; t < tokens.size(); ++t) {
-    const float* row = model_.weights().token_embedding + static_cast<std::size_t>(tokens[t]) * dim;
-    std::copy(row, row + dim, x_.data() + t * dim);
+    cpu::dequantize_row(model_.weights().token_embedding, tokens[t], x_.data() + t * dim);
   }
 }
 
@@ -77,9 +77,9 @@ void Transformer::run_unit(int unit, int pos, KvCache& kv) {
 
   // Attention: queries into q_, keys and values straight into the cache.
   for (std::size_t t = 0; t < rows; ++t) cpu::rmsnorm(&xb_[t * dim], &x_[t * dim], w.rms_att, dim, c.norm_eps);
-  cpu::matmul(pool_, q_.data(), xb_.data(), w.wq, batch, dim, dim);
-  cpu::matmul(pool_, keys, xb_.data(), w.wk, batch, dim, kv_dim);
-  cpu::matmul(pool_, values, xb_.data(), w.wv, batch, dim, kv_dim);
+  cpu::matmul(pool_, q_.data(), xb_.data(), w.wq, batch);
+  cpu::matmul(pool_, keys, xb_.data(), w.wk, batch);
+  cpu::matmul(pool_, values, xb_.data(), w.wv, batch);
   for (std::size_t t = 0; t < rows; ++t) {
     const std::size_t angle = (static_cast<std::size_t>(pos) + t) * (hs / 2);
     cpu::rope(&q_[t * dim], c.n_heads, hs, &rope_cos_[angle], &rope_sin_[angle]);
@@ -87,15 +87,15 @@ void Transformer::run_unit(int unit, int pos, KvCache& kv) {
   }
   const cpu::KvView view{kv.keys(unit), kv.values(unit), kv_dim};
   cpu::attention(pool_, xb_.data(), q_.data(), view, batch, pos, c.n_heads, c.n_kv_heads, hs);
-  cpu::matmul(pool_, xb2_.data(), xb_.data(), w.wo, batch, dim, dim);
+  cpu::matmul(pool_, xb2_.data(), xb_.data(), w.wo, batch);
   add_in_place(x_.data(), xb2_.data(), rows * dim);
 
   // Feed-forward: w2(silu(w1 x) * w3 x).
   for (std::size_t t = 0; t < rows; ++t) cpu::rmsnorm(&xb_[t * dim], &x_[t * dim], w.rms_ffn, dim, c.norm_eps);
-  cpu::matmul(pool_, hb_.data(), xb_.data(), w.w1, batch, dim, c.hidden_dim);
-  cpu::matmul(pool_, hb2_.data(), xb_.data(), w.w3, batch, dim, c.hidden_dim);
+  cpu::matmul(pool_, hb_.data(), xb_.data(), w.w1, batch);
+  cpu::matmul(pool_, hb2_.data(), xb_.data(), w.w3, batch);
   cpu::silu_mul(hb_.data(), hb2_.data(), batch * c.hidden_dim);
-  cpu::matmul(pool_, xb_.data(), hb_.data(), w.w2, batch, c.hidden_dim, dim);
+  cpu::matmul(pool_, xb_.data(), hb_.data(), w.w2, batch);
   add_in_place(x_.data(), xb_.data(), rows * dim);
 }
 
@@ -108,7 +108,7 @@ std::span<float> Transformer::head(Rows rows) {
     cpu::rmsnorm(&xb_[t * dim], &x_[(first + t) * dim], model_.weights().rms_final, c.dim, c.norm_eps);
   }
   logits_.resize(static_cast<std::size_t>(count) * c.vocab_size);
-  cpu::matmul(pool_, logits_.data(), xb_.data(), model_.weights().classifier, count, c.dim, c.vocab_size);
+  cpu::matmul(pool_, logits_.data(), xb_.data(), model_.weights().classifier, count);
   return logits_;
 }
 

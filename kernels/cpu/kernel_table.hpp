@@ -1,0 +1,70 @@
+// The CPU kernels of one instruction-set path (isa.hpp), and the one order
+// of arithmetic they all follow. Internal to kernels/cpu.
+//
+// The canonical order, which every path reproduces bit for bit:
+//
+// - F32 and F16 weights, dot(w, x) over n values: 16 lanes; element i < n16
+//   (n rounded down to 16) goes to lane i mod 16 as acc = fma(w_i, x_i, acc).
+//   The lanes combine in a fixed tree, lane i with lane i + 8, then i + 4,
+//   i + 2, i + 1. The elements from n16 on follow in order, s = fma(w, x, s).
+//   F16 values are converted to float exactly first.
+// - Q8_0 and Q4_0 weights meet activations quantized per block of 32
+//   (quantize_activations): 8 bits, scale amax / 127, round half away from
+//   zero. In block b, partial k (0..7) is the exact integer sum of
+//   w_j * x_j over j = 4k .. 4k + 3; its lane is (b mod 2) * 8 + k and
+//   acc = fma(d_w * d_x, float(partial), acc), the scale product rounded to
+//   float first. The 16 lanes combine in the same tree. (An odd last block
+//   leaves lanes 8..15 an fma of zeros.)
+//
+// Attention's weighted sum of values adds each position in order with an
+// fma per element (axpy).
+//
+// Threads split output rows and batches split tokens, never a reduction,
+// so results depend neither on the pool size nor on the batch size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/matrix.hpp"
+
+namespace accord::cpu {
+
+inline constexpr int kLanes = 16;
+inline constexpr int kBlock = 32;  // values per Q8_0 / Q4_0 block
+
+// A batch of input rows, with their 8-bit form when the weights are quantized.
+struct Activations {
+  const float* values = nullptr;        // (batch, cols)
+  const std::int8_t* quants = nullptr;  // (batch, cols), block formats only
+  const float* scales = nullptr;        // (batch, cols / 32), block formats only
+  int batch = 0;
+  int cols = 0;
+};
+
+// out[t][r] = dot(w[r], x[t]) for rows [row_begin, row_end) and every token.
+// out: (batch, w.rows)
+using MatmulRows = void (*)(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end);
+
+struct KernelTable {
+  MatmulRows by_type[4];  // indexed by WeightType
+  float (*dot)(const float* a, const float* b, int n);
+  // out[i] = dot(rows + i * stride, x) for i < count; x and each row: (n).
+  void (*dots)(const float* rows, std::size_t stride, int count, const float* x, int n, float* out);
+  // y[i] = fma(a, x[i], y[i]) for i < n.
+  void (*axpy)(float a, const float* x, float* y, int n);
+};
+
+const KernelTable& portable_kernels();
+// Null where the compiler could not build the path (not x86-64).
+const KernelTable* avx2_kernels();
+const KernelTable* avx512_kernels();
+
+}  // namespace accord::cpu
+
+namespace accord::cpu {
+
+// The table of active_isa() (isa.hpp).
+const KernelTable& active_kernels();
+
+}  // namespace accord::cpu

@@ -1,0 +1,83 @@
+// The AVX-512 path (F, BW, VL, VNNI): the canonical order of
+// kernel_table.hpp in one 16-lane register; two quantized blocks per
+// register, their partial sums by VPDPBUSD. Compiled with the AVX-512
+// flags; run only where best_isa() allows.
+#include "kernels/cpu/kernel_table.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "kernels/cpu/matmul_tiles.hpp"
+
+namespace accord::cpu {
+
+namespace {
+
+struct Avx512 {
+  using Vec = __m512;
+  using Quants = __m512i;
+  static constexpr int kRows = 4;
+  static constexpr int kTokens = 4;
+  static constexpr int kDecodeRows = 1;
+
+  static Vec zero() { return _mm512_setzero_ps(); }
+  static Vec load(const std::byte* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+  static float half(std::uint16_t h) { return _cvtsh_ss(h); }
+  static Vec load_half(const std::byte* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+  static float reduce(Vec v) {
+    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+  }
+  static Vec pair(float lo, float hi) {
+    const __m512d low = _mm512_castps_pd(_mm512_set1_ps(lo));
+    return _mm512_castpd_ps(_mm512_insertf64x4(low, _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
+  }
+  static __m256i block(const std::int8_t* p) {
+    return p != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : _mm256_setzero_si256();
+  }
+  static Quants quants(const std::int8_t* b0, const std::int8_t* b1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(block(b0)), block(b1), 1);
+  }
+  static __m256i unpack(const std::byte* p) {
+    if (p == nullptr) return _mm256_setzero_si256();
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m256i values = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
+    return _mm256_sub_epi8(values, _mm256_set1_epi8(8));
+  }
+  static Quants nibbles(const std::byte* b0, const std::byte* b1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(unpack(b0)), unpack(b1), 1);
+  }
+  // VPDPBUSD multiplies unsigned by signed bytes: |w| against x negated
+  // where w is negative, four adjacent products to each 32-bit lane.
+  static Vec partials(Quants w, Quants x) {
+    const __mmask64 negative = _mm512_movepi8_mask(w);
+    const __m512i signed_x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), signed_x));
+  }
+};
+
+}  // namespace
+
+const KernelTable* avx512_kernels() {
+  static const KernelTable table = tiles::make_table<Avx512>();
+  return &table;
+}
+
+}  // namespace accord::cpu
+
+#else
+
+namespace accord::cpu {
+const KernelTable* avx512_kernels() { return nullptr; }
+}  // namespace accord::cpu
+
+#endif

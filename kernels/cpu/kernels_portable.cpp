@@ -1,0 +1,101 @@
+// The portable path: the canonical order (kernel_table.hpp) in plain C++,
+// lane by lane. It runs on any CPU and is the reference the vector paths
+// must equal bit for bit.
+#include <cstring>
+
+#include "kernels/cpu/matmul_tiles.hpp"
+#include "kernels/cpu/quant.hpp"
+
+namespace accord::cpu {
+
+namespace {
+
+struct Portable {
+  struct Vec {
+    float lane[kLanes];
+  };
+  struct Quants {
+    std::int8_t value[2 * kBlock];
+  };
+  static constexpr int kRows = 4;
+  static constexpr int kTokens = 2;
+  static constexpr int kDecodeRows = 1;
+
+  static Vec zero() { return Vec{}; }
+  static Vec load(const std::byte* p) {
+    Vec v;
+    std::memcpy(v.lane, p, sizeof v.lane);
+    return v;
+  }
+  static void store(float* p, const Vec& v) { std::memcpy(p, v.lane, sizeof v.lane); }
+  static float half(std::uint16_t h) { return f16_to_f32(h); }
+  static Vec load_half(const std::byte* p) {
+    Vec v;
+    for (int i = 0; i < kLanes; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, p + 2 * i, sizeof h);
+      v.lane[i] = half(h);
+    }
+    return v;
+  }
+  static Vec fma(const Vec& a, const Vec& b, const Vec& c) {
+    Vec v;
+    for (int i = 0; i < kLanes; ++i) v.lane[i] = __builtin_fmaf(a.lane[i], b.lane[i], c.lane[i]);
+    return v;
+  }
+  static Vec mul(const Vec& a, const Vec& b) {
+    Vec v;
+    for (int i = 0; i < kLanes; ++i) v.lane[i] = a.lane[i] * b.lane[i];
+    return v;
+  }
+  static float reduce(const Vec& v) {
+    float s[kLanes];
+    std::memcpy(s, v.lane, sizeof s);
+    for (int width = kLanes / 2; width >= 1; width /= 2) {
+      for (int i = 0; i < width; ++i) s[i] = s[i] + s[i + width];
+    }
+    return s[0];
+  }
+  static Vec pair(float lo, float hi) {
+    Vec v;
+    for (int i = 0; i < kLanes; ++i) v.lane[i] = i < kLanes / 2 ? lo : hi;
+    return v;
+  }
+  static Quants quants(const std::int8_t* b0, const std::int8_t* b1) {
+    Quants q{};
+    std::memcpy(q.value, b0, kBlock);
+    if (b1 != nullptr) std::memcpy(q.value + kBlock, b1, kBlock);
+    return q;
+  }
+  static void unpack(const std::byte* nibbles, std::int8_t* out) {
+    for (int j = 0; j < kBlock / 2; ++j) {
+      const int packed = std::to_integer<int>(nibbles[j]);
+      out[j] = static_cast<std::int8_t>((packed & 0x0F) - 8);
+      out[j + kBlock / 2] = static_cast<std::int8_t>((packed >> 4) - 8);
+    }
+  }
+  static Quants nibbles(const std::byte* b0, const std::byte* b1) {
+    Quants q{};
+    unpack(b0, q.value);
+    if (b1 != nullptr) unpack(b1, q.value + kBlock);
+    return q;
+  }
+  static Vec partials(const Quants& w, const Quants& x) {
+    Vec v;
+    for (int lane = 0; lane < kLanes; ++lane) {
+      int sum = 0;
+      for (int j = 4 * lane; j < 4 * lane + 4; ++j) sum += w.value[j] * x.value[j];
+      v.lane[lane] = static_cast<float>(sum);
+    }
+    return v;
+  }
+};
+
+}  // namespace
+
+const KernelTable& portable_kernels() {
+  static const KernelTable table = tiles::make_table<Portable>();
+  return table;
+}
+
+}  // namespace accord::cpu

@@ -1,0 +1,264 @@
+// The loops of every matmul path, written once over a vector type V that
+// one instruction set implements (kernels_*.cpp). Internal to kernels/cpu.
+//
+// A tile computes R weight rows against T tokens with R * T accumulators,
+// so each weight load serves T tokens and each activation load R rows.
+// Every accumulator follows the canonical order of kernel_table.hpp.
+//
+// V provides: Vec (16 float lanes), Quants (two blocks of 32 int8),
+// zero(), load(const std::byte*) (16 floats), load_half(const std::byte*)
+// (16 halves), fma(a, b, c), mul(a, b), reduce(v) (the canonical tree),
+// store(float*, v), pair(lo, hi) (lanes 0-7 lo, 8-15 hi), half(std::uint16_t),
+// quants(const std::int8_t*, const std::int8_t*) (second block may be null:
+// zeros), nibbles(const std::byte*, const std::byte*) (Q4_0 bytes, likewise),
+// partials(w, x) (the 16 exact partial sums as floats), and the tile shapes
+// kRows, kTokens (batches) and kDecodeRows (one token). A decode step reads
+// each weight once and waits on memory: one row at a time is one
+// sequential stream the hardware prefetcher follows, where several short
+// interleaved rows defeat it (on a Zen 4, Q8_0 110M decode ran at 134
+// tok/s with 8 rows per tile and 194 with 1).
+//
+// Each path's translation unit is compiled for its instruction set, so
+// nothing here may be an inline function with external linkage: the linker
+// could pick one copy for every path. Templates over V, whose types have
+// internal linkage, are instantiated per path; builtins stand in for std::.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/kernel_table.hpp"
+
+namespace accord::cpu::tiles {
+
+// Row r of w (Matrix::row, without calling an inline function).
+template <class V>
+const std::byte* row_of(const Matrix& w, int r) {
+  return w.data + static_cast<std::size_t>(r) * row_bytes(w.type, static_cast<std::size_t>(w.cols));
+}
+
+// How each stored type reads: a template argument, so no loop branches on it.
+struct F32Format {
+  static constexpr bool kBlocks = false;
+  template <class V>
+  static typename V::Vec load(const std::byte* row, int i) {
+    return V::load(row + 4 * static_cast<std::size_t>(i));
+  }
+  template <class V>
+  static float at(const std::byte* row, int i) {
+    float f;
+    __builtin_memcpy(&f, row + 4 * static_cast<std::size_t>(i), sizeof f);
+    return f;
+  }
+};
+
+struct F16Format {
+  static constexpr bool kBlocks = false;
+  template <class V>
+  static typename V::Vec load(const std::byte* row, int i) {
+    return V::load_half(row + 2 * static_cast<std::size_t>(i));
+  }
+  template <class V>
+  static float at(const std::byte* row, int i) {
+    std::uint16_t h;
+    __builtin_memcpy(&h, row + 2 * static_cast<std::size_t>(i), sizeof h);
+    return V::half(h);
+  }
+};
+
+// A block: its f16 scale, then its values.
+struct Q8Format {
+  static constexpr bool kBlocks = true;
+  static constexpr std::size_t kBlockBytes = 2 + kBlock;
+  template <class V>
+  static typename V::Quants quants(const std::byte* b0, const std::byte* b1) {
+    return V::quants(reinterpret_cast<const std::int8_t*>(b0 + 2),
+                     b1 != nullptr ? reinterpret_cast<const std::int8_t*>(b1 + 2) : nullptr);
+  }
+};
+
+struct Q4Format {
+  static constexpr bool kBlocks = true;
+  static constexpr std::size_t kBlockBytes = 2 + kBlock / 2;
+  template <class V>
+  static typename V::Quants quants(const std::byte* b0, const std::byte* b1) {
+    return V::nibbles(b0 + 2, b1 != nullptr ? b1 + 2 : nullptr);
+  }
+};
+
+// F32 and F16 rows against T tokens of n floats: out[t * token_step + r]
+// receives row r against token t.
+template <class V, class Format, int R, int T>
+void float_tile(const std::byte* const (&rows)[R], const float* const (&tokens)[T], int n, float* out,
+                std::size_t token_step) {
+  using Vec = typename V::Vec;
+  const int n16 = n - n % kLanes;
+  Vec acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = V::zero();
+  for (int i = 0; i < n16; i += kLanes) {
+    Vec xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = V::load(reinterpret_cast<const std::byte*>(tokens[t] + i));
+    for (int r = 0; r < R; ++r) {
+      const Vec wv = Format::template load<V>(rows[r], i);
+      for (int t = 0; t < T; ++t) acc[r][t] = V::fma(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      float s = V::reduce(acc[r][t]);
+      for (int i = n16; i < n; ++i) s = __builtin_fmaf(Format::template at<V>(rows[r], i), tokens[t][i], s);
+      out[static_cast<std::size_t>(t) * token_step + r] = s;
+    }
+  }
+}
+
+// The same for R rows of w from row0 and T tokens of x from tok0.
+template <class V, class Format, int R, int T>
+void float_tile(const Matrix& w, const Activations& x, float* out, int row0, int tok0) {
+  const std::byte* rows[R];
+  const float* tokens[T];
+  for (int r = 0; r < R; ++r) rows[r] = row_of<V>(w, row0 + r);
+  for (int t = 0; t < T; ++t) tokens[t] = x.values + static_cast<std::size_t>(tok0 + t) * w.cols;
+  float_tile<V, Format, R, T>(rows, tokens, w.cols, out + static_cast<std::size_t>(tok0) * w.rows + row0,
+                              static_cast<std::size_t>(w.rows));
+}
+
+template <class V>
+float block_scale(const std::byte* block) {
+  std::uint16_t h;
+  __builtin_memcpy(&h, block, sizeof h);
+  return V::half(h);
+}
+
+// Blocks b and, when Pair, b + 1 of R rows against T tokens, into acc.
+template <class V, class Format, int R, int T, bool Pair>
+void block_step(const std::byte* const* rows, const std::int8_t* const* quants, const float* const* scales, int b,
+                typename V::Vec (&acc)[R][T]) {
+  using Vec = typename V::Vec;
+  typename V::Quants xq[T];
+  Vec xd[T];
+  for (int t = 0; t < T; ++t) {
+    const std::int8_t* q = quants[t] + static_cast<std::size_t>(b) * kBlock;
+    xq[t] = V::quants(q, Pair ? q + kBlock : nullptr);
+    xd[t] = V::pair(scales[t][b], Pair ? scales[t][b + 1] : 0.0f);
+  }
+  for (int r = 0; r < R; ++r) {
+    const std::byte* b0 = rows[r] + Format::kBlockBytes * static_cast<std::size_t>(b);
+    const std::byte* b1 = Pair ? b0 + Format::kBlockBytes : nullptr;
+    const typename V::Quants wq = Format::template quants<V>(b0, b1);
+    const Vec wd = V::pair(block_scale<V>(b0), Pair ? block_scale<V>(b1) : 0.0f);
+    for (int t = 0; t < T; ++t) acc[r][t] = V::fma(V::mul(wd, xd[t]), V::partials(wq, xq[t]), acc[r][t]);
+  }
+}
+
+// Q8_0 and Q4_0 weights: R rows from row0 against T tokens from tok0.
+template <class V, class Format, int R, int T>
+void block_tile(const Matrix& w, const Activations& x, float* out, int row0, int tok0) {
+  using Vec = typename V::Vec;
+  const int blocks = w.cols / kBlock;
+  const std::byte* rows[R];
+  const std::int8_t* quants[T];
+  const float* scales[T];
+  for (int r = 0; r < R; ++r) rows[r] = row_of<V>(w, row0 + r);
+  for (int t = 0; t < T; ++t) {
+    quants[t] = x.quants + static_cast<std::size_t>(tok0 + t) * w.cols;
+    scales[t] = x.scales + static_cast<std::size_t>(tok0 + t) * blocks;
+  }
+  Vec acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = V::zero();
+  int b = 0;
+  for (; b + 2 <= blocks; b += 2) block_step<V, Format, R, T, true>(rows, quants, scales, b, acc);
+  if (b < blocks) block_step<V, Format, R, T, false>(rows, quants, scales, b, acc);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) out[static_cast<std::size_t>(tok0 + t) * w.rows + row0 + r] = V::reduce(acc[r][t]);
+}
+
+template <class V, class Format, int R, int T>
+void tile(const Matrix& w, const Activations& x, float* out, int row0, int tok0) {
+  if constexpr (Format::kBlocks) {
+    block_tile<V, Format, R, T>(w, x, out, row0, tok0);
+  } else {
+    float_tile<V, Format, R, T>(w, x, out, row0, tok0);
+  }
+}
+
+// Tokens [tok_begin, tok_end) for the rows from row0: T at a time, then one.
+template <class V, class Format, int R, int T>
+void token_tiles(const Matrix& w, const Activations& x, float* out, int row0, int tok_begin, int tok_end) {
+  int t = tok_begin;
+  for (; t + T <= tok_end; t += T) tile<V, Format, R, T>(w, x, out, row0, t);
+  for (; t < tok_end; ++t) tile<V, Format, R, 1>(w, x, out, row0, t);
+}
+
+template <class V, class Format, int R, int T>
+void row_tiles(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end, int tok_begin,
+               int tok_end) {
+  int r = row_begin;
+  for (; r + R <= row_end; r += R) token_tiles<V, Format, R, T>(w, x, out, r, tok_begin, tok_end);
+  for (; r < row_end; ++r) token_tiles<V, Format, 1, T>(w, x, out, r, tok_begin, tok_end);
+}
+
+// Activations of this many tokens stay in the L2 cache while a group of
+// weight rows passes over them (64 x 2048 floats: 512 KiB).
+inline constexpr int kTokensPerPass = 64;
+
+template <class V, class Format>
+void matmul_rows(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end) {
+  if (x.batch < V::kTokens) {
+    row_tiles<V, Format, V::kDecodeRows, 1>(w, x, out, row_begin, row_end, 0, x.batch);
+    return;
+  }
+  for (int t = 0; t < x.batch; t += kTokensPerPass) {
+    const int end = t + kTokensPerPass < x.batch ? t + kTokensPerPass : x.batch;
+    row_tiles<V, Format, V::kRows, V::kTokens>(w, x, out, row_begin, row_end, t, end);
+  }
+}
+
+// out[i] = dot(rows + i * stride, x) for i < count: attention's scores.
+template <class V>
+void dots(const float* rows, std::size_t stride, int count, const float* x, int n, float* out) {
+  constexpr int R = V::kDecodeRows;
+  const float* const tokens[1] = {x};
+  int i = 0;
+  for (; i + R <= count; i += R) {
+    const std::byte* block[R];
+    for (int r = 0; r < R; ++r) block[r] = reinterpret_cast<const std::byte*>(rows + (i + r) * stride);
+    float_tile<V, F32Format, R, 1>(block, tokens, n, out + i, 0);
+  }
+  for (; i < count; ++i) {
+    const std::byte* one[1] = {reinterpret_cast<const std::byte*>(rows + i * stride)};
+    float_tile<V, F32Format, 1, 1>(one, tokens, n, out + i, 0);
+  }
+}
+
+template <class V>
+float dot(const float* a, const float* b, int n) {
+  float out;
+  dots<V>(a, 0, 1, b, n, &out);
+  return out;
+}
+
+// y[i] = fma(a, x[i], y[i]).
+template <class V>
+void axpy(float a, const float* x, float* y, int n) {
+  using Vec = typename V::Vec;
+  const Vec av = V::pair(a, a);
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const Vec out = V::fma(av, V::load(reinterpret_cast<const std::byte*>(x + i)),
+                           V::load(reinterpret_cast<const std::byte*>(y + i)));
+    V::store(y + i, out);
+  }
+  for (; i < n; ++i) y[i] = __builtin_fmaf(a, x[i], y[i]);
+}
+
+template <class V>
+KernelTable make_table() {
+  return {{&matmul_rows<V, F32Format>, &matmul_rows<V, F16Format>, &matmul_rows<V, Q8Format>, &matmul_rows<V, Q4Format>},
+          &dot<V>, &dots<V>, &axpy<V>};
+}
+
+}  // namespace accord::cpu::tiles

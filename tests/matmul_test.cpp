@@ -1,0 +1,192 @@
+// The matrix products of every weight type on every CPU path: the paths
+// agree bit for bit (the canonical order of kernels/cpu/kernel_table.hpp),
+// results do not change with threads or batch size, and each type computes
+// what its definition says, checked against a double-precision reference.
+#include "kernels/cpu/matmul.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/isa.hpp"
+#include "kernels/cpu/quant.hpp"
+
+namespace accord::cpu {
+namespace {
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A (rows, cols) matrix of `type` made from random floats; owns its bytes.
+struct StoredMatrix {
+  std::vector<std::byte> bytes;
+  Matrix matrix;
+};
+
+StoredMatrix make_matrix(WeightType type, int rows, int cols, unsigned seed) {
+  const auto values = random_floats(static_cast<std::size_t>(rows) * cols, seed);
+  StoredMatrix m;
+  m.bytes.resize(static_cast<std::size_t>(rows) * row_bytes(type, static_cast<std::size_t>(cols)));
+  switch (type) {
+    case WeightType::f32: std::memcpy(m.bytes.data(), values.data(), m.bytes.size()); break;
+    case WeightType::f16: quantize_f16(m.bytes.data(), values.data(), values.size()); break;
+    case WeightType::q8_0: quantize_q8_0(m.bytes.data(), values.data(), values.size()); break;
+    case WeightType::q4_0: quantize_q4_0(m.bytes.data(), values.data(), values.size()); break;
+  }
+  m.matrix = {type, m.bytes.data(), rows, cols};
+  return m;
+}
+
+std::vector<float> product(const Matrix& w, const std::vector<float>& x, int batch, int threads) {
+  ThreadPool pool(threads);
+  std::vector<float> out(static_cast<std::size_t>(batch) * w.rows);
+  matmul(pool, out.data(), x.data(), w, batch);
+  return out;
+}
+
+bool is_block(WeightType type) { return type == WeightType::q8_0 || type == WeightType::q4_0; }
+
+// Switches the process to a CPU path for the scope, and back.
+class PathScope {
+ public:
+  explicit PathScope(Isa isa) : previous_(active_isa()) { ok_ = use_isa(to_string(isa)).empty(); }
+  ~PathScope() { use_isa(to_string(previous_)); }
+  bool ok() const { return ok_; }
+
+ private:
+  Isa previous_;
+  bool ok_ = false;
+};
+
+constexpr WeightType kTypes[] = {WeightType::f32, WeightType::f16, WeightType::q8_0, WeightType::q4_0};
+
+// Shapes that reach every remainder: an odd number of 32-value blocks, a
+// float tail past the 16 lanes, rows and tokens that do not fill a tile.
+int cols_for(WeightType type) { return is_block(type) ? 96 : 173; }
+
+TEST(Matmul, EveryPathGivesTheSameBitsForEveryType) {
+  for (WeightType type : kTypes) {
+    const int rows = 37, cols = cols_for(type);
+    const StoredMatrix w = make_matrix(type, rows, cols, 7);
+    for (int batch : {1, 3, 9}) {
+      const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 11);
+      std::vector<float> portable;
+      {
+        PathScope scope(Isa::portable);
+        ASSERT_TRUE(scope.ok());
+        portable = product(w.matrix, x, batch, 1);
+      }
+      for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        PathScope scope(isa);
+        if (!scope.ok()) continue;  // this CPU lacks it; best_isa() is covered below
+        EXPECT_TRUE(bit_identical(product(w.matrix, x, batch, 2), portable))
+            << to_string(type) << " on " << to_string(isa) << ", batch " << batch;
+      }
+    }
+  }
+}
+
+TEST(Matmul, ResultsDependNeitherOnThreadsNorOnBatchSize) {
+  for (WeightType type : kTypes) {
+    const int rows = 131, cols = cols_for(type), batch = 10;
+    const StoredMatrix w = make_matrix(type, rows, cols, 3);
+    const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 4);
+    const auto reference = product(w.matrix, x, batch, 1);
+    for (int threads : {2, 3}) {
+      EXPECT_TRUE(bit_identical(product(w.matrix, x, batch, threads), reference)) << to_string(type) << threads;
+    }
+    for (int t = 0; t < batch; ++t) {
+      const std::vector<float> token(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+      const auto alone = product(w.matrix, token, 1, 1);
+      EXPECT_EQ(0, std::memcmp(alone.data(), reference.data() + static_cast<std::size_t>(t) * rows,
+                               alone.size() * sizeof(float)))
+          << to_string(type) << " token " << t;
+    }
+  }
+}
+
+// What a row of the product must be: the float formats exactly, the block
+// formats with the activations quantized as quantize_activations says.
+double reference_dot(const Matrix& w, int row, const float* x) {
+  std::vector<float> weights(static_cast<std::size_t>(w.cols));
+  dequantize_row(w, row, weights.data());
+  std::vector<float> input(x, x + w.cols);
+  if (is_block(w.type)) {
+    std::vector<std::int8_t> quants(input.size());
+    std::vector<float> scales(input.size() / 32);
+    quantize_activations(x, w.cols, quants.data(), scales.data());
+    for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(quants[i]) * scales[i / 32];
+  }
+  double sum = 0;
+  for (int i = 0; i < w.cols; ++i) sum += static_cast<double>(weights[i]) * input[i];
+  return sum;
+}
+
+TEST(Matmul, EveryTypeComputesItsDefinition) {
+  for (WeightType type : kTypes) {
+    const int rows = 19, cols = cols_for(type), batch = 5;
+    const StoredMatrix w = make_matrix(type, rows, cols, 21);
+    const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 22);
+    const auto out = product(w.matrix, x, batch, 2);
+    for (int t = 0; t < batch; ++t) {
+      for (int r = 0; r < rows; ++r) {
+        const double expected = reference_dot(w.matrix, r, x.data() + static_cast<std::size_t>(t) * cols);
+        EXPECT_NEAR(out[static_cast<std::size_t>(t) * rows + r], expected, 2e-5) << to_string(type) << " " << t << "," << r;
+      }
+    }
+  }
+}
+
+// ggml's quantizer never writes -128, but a file may hold it: |-128| does
+// not fit a signed byte, which the vector paths' sign tricks must survive.
+TEST(Matmul, Q8_0WeightsOfMinusOneHundredTwentyEightAreExact) {
+  StoredMatrix w = make_matrix(WeightType::q8_0, 4, 64, 5);
+  for (std::size_t i = 2; i < w.bytes.size(); i += 3) {
+    if (i % kQ8_0BlockBytes >= 2) w.bytes[i] = std::byte{0x80};
+  }
+  const auto x = random_floats(64, 6);
+  const auto out = product(w.matrix, x, 1, 1);
+  for (int r = 0; r < 4; ++r) EXPECT_NEAR(out[static_cast<std::size_t>(r)], reference_dot(w.matrix, r, x.data()), 2e-5);
+}
+
+TEST(Matmul, QuantizedActivationsRoundHalfAwayFromZeroAndSurviveNaN) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 0.5f;
+  x[2] = -0.5f;
+  x[3] = -2.5f;
+  x[4] = std::nanf("");
+  std::vector<std::int8_t> quants(32);
+  float scale = 0;
+  quantize_activations(x.data(), 32, quants.data(), &scale);
+  EXPECT_EQ(scale, 1.0f);
+  EXPECT_EQ(quants[0], 127);
+  EXPECT_EQ(quants[1], 1);
+  EXPECT_EQ(quants[2], -1);
+  EXPECT_EQ(quants[3], -3);
+  EXPECT_EQ(quants[4], 0);
+}
+
+TEST(Matmul, PathsAreNamedAndRefusedClearly) {
+  EXPECT_EQ(use_isa(to_string(active_isa())), "");
+  EXPECT_NE(use_isa("sse9").find("unknown CPU path 'sse9' (paths: portable, avx2, avx512)"), std::string::npos);
+  PathScope scope(Isa::portable);
+  EXPECT_TRUE(scope.ok());
+  EXPECT_EQ(active_isa(), Isa::portable);
+}
+
+}  // namespace
+}  // namespace accord::cpu
