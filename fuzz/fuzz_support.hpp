@@ -21,10 +21,10 @@ inline void consume(float value) {
   sink = sink + value;
 }
 
-// Reads the first and last float of every weight tensor.
+// Reads the first and last float of every piece of every weight tensor.
 inline void touch_weights(const ModelContents& model) {
   for_each_weight(model.config, model.weights,
-                  [](WeightId, const float* p, std::size_t n) { consume(p[0] + p[n - 1]); });
+                  [](const WeightPiece& piece) { consume(piece.data[0] + piece.data[piece.count - 1]); });
 }
 
 // Encodes a few texts and decodes every token of the result.

@@ -155,6 +155,34 @@ TEST(GgufModel, MisalignedF32TensorsAreCopied) {
   EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)));
 }
 
+// Every CPU path this machine has computes the same bits for every stored
+// type, through prefill and decode (kernels/cpu/kernel_table.hpp).
+TEST(GgufModel, EveryCpuPathGivesBitIdenticalLogitsForEveryType) {
+  test::TempDir dir;
+  const Model bin = test::synthetic_model(dir, {block_config(), 13, llama2c::Layout::legacy});
+  for (auto type : {gguf::TensorType::f32, gguf::TensorType::f16, gguf::TensorType::q8_0, gguf::TensorType::q4_0}) {
+    const std::string path = dir.file(std::string(gguf::to_string(type)) + ".gguf");
+    ASSERT_TRUE(write_gguf_model(path, bin, llama_metadata(bin.config()), type));
+    const Model model = load(path);
+    Trace portable;
+    {
+      test::CpuPathScope scope(cpu::Isa::portable);
+      ASSERT_TRUE(scope.ok());
+      portable = greedy_trace(model, 6);
+    }
+    int paths = 0;
+    for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+      test::CpuPathScope scope(isa);
+      if (!scope.ok()) continue;
+      ++paths;
+      const Trace trace = greedy_trace(model, 6);
+      EXPECT_EQ(0, std::memcmp(trace.logits.data(), portable.logits.data(), portable.logits.size() * sizeof(float)))
+          << gguf::to_string(type) << " on " << cpu::to_string(isa);
+    }
+    std::printf("[ paths    ] %s: %d vector path(s) equal the portable one\n", std::string(gguf::to_string(type)).c_str(), paths);
+  }
+}
+
 struct Drift {
   double max_abs = 0;    // largest |logit - reference logit|
   double logit_rms = 0;  // RMS of the reference logits

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/quant.hpp"
+#include "tests/support.hpp"
 
 namespace accord::cpu {
 namespace {
@@ -59,18 +60,6 @@ std::vector<float> product(const Matrix& w, const std::vector<float>& x, int bat
 
 bool is_block(WeightType type) { return type == WeightType::q8_0 || type == WeightType::q4_0; }
 
-// Switches the process to a CPU path for the scope, and back.
-class PathScope {
- public:
-  explicit PathScope(Isa isa) : previous_(active_isa()) { ok_ = use_isa(to_string(isa)).empty(); }
-  ~PathScope() { use_isa(to_string(previous_)); }
-  bool ok() const { return ok_; }
-
- private:
-  Isa previous_;
-  bool ok_ = false;
-};
-
 constexpr WeightType kTypes[] = {WeightType::f32, WeightType::f16, WeightType::q8_0, WeightType::q4_0};
 
 // Shapes that reach every remainder: an odd number of 32-value blocks, a
@@ -85,12 +74,12 @@ TEST(Matmul, EveryPathGivesTheSameBitsForEveryType) {
       const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 11);
       std::vector<float> portable;
       {
-        PathScope scope(Isa::portable);
+        test::CpuPathScope scope(Isa::portable);
         ASSERT_TRUE(scope.ok());
         portable = product(w.matrix, x, batch, 1);
       }
       for (Isa isa : {Isa::avx2, Isa::avx512}) {
-        PathScope scope(isa);
+        test::CpuPathScope scope(isa);
         if (!scope.ok()) continue;  // this CPU lacks it; best_isa() is covered below
         EXPECT_TRUE(bit_identical(product(w.matrix, x, batch, 2), portable))
             << to_string(type) << " on " << to_string(isa) << ", batch " << batch;
@@ -180,10 +169,22 @@ TEST(Matmul, QuantizedActivationsRoundHalfAwayFromZeroAndSurviveNaN) {
   EXPECT_EQ(quants[4], 0);
 }
 
+TEST(Matmul, QuantizedActivationsEqualStdRound) {
+  const auto x = random_floats(32 * 64, 31);
+  std::vector<std::int8_t> quants(x.size());
+  std::vector<float> scales(x.size() / 32);
+  quantize_activations(x.data(), static_cast<int>(x.size()), quants.data(), scales.data());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float scale = scales[i / 32];
+    const float expected = std::round(x[i] * (1.0f / scale));
+    ASSERT_EQ(quants[i], static_cast<std::int8_t>(expected)) << i;
+  }
+}
+
 TEST(Matmul, PathsAreNamedAndRefusedClearly) {
   EXPECT_EQ(use_isa(to_string(active_isa())), "");
   EXPECT_NE(use_isa("sse9").find("unknown CPU path 'sse9' (paths: portable, avx2, avx512)"), std::string::npos);
-  PathScope scope(Isa::portable);
+  test::CpuPathScope scope(Isa::portable);
   EXPECT_TRUE(scope.ok());
   EXPECT_EQ(active_isa(), Isa::portable);
 }

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "actors/distributed_session.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/tokenizer.hpp"
@@ -70,6 +71,21 @@ void write_bytes(const std::string& path, const std::vector<std::byte>& bytes);
 // every time it runs. The error is a mechanism error saying "injected fault".
 FailureHook fail_once(Phase phase, std::uint64_t epoch);
 FailureHook fail_every(Phase phase);
+
+// Switches the process's CPU kernels to `isa` (kernels/cpu/isa.hpp) for
+// the scope, and back. ok() is false where this CPU cannot run it.
+class CpuPathScope {
+ public:
+  explicit CpuPathScope(cpu::Isa isa);
+  ~CpuPathScope();
+  CpuPathScope(const CpuPathScope&) = delete;
+  CpuPathScope& operator=(const CpuPathScope&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  cpu::Isa previous_;
+  bool ok_;
+};
 
 struct CommandResult {
   int exit_code;

@@ -13,6 +13,7 @@
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"
 #include "apps/accord/options.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/generate/generator.hpp"
@@ -46,16 +47,6 @@ struct GenerateArgs {
 
 constexpr std::string_view kDraftModelPrefix = "model:";
 
-// The threads this process's pools get for --threads: past
-// max_useful_threads() they would only take turns on this machine's cores.
-int capped_threads(int requested) {
-  const int limit = cpu::max_useful_threads();
-  if (requested <= limit) return requested;
-  warn("--threads " + std::to_string(requested) + " is more than " + std::to_string(cpu::kThreadsPerCore) +
-       " per core of this machine; using " + std::to_string(limit));
-  return limit;
-}
-
 // The drafter of --speculative, and the draft model it runs, if any.
 struct Speculation {
   std::unique_ptr<Model> draft_model;
@@ -83,6 +74,7 @@ nlohmann::json to_json(const SessionReport& r) {
       {"weights_bytes", r.weights_bytes},
       {"weights_resident_bytes", r.weights_resident_bytes},
       {"weights_residency", r.weights_residency},
+      {"weights_bytes_by_type", r.weights_bytes_by_type},
       {"kv_bytes_used", r.kv_bytes_used},
       {"kv_bytes_capacity", r.kv_bytes_capacity},
       {"position", r.position},
@@ -102,6 +94,7 @@ nlohmann::json to_json(const GenerationResult& result, const Model& model, int t
   nlohmann::json json = {
       {"model", model.path()},
       {"model_format", model.format()},
+      {"kernel_path", cpu::to_string(cpu::active_isa())},
       {"threads", threads},
       {"prompt_tokens", result.prompt_tokens},
       {"generated_tokens", result.generated_tokens},

@@ -1,9 +1,11 @@
 // accord: run a language-model text session from the command line.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "apps/accord/commands.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "runtime/error.hpp"
 
 namespace accord::cli {
@@ -44,6 +46,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::cerr << "accord: error: " << accord::printable(e.what()) << "\nRun with --help for usage." << std::endl;
     return 2;
+  }
+  if (const char* path = std::getenv("ACCORD_CPU_PATH"); path != nullptr) {
+    if (const std::string refused = accord::cpu::use_isa(path); !refused.empty()) {
+      std::cerr << "accord: error: ACCORD_CPU_PATH: " << accord::printable(refused) << std::endl;
+      return 2;
+    }
   }
   try {
     if (app.got_subcommand("generate")) return generate();

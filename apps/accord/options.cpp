@@ -5,6 +5,9 @@
 #include <limits>
 #include <string>
 
+#include "apps/accord/commands.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+
 namespace accord::cli {
 
 CLI::Validator seed_range() {
@@ -18,6 +21,14 @@ CLI::Validator seed_range() {
                ", got '" + text + "'";
       },
       "");
+}
+
+int capped_threads(int requested) {
+  const int limit = cpu::max_useful_threads();
+  if (requested <= limit) return requested;
+  warn("--threads " + std::to_string(requested) + " is more than " + std::to_string(cpu::kThreadsPerCore) +
+       " per core of this machine; using " + std::to_string(limit));
+  return limit;
 }
 
 }  // namespace accord::cli

@@ -9,4 +9,9 @@ namespace accord::cli {
 // anything larger as 2^64-1, so all of them would silently be one seed.
 CLI::Validator seed_range();
 
+// The threads a pool of this process gets for --threads: past
+// cpu::max_useful_threads() they would only take turns on this machine's
+// cores, so more are capped, with a warning.
+int capped_threads(int requested);
+
 }  // namespace accord::cli

@@ -26,10 +26,11 @@ bool any_non_finite(const float* data, std::size_t n) {
 }
 
 // Names the tensor, the first bad element and its value.
-Error non_finite_error(const std::string& name, const std::string& tensor, const float* data, std::size_t count) {
-  const float* bad = std::find_if(data, data + count, [](float v) { return !std::isfinite(v); });
+Error non_finite_error(const std::string& name, const std::string& tensor, const WeightPiece& piece) {
+  const float* bad = std::find_if(piece.data, piece.data + piece.count, [](float v) { return !std::isfinite(v); });
   return Error(ErrorCode::format, name + ": tensor " + tensor + " holds " + std::to_string(*bad) + " at element " +
-                                      std::to_string(bad - data) + " of " + std::to_string(count) +
+                                      std::to_string(piece.first + static_cast<std::size_t>(bad - piece.data)) +
+                                      " of " + std::to_string(piece.total) +
                                       "; a model's weights must be finite numbers");
 }
 
@@ -45,13 +46,13 @@ Status identify(ModelContents& contents, const std::string& name, const TensorNa
   digest.update_value(c.rope_theta).update_value(c.norm_eps).update_value(c.shared_classifier);
 
   std::optional<Error> failed;
-  for_each_weight(c, contents.weights, [&](WeightId id, const float* data, std::size_t count) {
+  for_each_weight(c, contents.weights, [&](const WeightPiece& piece) {
     if (failed) return;
-    for (std::size_t start = 0; start < count; start += kChunk) {
-      const std::size_t n = std::min(kChunk, count - start);
-      digest.update(data + start, n * sizeof(float));
-      if (any_non_finite(data + start, n)) {
-        failed = non_finite_error(name, tensor_name(id), data, count);
+    for (std::size_t start = 0; start < piece.count; start += kChunk) {
+      const std::size_t n = std::min(kChunk, piece.count - start);
+      digest.update(piece.data + start, n * sizeof(float));
+      if (any_non_finite(piece.data + start, n)) {
+        failed = non_finite_error(name, tensor_name(piece.id), piece);
         return;
       }
     }

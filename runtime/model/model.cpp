@@ -1,5 +1,6 @@
 #include "runtime/model/model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -25,42 +26,51 @@ Status check_range(const char* name, long long value, long long max) {
 
 namespace {
 
-// The floats of a matrix: where they lie for aligned F32, else decoded into
-// `scratch`.
-const float* floats_of(const cpu::Matrix& m, std::vector<float>& scratch) {
+// Floats dequantized at a time: 256 KiB, whole rows.
+constexpr std::size_t kPieceFloats = 1 << 16;
+
+// Hands m to fn: where it lies for aligned F32, else in pieces of whole rows.
+void matrix_pieces(WeightId id, const cpu::Matrix& m, const std::function<void(const WeightPiece&)>& fn,
+                   std::vector<float>& scratch) {
+  const auto cols = static_cast<std::size_t>(m.cols);
+  const std::size_t total = static_cast<std::size_t>(m.rows) * cols;
   if (m.type == cpu::WeightType::f32 && reinterpret_cast<std::uintptr_t>(m.data) % alignof(float) == 0) {
-    return reinterpret_cast<const float*>(m.data);
+    fn({id, reinterpret_cast<const float*>(m.data), total, 0, total});
+    return;
   }
-  scratch.resize(static_cast<std::size_t>(m.rows) * m.cols);
-  cpu::dequantize(m, scratch.data());
-  return scratch.data();
+  const int rows_per_piece = static_cast<int>(std::max<std::size_t>(1, kPieceFloats / cols));
+  for (int row = 0; row < m.rows; row += rows_per_piece) {
+    const int rows = std::min(rows_per_piece, m.rows - row);
+    scratch.resize(static_cast<std::size_t>(rows) * cols);
+    for (int r = 0; r < rows; ++r) cpu::dequantize_row(m, row + r, scratch.data() + static_cast<std::size_t>(r) * cols);
+    fn({id, scratch.data(), scratch.size(), static_cast<std::size_t>(row) * cols, total});
+  }
 }
 
 }  // namespace
 
 void for_each_weight(const ModelConfig& c, const ModelWeights& w,
-                     const std::function<void(WeightId id, const float* data, std::size_t count)>& fn) {
+                     const std::function<void(const WeightPiece& piece)>& fn) {
   const std::size_t D = c.dim;
   using K = WeightKind;
   std::vector<float> scratch;
-  auto matrix = [&](WeightId id, const cpu::Matrix& m) {
-    fn(id, floats_of(m, scratch), static_cast<std::size_t>(m.rows) * m.cols);
-  };
+  auto matrix = [&](WeightId id, const cpu::Matrix& m) { matrix_pieces(id, m, fn, scratch); };
+  auto norm = [&](WeightId id, const float* data) { fn({id, data, D, 0, D}); };
   matrix({K::token_embedding}, w.token_embedding);
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const int layer = static_cast<int>(i);
-    fn({K::rms_att, layer}, l.rms_att, D);
+    norm({K::rms_att, layer}, l.rms_att);
     matrix({K::wq, layer}, l.wq);
     matrix({K::wk, layer}, l.wk);
     matrix({K::wv, layer}, l.wv);
     matrix({K::wo, layer}, l.wo);
-    fn({K::rms_ffn, layer}, l.rms_ffn, D);
+    norm({K::rms_ffn, layer}, l.rms_ffn);
     matrix({K::w1, layer}, l.w1);
     matrix({K::w2, layer}, l.w2);
     matrix({K::w3, layer}, l.w3);
   }
-  fn({K::rms_final}, w.rms_final, D);
+  norm({K::rms_final}, w.rms_final);
   if (!c.shared_classifier) matrix({K::classifier}, w.classifier);
 }
 

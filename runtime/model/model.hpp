@@ -74,13 +74,24 @@ struct WeightId {
   int layer = -1;  // -1: not a block's weight
 };
 
-// Calls fn(id, data, count) for every weight tensor in one canonical order
-// (embedding; per layer rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3; final
-// norm; the classifier when it is not shared), whatever the file layout.
-// Matrices of other types than F32 are handed over dequantized, one at a
-// time, in a buffer that lives until fn returns.
+// A piece of a weight tensor as floats: values [first, first + count) of
+// its total.
+struct WeightPiece {
+  WeightId id;
+  const float* data;
+  std::size_t count;
+  std::size_t first;
+  std::size_t total;
+};
+
+// Calls fn for every weight tensor in one canonical order (embedding; per
+// layer rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3; final norm; the
+// classifier when it is not shared), whatever the file layout. A tensor
+// stored as floats comes in one piece; any other matrix is dequantized a
+// few rows at a time into a buffer that lives until fn returns, so a
+// quantized model never exists whole as floats.
 void for_each_weight(const ModelConfig& config, const ModelWeights& weights,
-                     const std::function<void(WeightId id, const float* data, std::size_t count)>& fn);
+                     const std::function<void(const WeightPiece& piece)>& fn);
 
 // One tensor as the file stores it (for `accord inspect`).
 struct StoredTensor {

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "kernels/cpu/isa.hpp"
 #include "runtime/io/digest.hpp"
 #include "runtime/model/identity.hpp"
 
@@ -416,6 +417,8 @@ SessionReport Session::report() const {
   r.weights_bytes = model_.file_bytes();
   r.weights_resident_bytes = model_.resident_bytes();
   r.weights_residency = "memory-mapped";
+  r.weights_bytes_by_type = model_.weight_bytes_by_type();
+  r.kernel_path = cpu::to_string(cpu::active_isa());
   r.kv_bytes_used = state().used_bytes();
   r.kv_bytes_capacity = state().kv().capacity_bytes();
   r.position = state().position();

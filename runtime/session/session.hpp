@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -74,6 +75,8 @@ struct SessionReport {
   std::uint64_t weights_bytes = 0;
   std::uint64_t weights_resident_bytes = 0;
   std::string weights_residency;  // "memory-mapped"
+  std::map<std::string, std::uint64_t> weights_bytes_by_type;  // as held in memory: "F32", "Q8_0", ...
+  std::string kernel_path;  // the CPU kernels' path (kernels/cpu/isa.hpp)
   std::uint64_t kv_bytes_used = 0;
   std::uint64_t kv_bytes_capacity = 0;
   int position = 0;
