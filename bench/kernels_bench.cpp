@@ -1,5 +1,7 @@
 // cpu::matmul at the projection shapes of a 110M-class model (dim 768,
-// hidden 2048): decode (batch 1) and prefill (batch 64), on 1 and 2 threads.
+// hidden 2048): decode (batch 1) and prefill (batch 64), for every stored
+// weight type, on 1 and 2 threads, on the path isa.hpp chose
+// (ACCORD_CPU_PATH forces one).
 //
 // Decode reads every weight once per token and is bound by memory bandwidth,
 // so bytes/s (weight bytes read) is its figure; prefill reuses each weight
@@ -11,10 +13,14 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/aligned.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace {
+
+using accord::cpu::WeightType;
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -24,18 +30,34 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
   return v;
 }
 
-// Args: batch, rows (output width), threads. The input width is always 768.
+// The bytes of `values` stored as `type`.
+std::vector<std::byte> stored(WeightType type, const std::vector<float>& values) {
+  std::vector<std::byte> bytes(accord::cpu::row_bytes(type, values.size()));
+  switch (type) {
+    case WeightType::f32: bytes.assign(reinterpret_cast<const std::byte*>(values.data()),
+                                       reinterpret_cast<const std::byte*>(values.data() + values.size())); break;
+    case WeightType::f16: accord::cpu::quantize_f16(bytes.data(), values.data(), values.size()); break;
+    case WeightType::q8_0: accord::cpu::quantize_q8_0(bytes.data(), values.data(), values.size()); break;
+    case WeightType::q4_0: accord::cpu::quantize_q4_0(bytes.data(), values.data(), values.size()); break;
+  }
+  return bytes;
+}
+
+// Args: weight type (WeightType's value), batch, rows (output width),
+// threads. The input width is always 768.
 void BM_matmul(benchmark::State& state) {
-  const int batch = static_cast<int>(state.range(0));
-  const int rows = static_cast<int>(state.range(1));
-  const int threads = static_cast<int>(state.range(2));
+  const auto type = static_cast<WeightType>(state.range(0));
+  const int batch = static_cast<int>(state.range(1));
+  const int rows = static_cast<int>(state.range(2));
+  const int threads = static_cast<int>(state.range(3));
   const int cols = 768;
 
   accord::cpu::ThreadPool pool(threads);
-  const std::vector<float> x = random_floats(static_cast<std::size_t>(batch) * cols, 1);
-  const std::vector<float> w = random_floats(static_cast<std::size_t>(rows) * cols, 2);
+  const auto values = random_floats(static_cast<std::size_t>(batch) * cols, 1);
+  const accord::cpu::AlignedVector<float> x(values.begin(), values.end());
+  const std::vector<std::byte> w = stored(type, random_floats(static_cast<std::size_t>(rows) * cols, 2));
+  const accord::cpu::Matrix matrix{type, w.data(), rows, cols};
   std::vector<float> out(static_cast<std::size_t>(batch) * rows);
-  const auto matrix = accord::cpu::Matrix::of_floats(w.data(), rows, cols);
 
   for (auto _ : state) {
     accord::cpu::matmul(pool, out.data(), x.data(), matrix, batch);
@@ -43,16 +65,17 @@ void BM_matmul(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
 
+  state.SetLabel(accord::cpu::to_string(type));
   // Shown as FLOP=<n>G/s: the library appends "/s" and an SI prefix to rates.
   state.counters["FLOP"] = benchmark::Counter(2.0 * batch * rows * cols, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(w.size() * sizeof(float)));
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(w.size()));
 }
 
 // Real time, not CPU time: CPU time counts the calling thread only, which
 // would flatter the 2-thread runs.
 BENCHMARK(BM_matmul)
-    ->ArgNames({"batch", "rows", "threads"})
-    ->ArgsProduct({{1, 64}, {768, 2048}, {1, 2}})
+    ->ArgNames({"type", "batch", "rows", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 64}, {768, 2048}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/aligned.hpp"
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/quant.hpp"
 
@@ -30,8 +31,8 @@ std::int8_t to_level(float v) {
 // The activations' 8-bit form, reused across calls on the calling thread
 // (the rank's own), so a decode step allocates nothing.
 struct QuantizedBatch {
-  std::vector<std::int8_t> quants;
-  std::vector<float> scales;
+  AlignedVector<std::int8_t> quants;
+  AlignedVector<float> scales;
 };
 
 }  // namespace

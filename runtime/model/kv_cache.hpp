@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/cpu/aligned.hpp"
 #include "runtime/model/model.hpp"
 
 namespace accord {
@@ -39,8 +40,8 @@ class KvCache {
   int unit_count_;
   int capacity_;
   int kv_dim_;
-  std::vector<float> keys_;
-  std::vector<float> values_;
+  cpu::AlignedVector<float> keys_;  // aligned for the kernels' vector loads
+  cpu::AlignedVector<float> values_;
 };
 
 }  // namespace accord

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/aligned.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/error.hpp"
 #include "runtime/model/kv_cache.hpp"
@@ -53,14 +54,15 @@ class Transformer {
   std::vector<float> rope_cos_;  // (seq_len, head_size / 2)
   std::vector<float> rope_sin_;  // (seq_len, head_size / 2)
 
-  // Activations for a batch of B tokens.
-  std::vector<float> x_;       // (B, dim) residual stream
-  std::vector<float> xb_;      // (B, dim) normed input / attention output
-  std::vector<float> xb2_;     // (B, dim) projection output
-  std::vector<float> q_;       // (B, dim) queries
-  std::vector<float> hb_;      // (B, hidden_dim) gate
-  std::vector<float> hb2_;     // (B, hidden_dim) up
-  std::vector<float> logits_;  // (rows, vocab)
+  // Activations for a batch of B tokens, aligned to cache lines for the
+  // kernels' vector loads.
+  cpu::AlignedVector<float> x_;       // (B, dim) residual stream
+  cpu::AlignedVector<float> xb_;      // (B, dim) normed input / attention output
+  cpu::AlignedVector<float> xb2_;     // (B, dim) projection output
+  cpu::AlignedVector<float> q_;       // (B, dim) queries
+  cpu::AlignedVector<float> hb_;      // (B, hidden_dim) gate
+  cpu::AlignedVector<float> hb2_;     // (B, hidden_dim) up
+  cpu::AlignedVector<float> logits_;  // (rows, vocab)
   int batch_ = 0;
 };
 
