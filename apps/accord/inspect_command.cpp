@@ -26,7 +26,9 @@ void print_config(const Model& model) {
               c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads);
   std::printf("vocab_size   %d\nseq_len      %d\nclassifier   %s\nrope_theta   %g\nnorm_eps     %g\n", c.vocab_size,
               c.seq_len, c.shared_classifier ? "shared with the embedding" : "separate", c.rope_theta, c.norm_eps);
-  std::printf("dequantized  %zu floats held in memory\n", model.owned_floats());
+  std::printf("weights     ");
+  for (const auto& [type, bytes] : model.weight_bytes_by_type()) std::printf(" %s %" PRIu64 " bytes", type.c_str(), bytes);
+  std::printf(" (in place; %zu norm floats converted)\n", model.owned_floats());
 }
 
 void print_tensors(const Model& model) {
