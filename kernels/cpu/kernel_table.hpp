@@ -33,11 +33,18 @@ namespace accord::cpu {
 inline constexpr int kLanes = 16;
 inline constexpr int kBlock = 32;  // values per Q8_0 / Q4_0 block
 
+// Blocks of 32 per pair of scales in Activations::scale_lanes.
+// Static: internal to each path's translation unit (matmul_tiles.hpp).
+static constexpr int block_pairs(int cols) { return (cols / kBlock + 1) / 2; }
+
 // A batch of input rows, with their 8-bit form when the weights are quantized.
 struct Activations {
   const float* values = nullptr;        // (batch, cols)
   const std::int8_t* quants = nullptr;  // (batch, cols), block formats only
-  const float* scales = nullptr;        // (batch, cols / 32), block formats only
+  // The quants' scales laid out as the lanes they multiply: per token and
+  // pair of blocks (b, b + 1), 8 lanes of b's scale then 8 of b + 1's
+  // (0 past the last block). (batch, block_pairs(cols), 16); block formats only.
+  const float* scale_lanes = nullptr;
   int batch = 0;
   int cols = 0;
 };

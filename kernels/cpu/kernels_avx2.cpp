@@ -37,6 +37,10 @@ struct Avx2 {
     return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
   }
+  static Vec half_pair(std::uint16_t lo, std::uint16_t hi) {
+    return {_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(lo))),
+            _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(hi)))};
+  }
   static Vec fma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
   static Vec mul(Vec a, Vec b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
   static float reduce(Vec v) {
@@ -58,6 +62,7 @@ struct Avx2 {
     const __m256i values = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
     return _mm256_sub_epi8(values, _mm256_set1_epi8(8));
   }
+  static Quants quant_pair(const std::int8_t* p) { return quants(p, p + kBlock); }
   static Quants nibbles(const std::byte* b0, const std::byte* b1) { return {unpack(b0), unpack(b1)}; }
   // Sums of four adjacent products: |w| (unsigned) times x with w's sign,
   // in pairs (at most 2 * 128 * 127, no saturation), then pairs of pairs.

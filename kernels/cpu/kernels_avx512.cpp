@@ -27,6 +27,10 @@ struct Avx512 {
   static Vec load_half(const std::byte* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
+  static Vec half_pair(std::uint16_t lo, std::uint16_t hi) {
+    const __m256i halves = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo)));
+    return _mm512_cvtph_ps(halves);
+  }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
   static float reduce(Vec v) {
@@ -53,6 +57,7 @@ struct Avx512 {
     const __m256i values = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
     return _mm256_sub_epi8(values, _mm256_set1_epi8(8));
   }
+  static Quants quant_pair(const std::int8_t* p) { return _mm512_loadu_si512(p); }
   static Quants nibbles(const std::byte* b0, const std::byte* b1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(unpack(b0)), unpack(b1), 1);
   }

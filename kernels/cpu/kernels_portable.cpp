@@ -38,6 +38,7 @@ struct Portable {
     }
     return v;
   }
+  static Vec half_pair(std::uint16_t lo, std::uint16_t hi) { return pair(half(lo), half(hi)); }
   static Vec fma(const Vec& a, const Vec& b, const Vec& c) {
     Vec v;
     for (int i = 0; i < kLanes; ++i) v.lane[i] = __builtin_fmaf(a.lane[i], b.lane[i], c.lane[i]);
@@ -74,6 +75,7 @@ struct Portable {
       out[j + kBlock / 2] = static_cast<std::int8_t>((packed >> 4) - 8);
     }
   }
+  static Quants quant_pair(const std::int8_t* p) { return quants(p, p + kBlock); }
   static Quants nibbles(const std::byte* b0, const std::byte* b1) {
     Quants q{};
     unpack(b0, q.value);

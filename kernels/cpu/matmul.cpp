@@ -32,8 +32,25 @@ std::int8_t to_level(float v) {
 // (the rank's own), so a decode step allocates nothing.
 struct QuantizedBatch {
   AlignedVector<std::int8_t> quants;
-  AlignedVector<float> scales;
+  std::vector<float> scales;        // of one token
+  AlignedVector<float> scale_lanes;  // Activations::scale_lanes
 };
+
+// Quantizes every token of x into `batch`, for a product with `cols` inputs.
+void quantize_batch(const float* x, int tokens, int cols, QuantizedBatch& batch) {
+  const int pairs = block_pairs(cols);
+  batch.quants.resize(static_cast<std::size_t>(tokens) * cols);
+  batch.scales.assign(static_cast<std::size_t>(pairs) * 2, 0.0f);
+  batch.scale_lanes.resize(static_cast<std::size_t>(tokens) * pairs * kLanes);
+  for (int t = 0; t < tokens; ++t) {
+    const auto offset = static_cast<std::size_t>(t) * cols;
+    quantize_activations(x + offset, cols, batch.quants.data() + offset, batch.scales.data());
+    float* lanes = batch.scale_lanes.data() + static_cast<std::size_t>(t) * pairs * kLanes;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(pairs) * kLanes; ++i) {
+      lanes[i] = batch.scales[i / (kLanes / 2)];
+    }
+  }
+}
 
 }  // namespace
 
@@ -53,16 +70,9 @@ void matmul(ThreadPool& pool, float* out, const float* x, const Matrix& w, int b
   Activations activations{x, nullptr, nullptr, batch, w.cols};
   if (is_block_type(w.type)) {
     thread_local QuantizedBatch quantized;
-    const auto values = static_cast<std::size_t>(batch) * w.cols;
-    quantized.quants.resize(values);
-    quantized.scales.resize(values / kBlock);
-    for (int t = 0; t < batch; ++t) {
-      const auto offset = static_cast<std::size_t>(t) * w.cols;
-      quantize_activations(x + offset, w.cols, quantized.quants.data() + offset,
-                           quantized.scales.data() + offset / kBlock);
-    }
+    quantize_batch(x, batch, w.cols, quantized);
     activations.quants = quantized.quants.data();
-    activations.scales = quantized.scales.data();
+    activations.scale_lanes = quantized.scale_lanes.data();
   }
   const MatmulRows rows = active_kernels().by_type[static_cast<int>(w.type)];
   // Rows are split among threads; each weight row is read once per batch.

@@ -9,8 +9,9 @@
 // zero(), load(const std::byte*) (16 floats), load_half(const std::byte*)
 // (16 halves), fma(a, b, c), mul(a, b), reduce(v) (the canonical tree),
 // store(float*, v), pair(lo, hi) (lanes 0-7 lo, 8-15 hi), half(std::uint16_t),
+// half_pair(h0, h1) (pair() of two halves, converted exactly),
 // quants(const std::int8_t*, const std::int8_t*) (second block may be null:
-// zeros), nibbles(const std::byte*, const std::byte*) (Q4_0 bytes, likewise),
+// zeros), quant_pair(const std::int8_t*) (two adjacent blocks), nibbles(const std::byte*, const std::byte*) (Q4_0 bytes, likewise),
 // partials(w, x) (the 16 exact partial sums as floats), and the tile shapes
 // kRows, kTokens (batches) and kDecodeRows (one token). A decode step reads
 // each weight once and waits on memory: one row at a time is one
@@ -125,30 +126,32 @@ void float_tile(const Matrix& w, const Activations& x, float* out, int row0, int
                               static_cast<std::size_t>(w.rows));
 }
 
+// The f16 scales of blocks b0 and b1 (null: 0) as pair() lanes.
 template <class V>
-float block_scale(const std::byte* block) {
-  std::uint16_t h;
-  __builtin_memcpy(&h, block, sizeof h);
-  return V::half(h);
+typename V::Vec block_scales(const std::byte* b0, const std::byte* b1) {
+  std::uint16_t h0, h1 = 0;
+  __builtin_memcpy(&h0, b0, sizeof h0);
+  if (b1 != nullptr) __builtin_memcpy(&h1, b1, sizeof h1);
+  return V::half_pair(h0, h1);
 }
 
 // Blocks b and, when Pair, b + 1 of R rows against T tokens, into acc.
 template <class V, class Format, int R, int T, bool Pair>
-void block_step(const std::byte* const* rows, const std::int8_t* const* quants, const float* const* scales, int b,
-                typename V::Vec (&acc)[R][T]) {
+void block_step(const std::byte* const* rows, const std::int8_t* const* quants, const float* const* scale_lanes,
+                int b, typename V::Vec (&acc)[R][T]) {
   using Vec = typename V::Vec;
   typename V::Quants xq[T];
   Vec xd[T];
   for (int t = 0; t < T; ++t) {
     const std::int8_t* q = quants[t] + static_cast<std::size_t>(b) * kBlock;
-    xq[t] = V::quants(q, Pair ? q + kBlock : nullptr);
-    xd[t] = V::pair(scales[t][b], Pair ? scales[t][b + 1] : 0.0f);
+    xq[t] = Pair ? V::quant_pair(q) : V::quants(q, nullptr);
+    xd[t] = V::load(reinterpret_cast<const std::byte*>(scale_lanes[t] + static_cast<std::size_t>(b / 2) * kLanes));
   }
   for (int r = 0; r < R; ++r) {
     const std::byte* b0 = rows[r] + Format::kBlockBytes * static_cast<std::size_t>(b);
     const std::byte* b1 = Pair ? b0 + Format::kBlockBytes : nullptr;
     const typename V::Quants wq = Format::template quants<V>(b0, b1);
-    const Vec wd = V::pair(block_scale<V>(b0), Pair ? block_scale<V>(b1) : 0.0f);
+    const Vec wd = block_scales<V>(b0, b1);
     for (int t = 0; t < T; ++t) acc[r][t] = V::fma(V::mul(wd, xd[t]), V::partials(wq, xq[t]), acc[r][t]);
   }
 }
@@ -160,18 +163,18 @@ void block_tile(const Matrix& w, const Activations& x, float* out, int row0, int
   const int blocks = w.cols / kBlock;
   const std::byte* rows[R];
   const std::int8_t* quants[T];
-  const float* scales[T];
+  const float* scale_lanes[T];
   for (int r = 0; r < R; ++r) rows[r] = row_of<V>(w, row0 + r);
   for (int t = 0; t < T; ++t) {
     quants[t] = x.quants + static_cast<std::size_t>(tok0 + t) * w.cols;
-    scales[t] = x.scales + static_cast<std::size_t>(tok0 + t) * blocks;
+    scale_lanes[t] = x.scale_lanes + static_cast<std::size_t>(tok0 + t) * block_pairs(w.cols) * kLanes;
   }
   Vec acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = V::zero();
   int b = 0;
-  for (; b + 2 <= blocks; b += 2) block_step<V, Format, R, T, true>(rows, quants, scales, b, acc);
-  if (b < blocks) block_step<V, Format, R, T, false>(rows, quants, scales, b, acc);
+  for (; b + 2 <= blocks; b += 2) block_step<V, Format, R, T, true>(rows, quants, scale_lanes, b, acc);
+  if (b < blocks) block_step<V, Format, R, T, false>(rows, quants, scale_lanes, b, acc);
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) out[static_cast<std::size_t>(tok0 + t) * w.rows + row0 + r] = V::reduce(acc[r][t]);
 }
