@@ -20,8 +20,8 @@ bool is_block_type(WeightType type) { return type == WeightType::q8_0 || type ==
 // v - trunc(v) is exact for |v| < 2^23. NaN gives 0, so a non-finite
 // activation cannot reach an undefined cast.
 std::int8_t to_level(float v) {
-  if (!(v == v)) return 0;
-  const float clamped = std::clamp(v, -127.0f, 127.0f);
+  const float number = v == v ? v : 0.0f;  // a select, not a branch: the loop vectorizes
+  const float clamped = std::min(std::max(number, -127.0f), 127.0f);
   int level = static_cast<int>(clamped);
   const float fraction = clamped - static_cast<float>(level);
   level += static_cast<int>(fraction >= 0.5f) - static_cast<int>(fraction <= -0.5f);
@@ -32,24 +32,28 @@ std::int8_t to_level(float v) {
 // (the rank's own), so a decode step allocates nothing.
 struct QuantizedBatch {
   AlignedVector<std::int8_t> quants;
-  std::vector<float> scales;        // of one token
   AlignedVector<float> scale_lanes;  // Activations::scale_lanes
 };
 
-// Quantizes every token of x into `batch`, for a product with `cols` inputs.
-void quantize_batch(const float* x, int tokens, int cols, QuantizedBatch& batch) {
-  const int pairs = block_pairs(cols);
+// Quantizes every token of x into `batch`, for a product with `cols`
+// inputs; the pool's threads take tokens.
+void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, QuantizedBatch& batch) {
+  const auto lanes_per_token = static_cast<std::size_t>(block_pairs(cols)) * kLanes;
   batch.quants.resize(static_cast<std::size_t>(tokens) * cols);
-  batch.scales.assign(static_cast<std::size_t>(pairs) * 2, 0.0f);
-  batch.scale_lanes.resize(static_cast<std::size_t>(tokens) * pairs * kLanes);
-  for (int t = 0; t < tokens; ++t) {
-    const auto offset = static_cast<std::size_t>(t) * cols;
-    quantize_activations(x + offset, cols, batch.quants.data() + offset, batch.scales.data());
-    float* lanes = batch.scale_lanes.data() + static_cast<std::size_t>(t) * pairs * kLanes;
-    for (std::size_t i = 0; i < static_cast<std::size_t>(pairs) * kLanes; ++i) {
-      lanes[i] = batch.scales[i / (kLanes / 2)];
+  batch.scale_lanes.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
+  pool.parallel_for(static_cast<std::size_t>(tokens), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t t = begin; t < end; ++t) {
+      // The scales land at the start of the token's lanes, then spread
+      // from the back (lane i takes scale i / 8, never ahead of i).
+      float* lanes = batch.scale_lanes.data() + t * lanes_per_token;
+      const auto blocks = static_cast<std::size_t>(cols / kBlock);
+      quantize_activations(x + t * cols, cols, batch.quants.data() + t * cols, lanes);
+      for (std::size_t i = lanes_per_token; i-- > 0;) {
+        const std::size_t block = i / (kLanes / 2);
+        lanes[i] = block < blocks ? lanes[block] : 0.0f;
+      }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -70,7 +74,7 @@ void matmul(ThreadPool& pool, float* out, const float* x, const Matrix& w, int b
   Activations activations{x, nullptr, nullptr, batch, w.cols};
   if (is_block_type(w.type)) {
     thread_local QuantizedBatch quantized;
-    quantize_batch(x, batch, w.cols, quantized);
+    quantize_batch(pool, x, batch, w.cols, quantized);
     activations.quants = quantized.quants.data();
     activations.scale_lanes = quantized.scale_lanes.data();
   }

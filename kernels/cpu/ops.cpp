@@ -65,10 +65,13 @@ void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batc
   const int q_dim = n_heads * head_size;
   const float scale = std::sqrt(static_cast<float>(head_size));
   // One task per (token, head); each owns its output slice and its scores.
+  // A later token attends to more positions, so tokens are dealt from both
+  // ends (0, B-1, 1, B-2, ...) and contiguous chunks of tasks weigh alike.
   pool.parallel_for(static_cast<std::size_t>(batch) * n_heads, [&](std::size_t begin, std::size_t end) {
     std::vector<float> scores(static_cast<std::size_t>(first_pos + batch));
     for (std::size_t task = begin; task < end; ++task) {
-      const int t = static_cast<int>(task / n_heads);
+      const int dealt = static_cast<int>(task / n_heads);
+      const int t = dealt % 2 == 0 ? dealt / 2 : batch - 1 - dealt / 2;
       const int h = static_cast<int>(task % n_heads);
       const int pos = first_pos + t;
       const std::size_t kv_offset = static_cast<std::size_t>(h / group) * head_size;
