@@ -1,28 +1,20 @@
 #include "kernels/cpu/ops.hpp"
-#include "kernels/cpu/matmul.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <numeric>
-#include <random>
 #include <vector>
+
+#include "kernels/cpu/matmul.hpp"
+#include "tests/support.hpp"
 
 namespace accord::cpu {
 namespace {
 
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::bit_identical;
+using test::random_floats;
 
 TEST(Kernels, DotMatchesDoubleReferenceWithTails) {
   for (int n : {1, 7, 8, 9, 64, 173}) {

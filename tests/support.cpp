@@ -171,4 +171,12 @@ CpuPathScope::CpuPathScope(cpu::Isa isa) : previous_(cpu::active_isa()), ok_(cpu
 
 CpuPathScope::~CpuPathScope() { cpu::use_isa(cpu::to_string(previous_)); }
 
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
 }  // namespace accord::test

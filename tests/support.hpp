@@ -29,6 +29,8 @@ Model load_stories_model();
 Tokenizer load_stories_tokenizer();
 
 std::vector<float> to_vector(std::span<const float> values);
+// n floats uniform in [-1, 1), the same for the same seed.
+std::vector<float> random_floats(std::size_t n, unsigned seed);
 
 // The logits of the prefill of `prompt` and of `steps` greedy decode steps
 // after it, one after another.

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/matmul_tiles.hpp"
+#include "kernels/cpu/x86_blocks.hpp"
 
 namespace accord::cpu {
 
@@ -50,20 +51,9 @@ struct Avx2 {
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
   }
   static Vec pair(float lo, float hi) { return {_mm256_set1_ps(lo), _mm256_set1_ps(hi)}; }
-  static __m256i block(const std::int8_t* p) {
-    return p != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : _mm256_setzero_si256();
-  }
-  static Quants quants(const std::int8_t* b0, const std::int8_t* b1) { return {block(b0), block(b1)}; }
-  // Sixteen bytes of nibbles: low nibbles are values 0-15, high 16-31.
-  static __m256i unpack(const std::byte* p) {
-    if (p == nullptr) return _mm256_setzero_si256();
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m256i values = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
-    return _mm256_sub_epi8(values, _mm256_set1_epi8(8));
-  }
+  static Quants quants(const std::int8_t* b0, const std::int8_t* b1) { return {x86::block(b0), x86::block(b1)}; }
   static Quants quant_pair(const std::int8_t* p) { return quants(p, p + kBlock); }
-  static Quants nibbles(const std::byte* b0, const std::byte* b1) { return {unpack(b0), unpack(b1)}; }
+  static Quants nibbles(const std::byte* b0, const std::byte* b1) { return {x86::nibbles(b0), x86::nibbles(b1)}; }
   // Sums of four adjacent products: |w| (unsigned) times x with w's sign,
   // in pairs (at most 2 * 128 * 127, no saturation), then pairs of pairs.
   static __m256 block_partials(__m256i w, __m256i x) {

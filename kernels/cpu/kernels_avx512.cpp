@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/matmul_tiles.hpp"
+#include "kernels/cpu/x86_blocks.hpp"
 
 namespace accord::cpu {
 
@@ -44,22 +45,12 @@ struct Avx512 {
     const __m512d low = _mm512_castps_pd(_mm512_set1_ps(lo));
     return _mm512_castpd_ps(_mm512_insertf64x4(low, _mm256_castps_pd(_mm256_set1_ps(hi)), 1));
   }
-  static __m256i block(const std::int8_t* p) {
-    return p != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : _mm256_setzero_si256();
-  }
   static Quants quants(const std::int8_t* b0, const std::int8_t* b1) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(block(b0)), block(b1), 1);
-  }
-  static __m256i unpack(const std::byte* p) {
-    if (p == nullptr) return _mm256_setzero_si256();
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m256i values = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
-    return _mm256_sub_epi8(values, _mm256_set1_epi8(8));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(x86::block(b0)), x86::block(b1), 1);
   }
   static Quants quant_pair(const std::int8_t* p) { return _mm512_loadu_si512(p); }
   static Quants nibbles(const std::byte* b0, const std::byte* b1) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(unpack(b0)), unpack(b1), 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(x86::nibbles(b0)), x86::nibbles(b1), 1);
   }
   // VPDPBUSD multiplies unsigned by signed bytes: |w| against x negated
   // where w is negative, four adjacent products to each 32-bit lane.

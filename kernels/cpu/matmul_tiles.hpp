@@ -5,19 +5,20 @@
 // so each weight load serves T tokens and each activation load R rows.
 // Every accumulator follows the canonical order of kernel_table.hpp.
 //
-// V provides: Vec (16 float lanes), Quants (two blocks of 32 int8),
+// V provides: Vec (16 float lanes) and Quants (two blocks of 32 int8);
 // zero(), load(const std::byte*) (16 floats), load_half(const std::byte*)
-// (16 halves), fma(a, b, c), mul(a, b), reduce(v) (the canonical tree),
-// store(float*, v), pair(lo, hi) (lanes 0-7 lo, 8-15 hi), half(std::uint16_t),
-// half_pair(h0, h1) (pair() of two halves, converted exactly),
-// quants(const std::int8_t*, const std::int8_t*) (second block may be null:
-// zeros), quant_pair(const std::int8_t*) (two adjacent blocks), nibbles(const std::byte*, const std::byte*) (Q4_0 bytes, likewise),
-// partials(w, x) (the 16 exact partial sums as floats), and the tile shapes
-// kRows, kTokens (batches) and kDecodeRows (one token). A decode step reads
-// each weight once and waits on memory: one row at a time is one
-// sequential stream the hardware prefetcher follows, where several short
-// interleaved rows defeat it (on a Zen 4, Q8_0 110M decode ran at 134
-// tok/s with 8 rows per tile and 194 with 1).
+// (16 halves), store(float*, v), fma(a, b, c), mul(a, b), reduce(v) (the
+// canonical tree), pair(lo, hi) (lanes 0-7 lo, 8-15 hi), half(h) (a half
+// converted exactly) and half_pair(h0, h1) (two, as pair() lanes),
+// quants(b0, b1) and nibbles(b0, b1) (Q8_0 and Q4_0 values of two blocks;
+// a null second block reads as zeros), quant_pair(q) (two adjacent
+// blocks), partials(w, x) (the 16 exact partial sums as floats), and the
+// tile shapes kRows, kTokens (batches) and kDecodeRows (one token).
+//
+// A decode step reads each weight once and waits on memory: one row at a
+// time is one sequential stream the hardware prefetcher follows, where
+// several short interleaved rows defeat it (on a Zen 4, Q8_0 110M decode
+// ran at 134 tok/s with 8 rows per tile and 194 with 1).
 //
 // Each path's translation unit is compiled for its instruction set, so
 // nothing here may be an inline function with external linkage: the linker
