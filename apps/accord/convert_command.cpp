@@ -1,7 +1,6 @@
 // accord convert: write a model as a GGUF file of F32, F16, Q8_0 or Q4_0.
 #include <CLI/CLI.hpp>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <optional>
 
@@ -22,11 +21,6 @@ struct ConvertArgs {
   std::string tokenizer;
   std::string type = "f16";
 };
-
-const std::map<std::string, gguf::TensorType> kTypes = {{"f32", gguf::TensorType::f32},
-                                                        {"f16", gguf::TensorType::f16},
-                                                        {"q8_0", gguf::TensorType::q8_0},
-                                                        {"q4_0", gguf::TensorType::q4_0}};
 
 // The tokenizer whose vocabulary a llama2.c input's GGUF file gets, found
 // and checked against the header before the weights are read; none for a
@@ -65,7 +59,7 @@ int run_convert(const ConvertArgs& args) {
   if (!model) return fail(model.error().message());
   auto metadata = output_metadata(*model, *tokenizer);
   if (!metadata) return fail(metadata.error().message());
-  const gguf::TensorType type = kTypes.at(args.type);
+  const gguf::TensorType type = matrix_types().at(args.type);
   if (Status written = write_gguf_model(args.out, *model, std::move(*metadata), type); !written) {
     return fail(written.error().message());
   }

@@ -36,6 +36,14 @@ std::vector<std::string> tokenizer_candidates(const std::string& model_path, int
 
 bool is_gguf(std::string_view format) { return format.starts_with("gguf"); }
 
+const std::map<std::string, gguf::TensorType>& matrix_types() {
+  static const std::map<std::string, gguf::TensorType> types = {{"f32", gguf::TensorType::f32},
+                                                                {"f16", gguf::TensorType::f16},
+                                                                {"q8_0", gguf::TensorType::q8_0},
+                                                                {"q4_0", gguf::TensorType::q4_0}};
+  return types;
+}
+
 Result<Tokenizer> find_tokenizer(const std::string& explicit_path, const std::string& model_path,
                                  const ModelHeader& header) {
   auto tokenizer = locate_tokenizer(explicit_path, model_path, header);

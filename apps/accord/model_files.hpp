@@ -1,11 +1,13 @@
 // Where the command line looks for the files that belong to a model.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "runtime/error.hpp"
+#include "runtime/model/gguf.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/tokenizer.hpp"
 
@@ -30,5 +32,10 @@ Result<Tokenizer> find_tokenizer(const std::string& explicit_path, const std::st
 
 // True for a model read from a GGUF file, given its format name.
 bool is_gguf(std::string_view format);
+
+// The types a GGUF file's matrices can be written as, by the names the
+// command line gives them (`convert --type`, `bench --precision`): f32,
+// f16, q8_0 and q4_0.
+const std::map<std::string, gguf::TensorType>& matrix_types();
 
 }  // namespace accord::cli
