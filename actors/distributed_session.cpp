@@ -153,6 +153,7 @@ struct DistributedSession::Impl {
   SessionId session_id = random_session_id();
   std::vector<RankActors> ranks;  // a remote rank has only its agreement actor here
   std::vector<std::shared_ptr<RankWorker>> workers;  // in-process ranks' only
+  std::shared_ptr<cpu::ThreadPool> pool;             // shared by the in-process ranks
   std::vector<NodeAddress> nodes;  // rank r runs on nodes[r]; empty: every rank in process
   caf::actor coordinator;
   // The caller's side of every transaction, made once: creating a scoped
@@ -198,7 +199,7 @@ struct DistributedSession::Impl {
     auto partition = options.unit_counts.empty() ? Partition::balanced(units, rank_count)
                                                  : Partition::from_counts(units, options.unit_counts);
     if (!partition) return partition.error();
-    if (options.threads_per_rank < 1) return Error(ErrorCode::contract, "each rank needs at least one thread");
+    if (options.threads < 1) return Error(ErrorCode::contract, "a session needs at least one thread");
     if (options.phase_timeout_ms < 1) return Error(ErrorCode::contract, "the phase timeout must be positive");
     RankOptions rank_options;
     rank_options.phase_timeout = std::chrono::milliseconds(options.phase_timeout_ms);
@@ -212,7 +213,8 @@ struct DistributedSession::Impl {
         std::max<std::int64_t>(1, options.phase_timeout_ms / coordination.tick.count()));
     coordination.agreement = {deadline, deadline};
     coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
-    layout.emplace(RankLayout{*partition, options.threads_per_rank, model_identity(m), std::move(rank_options)});
+    layout.emplace(RankLayout{*partition, options.threads, model_identity(m), std::move(rank_options)});
+    if (nodes.empty()) pool = std::make_shared<cpu::ThreadPool>(options.threads);
     caller.emplace(*system);
     for (int r = 0; r < partition->ranks(); ++r) {
       workers.push_back(nullptr);
@@ -234,7 +236,7 @@ struct DistributedSession::Impl {
   Status start_rank(int r, const RankOptions& options) {
     const auto index = static_cast<std::size_t>(r);
     if (!nodes.empty()) return assign_node(r, options);
-    workers[index] = std::make_shared<RankWorker>(*model, layout->threads, layout->partition, r, layout->identity);
+    workers[index] = std::make_shared<RankWorker>(*model, pool, layout->partition, r, layout->identity);
     ranks[index] = spawn_rank(*system, workers[index], session_id, coordinator, options);
     return {};
   }

@@ -38,7 +38,11 @@ namespace accord {
 struct DistributedOptions {
   int ranks = 1;                 // in-process ranks; connect() has one per node
   std::vector<int> unit_counts;  // units per rank; empty: balanced
-  int threads_per_rank = 1;
+  // Threads of the compute pool. In-process ranks share one pool of this
+  // many: a pipeline with one sequence runs one rank at a time, so the rank
+  // whose turn it is uses them all. A remote rank's node makes a pool of
+  // this many for its rank, capped at what its machine can use.
+  int threads = 1;
   int phase_timeout_ms = 5000;  // a rank that does not report within it aborts the step
   // Faults to inject (runtime/fault/fault_plan.hpp). create() adds those of
   // the ACCORD_FAULTS environment variable, so a service that embeds accord

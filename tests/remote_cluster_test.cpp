@@ -487,11 +487,11 @@ TEST(RemoteCluster, ANodeCapsTheThreadsItIsAskedFor) {
   NodeProcess node(logs);
   const Model model = test::load_stories_model();
   DistributedOptions options;
-  options.threads_per_rank = cpu::max_useful_threads() + 1;
+  options.threads = cpu::max_useful_threads() + 1;
   auto session = DistributedSession::connect({node.address()}, model, options);
   ASSERT_TRUE(session) << session.error().message();
   EXPECT_FALSE(greedy_trace(**session, 2).empty());
-  EXPECT_NE(node.log().find("the coordinator asks for " + std::to_string(options.threads_per_rank) +
+  EXPECT_NE(node.log().find("the coordinator asks for " + std::to_string(options.threads) +
                             " threads, more than " + std::to_string(cpu::kThreadsPerCore) +
                             " per core of this machine; using " + std::to_string(cpu::max_useful_threads())),
             std::string::npos)

@@ -237,8 +237,7 @@ int run_generate(GenerateArgs args) {
   }
   DistributedOptions options;
   options.ranks = args.ranks;
-  // Remote ranks each have a machine (or at least a process) of their own.
-  options.threads_per_rank = args.peers.empty() ? std::max(1, args.threads / args.ranks) : args.threads;
+  options.threads = args.threads;
   options.phase_timeout_ms = args.phase_timeout_ms;
   options.faults = args.faults;  // create() adds ACCORD_FAULTS' own
   auto session = args.peers.empty() ? DistributedSession::create(*model, options)
@@ -274,7 +273,9 @@ Command add_generate_command(CLI::App& app) {
       ->check(seed_range())
       ->capture_default_str();
   cmd->add_option("--threads", args->threads,
-                  "CPU threads of the rank's pool, at most " + std::to_string(cpu::kThreadsPerCore) +
+                  "CPU threads of the compute pool, which in-process ranks share; each node of --peers makes "
+                  "a pool of this many. At most " +
+                      std::to_string(cpu::kThreadsPerCore) +
                       " per core of the machine that runs it (more are capped, with a warning)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

@@ -41,10 +41,10 @@ Status guarded(Work&& work) {
 
 }  // namespace
 
-RankWorker::RankWorker(const Model& model, int threads, const Partition& partition, int rank,
-                       const std::string& model_identity)
-    : pool_(threads),
-      stage_(model, pool_, partition, rank),
+RankWorker::RankWorker(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const Partition& partition,
+                       int rank, const std::string& model_identity)
+    : pool_(std::move(pool)),
+      stage_(model, *pool_, partition, rank),
       shard_identity_(accord::shard_identity(model_identity, model.config(), partition.ranks(), rank,
                                              partition.range(rank))) {}
 

@@ -1,8 +1,11 @@
 // One rank's local part of every phase of a distributed session, without
 // any transport: the rank's actors call it and move what it produces.
 //
-// A RankWorker owns the rank's thread pool and RankStage, the undo record of
-// the open transaction and what its commit will do. The agreement protocol
+// A RankWorker owns the rank's RankStage, the undo record of the open
+// transaction and what its commit will do. It computes on a thread pool it
+// may share: in-process ranks of a pipeline with one sequence compute one
+// after another, so they share the process's whole pool and the rank whose
+// turn it is uses every core (the pool serialises concurrent callers). The agreement protocol
 // guarantees one local action at a time, so it needs no lock; the actors
 // that share it hand it over by message. The one exception is the lent
 // observer, which the caller sets from its own thread (lend_observer).
@@ -58,7 +61,7 @@ class RankWorker {
  public:
   // `model_identity` is the model's (runtime/model/identity.hpp), computed
   // once for all ranks.
-  RankWorker(const Model& model, int threads, const Partition& partition, int rank,
+  RankWorker(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const Partition& partition, int rank,
              const std::string& model_identity);
 
   int rank() const { return stage_.rank(); }
@@ -148,7 +151,7 @@ class RankWorker {
   void open(std::uint64_t epoch, std::function<void(std::uint64_t)> on_commit);
   RowBlock head(bool all_rows);
 
-  cpu::ThreadPool pool_;
+  std::shared_ptr<cpu::ThreadPool> pool_;
   RankStage stage_;
   ShardIdentity shard_identity_;
   std::mutex lent_observer_mutex_;

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# What ranks cost (issue 13): greedy decode tok/s of a plain session, of 2, 3
+# and 4 in-process ranks and of 3 `accord node` processes on loopback, on
+# the synthetic 15M and 110M shapes, at the same --threads. The runs
+# alternate (plain, ranks 2, 3, 4, nodes, plain, ...) so a noisy machine
+# slows them alike; each figure is the median of RUNS, each ratio is
+# against the plain session of the same run. `protocol` is the wall time
+# per decode step the ranks did not spend computing, as a share of the step.
+#   bench/ranks.sh [BUILD_DIR] [RUNS] [THREADS]
+# Prints a markdown table. The models are written to a temporary folder.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+accord=${1:-$root/build}/apps/accord
+runs=${2:-3}
+threads=${3:-2}
+work=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+
+"$accord" synth --dim 288 --hidden 768 --layers 6 --heads 6 --vocab 32000 --seq 256 \
+  --out "$work/15M.bin" >/dev/null
+"$accord" synth --dim 768 --hidden 2048 --layers 12 --heads 12 --vocab 32000 --seq 1024 \
+  --out "$work/110M.bin" >/dev/null
+source "$root/scripts/nodes.sh"
+
+# One generation: "tok/s protocol_us_per_token" (0 for a plain session).
+run() {
+  local model=$1 tokens=$2
+  shift 2
+  "$accord" generate --model "$work/$model.bin" --prompt "Once upon a time" --temperature 0 \
+    --max-tokens "$tokens" --threads "$threads" --json "$@" |
+    python3 -c 'import json, sys; r = json.load(sys.stdin)
+print(r["decode_tokens_per_second"], r.get("protocol_us_per_token", 0))'
+}
+
+results=$work/results.txt
+for shape in 15M:200 110M:64; do
+  model=${shape%%:*}
+  tokens=${shape##*:}
+  start_nodes "$accord" "$work" 3 --model "$work/$model.bin"
+  nodes=$(IFS=,; echo "${peers[*]}")
+  for round in $(seq "$runs"); do
+    echo "$model plain $round $(run "$model" "$tokens")" >>"$results"
+    for ranks in 2 3 4; do
+      echo "$model ranks:$ranks $round $(run "$model" "$tokens" --ranks "$ranks")" >>"$results"
+    done
+    echo "$model nodes:3 $round $(run "$model" "$tokens" --peers "$nodes")" >>"$results"
+  done
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  pids=()
+done
+
+python3 - "$results" "$threads" <<'EOF'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    model, config, _, rate, protocol_us = line.split()
+    rows.setdefault((model, config), []).append((float(rate), float(protocol_us)))
+print("threads: %s; medians of %d alternating runs" % (sys.argv[2], len(next(iter(rows.values())))))
+print()
+print("| shape | run | decode tok/s | vs plain | vs 3 ranks | protocol us/token | protocol share |")
+print("|---|---|---|---|---|---|---|")
+for (model, config), samples in rows.items():
+    rate = statistics.median(s[0] for s in samples)
+    protocol = statistics.median(s[1] for s in samples)
+    plain = statistics.median(s[0] for s in rows[(model, "plain")])
+    three = statistics.median(s[0] for s in rows[(model, "ranks:3")])
+    versus_three = "%.2f" % (rate / three) if config == "nodes:3" else ""
+    share = protocol * rate / 1e6
+    print("| %s | %s | %.1f | %.2f | %s | %.0f | %.1f%% |" % (model, config, rate, rate / plain, versus_three,
+                                                              protocol, 100 * share))
+EOF
