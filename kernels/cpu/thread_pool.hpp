@@ -1,18 +1,23 @@
-// A fixed pool of worker threads owned by one rank.
+// A fixed pool of worker threads owned by one rank (or shared by the ranks
+// of one process, which compute one at a time).
 //
-// parallel_for splits [0, n) into contiguous chunks, one per thread, and
-// blocks until all are done. The caller's thread runs the first chunk, so a
-// pool of size 1 starts no thread at all. Work is split by index only: a
-// kernel whose per-index computation does not depend on the chunk bounds
-// gives bit-identical results for every pool size.
+// parallel_for splits [0, n) into contiguous chunks, a few per thread, and
+// blocks until all are done. The threads, the caller's included, take the
+// chunks as they come, so a worker that wakes late (it sleeps after a
+// short spin without work, as between the ranks of a pipeline) costs the
+// caller no waiting: the caller takes the chunks the worker did not get
+// to. A pool of size 1 starts no thread at all. Work is split by index
+// only: a kernel whose per-index computation does not depend on the chunk
+// bounds gives bit-identical results for every pool size and every split.
 //
-// Thread safety: one parallel_for at a time per pool (the rank's execution
-// path owns it); calls from several threads at once are serialised.
+// Thread safety: one parallel_for at a time per pool; calls from several
+// threads at once are serialised.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -41,15 +46,20 @@ class ThreadPool {
 
   using RangeFn = std::function<void(std::size_t begin, std::size_t end)>;
 
-  // Runs fn over [0, n) in at most size() chunks of at least min_chunk
-  // indices each (fewer chunks when n is small), and returns when all ran.
-  // An exception thrown by fn is rethrown here after every chunk finished.
+  // Runs fn over [0, n) in at most kChunksPerThread * size() chunks of at
+  // least min_chunk indices each (fewer when n is small), and returns when
+  // all ran. An exception thrown by fn is rethrown here after every chunk
+  // finished.
   void parallel_for(std::size_t n, const RangeFn& fn, std::size_t min_chunk = 1);
 
+  static constexpr int kChunksPerThread = 4;
+
  private:
-  void worker_loop(int index);
-  void run_chunk(int chunk);
-  void wait_for_workers();
+  void worker_loop();
+  // Takes and runs chunks of job `generation` until none is left.
+  void run_chunks(unsigned long generation);
+  void run_chunk(std::size_t chunk);
+  void wait_for_chunks();
 
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // serialises parallel_for callers
@@ -57,16 +67,21 @@ class ThreadPool {
   // A job is published by bumping generation_ under mutex_; workers spin on
   // it briefly (a decode step issues dozens of small jobs back to back, and
   // a sleeping thread takes tens of microseconds to wake) and then sleep on
-  // work_ready_. pending_ counts the workers still running the job.
+  // work_ready_. claim_ packs the job's generation (low 32 bits), its chunk
+  // count and the next chunk to take (16 bits each): one compare-and-swap
+  // takes a chunk of that job and no other, so a worker that wakes after
+  // its job ended takes nothing of the next. chunks_done_ counts the chunks
+  // finished; the caller returns when it reaches the count.
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
   std::atomic<unsigned long> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<std::uint64_t> claim_{0};
+  std::atomic<std::size_t> chunks_done_{0};
   bool stopping_ = false;             // guarded by mutex_
-  const RangeFn* job_ = nullptr;      // written before generation_ is bumped
+  const RangeFn* job_ = nullptr;      // written before claim_ names the job
   std::size_t job_size_ = 0;          // likewise
-  int job_chunks_ = 0;                // likewise
+  std::size_t job_chunks_ = 0;        // likewise
   std::exception_ptr failure_;        // guarded by mutex_
 };
 
