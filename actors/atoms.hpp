@@ -17,7 +17,6 @@ using topology_atom = caf::atom_constant<caf::atom("topology")>;
 using run_units_atom = caf::atom_constant<caf::atom("runUnits")>;
 using observe_atom = caf::atom_constant<caf::atom("observe")>;
 using apply_prediction_atom = caf::atom_constant<caf::atom("applyPred")>;
-using sample_atom = caf::atom_constant<caf::atom("sample")>;
 using begin_step_atom = caf::atom_constant<caf::atom("beginStep")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("checkpnt")>;
 using rollback_atom = caf::atom_constant<caf::atom("rollback")>;

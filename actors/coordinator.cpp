@@ -7,6 +7,7 @@
 #include "actors/atoms.hpp"
 #include "messages/phase_arguments.hpp"
 #include "messages/session_api.hpp"
+#include "runtime/agreement/transaction_plan.hpp"
 #include "runtime/session/rank_worker.hpp"
 
 namespace accord {
@@ -14,68 +15,6 @@ namespace accord {
 namespace {
 
 using enum DistributedExecutionPhase;
-
-struct PlannedPhase {
-  PhaseId id;
-  Bytes arguments;
-};
-
-PromptCacheArguments cache_arguments(const TransactionRequest& request) {
-  return {request.cache_root,     request.cache_name, request.cache_namespace,
-          request.prepared_input, request.save_id,    {request.tokens.begin(), request.tokens.end()}};
-}
-
-// The phases of each operation, in order (docs/protocol.md).
-std::vector<PlannedPhase> plan_for(const TransactionRequest& request, RankId ranks) {
-  std::vector<PlannedPhase> plan;
-  switch (request.kind) {
-    case TransactionKind::forward_step:
-      plan.push_back({phase_id(StateCheckpoint), encode_tokens(request.tokens)});
-      for (RankId r = 0; r + 1 < ranks; ++r) {
-        plan.push_back({boundary_phase_id(BoundarySourceCompletion, r, r + 1), {}});
-        plan.push_back({boundary_phase_id(BoundarySourceReady, r, r + 1), {}});
-      }
-      plan.push_back({phase_id(Execution), {static_cast<std::uint8_t>(
-                                               request.all_rows || request.draft_tokens > 0 ? OutputRows::all
-                                                                                           : OutputRows::last)}});
-      plan.push_back({phase_id(OutputObservation), {}});
-      if (request.capture_prediction_target) {
-        const Bytes draft = encode_draft_tokens(request.draft_tokens);
-        plan.push_back({phase_id(PredictionTargetCapture), draft});
-        plan.push_back({phase_id(PredictionTargetCapturePublication), {}});
-        plan.push_back({phase_id(PredictionTargetStatePreparation), draft});
-        plan.push_back({phase_id(PredictionExtensionExecution), {}});
-      }
-      plan.push_back({phase_id(OutputPublication), {}});
-      if (request.sample) plan.push_back({phase_id(SamplingSynchronization), encode_sampling(request.sampling)});
-      break;
-    case TransactionKind::checkpoint:
-      plan.push_back({phase_id(SessionCheckpoint), {}});
-      break;
-    case TransactionKind::rollback:
-      plan.push_back({phase_id(SessionRollbackPreparation),
-                      encode_rollback({request.position, request.state_epoch, request.reset_epoch})});
-      break;
-    case TransactionKind::reset:
-      plan.push_back({phase_id(SessionResetPreparation), {}});
-      break;
-    case TransactionKind::prompt_cache_save: {
-      const Bytes arguments = encode_prompt_cache(cache_arguments(request));
-      plan.push_back({phase_id(PromptCacheSavePreflight), arguments});
-      plan.push_back({phase_id(PromptCacheSavePreparation), arguments});
-      plan.push_back({phase_id(PromptCacheSavePublication), {}});
-      break;
-    }
-    case TransactionKind::prompt_cache_load:
-      plan.push_back({phase_id(PromptCacheLoadPreflight), encode_prompt_cache(cache_arguments(request))});
-      // Its arguments name rank 0's save, known once the preflight is agreed.
-      plan.push_back({phase_id(PromptCacheLoadPreparation), {}});
-      break;
-  }
-  plan.push_back({phase_id(MechanismCompletion), {}});
-  plan.push_back({phase_id(Commit), {}});
-  return plan;
-}
 
 struct CoordinatorState {
   std::unique_ptr<CoordinatorAgreement> agreement;
@@ -90,8 +29,9 @@ struct CoordinatorState {
 
   // The open transaction, while `busy`.
   bool busy = false;
-  std::vector<PlannedPhase> plan;
-  std::size_t next_phase = 0;
+  std::vector<PlannedRound> plan;
+  std::size_t next_round = 0;
+  PhaseId round_end;  // the last phase of the round begun
   std::optional<PromptCacheArguments> load;  // a prompt-cache load's arguments
   std::string first_rank_save_id;            // a load's: from rank 0's PromptCacheReport
   TransactionReply reply;
@@ -117,23 +57,26 @@ void finish(CoordinatorActor* self, TransactionOutcome outcome, const PhaseDecis
 
 bool pump(CoordinatorActor* self);
 
-// Begins the next planned phase of the open transaction.
+// Begins the next planned round of the open transaction.
 void begin_next(CoordinatorActor* self) {
   auto& s = self->state;
-  PlannedPhase& phase = s.plan[s.next_phase];
-  if (phase.id.phase == PromptCacheLoadPreparation) {
+  PlannedRound& round = s.plan[s.next_round];
+  if (round.phase.phase == PromptCacheLoadPreparation) {
     // Every rank must load a generation of the same save: rank 0's. A rank
     // whose live generation belongs to another save (a concurrent writer,
     // or ranks left from two saves) refuses, and the load aborts.
     s.load->save_id = s.first_rank_save_id;
-    phase.arguments = encode_prompt_cache(*s.load);
+    round.arguments = encode_prompt_cache(*s.load);
   }
-  const auto position = s.next_phase + 1 == s.plan.size() ? PhasePosition::last : PhasePosition::intermediate;
-  ++s.next_phase;
-  ++s.reply.phases_run;
-  Status begun = s.next_phase == 1 && phase.id.phase == SessionResetPreparation
-                     ? s.agreement->begin_reset(s.reply.epoch, std::move(phase.arguments))
-                     : s.agreement->begin(s.reply.epoch, phase.id, position, std::move(phase.arguments));
+  const auto position = s.next_round + 1 == s.plan.size() ? PhasePosition::last : PhasePosition::intermediate;
+  ++s.next_round;
+  s.reply.phases_run += 1 + round.riders.size();
+  s.round_end = round.riders.empty() ? round.phase : round.riders.back();
+  Status begun =
+      s.next_round == 1 && round.phase.phase == SessionResetPreparation
+          ? s.agreement->begin_reset(s.reply.epoch, std::move(round.arguments), std::move(round.riders), position)
+          : s.agreement->begin(s.reply.epoch, round.phase, position, std::move(round.arguments),
+                               std::move(round.riders));
   if (!begun) {
     s.reply.message = begun.error().message();
     const bool poisoned = s.agreement->poisoned();
@@ -149,7 +92,9 @@ void settle(CoordinatorActor* self, const PhaseDecision& decision) {
   if (!s.busy || decision.epoch != s.reply.epoch) return;  // a poison between transactions
   switch (decision.decision) {
     case Decision::proceed:
-      begin_next(self);
+      // A round's phases proceed one by one; the next round begins after
+      // its last.
+      if (decision.phase == s.round_end) begin_next(self);
       break;
     case Decision::commit:
       finish(self, TransactionOutcome::committed, nullptr);
@@ -257,8 +202,8 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
           return busy;
         }
         st.busy = true;
-        st.plan = plan_for(request, static_cast<RankId>(st.ranks.size()));
-        st.next_phase = 0;
+        st.plan = plan_transaction(request, static_cast<RankId>(st.ranks.size()));
+        st.next_round = 0;
         st.load.reset();
         if (request.kind == TransactionKind::prompt_cache_load) st.load = cache_arguments(request);
         st.first_rank_save_id.clear();
@@ -311,12 +256,6 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
 }
 
 }  // namespace
-
-std::vector<PhaseId> phases_of(const TransactionRequest& request, RankId ranks) {
-  std::vector<PhaseId> phases;
-  for (const auto& planned : plan_for(request, ranks)) phases.push_back(planned.id);
-  return phases;
-}
 
 caf::actor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
                              CoordinatorOptions options) {

@@ -14,6 +14,7 @@
 #include "messages/protocol.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/agreement/coordinator_agreement.hpp"
+#include "runtime/agreement/transaction_plan.hpp"
 
 namespace accord {
 
@@ -21,10 +22,6 @@ struct CoordinatorOptions {
   std::chrono::milliseconds tick{5};
   AgreementOptions agreement;  // deadlines, in ticks
 };
-
-// The phases of the transaction `request` asks for on `ranks` ranks, in
-// order (docs/protocol.md); the fault matrix walks them.
-std::vector<PhaseId> phases_of(const TransactionRequest& request, RankId ranks);
 
 // Spawns the coordinator of `rank_count` ranks. Send it topology_atom with
 // the ranks' agreement actors (in rank order) before any request. Asked

@@ -69,7 +69,6 @@ caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorke
         return to_local(worker->run_units(static_cast<OutputRows>(rows)));
       },
       [=](observe_atom) -> LocalResult { return to_local(worker->observe_output()); },
-      [=](sample_atom, const SamplingArguments& arguments) -> SampleReply { return sample_on(*worker, arguments); },
   };
 }
 
@@ -367,15 +366,16 @@ void run_sampling(AgreementActor* self, const RunPhase& run) {
   }
   auto arguments = decode_sampling(run.arguments);
   if (!arguments) return finish_phase(self, run, {false, 0, "malformed sampling arguments"});
-  self->request(s.execution, caf::infinite, sample_atom::value, std::move(*arguments))
-      .then([=](bool ok, std::uint8_t code, std::string& message, SamplingResult& sampled) {
-        if (ok) {
-          sampled.session = self->state.session;
-          sampled.epoch = run.epoch;
-          share_with_every_rank(self, sampled);
-        }
-        finish_phase(self, run, {ok, code, message});
-      });
+  // The execution actor is idle between local actions, and a pick from one
+  // row takes microseconds: a hand-over to its thread and back would cost
+  // more than the sampling.
+  auto [ok, code, message, sampled] = sample_on(*s.worker, *arguments);
+  if (ok) {
+    sampled.session = s.session;
+    sampled.epoch = run.epoch;
+    share_with_every_rank(self, sampled);
+  }
+  finish_phase(self, run, {ok, code, message});
 }
 
 // PredictionTargetCapturePublication: the output owner shares the capture

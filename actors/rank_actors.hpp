@@ -4,7 +4,8 @@
 //   pure rank-side state machine) with the coordinator's messages, runs the
 //   local part of each phase through the other actors, and reports.
 // - execution: a detached actor (its own thread, so compute never blocks a
-//   scheduler thread) that runs the rank's units and its head.
+//   scheduler thread) that runs the rank's units and its head on the
+//   rank's pool (which in-process ranks share).
 // - state: the rank's KV state: step checkpoints, checkpoints for the
 //   caller, rollback and reset preparation, commit and restore; it packs
 //   the prompt-cache shard of a save and installs the shard of a load.

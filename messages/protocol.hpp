@@ -34,13 +34,16 @@ struct PhaseBegin {
   // The phase's input, encoded by the operation that begins it (token ids,
   // cache paths, ...); empty when the phase takes none.
   std::vector<std::uint8_t> arguments;
+  // Phases without arguments that ride with this one (runtime/agreement/
+  // transaction_plan.hpp): the rank runs and reports each right after it.
+  std::vector<PhaseId> riders;
 
   bool operator==(const PhaseBegin&) const = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PhaseBegin& x) {
-  return f(x.session, x.epoch, x.phase, x.arguments);
+  return f(x.session, x.epoch, x.phase, x.arguments, x.riders);
 }
 
 // Why a rank's local part failed: the wire form of the runtime's ErrorCode

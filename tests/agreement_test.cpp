@@ -96,7 +96,7 @@ void expect_begins(const CoordinatorReady& ready, RankId ranks, Epoch epoch, Pha
   for (RankId rank = 0; rank < ranks; ++rank) {
     EXPECT_EQ(ready.messages[rank].to, rank);
     EXPECT_EQ(ready.messages[rank].message,
-              (std::variant<PhaseBegin, PhaseDecision>{PhaseBegin{kSession, epoch, phase, {}}}));
+              (std::variant<PhaseBegin, PhaseDecision>{PhaseBegin{kSession, epoch, phase, {}, {}}}));
   }
   EXPECT_TRUE(ready.settled.empty());
 }
@@ -497,13 +497,88 @@ TEST(CoordinatorAgreementTest, AResetCommitsOnEveryRankAfterARestoreFailed) {
 }
 
 // ---------------------------------------------------------------------------
+// Rounds: a phase and its riders (transaction_plan.hpp)
+
+const PhaseId kPublication = phase_id(OutputPublication);
+const PhaseId kCommit = phase_id(Commit);
+
+// Two ranks in the round Execution + [OutputPublication, Commit], begun.
+CoordinatorAgreement begun_round() {
+  CoordinatorAgreement coordinator{kSession, 2, kOptions};
+  EXPECT_TRUE(coordinator.begin(1, kExecution, PhasePosition::last, {3}, {kPublication, kCommit}).ok());
+  const CoordinatorReady ready = coordinator.take_ready();
+  EXPECT_EQ(ready.messages.size(), 2u);
+  for (const auto& message : ready.messages) {
+    EXPECT_EQ(message.message, (std::variant<PhaseBegin, PhaseDecision>{
+                                   PhaseBegin{kSession, 1, kExecution, {3}, {kPublication, kCommit}}}));
+  }
+  return coordinator;
+}
+
+TEST(CoordinatorAgreementTest, ARoundDecidesEachPhaseInOrderWithStatusesThatCameEarly) {
+  CoordinatorAgreement coordinator = begun_round();
+  // Rank 1 runs ahead: its riders' statuses come before rank 0's first one.
+  for (const PhaseId& phase : {kExecution, kPublication, kCommit}) coordinator.step(status(1, true, 1, phase));
+  EXPECT_TRUE(coordinator.take_ready().settled.empty());
+
+  coordinator.step(status(0, true, 1, kExecution));
+  CoordinatorReady ready = coordinator.take_ready();
+  EXPECT_EQ(ready.settled, std::vector<PhaseDecision>{decision(Decision::proceed, {}, 1, kExecution)});
+  expect_sent_to(ready.messages, decision(Decision::proceed, {}, 1, kExecution), {0, 1});
+  EXPECT_TRUE(coordinator.agreeing());
+
+  coordinator.step(status(0, true, 1, kPublication));
+  coordinator.step(status(0, true, 1, kCommit));
+  ready = coordinator.take_ready();
+  EXPECT_EQ(ready.settled, (std::vector<PhaseDecision>{decision(Decision::proceed, {}, 1, kPublication),
+                                                       decision(Decision::commit, {}, 1, kCommit)}));
+  EXPECT_EQ(ready.messages.size(), 4u);
+  EXPECT_FALSE(coordinator.agreeing());
+  EXPECT_EQ(coordinator.dropped().total(), 0u);
+  EXPECT_TRUE(coordinator.begin(2, kExecution, PhasePosition::last).ok()) << "the transaction did not end";
+}
+
+TEST(CoordinatorAgreementTest, AnErrorFromARiderAbortsAtOnceNamingItAndLaterStatusesAreLate) {
+  CoordinatorAgreement coordinator = begun_round();
+  coordinator.step(status(1, true, 1, kExecution));
+  coordinator.step(status(1, false, 1, kPublication));
+  CoordinatorReady ready = coordinator.take_ready();
+  const PhaseDecision abort = decision(Decision::abort, rank_error(1), 1, kPublication);
+  expect_sent_to(ready.messages, abort, {0, 1});
+
+  coordinator.step(status(0, true, 1, kExecution));
+  EXPECT_EQ(coordinator.dropped().of(DropReason::late), 1u);
+  coordinator.step(acknowledgement(0, true));
+  coordinator.step(acknowledgement(1, true));
+  EXPECT_EQ(coordinator.take_ready().settled, std::vector<PhaseDecision>{abort});
+  EXPECT_FALSE(coordinator.poisoned());
+}
+
+TEST(CoordinatorAgreementTest, ARoundsDeadlineNamesThePhaseInTurnAndItsSilentRank) {
+  CoordinatorAgreement coordinator = begun_round();
+  for (const PhaseId& phase : {kExecution, kPublication, kCommit}) coordinator.step(status(0, true, 1, phase));
+  coordinator.step(status(1, true, 1, kExecution));
+  EXPECT_EQ(coordinator.take_ready().settled, std::vector<PhaseDecision>{decision(Decision::proceed, {}, 1, kExecution)});
+  tick_through_deadline(coordinator, kOptions.status_deadline_ticks);
+  expect_sent_to(coordinator.take_ready().messages,
+                 decision(Decision::abort, cause_of(CauseKind::status_timeout, 1), 1, kPublication), {0, 1});
+}
+
+TEST(CoordinatorAgreementTest, ADuplicateEarlyStatusIsDroppedAndCounted) {
+  CoordinatorAgreement coordinator = begun_round();
+  coordinator.step(status(1, true, 1, kPublication));
+  coordinator.step(status(1, true, 1, kPublication));
+  EXPECT_EQ(coordinator.dropped().of(DropReason::duplicate), 1u);
+}
+
+// ---------------------------------------------------------------------------
 // The rank's machine
 
 class RankAgreementTest : public ::testing::Test {
  protected:
   RankAgreement rank_{kSession, 1};
 
-  PhaseBegin begin(Epoch epoch, PhaseId phase = kExecution) { return {kSession, epoch, phase, {7}}; }
+  PhaseBegin begin(Epoch epoch, PhaseId phase = kExecution) { return {kSession, epoch, phase, {7}, {}}; }
   PhaseDecision decide(Decision kind, Epoch epoch = 1, PhaseId phase = kExecution) {
     return decision(kind, kind == Decision::proceed || kind == Decision::commit ? DecisionCause{} : rank_error(0),
                     epoch, phase);
@@ -531,6 +606,66 @@ TEST_F(RankAgreementTest, RunsEachPhaseReportsItAndCommitsOnTheDecision) {
   EXPECT_EQ(out.actions.back(), RankAction{CommitTransaction{1}});
   EXPECT_TRUE(rank_.settled());
   EXPECT_EQ(rank_.dropped().total(), 0u);
+}
+
+TEST_F(RankAgreementTest, RunsARoundsRidersRightAfterItsPhaseAndTakesTheirDecisionsInOrder) {
+  rank_.step(PhaseBegin{kSession, 1, kExecution, {7}, {kPublication, kCommit}});
+  EXPECT_EQ(ready().actions, (std::vector<RankAction>{RunPhase{1, kExecution, {7}}}));
+  rank_.phase_done(1, kExecution);
+  RankReady out = ready();
+  EXPECT_EQ(out.messages, std::vector<RankMessage>{status(1, true)});
+  EXPECT_EQ(out.actions, (std::vector<RankAction>{RunPhase{1, kPublication, {}}})) << "waited for the decision";
+
+  rank_.step(decide(Decision::proceed));  // while the rider runs
+  rank_.step(decide(Decision::commit, 1, kPublication));
+  EXPECT_EQ(rank_.dropped().of(DropReason::out_of_order), 1u) << "a commit of a phase that is not the round's last";
+  rank_.phase_done(1, kPublication);
+  out = ready();
+  EXPECT_EQ(out.messages, std::vector<RankMessage>{status(1, true, 1, kPublication)});
+  EXPECT_EQ(out.actions, (std::vector<RankAction>{RunPhase{1, kCommit, {}}}));
+  rank_.phase_done(1, kCommit);
+  EXPECT_EQ(ready().messages, std::vector<RankMessage>{status(1, true, 1, kCommit)});
+
+  rank_.step(decide(Decision::proceed));
+  EXPECT_EQ(rank_.dropped().of(DropReason::duplicate), 1u);
+  rank_.step(decide(Decision::proceed, 1, kPublication));
+  rank_.step(decide(Decision::commit, 1, kCommit));
+  EXPECT_EQ(ready().actions, std::vector<RankAction>{CommitTransaction{1}});
+  EXPECT_TRUE(rank_.settled());
+  EXPECT_EQ(rank_.dropped().total(), 2u);
+}
+
+TEST_F(RankAgreementTest, AFailedPhaseRunsNoneOfItsRiders) {
+  rank_.step(PhaseBegin{kSession, 1, kExecution, {7}, {kPublication, kCommit}});
+  ready();
+  rank_.phase_failed(1, kExecution, FailureCode::mechanism, failure_text(1));
+  RankReady out = ready();
+  EXPECT_EQ(out.messages, std::vector<RankMessage>{status(1, false)});
+  EXPECT_TRUE(out.actions.empty());
+  rank_.step(decide(Decision::abort));
+  EXPECT_EQ(ready().actions, std::vector<RankAction>{RestoreCheckpoint{1}});
+}
+
+TEST_F(RankAgreementTest, AnAbortNamingALaterPhaseOfTheRoundWaitsForTheRiderThatRuns) {
+  rank_.step(PhaseBegin{kSession, 1, kExecution, {7}, {kPublication, kCommit}});
+  rank_.phase_done(1, kExecution);
+  ready();
+  // Another rank failed the round's last phase while this one runs a rider.
+  rank_.step(decide(Decision::abort, 1, kCommit));
+  EXPECT_TRUE(ready().actions.empty()) << "restored under running work";
+  rank_.phase_done(1, kPublication);
+  RankReady out = ready();
+  EXPECT_TRUE(out.messages.empty()) << "reported a phase after the abort";
+  EXPECT_EQ(out.actions, std::vector<RankAction>{RestoreCheckpoint{1}});
+  rank_.restored(1);
+  EXPECT_EQ(ready().messages, std::vector<RankMessage>{acknowledgement(1, true)});
+  EXPECT_EQ(rank_.dropped().total(), 0u);
+}
+
+TEST_F(RankAgreementTest, AProceedForARiderNotYetReportedIsOutOfOrder) {
+  rank_.step(PhaseBegin{kSession, 1, kExecution, {7}, {kPublication, kCommit}});
+  rank_.step(decide(Decision::proceed, 1, kPublication));
+  EXPECT_EQ(rank_.dropped().of(DropReason::out_of_order), 1u);
 }
 
 TEST_F(RankAgreementTest, AFailedPhaseReportsTheErrorAndRestoresOnAbort) {
@@ -738,15 +873,21 @@ class LoopbackCluster {
     actions_.resize(ranks);
   }
 
-  // Runs `phases` as transaction `epoch`; returns how it settled.
-  PhaseDecision run_transaction(Epoch epoch, const std::vector<DistributedExecutionPhase>& phases) {
+  // Runs `rounds` (each a phase, then its riders) as transaction `epoch`;
+  // returns how it settled.
+  PhaseDecision run_transaction(Epoch epoch, const std::vector<std::vector<DistributedExecutionPhase>>& rounds) {
     PhaseDecision last;
-    for (std::size_t i = 0; i < phases.size(); ++i) {
-      const PhasePosition position = i + 1 == phases.size() ? PhasePosition::last : PhasePosition::intermediate;
-      EXPECT_TRUE(coordinator_.begin(epoch, phase_id(phases[i]), position).ok());
+    for (std::size_t i = 0; i < rounds.size(); ++i) {
+      const PhasePosition position = i + 1 == rounds.size() ? PhasePosition::last : PhasePosition::intermediate;
+      std::vector<PhaseId> riders;
+      for (std::size_t r = 1; r < rounds[i].size(); ++r) riders.push_back(phase_id(rounds[i][r]));
+      EXPECT_TRUE(coordinator_.begin(epoch, phase_id(rounds[i][0]), position, {}, riders).ok());
       deliver_until_quiet();
       last = settled_.back();
       if (last.decision != Decision::proceed) break;
+    }
+    if (last.decision == Decision::commit) {
+      EXPECT_EQ(coordinator_.dropped().total(), 0u);
     }
     return last;
   }
@@ -804,35 +945,43 @@ class LoopbackCluster {
   std::vector<PhaseDecision> settled_;
 };
 
-// docs/protocol.md: forward, prefill and decode.
+// docs/protocol.md: forward, prefill and decode, one phase per round and
+// in the plan's rounds (runtime/agreement/transaction_plan.hpp).
 const std::vector<DistributedExecutionPhase> kForwardPhases = {
     StateCheckpoint, Execution, OutputObservation, OutputPublication, MechanismCompletion, Commit};
+const std::vector<std::vector<DistributedExecutionPhase>> kOnePhasePerRound = {
+    {StateCheckpoint}, {Execution}, {OutputObservation}, {OutputPublication}, {MechanismCompletion}, {Commit}};
+const std::vector<std::vector<DistributedExecutionPhase>> kPlannedRounds = {
+    {StateCheckpoint}, {Execution, OutputObservation, OutputPublication, MechanismCompletion, Commit}};
 
 TEST(LoopbackClusterTest, AForwardStepCommitsEverywhereOrAbortsAndRestoresEverywhere) {
   int cases = 0;
-  for (RankId ranks = 1; ranks <= 4; ++ranks) {
-    for (RankId failing = 0; failing <= ranks; ++failing) {  // `ranks` means no rank fails
-      for (DistributedExecutionPhase failing_phase : kForwardPhases) {
-        SCOPED_TRACE(std::to_string(ranks) + " ranks, rank " + std::to_string(failing) + " fails " +
-                     to_string(failing_phase));
-        LoopbackCluster cluster{ranks, [&](RankId rank, const PhaseId& phase) {
-                                  return rank == failing && phase.phase == failing_phase;
-                                }};
-        const PhaseDecision outcome = cluster.run_transaction(1, kForwardPhases);
-        const bool fault = failing < ranks;
-        EXPECT_EQ(outcome.decision, fault ? Decision::abort : Decision::commit);
-        if (fault) {
-          EXPECT_EQ(outcome.cause, rank_error(failing));
+  for (const auto& rounds : {kOnePhasePerRound, kPlannedRounds}) {
+    for (RankId ranks = 1; ranks <= 4; ++ranks) {
+      for (RankId failing = 0; failing <= ranks; ++failing) {  // `ranks` means no rank fails
+        for (DistributedExecutionPhase failing_phase : kForwardPhases) {
+          SCOPED_TRACE(std::to_string(rounds.size()) + " rounds, " + std::to_string(ranks) + " ranks, rank " +
+                       std::to_string(failing) + " fails " + to_string(failing_phase));
+          LoopbackCluster cluster{ranks, [&](RankId rank, const PhaseId& phase) {
+                                    return rank == failing && phase.phase == failing_phase;
+                                  }};
+          const PhaseDecision outcome = cluster.run_transaction(1, rounds);
+          const bool fault = failing < ranks;
+          EXPECT_EQ(outcome.decision, fault ? Decision::abort : Decision::commit);
+          if (fault) {
+            EXPECT_EQ(outcome.cause, rank_error(failing));
+            EXPECT_EQ(outcome.phase, phase_id(failing_phase));
+          }
+          for (RankId rank = 0; rank < ranks; ++rank) {
+            EXPECT_EQ(cluster.count<CommitTransaction>(rank), fault ? 0u : 1u);
+            EXPECT_EQ(cluster.count<RestoreCheckpoint>(rank), fault ? 1u : 0u);
+          }
+          ++cases;
         }
-        for (RankId rank = 0; rank < ranks; ++rank) {
-          EXPECT_EQ(cluster.count<CommitTransaction>(rank), fault ? 0u : 1u);
-          EXPECT_EQ(cluster.count<RestoreCheckpoint>(rank), fault ? 1u : 0u);
-        }
-        ++cases;
       }
     }
   }
-  EXPECT_EQ(cases, 6 * (2 + 3 + 4 + 5));
+  EXPECT_EQ(cases, 2 * 6 * (2 + 3 + 4 + 5));
 }
 
 }  // namespace

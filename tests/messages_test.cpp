@@ -71,8 +71,8 @@ class MessagesTest : public ::testing::Test {
 const PhaseId kRoute12 = boundary_phase_id(BoundarySourceReady, 1, 2);
 
 TEST_F(MessagesTest, PhaseBeginRoundTrips) {
-  expect_round_trip(PhaseBegin{7, 12, phase_id(Execution), {1, 2, 255}});
-  expect_round_trip(PhaseBegin{7, 13, kRoute12, {}});
+  expect_round_trip(PhaseBegin{7, 12, phase_id(Execution), {1, 2, 255}, {phase_id(OutputPublication), phase_id(Commit)}});
+  expect_round_trip(PhaseBegin{7, 13, kRoute12, {}, {}});
 }
 
 TEST_F(MessagesTest, PhaseStatusRoundTrips) {
@@ -112,7 +112,7 @@ TEST_F(MessagesTest, WireTensorKeepsSubnormalsAndNanPayloadsBitForBit) {
 }
 
 TEST_F(MessagesTest, SeveralProtocolTypesInOneMessageRoundTrip) {
-  const PhaseBegin begin{1, 2, phase_id(Execution), {9}};
+  const PhaseBegin begin{1, 2, phase_id(Execution), {9}, {}};
   const WireTensor activations{{1, 2}, {1.0f, 2.0f}};
   caf::message decoded;
   ASSERT_FALSE(decode(receiver_, encode(caf::make_message(begin, activations)), decoded));
@@ -213,7 +213,7 @@ TEST_F(MessagesTest, TheCallOperatorHidesTheUnknownTypeAndLeavesTheMessageUnchan
 }
 
 TEST_F(MessagesTest, StringificationUsesPhaseNames) {
-  const std::string text = caf::deep_to_string(PhaseBegin{7, 12, kRoute12, {}});
+  const std::string text = caf::deep_to_string(PhaseBegin{7, 12, kRoute12, {}, {}});
   EXPECT_NE(text.find("BoundarySourceReady"), std::string::npos) << text;
 }
 

@@ -165,8 +165,19 @@ class ScriptedCluster {
     sys_.deliver();
   }
 
-  // The phase and epoch being agreed on: the newest begin the ranks got.
-  PhaseId phase() const { return newest_begin().phase; }
+  // The phase and epoch being agreed on: in the newest round the ranks
+  // began, the first phase not yet decided (runtime/agreement/
+  // transaction_plan.hpp: a round's riders are decided in order).
+  PhaseId phase() const {
+    const PhaseBegin& begin = newest_begin();
+    std::vector<PhaseId> round{begin.phase};
+    round.insert(round.end(), begin.riders.begin(), begin.riders.end());
+    std::size_t decided = 0;
+    for (const PhaseDecision& d : logs_.at(0)->decisions) {
+      if (d.epoch == begin.epoch && decided < round.size() && d.phase == round[decided]) ++decided;
+    }
+    return round[std::min(decided, round.size() - 1)];
+  }
   Epoch epoch() const { return newest_begin().epoch; }
 
   PhaseStatus status(RankId rank, bool ok = true) const {
@@ -543,7 +554,7 @@ const std::vector<int> kTokens = {1, 403, 407};
 class RankUnderTest {
  public:
   RankUnderTest(const Model& model, int rank, int ranks)
-      : worker_(std::make_shared<RankWorker>(model, 1, *Partition::balanced(model.config().n_layers, ranks), rank,
+      : worker_(std::make_shared<RankWorker>(model, std::make_shared<cpu::ThreadPool>(1), *Partition::balanced(model.config().n_layers, ranks), rank,
                                              model_identity(model))) {
     coordinator_ = sys_.system.spawn(scripted_coordinator, log_);
     RankOptions options;
@@ -620,7 +631,7 @@ class RankUnderTest {
 };
 
 PhaseBegin begin(Epoch epoch, PhaseId phase, std::vector<std::uint8_t> arguments = {}) {
-  return {kSession, epoch, phase, std::move(arguments)};
+  return {kSession, epoch, phase, std::move(arguments), {}};
 }
 
 PhaseStatus ok_from(RankId rank, Epoch epoch, PhaseId phase) {

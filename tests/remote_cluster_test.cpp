@@ -303,10 +303,12 @@ TEST_F(RemoteClusterTest, AKillDuringSamplingSynchronizationPoisonsAtOnce) {
 }
 
 // The fault plan travels to the nodes; an `exit` stops the rank's actors,
-// not its node, and the reset assigns the rank to the node again.
+// not its node, and the reset assigns the rank to the node again. (The
+// exit waits for the second step: a rider of Execution, OutputPublication
+// say, would run in the first step before the abort reaches the rank.)
 TEST_F(RemoteClusterTest, AFaultPlanRunsOnTheNodes) {
   auto error = parse_fault("1:Execution:error");
-  auto exit = parse_fault("2:OutputPublication:exit");
+  auto exit = parse_fault("2:StateCheckpoint:exit:2");
   ASSERT_TRUE(error && exit);
   auto session = connect({*error, *exit});
   ASSERT_TRUE(session);

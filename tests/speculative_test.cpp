@@ -154,7 +154,7 @@ TEST(SpeculativeLane, RejectedRowsAreRolledBackBeforeTheCommit) {
   const Model model = test::load_stories_model();
   const GreedyRun run = greedy_run(model, 4);
   const auto partition = Partition::balanced(model.config().n_layers, 1).value();
-  RankWorker worker(model, 1, partition, 0, model_identity(model));
+  RankWorker worker(model, std::make_shared<cpu::ThreadPool>(1), partition, 0, model_identity(model));
   ASSERT_TRUE(worker.begin_step(1, kPrompt));
   ASSERT_TRUE(worker.run_units(OutputRows::last));
   worker.commit(1);

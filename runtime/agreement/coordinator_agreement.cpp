@@ -13,7 +13,7 @@ CoordinatorAgreement::CoordinatorAgreement(SessionId session, RankId rank_count,
 }
 
 Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition position,
-                                   std::vector<std::uint8_t> arguments) {
+                                   std::vector<std::uint8_t> arguments, std::vector<PhaseId> riders) {
   if (stage_ != Stage::idle) {
     return Error(ErrorCode::contract, "phase " + to_string(phase_) + " of epoch " + std::to_string(epoch_) +
                                           " is still being agreed on");
@@ -23,11 +23,12 @@ Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition pos
     if (Status s = check_can_open(epoch); !s) return s;
     open_ = OpenTransaction{epoch, false};
   }
-  start_phase(epoch, phase, position, std::move(arguments));
+  start_round(epoch, phase, position, std::move(arguments), std::move(riders));
   return {};
 }
 
-Status CoordinatorAgreement::begin_reset(Epoch epoch, std::vector<std::uint8_t> arguments) {
+Status CoordinatorAgreement::begin_reset(Epoch epoch, std::vector<std::uint8_t> arguments,
+                                         std::vector<PhaseId> riders, PhasePosition position) {
   if (stage_ != Stage::idle) {
     return Error(ErrorCode::contract, "cannot reset while phase " + to_string(phase_) + " of epoch " +
                                           std::to_string(epoch_) + " is being agreed on");
@@ -43,8 +44,8 @@ Status CoordinatorAgreement::begin_reset(Epoch epoch, std::vector<std::uint8_t> 
   }
   // A reset supersedes a transaction left open: it replaces the state anyway.
   open_ = OpenTransaction{epoch, true};
-  start_phase(epoch, phase_id(DistributedExecutionPhase::SessionResetPreparation), PhasePosition::intermediate,
-              std::move(arguments));
+  start_round(epoch, phase_id(DistributedExecutionPhase::SessionResetPreparation), position, std::move(arguments),
+              std::move(riders));
   return {};
 }
 
@@ -61,27 +62,41 @@ Status CoordinatorAgreement::check_can_open(Epoch epoch) const {
   return {};
 }
 
-void CoordinatorAgreement::start_phase(Epoch epoch, PhaseId phase, PhasePosition position,
-                                       std::vector<std::uint8_t> arguments) {
+void CoordinatorAgreement::start_round(Epoch epoch, PhaseId phase, PhasePosition position,
+                                       std::vector<std::uint8_t> arguments, std::vector<PhaseId> riders) {
   stage_ = Stage::collecting_statuses;
   epoch_ = epoch;
   phase_ = phase;
   position_ = position;
+  round_.assign(1, phase);
+  round_.insert(round_.end(), riders.begin(), riders.end());
+  current_ = 0;
+  early_.assign(round_.size(), std::vector<bool>(rank_count_, false));
   answered_.assign(rank_count_, false);
   unanswered_ = rank_count_;
   ticks_in_stage_ = 0;
   // Every rank is up here: a down rank poisons, and only a reset, which
   // needs every rank, opens a transaction while poisoned.
-  const PhaseBegin begin{session_, epoch, phase, std::move(arguments)};
+  const PhaseBegin begin{session_, epoch, phase, std::move(arguments), std::move(riders)};
   for (RankId rank = 0; rank < rank_count_; ++rank) ready_.messages.emplace_back(rank, begin);
+}
+
+// Where `phase` is in the round, from the phase being agreed on.
+std::optional<std::size_t> CoordinatorAgreement::index_in_round(const PhaseId& phase) const {
+  for (std::size_t i = current_; i < round_.size(); ++i) {
+    if (round_[i] == phase) return i;
+  }
+  return std::nullopt;
 }
 
 void CoordinatorAgreement::step(const PhaseStatus& status) {
   if (!accept_reply(status.session, status.epoch, status.rank)) return;
-  if (stage_ != Stage::collecting_statuses || status.phase != phase_) {
+  const auto index = stage_ == Stage::collecting_statuses ? index_in_round(status.phase) : std::nullopt;
+  if (!index) {
     dropped_.count(DropReason::late);
     return;
   }
+  if (*index > current_) return record_early_status(*index, status);
   if (!record_answer(status.rank)) return;
   if (!status.ok) {
     start_abort({CauseKind::rank_error, status.rank, status.error_code, status.error_message});
@@ -103,6 +118,20 @@ void CoordinatorAgreement::step(const AbortAcknowledgement& acknowledgement) {
   } else if (unanswered_ == 0) {
     settle_abort();
   }
+}
+
+// A rider's status before its turn: an ok is kept for then; an error
+// aborts now, naming the rider.
+void CoordinatorAgreement::record_early_status(std::size_t index, const PhaseStatus& status) {
+  auto&& seen = early_[index][status.rank];
+  if (seen) {
+    dropped_.count(DropReason::duplicate);
+    return;
+  }
+  seen = true;
+  if (status.ok) return;
+  phase_ = status.phase;
+  start_abort({CauseKind::rank_error, status.rank, status.error_code, status.error_message});
 }
 
 bool CoordinatorAgreement::accept_reply(SessionId session, Epoch epoch, RankId rank) {
@@ -159,10 +188,19 @@ void CoordinatorAgreement::rank_up(RankId rank) {
 CoordinatorReady CoordinatorAgreement::take_ready() { return std::exchange(ready_, {}); }
 
 void CoordinatorAgreement::decide_success() {
-  const bool commit = position_ == PhasePosition::last;
+  const bool round_ends = current_ + 1 == round_.size();
+  const bool commit = round_ends && position_ == PhasePosition::last;
   const PhaseDecision success = decision(commit ? Decision::commit : Decision::proceed, {});
   send_decision_to_reachable_ranks(success);
   ready_.settled.push_back(success);
+  if (!round_ends) {
+    // The next rider's turn, with the statuses that came early.
+    phase_ = round_[++current_];
+    answered_ = early_[current_];
+    unanswered_ = static_cast<RankId>(std::count(answered_.begin(), answered_.end(), false));
+    if (unanswered_ == 0) decide_success();
+    return;
+  }
   stage_ = Stage::idle;
   if (!commit) return;
   if (open_->is_reset) poison_.reset();

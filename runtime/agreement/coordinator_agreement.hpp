@@ -8,6 +8,11 @@
 // Rules (DESIGN.md, "The phase protocol"; docs/protocol.md):
 // - begin() sends PhaseBegin to every rank. Every status ok: proceed, or
 //   commit when the caller said the phase is the transaction's last.
+// - A phase may have riders (transaction_plan.hpp): phases that begin with
+//   it and that every rank runs and reports right after it. Their statuses
+//   may arrive before their turn; each is still decided in order, once
+//   every rank's status for it is in, and an error status for any of them
+//   aborts at once. The round's deadline runs from its begin.
 // - The first error status, or the status deadline passing: abort, sent to
 //   every rank; then every rank must acknowledge. All restored: the
 //   transaction is aborted and the session stays usable.
@@ -74,13 +79,18 @@ class CoordinatorAgreement {
   // proceeded. Refused without any message: while a phase is being agreed
   // on or a transaction is still open (ErrorCode::contract), and when the
   // session is poisoned (ErrorCode::commit_indeterminate, naming the cause).
-  Status begin(Epoch epoch, PhaseId phase, PhasePosition position, std::vector<std::uint8_t> arguments = {});
+  // `riders` begin with the phase; `position` is the last rider's, the
+  // others are intermediate.
+  Status begin(Epoch epoch, PhaseId phase, PhasePosition position, std::vector<std::uint8_t> arguments = {},
+               std::vector<PhaseId> riders = {});
 
   // Starts a reset transaction: its first phase, SessionResetPreparation;
   // continue it with begin() and the same epoch. Allowed while poisoned;
   // its commit clears the poison. Refused (ErrorCode::state) while a rank
   // is down: a reset needs the complete topology.
-  Status begin_reset(Epoch epoch, std::vector<std::uint8_t> arguments = {});
+  // `position` is the round's last phase's, as for begin().
+  Status begin_reset(Epoch epoch, std::vector<std::uint8_t> arguments = {}, std::vector<PhaseId> riders = {},
+                     PhasePosition position = PhasePosition::intermediate);
 
   void step(const PhaseStatus& status);
   void step(const AbortAcknowledgement& acknowledgement);
@@ -113,7 +123,10 @@ class CoordinatorAgreement {
   };
 
   Status check_can_open(Epoch epoch) const;
-  void start_phase(Epoch epoch, PhaseId phase, PhasePosition position, std::vector<std::uint8_t> arguments);
+  void start_round(Epoch epoch, PhaseId phase, PhasePosition position, std::vector<std::uint8_t> arguments,
+                   std::vector<PhaseId> riders);
+  void record_early_status(std::size_t index, const PhaseStatus& status);
+  std::optional<std::size_t> index_in_round(const PhaseId& phase) const;
   bool accept_reply(SessionId session, Epoch epoch, RankId rank);
   bool record_answer(RankId rank);
   void decide_success();
@@ -131,8 +144,12 @@ class CoordinatorAgreement {
   Stage stage_ = Stage::idle;
   std::optional<OpenTransaction> open_;  // begun, neither committed, aborted nor poisoned
   Epoch epoch_ = 0;                      // the newest transaction begun
-  PhaseId phase_;                        // the newest phase begun
-  PhasePosition position_ = PhasePosition::intermediate;
+  PhaseId phase_;                        // the phase being agreed on
+  PhasePosition position_ = PhasePosition::intermediate;  // the round's last phase's
+  std::vector<PhaseId> round_;                            // the phase begun, then its riders
+  std::size_t current_ = 0;                               // phase_'s index in round_
+  // Per rider (index in round_), per rank: its ok status came before its turn.
+  std::vector<std::vector<bool>> early_;
   std::vector<bool> answered_;  // per rank, in the current stage
   RankId unanswered_ = 0;
   std::uint32_t ticks_in_stage_ = 0;

@@ -1,5 +1,6 @@
 #include "runtime/agreement/rank_agreement.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace accord {
@@ -18,7 +19,7 @@ void RankAgreement::step(const PhaseBegin& begin) {
     deferred_begin_ = begin;
   } else if (begin.epoch > epoch_) {
     open_transaction(begin);
-  } else if (begin.phase == phase_) {
+  } else if (std::find(round_.begin(), round_.end(), begin.phase) != round_.end()) {
     dropped_.count(DropReason::duplicate);
   } else if (stage_ == Stage::between_phases) {
     run(begin);
@@ -45,20 +46,33 @@ void RankAgreement::open_transaction(const PhaseBegin& begin) {
   }
 }
 
+void RankAgreement::start_round(const PhaseBegin& begin) {
+  round_.assign(1, begin.phase);
+  round_.insert(round_.end(), begin.riders.begin(), begin.riders.end());
+  reported_ok_ = 0;
+  decided_ = 0;
+  next_rider_ = 1;
+  closed_ = false;
+  abort_requested_ = false;
+  phase_ = begin.phase;
+}
+
 void RankAgreement::run(const PhaseBegin& begin) {
+  start_round(begin);
+  start_work(begin.phase, begin.arguments);
+}
+
+void RankAgreement::start_work(const PhaseId& phase, std::vector<std::uint8_t> arguments) {
   stage_ = Stage::working;
   work_in_flight_ = true;
-  phase_ = begin.phase;
-  decided_ = false;
-  abort_requested_ = false;
-  ready_.actions.push_back(RunPhase{begin.epoch, begin.phase, begin.arguments});
+  phase_ = phase;
+  ready_.actions.push_back(RunPhase{epoch_, phase, std::move(arguments)});
 }
 
 // A poisoned rank does no work: it answers at once with an error.
 void RankAgreement::refuse(const PhaseBegin& begin) {
+  start_round(begin);
   stage_ = Stage::awaiting_decision;
-  phase_ = begin.phase;
-  decided_ = false;
   ready_.messages.push_back(PhaseStatus{session_, begin.epoch, begin.phase, rank_, false, FailureCode::state,
                                         "rank " + std::to_string(rank_) + " is poisoned: " + describe(*poison_)});
 }
@@ -93,8 +107,15 @@ void RankAgreement::report_local_result(Epoch epoch, const PhaseId& phase, bool 
     ready_.actions.push_back(RestoreCheckpoint{epoch_});
     return;
   }
-  stage_ = Stage::awaiting_decision;
   ready_.messages.push_back(PhaseStatus{session_, epoch, phase, rank_, ok, code, std::move(message)});
+  if (ok) ++reported_ok_;
+  if (ok && next_rider_ < round_.size()) {
+    const PhaseId rider = round_[next_rider_++];
+    start_work(rider, {});
+  } else {
+    next_rider_ = round_.size();  // a failed phase ends the round's work
+    stage_ = Stage::awaiting_decision;
+  }
 }
 
 void RankAgreement::step(const PhaseDecision& decision) {
@@ -126,31 +147,46 @@ void RankAgreement::step(const PhaseDecision& decision) {
 }
 
 void RankAgreement::apply_decision(const PhaseDecision& decision) {
-  if (decision.phase != phase_) {
+  const auto found = std::find(round_.begin(), round_.end(), decision.phase);
+  if (found == round_.end()) {
     dropped_.count(DropReason::late);
     return;
   }
-  if (decided_) {
+  const auto index = static_cast<std::size_t>(found - round_.begin());
+  if (closed_ || index < decided_) {
     dropped_.count(DropReason::duplicate);
     return;
   }
-  const bool is_abort = decision.decision == Decision::abort;
-  const bool may_succeed = stage_ == Stage::awaiting_decision && (!poison_ || in_reset_);
-  const bool may_abort = stage_ == Stage::working || stage_ == Stage::awaiting_decision;
-  if (is_abort ? !may_abort : !may_succeed) {
+  if (decision.decision == Decision::abort) {
+    if (stage_ != Stage::working && stage_ != Stage::awaiting_decision) {
+      dropped_.count(DropReason::out_of_order);
+      return;
+    }
+    closed_ = true;
+    apply_abort();
+    return;
+  }
+  apply_success(decision, index);
+}
+
+// Proceed or commit: the round's phases are decided in order, each only
+// after this rank reported it ok.
+void RankAgreement::apply_success(const PhaseDecision& decision, std::size_t index) {
+  const bool commit = decision.decision == Decision::commit;
+  const bool in_turn = index == decided_ && index < reported_ok_ && (!poison_ || in_reset_);
+  if (!in_turn || (commit && index + 1 != round_.size())) {
     dropped_.count(DropReason::out_of_order);
     return;
   }
-  decided_ = true;
-  if (is_abort) {
-    apply_abort();
-  } else if (decision.decision == Decision::proceed) {
-    stage_ = Stage::between_phases;
-  } else {
-    stage_ = Stage::settled;
-    ready_.actions.push_back(CommitTransaction{epoch_});
-    if (in_reset_) poison_.reset();
+  ++decided_;
+  if (!commit) {
+    if (decided_ == round_.size()) stage_ = Stage::between_phases;
+    return;
   }
+  closed_ = true;
+  stage_ = Stage::settled;
+  ready_.actions.push_back(CommitTransaction{epoch_});
+  if (in_reset_) poison_.reset();
 }
 
 void RankAgreement::apply_abort() {
@@ -187,7 +223,8 @@ void RankAgreement::finish_restore(Epoch epoch, bool ok, std::string message) {
 void RankAgreement::become_poisoned(PhaseDecision cause) {
   if (!poison_) poison_ = cause;
   stage_ = Stage::settled;
-  decided_ = true;
+  closed_ = true;
+  next_rider_ = round_.size();
   in_reset_ = false;
   // Local work that still runs would race the rank's forgetting of the
   // transaction; it is forgotten when the work's result comes back.

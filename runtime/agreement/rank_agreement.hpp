@@ -7,7 +7,11 @@
 // Rules (docs/protocol.md):
 // - PhaseBegin for a new epoch opens a transaction, for the current epoch
 //   continues it after a proceed; either asks for the local work (RunPhase)
-//   and answers its result with PhaseStatus.
+//   and answers its result with PhaseStatus. The begin's riders
+//   (transaction_plan.hpp) run and are reported one after another once the
+//   phase's work succeeded, without waiting for the decisions in between;
+//   those decisions come in order, and an abort may name any phase of the
+//   round.
 // - proceed waits for the next phase; commit asks to commit; abort asks to
 //   restore once the local work in flight has finished (never under it) and
 //   answers AbortAcknowledgement; poison marks the rank poisoned (MarkPoisoned
@@ -94,12 +98,15 @@ class RankAgreement {
     settled,            // the last transaction committed, aborted or was poisoned
     working,            // the local part of phase_ runs
     awaiting_decision,  // status sent
-    between_phases,     // proceeded; the next phase of epoch_ has not begun
+    between_phases,     // the round proceeded; the next phase of epoch_ has not begun
     restoring,          // the checkpoint is being restored
   };
 
   void open_transaction(const PhaseBegin& begin);
   void run(const PhaseBegin& begin);
+  void start_round(const PhaseBegin& begin);
+  void start_work(const PhaseId& phase, std::vector<std::uint8_t> arguments);
+  void apply_success(const PhaseDecision& decision, std::size_t index);
   void refuse(const PhaseBegin& begin);
   void report_local_result(Epoch epoch, const PhaseId& phase, bool ok, FailureCode code, std::string message);
   void apply_decision(const PhaseDecision& decision);
@@ -112,8 +119,15 @@ class RankAgreement {
   RankId rank_;
   Stage stage_ = Stage::settled;
   Epoch epoch_ = 0;  // the newest transaction begun
-  PhaseId phase_;    // the newest phase begun
-  bool decided_ = false;          // a decision on phase_ was applied
+  PhaseId phase_;    // the phase whose work runs or ran last
+  // The round begun last: its phase, then its riders. The first
+  // `reported_ok_` of them were reported ok, the first `decided_` decided;
+  // `next_rider_` is the index of the next one to run.
+  std::vector<PhaseId> round_;
+  std::size_t reported_ok_ = 0;
+  std::size_t decided_ = 0;
+  std::size_t next_rider_ = 0;
+  bool closed_ = false;           // the round was committed, aborted or poisoned
   bool abort_requested_ = false;  // abort arrived while phase_ was working
   bool in_reset_ = false;         // epoch_ is a reset transaction
   // The local part of (epoch_, phase_) runs, whatever was decided since:
