@@ -40,6 +40,15 @@ struct CoordinatorState {
 
 using CoordinatorActor = caf::stateful_actor<CoordinatorState>;
 
+// The reply says the session is poisoned by `poison`, in words and as fields.
+void record_poison(TransactionReply& reply, const PhaseDecision& poison) {
+  reply.poison_cause = describe(poison);
+  reply.poison_rank = poison.cause.rank;
+  reply.poison_phase = to_string(poison.phase);
+  reply.poison_epoch = poison.epoch;
+  reply.message = "the session is poisoned: " + reply.poison_cause;
+}
+
 void finish(CoordinatorActor* self, TransactionOutcome outcome, const PhaseDecision* decision) {
   auto& s = self->state;
   s.reply.outcome = outcome;
@@ -48,7 +57,7 @@ void finish(CoordinatorActor* self, TransactionOutcome outcome, const PhaseDecis
     s.reply.error_code = decision->cause.kind == CauseKind::rank_error ? decision->cause.error_code
                                                                        : FailureCode::mechanism;
     s.reply.message = describe(*decision);
-    if (outcome == TransactionOutcome::poisoned) s.reply.message = "the session is poisoned: " + s.reply.message;
+    if (outcome == TransactionOutcome::poisoned) record_poison(s.reply, *decision);
   }
   s.busy = false;
   s.promise.deliver(std::move(s.reply));
@@ -80,7 +89,7 @@ void begin_next(CoordinatorActor* self) {
   if (!begun) {
     s.reply.message = begun.error().message();
     const bool poisoned = s.agreement->poisoned();
-    if (poisoned) s.reply.message = "the session is poisoned: " + describe(*s.agreement->poison());
+    if (poisoned) record_poison(s.reply, *s.agreement->poison());
     finish(self, poisoned ? TransactionOutcome::poisoned : TransactionOutcome::refused, nullptr);
     return;
   }

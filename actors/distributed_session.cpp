@@ -45,8 +45,10 @@ Error reply_error(const TransactionReply& reply) {
   switch (reply.outcome) {
     case TransactionOutcome::refused:
       return std::move(Error(ErrorCode::state, reply.message).mark_before_state_mutation());
-    case TransactionOutcome::poisoned:
-      return std::move(Error(ErrorCode::commit_indeterminate, reply.message).at(reply.epoch, reply.phase));
+    case TransactionOutcome::poisoned: {
+      const auto rank = reply.poison_rank == kNoRank ? std::nullopt : std::optional<std::uint32_t>(reply.poison_rank);
+      return Error::poisoned({reply.poison_cause, rank, reply.poison_phase, reply.poison_epoch});
+    }
     default:
       return std::move(Error(to_error_code(reply.error_code), "transaction aborted at epoch " +
                                                                  std::to_string(reply.epoch) + ": " + reply.message)

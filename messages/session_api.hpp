@@ -56,6 +56,12 @@ struct TransactionReply {
   std::string phase;        // where it failed
   FailureCode error_code = FailureCode::mechanism;
   std::string message;      // why, when not committed
+  // When poisoned (now or by an earlier transaction): the poison's cause
+  // and the rank it names (kNoRank: none), its phase and epoch.
+  std::string poison_cause;
+  RankId poison_rank = kNoRank;
+  std::string poison_phase;
+  Epoch poison_epoch = 0;
   WireTensor logits;        // forward_step: (rows, vocab)
   std::vector<RankCheckpointReport> checkpoints;  // checkpoint: one per rank
   std::uint64_t phases_run = 0;  // phase rounds of this transaction
@@ -67,8 +73,8 @@ struct TransactionReply {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionReply& x) {
-  return f(x.outcome, x.epoch, x.phase, x.error_code, x.message, x.logits, x.checkpoints, x.phases_run, x.sampled,
-           x.prediction_target);
+  return f(x.outcome, x.epoch, x.phase, x.error_code, x.message, x.poison_cause, x.poison_rank, x.poison_phase,
+           x.poison_epoch, x.logits, x.checkpoints, x.phases_run, x.sampled, x.prediction_target);
 }
 
 }  // namespace accord

@@ -53,6 +53,18 @@ std::string_view to_string(ErrorCode code);
 // Escaping twice changes nothing more.
 std::string printable(std::string_view text);
 
+// Why a session is poisoned (ErrorCode::commit_indeterminate): the cause in
+// words, the rank it names (none for a one-rank session, or a cause that
+// names no rank), and the phase and epoch where it happened.
+struct Poison {
+  std::string cause;
+  std::optional<std::uint32_t> rank;
+  std::string phase;
+  std::uint64_t epoch = 0;
+
+  bool operator==(const Poison&) const = default;
+};
+
 class Error {
  public:
   Error(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -66,6 +78,17 @@ class Error {
   const std::string& phase() const { return phase_; }
   // True when the failure came before the step changed any state.
   bool before_state_mutation() const { return before_state_mutation_; }
+  // Set on every error of a poisoned session: why it is poisoned.
+  const std::optional<Poison>& poison() const { return poison_; }
+
+  // The error of a poisoned session: commit_indeterminate, "the session is
+  // poisoned: " and the cause, at the poison's epoch and phase.
+  static Error poisoned(Poison poison) {
+    Error error(ErrorCode::commit_indeterminate, "the session is poisoned: " + poison.cause);
+    error.at(poison.epoch, poison.phase);
+    error.poison_ = std::move(poison);
+    return error;
+  }
 
   Error& at(std::uint64_t epoch, std::string phase) {
     epoch_ = epoch;
@@ -83,6 +106,7 @@ class Error {
   std::optional<std::uint64_t> epoch_;
   std::string phase_;
   bool before_state_mutation_ = false;
+  std::optional<Poison> poison_;
 };
 
 // A value or an error; E is Error unless a call's failure carries more

@@ -82,9 +82,7 @@ Error aborted() {
   return std::move(Error(ErrorCode::mechanism, "transaction aborted at epoch 4: injected fault").at(4, "Execution"));
 }
 
-Error poisoned() {
-  return Error(ErrorCode::commit_indeterminate, "the session is poisoned: rank 1 is down");
-}
+Error poisoned() { return Error::poisoned({"rank 1 is down", 1, "Execution", 4}); }
 
 class GeneratorRetries : public ::testing::Test {
  protected:
@@ -152,6 +150,15 @@ TEST_F(GeneratorRetries, APoisonedSessionStopsAtOnce) {
   EXPECT_EQ(partial.generated_tokens, std::vector<int>(expected.begin(), expected.begin() + 2));
 }
 
+TEST_F(GeneratorRetries, APoisonedErrorKeepsItsPoison) {
+  auto result = generate_with([&](FaultyTarget& target) { target.fail_step(0, 1, poisoned()); });
+  ASSERT_FALSE(result);
+  ASSERT_TRUE(result.error().error.poison());
+  EXPECT_EQ(*result.error().error.poison(), (Poison{"rank 1 is down", 1, "Execution", 4}));
+  EXPECT_EQ(result.error().message(), "the session is poisoned: rank 1 is down");
+}
+
+// A target that is neither session may report a poison without a Poison.
 TEST_F(GeneratorRetries, APoisonedErrorIsNamedSoWhateverItsWording) {
   const Error bare =
       std::move(Error(ErrorCode::commit_indeterminate, "undoing its publication failed").at(7, "Commit"));

@@ -249,6 +249,43 @@ TEST_F(PromptCacheTest, AFailedPublicationIsReverted) {
   EXPECT_NE(live_folder(dir_.path()), old_generation);
 }
 
+// runtime/error.hpp: when a failed save cannot undo its publication, no
+// state can be proven, so the session refuses every call until a reset.
+TEST_F(PromptCacheTest, AFailedReversalPoisonsTheSessionUntilAReset) {
+  save(dir_.path(), 5);
+  auto session = new_session();
+  ASSERT_TRUE(session->prefill(test::cache_prefix(7)));
+  const fs::path current = rank_folder(dir_.path(), 0) / "CURRENT";
+  session->set_failure_hook([&](Phase phase, std::uint64_t) -> Status {
+    if (phase != Phase::PromptCacheSavePublication) return {};
+    // A directory where CURRENT was: putting the old CURRENT back fails.
+    fs::remove(current);
+    fs::create_directories(current / "blocked");
+    return Error(ErrorCode::mechanism, "injected");
+  });
+  auto saved = session->save_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(7));
+  ASSERT_FALSE(saved);
+  EXPECT_EQ(saved.error().code(), ErrorCode::commit_indeterminate);
+  ASSERT_TRUE(saved.error().poison());
+  EXPECT_EQ(saved.error().poison()->phase, "PromptCacheSavePublication");
+  EXPECT_NE(saved.error().poison()->cause.find("undoing its publication failed too"), std::string::npos);
+  EXPECT_EQ(session->report().last_outcome, "poisoned");
+  session->set_failure_hook({});
+
+  const std::string digest = session->state_digest();
+  auto refused = session->decode(1);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), ErrorCode::commit_indeterminate);
+  EXPECT_EQ(refused.error().poison(), saved.error().poison());
+  EXPECT_FALSE(session->checkpoint());
+  EXPECT_EQ(session->state_digest(), digest);
+
+  ASSERT_TRUE(session->reset());
+  EXPECT_FALSE(session->poison());
+  EXPECT_TRUE(session->prefill(test::cache_prefix(3)));
+  fs::remove_all(current);
+}
+
 TEST_F(PromptCacheTest, SaveRefusesAPrefixTheSessionDoesNotHold) {
   auto session = new_session();
   ASSERT_TRUE(session->prefill(test::cache_prefix(4)));

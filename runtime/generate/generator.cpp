@@ -36,10 +36,6 @@ Status check_request(const GenerationTarget& target, const Tokenizer& tokenizer,
   return {};
 }
 
-// How a poisoned session's error begins: DistributedSession's do, and the
-// generator makes every other say so too.
-constexpr std::string_view kPoisoned = "the session is poisoned: ";
-
 // How a failed step left the session: poisoned (no state can be trusted),
 // aborted (every change undone, so running it again is safe), or refused
 // before it changed anything.
@@ -47,22 +43,18 @@ bool is_poisoned(const Error& error) { return error.code() == ErrorCode::commit_
 
 bool is_aborted(const Error& error) { return !error.before_state_mutation() && !is_poisoned(error); }
 
-// The poisoned error's cause, without the "poisoned" preamble when it has one.
-std::string poison_cause(const Error& error) {
-  const std::string& message = error.message();
-  return message.starts_with(kPoisoned) ? message.substr(kPoisoned.size()) : message;
-}
-
 // What the caller gets when generation ends with `error`: a poisoned
-// session's error always says so and names the cause.
+// session's error always carries its Poison and says so. The sessions set
+// it; a target of another kind may not, and then its words are the cause.
 GenerationFailure stopped_by(const Error& error, GenerationResult partial) {
   partial.stop_reason = StopReason::error;
   if (!is_poisoned(error)) return {error, std::move(partial)};
+  const Error named = error.poison() ? error
+                                     : Error::poisoned({error.message(), std::nullopt, error.phase(),
+                                                        error.epoch().value_or(0)});
   partial.poisoned = true;
-  partial.poison_cause = poison_cause(error);
-  Error named(error.code(), std::string(kPoisoned) + partial.poison_cause);
-  if (error.epoch()) named.at(*error.epoch(), error.phase());
-  return {std::move(named), std::move(partial)};
+  partial.poison_cause = named.poison()->cause;
+  return {named, std::move(partial)};
 }
 
 // Opens the cache (healing a publication that a killed save left mixed),

@@ -93,9 +93,13 @@ class Session::Transaction {
     error.at(epoch_, phase_name);
     if (reverse_) {
       if (Status reversed = reverse_(); !reversed) {
-        error = Error(ErrorCode::commit_indeterminate,
-                      error.message() + "; undoing its publication failed too: " + reversed.error().message());
-        error.at(epoch_, phase_name);
+        // The files may hold the publication or not: no state can be
+        // proven, and the session refuses work until it is reset.
+        session_.poison_ = Poison{error.message() + "; undoing its publication failed too: " +
+                                      reversed.error().message(),
+                                  std::nullopt, phase_name, epoch_};
+        session_.last_outcome_ = "poisoned";
+        error = Error::poisoned(*session_.poison_);
       }
     }
     session_.last_error_ = error.message();
@@ -167,8 +171,14 @@ Result<PredictionTargetResult> Session::run_prediction_target_step(const Predict
   return PredictionTargetResult{*step, prediction_.hidden, prediction_.accepted, prediction_.next_token};
 }
 
+Status Session::refuse_if_poisoned() const {
+  if (poison_) return Error::poisoned(*poison_);
+  return {};
+}
+
 Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer,
                                      std::optional<int> draft_tokens) {
+  if (Status ok = refuse_if_poisoned(); !ok) return ok.error();
   const int first = state().position();
   if (Status ok = stage_.check_step(tokens, {}); !ok) {
     return before_mutation(ok.error().code(), ok.error().message());
@@ -247,6 +257,7 @@ Status Session::prediction_target_phases(Transaction& tx, std::span<const int> t
 // Checkpoints, rollback, reset.
 
 Result<SessionCheckpoint> Session::checkpoint() {
+  if (Status ok = refuse_if_poisoned(); !ok) return ok.error();
   Transaction tx(*this, "checkpoint");
   SessionCheckpoint cp;
   if (Status s = tx.phase(Phase::SessionCheckpoint,
@@ -280,6 +291,7 @@ Status Session::check_checkpoint(const SessionCheckpoint& cp) const {
 }
 
 Status Session::rollback(const SessionCheckpoint& checkpoint) {
+  if (Status ok = refuse_if_poisoned(); !ok) return ok;
   Transaction tx(*this, "rollback");
   tx.protect_rows(0, 0);
   if (Status s = tx.phase(Phase::SessionRollbackPreparation, [&] { return check_checkpoint(checkpoint); }); !s) {
@@ -311,6 +323,7 @@ Status Session::reset() {
     state().rewind(0, tx.epoch());
     prepared_.clear();
     ++reset_count_;
+    poison_.reset();
   });
 }
 
@@ -339,6 +352,7 @@ Result<PromptCacheSaveResult> Session::save_prompt_cache_for_input(const std::fi
 Result<PromptCacheSaveResult> Session::save(const std::filesystem::path& root,
                                             const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
                                             const std::string& prepared_input) {
+  if (Status ok = refuse_if_poisoned(); !ok) return ok.error();
   Transaction tx(*this, "prompt cache save");
   const PromptCacheRequest request = cache_request(root, descriptor, prefix, prepared_input);
   ShardSave save;
@@ -374,6 +388,7 @@ Status Session::load_prompt_cache_for_input(const std::filesystem::path& root, c
 
 Status Session::load(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
                      std::span<const int> prefix, const std::string& prepared_input) {
+  if (Status ok = refuse_if_poisoned(); !ok) return ok;
   if (Status ok = stage_.check_tokens(prefix, 0); !ok) {
     return before_mutation(ok.error().code(), ok.error().message());
   }

@@ -84,7 +84,7 @@ struct SessionReport {
   std::uint64_t last_epoch = 0;       // the newest transaction, committed or not
   std::uint64_t committed_epoch = 0;  // the newest committed transaction
   std::uint64_t state_epoch = 0;      // the commit that produced the current state
-  std::string last_outcome;           // "none", "committed" or "aborted"
+  std::string last_outcome;           // "none", "committed", "aborted" or "poisoned"
   std::string last_error;             // when aborted
   std::uint64_t aborted_transactions = 0;
   std::uint64_t restoration_generation = 0;
@@ -133,6 +133,7 @@ class Session {
   Result<CompleteCheckpoint> checkpoint_complete();
   Status rollback_complete(const CompleteCheckpoint& checkpoint);
   // Empties the state; checkpoints taken before are refused afterwards.
+  // The one call a poisoned session takes, and the end of its poison.
   Status reset();
 
   // Saves the state's first prefix.size() rows, which must hold exactly
@@ -157,6 +158,10 @@ class Session {
   std::optional<PromptInputIdentity> committed_prompt_input_identity() const;
   // Counts successful restorations: aborted steps undone and rollbacks.
   std::uint64_t successful_state_restoration_generation() const { return restoration_generation_; }
+  // Why the session is poisoned, while it is: a failed step could not undo
+  // its publication (runtime/error.hpp, commit_indeterminate). Every call
+  // but reset() is then refused with that Poison.
+  const std::optional<Poison>& poison() const { return poison_; }
 
   const Model& model() const { return model_; }
   const std::string& model_identity() const { return model_identity_; }
@@ -184,6 +189,7 @@ class Session {
   Status load(const std::filesystem::path& root, const PromptCacheDescriptor& expected, std::span<const int> prefix,
               const std::string& prepared_input);
   Status check_checkpoint(const SessionCheckpoint& checkpoint) const;
+  Status refuse_if_poisoned() const;
   PromptCacheRequest cache_request(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                    std::span<const int> prefix, const std::string& prepared_input) const;
 
@@ -197,7 +203,8 @@ class Session {
   std::uint64_t reset_count_ = 0;
   std::uint64_t restoration_generation_ = 0;
   std::uint64_t aborted_transactions_ = 0;
-  std::string last_outcome_ = "none";
+  std::string last_outcome_ = "none";  // "committed", "aborted" or "poisoned"
+  std::optional<Poison> poison_;
   std::string last_error_;
   PreparedInputRecord prepared_;  // cleared when the state no longer holds its tokens
   std::vector<float> published_;                 // (rows, vocab) of the last step
