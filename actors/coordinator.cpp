@@ -150,27 +150,27 @@ void on_tick(CoordinatorActor* self) {
   }
 }
 
-// Every rank's state digest, asked through the coordinator: its messages
+// Every rank's state report, asked through the coordinator: its messages
 // to a rank keep their order, so each rank has applied every decision the
-// coordinator sent before it answers. A rank that does not answer gets an
-// empty digest.
-void collect_digests(CoordinatorActor* self) {
+// coordinator sent before it answers. A rank that does not answer gets a
+// report with an empty digest.
+void collect_rank_states(CoordinatorActor* self) {
   struct Collection {
     caf::response_promise promise;
-    std::vector<std::string> digests;
+    std::vector<RankStateReport> reports;
     std::size_t missing = 0;
   };
   auto collection = std::make_shared<Collection>();
   collection->promise = self->make_response_promise();
-  collection->digests.resize(self->state.ranks.size());
+  collection->reports.resize(self->state.ranks.size());
   collection->missing = self->state.ranks.size();
   auto answered = [collection] {
-    if (--collection->missing == 0) collection->promise.deliver(std::move(collection->digests));
+    if (--collection->missing == 0) collection->promise.deliver(std::move(collection->reports));
   };
   for (std::size_t r = 0; r < self->state.ranks.size(); ++r) {
-    self->request(self->state.ranks[r], std::chrono::seconds(5), digests_atom::value)
-        .then([=](std::string& digest) {
-                collection->digests[r] = std::move(digest);
+    self->request(self->state.ranks[r], std::chrono::seconds(5), rank_state_atom::value)
+        .then([=](RankStateReport& report) {
+                collection->reports[r] = std::move(report);
                 answered();
               },
               [=](caf::error&) { answered(); });
@@ -251,10 +251,10 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
         }
         return down;
       },
-      [=](digests_atom) -> caf::result<std::vector<std::string>> {
-        if (self->state.ranks.empty()) return std::vector<std::string>{};
-        collect_digests(self);
-        return caf::delegated<std::vector<std::string>>();
+      [=](rank_state_atom) -> caf::result<std::vector<RankStateReport>> {
+        if (self->state.ranks.empty()) return std::vector<RankStateReport>{};
+        collect_rank_states(self);
+        return caf::delegated<std::vector<RankStateReport>>();
       },
       [=](const PromptCacheReport& report) {
         auto& st = self->state;

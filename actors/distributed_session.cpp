@@ -14,6 +14,8 @@
 #include "actors/rank_actors.hpp"
 #include "messages/node_api.hpp"
 #include "messages/session_api.hpp"
+#include "kernels/cpu/isa.hpp"
+#include "runtime/io/digest.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/transformer.hpp"
 #include "runtime/session/partition.hpp"
@@ -175,6 +177,7 @@ struct DistributedSession::Impl {
   std::vector<int> tokens;
   PreparedInputRecord prepared;
   DistributedStats stats;
+  TransactionRecord record;
 
   ~Impl() {
     if (system == nullptr) return;
@@ -347,8 +350,31 @@ struct DistributedSession::Impl {
                  [&](caf::error& e) { failure = system->render(e); });
     if (!reply) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
     stats.phases_run += reply->phases_run;
-    if (reply->outcome != TransactionOutcome::committed) return reply_error(*reply);
+    if (reply->outcome != TransactionOutcome::committed) {
+      Error error = reply_error(*reply);
+      record_failure(request.kind, *reply, error);
+      return error;
+    }
+    record.committed(reply->epoch);
+    if (request.kind == TransactionKind::rollback) ++record.restoration_generation;
     return std::move(*reply);
+  }
+
+  // What the report says of a transaction that did not commit. An abort
+  // restored every rank; as on one rank, that counts as a restoration where
+  // the transaction could change the state (a checkpoint or a save cannot).
+  void record_failure(TransactionKind kind, const TransactionReply& reply, const Error& error) {
+    switch (reply.outcome) {
+      case TransactionOutcome::aborted:
+        record.aborted(reply.epoch, error.message(),
+                       kind != TransactionKind::checkpoint && kind != TransactionKind::prompt_cache_save);
+        break;
+      case TransactionOutcome::poisoned:
+        record.poisoned(reply.epoch, error.message());
+        break;
+      default:  // refused: nothing began
+        break;
+    }
   }
 
   int position() const { return static_cast<int>(tokens.size()); }
@@ -649,17 +675,74 @@ caf::actor rank_agreement_of(const DistributedSession& session, int rank) {
   return session.impl()->ranks.at(static_cast<std::size_t>(rank)).agreement;
 }
 
-Result<std::vector<std::string>> DistributedSession::rank_digests() const {
-  std::optional<std::vector<std::string>> digests;
+Result<std::vector<RankStateReport>> DistributedSession::rank_states() const {
+  std::optional<std::vector<RankStateReport>> reports;
   std::string failure;
-  (*impl_->caller)->request(impl_->coordinator, std::chrono::seconds(10), digests_atom::value)
-      .receive([&](std::vector<std::string>& d) { digests = std::move(d); },
+  (*impl_->caller)->request(impl_->coordinator, std::chrono::seconds(10), rank_state_atom::value)
+      .receive([&](std::vector<RankStateReport>& r) { reports = std::move(r); },
                [&](caf::error& e) { failure = impl_->system->render(e); });
-  if (!digests) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
-  for (std::size_t r = 0; r < digests->size(); ++r) {
-    if ((*digests)[r].empty()) return Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " did not answer");
+  if (!reports) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
+  for (std::size_t r = 0; r < reports->size(); ++r) {
+    if ((*reports)[r].digest.empty()) return Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " did not answer");
   }
-  return std::move(*digests);
+  return std::move(*reports);
+}
+
+Result<std::vector<std::string>> DistributedSession::rank_digests() const {
+  auto states = rank_states();
+  if (!states) return states.error();
+  std::vector<std::string> digests;
+  for (auto& state : *states) digests.push_back(std::move(state.digest));
+  return digests;
+}
+
+Result<SessionReport> DistributedSession::report() const {
+  auto states = rank_states();
+  if (!states) return states.error();
+  const Model& model = *impl_->model;
+  const TransactionRecord& record = impl_->record;
+  SessionReport r;
+  r.model_identity = impl_->layout->identity;
+  r.weights_bytes = model.file_bytes();
+  r.weights_resident_bytes = model.resident_bytes();
+  r.weights_residency = "memory-mapped";
+  r.weights_bytes_by_type = model.weight_bytes_by_type();
+  r.kernel_path = cpu::to_string(cpu::active_isa());
+  FastDigest digests;
+  for (const RankStateReport& state : *states) {
+    r.kv_bytes_used += state.kv_bytes_used;
+    r.kv_bytes_capacity += state.kv_bytes_capacity;
+    digests.update(state.digest.data(), state.digest.size());
+  }
+  r.position = states->front().position;
+  r.context = model.config().seq_len;
+  r.last_epoch = record.last_epoch;
+  r.committed_epoch = record.committed_epoch;
+  r.state_epoch = states->front().state_epoch;
+  r.last_outcome = record.last_outcome;
+  r.last_error = record.last_error;
+  r.aborted_transactions = record.aborted_transactions;
+  r.restoration_generation = record.restoration_generation;
+  r.state_digest = digests.hex();
+  return r;
+}
+
+Result<MaterializationReport> DistributedSession::materialization_report() const {
+  auto states = rank_states();
+  if (!states) return states.error();
+  MaterializationReport r;
+  r.weights_mapped_bytes = impl_->model->file_bytes();
+  r.weights_resident_bytes = impl_->model->resident_bytes();
+  for (const RankStateReport& state : *states) {
+    r.kv_allocated_bytes += state.kv_bytes_capacity;
+    r.kv_materialized_bytes += state.kv_materialized_bytes;
+    r.high_water_position = std::max(r.high_water_position, static_cast<int>(state.high_water));
+  }
+  return r;
+}
+
+std::uint64_t DistributedSession::successful_state_restoration_generation() const {
+  return impl_->record.restoration_generation;
 }
 
 Result<DroppedMessageReport> DistributedSession::dropped_messages() const {

@@ -25,7 +25,9 @@
 #include "runtime/generate/target.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/sampler.hpp"
+#include "messages/protocol.hpp"
 #include "runtime/session/observer.hpp"
+#include "runtime/session/session.hpp"
 #include "runtime/session/prompt_input.hpp"
 
 namespace caf {
@@ -225,6 +227,19 @@ class DistributedSession {
   // the state epoch and the tokens), read without a transaction but after
   // every decision so far; fails naming a rank that does not answer.
   Result<std::vector<std::string>> rank_digests() const;
+  // Each rank's digest and KV figures, read as rank_digests() is.
+  Result<std::vector<RankStateReport>> rank_states() const;
+
+  // As Session's (runtime/session/session.hpp), over every rank: the KV
+  // figures are the ranks' sums, state_epoch is the one every rank
+  // committed, and state_digest is the XXH3-128 of the ranks' digests in
+  // rank order. Weights are the caller's model's (a node maps its own
+  // copy). Fails when a rank does not answer.
+  Result<SessionReport> report() const;
+  Result<MaterializationReport> materialization_report() const;
+  // Counts successful restorations: aborted steps that every rank undid,
+  // and rollbacks.
+  std::uint64_t successful_state_restoration_generation() const;
 
   int ranks() const;
   int position() const;  // the committed position

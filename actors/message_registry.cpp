@@ -23,6 +23,8 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<RankCheckpointReport>("accord.RankCheckpointReport");
   config.add_message_type<std::vector<RankCheckpointReport>>("accord.RankCheckpointReports");
   config.add_message_type<PromptCacheReport>("accord.PromptCacheReport");
+  config.add_message_type<RankStateReport>("accord.RankStateReport");
+  config.add_message_type<std::vector<RankStateReport>>("accord.RankStateReports");
   config.add_message_type<TransactionRequest>("accord.TransactionRequest");
   config.add_message_type<TransactionReply>("accord.TransactionReply");
   config.add_message_type<std::vector<std::uint64_t>>("accord.Counters");

@@ -74,6 +74,20 @@ caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorke
 
 // --- state: the rank's KV state ------------------------------------------
 
+RankStateReport state_report(const RankWorker& worker) {
+  const SessionState& state = worker.state();
+  const KvCache& kv = state.kv();
+  RankStateReport report;
+  report.digest = state.digest();
+  report.position = state.position();
+  report.state_epoch = state.state_epoch();
+  report.kv_bytes_used = state.used_bytes();
+  report.kv_bytes_capacity = kv.capacity_bytes();
+  report.high_water = state.high_water();
+  report.kv_materialized_bytes = kv.position_bytes() * static_cast<std::uint64_t>(state.high_water());
+  return report;
+}
+
 caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
   return {
       [=](begin_step_atom, Epoch epoch, const std::vector<int>& tokens) -> LocalResult {
@@ -83,7 +97,7 @@ caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> w
         return to_local(worker->receive_activations(from_wire(activations)));
       },
       [=](apply_prediction_atom) -> LocalResult { return to_local(worker->apply_prediction_target_operation()); },
-      [=](digests_atom) { return worker->digest(); },
+      [=](rank_state_atom) { return state_report(*worker); },
       [=](checkpoint_atom) -> RankCheckpointReport {
         const RankCheckpoint cp = worker->checkpoint();
         RankCheckpointReport report;
@@ -650,9 +664,9 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
         accept_capture(self);
       },
       [=](topology_atom, std::vector<caf::actor> ranks) { self->state.ranks = std::move(ranks); },
-      [=](digests_atom) {
+      [=](rank_state_atom) {
         // Through the state actor, after any commit or restore sent to it.
-        return self->delegate(self->state.state, digests_atom::value);
+        return self->delegate(self->state.state, rank_state_atom::value);
       },
       [=](faults_atom, const std::string& text) {
         auto plan = parse_fault_list(text);

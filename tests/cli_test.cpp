@@ -294,16 +294,18 @@ TEST(Cli, PromptCacheIsSavedThenHitThenRejectedWhenCorrupt) {
   EXPECT_EQ(test::read_bytes(shard), bytes);
 }
 
-TEST(Cli, JsonCarriesTheSessionReport) {
-  const auto result = run_accord(generate_args({"--prompt", "The cat sat", "--temperature", "0", "--max-tokens", "3",
-                                                "--json"}));
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  const auto report = nlohmann::json::parse(result.output).at("report");
-  EXPECT_EQ(report.at("position"), 8);  // 6 prompt tokens + 2 decode steps
-  EXPECT_EQ(report.at("last_outcome"), "committed");
-  EXPECT_EQ(report.at("weights_bytes"), 1056540);
-  EXPECT_EQ(report.at("state_digest").get<std::string>().size(), 32u);
-  EXPECT_EQ(report.at("kv_bytes_capacity"), 512 * 5 * 32 * 2 * 4);
+TEST(Cli, JsonCarriesTheSessionReportOnOneRankOrSeveral) {
+  for (const std::string ranks : {"1", "2"}) {
+    const auto result = run_accord(generate_args({"--prompt", "The cat sat", "--temperature", "0", "--max-tokens",
+                                                  "3", "--ranks", ranks, "--json"}));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const auto report = nlohmann::json::parse(result.output).at("report");
+    EXPECT_EQ(report.at("position"), 8) << ranks;  // 6 prompt tokens + 2 decode steps
+    EXPECT_EQ(report.at("last_outcome"), "committed");
+    EXPECT_EQ(report.at("weights_bytes"), 1056540);
+    EXPECT_EQ(report.at("state_digest").get<std::string>().size(), 32u);
+    EXPECT_EQ(report.at("kv_bytes_capacity"), 512 * 5 * 32 * 2 * 4) << "every rank's together";
+  }
 }
 
 
@@ -430,7 +432,7 @@ TEST(Cli, AFaultPlanRunsOneRankAsActors) {
     const auto json = nlohmann::json::parse(result->output);
     EXPECT_EQ(json.at("ranks"), 1);
     EXPECT_TRUE(json.contains("phases_run"));
-    EXPECT_FALSE(json.contains("report"));
+    EXPECT_EQ(json.at("report").at("position"), nlohmann::json::parse(plain.output).at("report").at("position"));
     EXPECT_EQ(json.at("text"), nlohmann::json::parse(plain.output).at("text"));
   }
 }

@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 
+#include "runtime/fault/fault_plan.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/model/sampler.hpp"
 #include "tests/reference.hpp"
@@ -123,6 +124,65 @@ TEST(DistributedSession, CheckpointRollbackAndResetRunOnEveryRank) {
   EXPECT_FALSE(session->rollback_distributed(*checkpoint)) << "checkpoints do not survive a reset";
   const auto fresh = single_rank_trace(model, prompt, 0);
   EXPECT_TRUE(test::bit_identical(session->prefill(prompt)->logits, fresh));
+}
+
+// The same calls, with one step failing in Execution, leave a one-rank
+// Session and a two-rank session with the same report but for the digest
+// (one rank's against a digest of every rank's).
+TEST(DistributedSession, ItsReportSaysWhatAOneRankSessionsSays) {
+  const Model model = test::load_stories_model();
+  auto distributed = make_session(model, 2);
+  ASSERT_TRUE(distributed);
+  cpu::ThreadPool pool(1);
+  Session single(model, pool);
+  const std::vector<int> prompt = {1, 403, 407, 261, 378};
+
+  ASSERT_TRUE(single.prefill(prompt));
+  ASSERT_TRUE(distributed->prefill(prompt));
+  auto single_checkpoint = single.checkpoint();
+  auto distributed_checkpoint = distributed->checkpoint_distributed();
+  ASSERT_TRUE(single_checkpoint && distributed_checkpoint);
+  ASSERT_TRUE(single.decode(432));
+  ASSERT_TRUE(distributed->decode(432));
+  single.set_failure_hook(test::fail_every(Phase::Execution));
+  ASSERT_TRUE(distributed->inject_faults({*parse_fault("1:Execution:error")}));
+  EXPECT_FALSE(single.decode(383));
+  EXPECT_FALSE(distributed->decode(383));
+  single.set_failure_hook({});
+  ASSERT_TRUE(distributed->inject_faults({}));
+  ASSERT_TRUE(single.rollback(*single_checkpoint));
+  ASSERT_TRUE(distributed->rollback_distributed(*distributed_checkpoint));
+  ASSERT_TRUE(single.decode(286));
+  ASSERT_TRUE(distributed->decode(286));
+
+  const SessionReport one = single.report();
+  auto many = distributed->report();
+  ASSERT_TRUE(many) << many.error().message();
+  EXPECT_EQ(many->model_identity, one.model_identity);
+  EXPECT_EQ(many->weights_bytes, one.weights_bytes);
+  EXPECT_EQ(many->weights_bytes_by_type, one.weights_bytes_by_type);
+  EXPECT_EQ(many->kv_bytes_used, one.kv_bytes_used);
+  EXPECT_EQ(many->kv_bytes_capacity, one.kv_bytes_capacity);
+  EXPECT_EQ(many->position, one.position);
+  EXPECT_EQ(many->context, one.context);
+  EXPECT_EQ(many->last_epoch, one.last_epoch);
+  EXPECT_EQ(many->committed_epoch, one.committed_epoch);
+  EXPECT_EQ(many->state_epoch, one.state_epoch);
+  EXPECT_EQ(many->last_outcome, "committed");
+  EXPECT_EQ(many->aborted_transactions, 1u);
+  EXPECT_EQ(one.aborted_transactions, 1u);
+  EXPECT_EQ(many->restoration_generation, 2u) << "the aborted step and the rollback";
+  EXPECT_EQ(one.restoration_generation, 2u);
+  EXPECT_EQ(distributed->successful_state_restoration_generation(), 2u);
+  EXPECT_EQ(many->state_digest.size(), one.state_digest.size());
+
+  const MaterializationReport single_kv = single.materialization_report();
+  auto distributed_kv = distributed->materialization_report();
+  ASSERT_TRUE(distributed_kv) << distributed_kv.error().message();
+  EXPECT_EQ(distributed_kv->kv_allocated_bytes, single_kv.kv_allocated_bytes);
+  EXPECT_EQ(distributed_kv->kv_materialized_bytes, single_kv.kv_materialized_bytes);
+  EXPECT_EQ(distributed_kv->high_water_position, single_kv.high_water_position);
+  EXPECT_EQ(distributed_kv->weights_mapped_bytes, single_kv.weights_mapped_bytes);
 }
 
 TEST(DistributedSession, BadInputIsRefusedBeforeAnyRankChanges) {

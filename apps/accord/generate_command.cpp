@@ -250,6 +250,10 @@ int run_generate(GenerateArgs args) {
     // Remote ranks compute in their own processes; the client cannot tell
     // their compute time from the protocol's.
     if (args.peers.empty()) json["protocol_us_per_token"] = stats.protocol_microseconds_per_step();
+    // A poisoned session's ranks may not answer (a node that went away
+    // swallows the question until its timeout), so it has no report.
+    if (json.value("poisoned", false)) return;
+    if (auto report = (*session)->report()) json["report"] = to_json(*report);
   });
 }
 

@@ -30,6 +30,10 @@ class KvCache {
   const float* values(int unit) const { return values_.data() + offset(unit); }
 
   std::size_t capacity_bytes() const { return (keys_.size() + values_.size()) * sizeof(float); }
+  // What one position's keys and values take over the held units.
+  std::size_t position_bytes() const {
+    return 2 * static_cast<std::size_t>(unit_count_) * static_cast<std::size_t>(kv_dim_) * sizeof(float);
+  }
 
  private:
   std::size_t offset(int unit) const {

@@ -68,29 +68,23 @@ class Session::Transaction {
         !s) {
       return abort(s.error());
     }
-    session_.committed_epoch_ = epoch_;
-    session_.last_outcome_ = "committed";
-    session_.last_error_.clear();
+    session_.record_.committed(epoch_);
     return {};
   }
 
   // Undoes the transaction and returns `cause` tagged with epoch and phase.
   Error abort(const Error& cause) {
     const std::string phase_name(to_string(current_));
-    if (undo_) {
-      session_.state().restore(*undo_);
-      ++session_.restoration_generation_;
-    }
+    if (undo_) session_.state().restore(*undo_);
     session_.prepared_ = prepared_;
     session_.reset_count_ = reset_count_;
-    ++session_.aborted_transactions_;
-    session_.last_outcome_ = "aborted";
     // A failure of the commit itself is reported as the commit aborting;
     // earlier failures keep the kind of their cause.
     const ErrorCode code = current_ == Phase::Commit ? ErrorCode::commit_aborted : cause.code();
     Error error(code, operation_ + " aborted at epoch " + std::to_string(epoch_) + " in " + phase_name + ": " +
                           cause.message());
     error.at(epoch_, phase_name);
+    session_.record_.aborted(epoch_, error.message(), undo_.has_value());
     if (reverse_) {
       if (Status reversed = reverse_(); !reversed) {
         // The files may hold the publication or not: no state can be
@@ -98,11 +92,10 @@ class Session::Transaction {
         session_.poison_ = Poison{error.message() + "; undoing its publication failed too: " +
                                       reversed.error().message(),
                                   std::nullopt, phase_name, epoch_};
-        session_.last_outcome_ = "poisoned";
         error = Error::poisoned(*session_.poison_);
+        session_.record_.poisoned(epoch_, error.message());
       }
     }
-    session_.last_error_ = error.message();
     return error;
   }
 
@@ -304,7 +297,7 @@ Status Session::rollback(const SessionCheckpoint& checkpoint) {
       !s) {
     return s;
   }
-  ++restoration_generation_;
+  ++record_.restoration_generation;
   return {};
 }
 
@@ -438,13 +431,13 @@ SessionReport Session::report() const {
   r.kv_bytes_capacity = state().kv().capacity_bytes();
   r.position = state().position();
   r.context = state().capacity();
-  r.last_epoch = next_epoch_ - 1;
-  r.committed_epoch = committed_epoch_;
+  r.last_epoch = record_.last_epoch;
+  r.committed_epoch = record_.committed_epoch;
   r.state_epoch = state().state_epoch();
-  r.last_outcome = last_outcome_;
-  r.last_error = last_error_;
-  r.aborted_transactions = aborted_transactions_;
-  r.restoration_generation = restoration_generation_;
+  r.last_outcome = record_.last_outcome;
+  r.last_error = record_.last_error;
+  r.aborted_transactions = record_.aborted_transactions;
+  r.restoration_generation = record_.restoration_generation;
   r.state_digest = state().digest();
   return r;
 }
@@ -455,8 +448,7 @@ MaterializationReport Session::materialization_report() const {
   r.weights_mapped_bytes = model_.file_bytes();
   r.weights_resident_bytes = model_.resident_bytes();
   r.kv_allocated_bytes = kv.capacity_bytes();
-  r.kv_materialized_bytes =
-      static_cast<std::uint64_t>(state().high_water()) * kv.kv_dim() * kv.unit_count() * 2 * sizeof(float);
+  r.kv_materialized_bytes = static_cast<std::uint64_t>(state().high_water()) * kv.position_bytes();
   r.high_water_position = state().high_water();
   return r;
 }

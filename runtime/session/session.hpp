@@ -29,6 +29,7 @@
 #include "runtime/session/prompt_input.hpp"
 #include "runtime/session/rank_stage.hpp"
 #include "runtime/session/state.hpp"
+#include "runtime/session/transaction_record.hpp"
 
 namespace accord {
 
@@ -157,7 +158,7 @@ class Session {
   MaterializationReport materialization_report() const;
   std::optional<PromptInputIdentity> committed_prompt_input_identity() const;
   // Counts successful restorations: aborted steps undone and rollbacks.
-  std::uint64_t successful_state_restoration_generation() const { return restoration_generation_; }
+  std::uint64_t successful_state_restoration_generation() const { return record_.restoration_generation; }
   // Why the session is poisoned, while it is: a failed step could not undo
   // its publication (runtime/error.hpp, commit_indeterminate). Every call
   // but reset() is then refused with that Poison.
@@ -199,13 +200,9 @@ class Session {
   ShardIdentity shard_identity_;  // the one rank's, for the prompt cache
   std::uint64_t session_id_;
   std::uint64_t next_epoch_ = 1;
-  std::uint64_t committed_epoch_ = 0;
   std::uint64_t reset_count_ = 0;
-  std::uint64_t restoration_generation_ = 0;
-  std::uint64_t aborted_transactions_ = 0;
-  std::string last_outcome_ = "none";  // "committed", "aborted" or "poisoned"
+  TransactionRecord record_;
   std::optional<Poison> poison_;
-  std::string last_error_;
   PreparedInputRecord prepared_;  // cleared when the state no longer holds its tokens
   std::vector<float> published_;                 // (rows, vocab) of the last step
   PredictionTargetState prediction_;  // of the last prediction-target step
