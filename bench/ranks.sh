@@ -5,7 +5,8 @@
 # alternate (plain, ranks 2, 3, 4, nodes, plain, ...) so a noisy machine
 # slows them alike; each figure is the median of RUNS, each ratio is
 # against the plain session of the same run. `protocol` is the wall time
-# per decode step the ranks did not spend computing, as a share of the step.
+# per decode step the ranks did not spend computing, as a share of the step
+# (in-process ranks only: a node's compute time stays on the node).
 #   bench/ranks.sh [BUILD_DIR] [RUNS] [THREADS]
 # Prints a markdown table. The models are written to a temporary folder.
 set -euo pipefail
@@ -30,7 +31,7 @@ run() {
   "$accord" generate --model "$work/$model.bin" --prompt "Once upon a time" --temperature 0 \
     --max-tokens "$tokens" --threads "$threads" --json "$@" |
     python3 -c 'import json, sys; r = json.load(sys.stdin)
-print(r["decode_tokens_per_second"], r.get("protocol_us_per_token", 0))'
+print(r["decode_tokens_per_second"], r.get("protocol_us_per_token", "nan"))'
 }
 
 results=$work/results.txt
@@ -68,6 +69,7 @@ for (model, config), samples in rows.items():
     three = statistics.median(s[0] for s in rows[(model, "ranks:3")])
     versus_three = "%.2f" % (rate / three) if config == "nodes:3" else ""
     share = protocol * rate / 1e6
-    print("| %s | %s | %.1f | %.2f | %s | %.0f | %.1f%% |" % (model, config, rate, rate / plain, versus_three,
-                                                              protocol, 100 * share))
+    protocol_cells = ("%.0f" % protocol, "%.1f%%" % (100 * share)) if config.startswith("ranks") else ("", "")
+    print("| %s | %s | %.1f | %.2f | %s | %s | %s |" % ((model, config, rate, rate / plain, versus_three)
+                                                       + protocol_cells))
 EOF
