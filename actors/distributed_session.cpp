@@ -116,13 +116,6 @@ SamplingArguments sampling_arguments(const Sampler& sampler, std::span<const int
           std::vector<std::int32_t>(stop_tokens.begin(), stop_tokens.end())};
 }
 
-// A fault plan as text, the form a rank reads it in: in process, and on a
-// node, which cannot be sent the parsed plan.
-std::string fault_plan_text(const std::vector<Fault>& plan) {
-  std::string text;
-  for (const Fault& fault : plan) text += to_string(fault) + ";";
-  return text;
-}
 
 std::uint64_t random_session_id() {
   std::random_device random;
@@ -256,7 +249,7 @@ struct DistributedSession::Impl {
     assignment.model_identity = layout->identity;
     assignment.threads = layout->threads;
     assignment.phase_timeout_ms = static_cast<std::int32_t>(options.phase_timeout.count());
-    assignment.faults = fault_plan_text(options.faults);
+    assignment.faults = options.faults;
     return assignment;
   }
 
@@ -649,10 +642,9 @@ std::optional<PromptInputIdentity> DistributedSession::committed_prompt_input_id
 
 Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
   if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
-  const std::string text = fault_plan_text(plan);
   for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
     std::optional<Error> failure;
-    (*impl_->caller)->request(impl_->ranks[r].agreement, std::chrono::seconds(5), faults_atom::value, text)
+    (*impl_->caller)->request(impl_->ranks[r].agreement, std::chrono::seconds(5), faults_atom::value, plan)
         .receive([](bool) {},
                  [&](caf::error& e) {
                    failure = Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " did not take the fault plan: " +

@@ -89,10 +89,11 @@ Result<RankActors> start_rank(NodeActor* self, const NodeAssignment& assignment,
   if (Status ok = ensure_model(self, assignment); !ok) return ok.error();
   auto worker = make_worker(self->state, assignment);
   if (!worker) return worker.error();
-  auto faults = parse_fault_list(assignment.faults);
-  if (!faults) return faults.error();
+  if (Status ok = check_fault_plan(assignment.faults, static_cast<int>(assignment.unit_counts.size())); !ok) {
+    return ok.error();
+  }
   RankOptions options;
-  options.faults = std::move(*faults);
+  options.faults = assignment.faults;
   options.phase_timeout = std::chrono::milliseconds(assignment.phase_timeout_ms);
   return spawn_rank(self->system(), std::move(*worker), assignment.session, coordinator, options);
 }

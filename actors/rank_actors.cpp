@@ -668,10 +668,8 @@ caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> 
         // Through the state actor, after any commit or restore sent to it.
         return self->delegate(self->state.state, rank_state_atom::value);
       },
-      [=](faults_atom, const std::string& text) {
-        auto plan = parse_fault_list(text);
-        if (!plan) return false;
-        self->state.faults = RankFaults(static_cast<RankId>(self->state.worker->rank()), *plan);
+      [=](faults_atom, const std::vector<Fault>& plan) {
+        self->state.faults = RankFaults(static_cast<RankId>(self->state.worker->rank()), plan);
         return true;
       },
       [=](delayed_atom, Epoch epoch) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "messages/fault.hpp"
 #include "messages/protocol.hpp"
 
 namespace accord {
@@ -20,7 +21,7 @@ struct NodeAssignment {
   std::string model_identity;             // the node refuses a model of another identity
   std::int32_t threads = 1;               // the rank's compute threads
   std::int32_t phase_timeout_ms = 5000;   // as DistributedOptions::phase_timeout_ms
-  std::string faults;                     // the session's fault plan as text; the rank keeps its own entries
+  std::vector<Fault> faults;              // the session's fault plan; the rank keeps its own entries
 
   bool operator==(const NodeAssignment&) const = default;
 };

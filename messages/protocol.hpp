@@ -330,6 +330,26 @@ typename Inspector::result_type inspect(Inspector& f, RankCheckpointReport& x) {
   return f(x.session, x.epoch, x.rank, x.position, x.state_epoch, x.reset_epoch, x.digest);
 }
 
+// A rank's state as it stands after every decision sent to it so far: its
+// digest (an empty one: the rank did not answer) and what its KV holds.
+struct RankStateReport {
+  std::string digest;
+  std::int32_t position = 0;
+  std::uint64_t state_epoch = 0;
+  std::uint64_t kv_bytes_used = 0;
+  std::uint64_t kv_bytes_capacity = 0;
+  std::int32_t high_water = 0;           // the highest row ever written, plus one
+  std::uint64_t kv_materialized_bytes = 0;  // of the rows ever written
+
+  bool operator==(const RankStateReport&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RankStateReport& x) {
+  return f(x.digest, x.position, x.state_epoch, x.kv_bytes_used, x.kv_bytes_capacity, x.high_water,
+           x.kv_materialized_bytes);
+}
+
 // The save a rank's live prompt-cache generation belongs to
 // (PromptCacheLoadPreflight), sent to the coordinator before the rank's
 // status. The coordinator hands rank 0's to every rank for the next phase.

@@ -14,11 +14,11 @@ using enum DistributedExecutionPhase;
 TEST(FaultPlan, ParsesEveryField) {
   auto fault = parse_fault("2:OutputPublication:error");
   ASSERT_TRUE(fault) << fault.error().message();
-  EXPECT_EQ(*fault, (Fault{2, OutputPublication, std::nullopt, FaultKind::error, 1}));
+  EXPECT_EQ(*fault, (Fault{2, OutputPublication, CommunicationRouteId{}, FaultKind::error, 1}));
 
   fault = parse_fault("1:SamplingSynchronization:throw:2");
   ASSERT_TRUE(fault) << fault.error().message();
-  EXPECT_EQ(*fault, (Fault{1, SamplingSynchronization, std::nullopt, FaultKind::throws, 2}));
+  EXPECT_EQ(*fault, (Fault{1, SamplingSynchronization, CommunicationRouteId{}, FaultKind::throws, 2}));
 
   fault = parse_fault("0:BoundarySourceReady(0->1):drop");
   ASSERT_TRUE(fault) << fault.error().message();
@@ -67,7 +67,7 @@ TEST(FaultPlan, ListsAndTheEnvironment) {
   auto plan = parse_fault_list("1:Execution:error;;2:Commit:exit:3;");
   ASSERT_TRUE(plan) << plan.error().message();
   ASSERT_EQ(plan->size(), 2u);
-  EXPECT_EQ((*plan)[1], (Fault{2, Commit, std::nullopt, FaultKind::exit, 3}));
+  EXPECT_EQ((*plan)[1], (Fault{2, Commit, CommunicationRouteId{}, FaultKind::exit, 3}));
   EXPECT_FALSE(parse_fault_list("1:Execution:error;oops"));
 
   ::setenv("ACCORD_FAULTS", "0:StateCheckpoint:delay", 1);
@@ -85,6 +85,24 @@ TEST(FaultPlan, IsCheckedAgainstTheTopology) {
   EXPECT_NE(too_far.error().message().find("has 3 rank(s)"), std::string::npos);
   EXPECT_FALSE(check_fault_plan(parse_fault_list("0:BoundarySourceReady(0->2):error").value(), 3));
   EXPECT_FALSE(check_fault_plan(parse_fault_list("0:BoundarySourceReady(2->3):error").value(), 3));
+}
+
+// A plan that came off the wire was never parsed: values no parser gives
+// are refused by the check.
+TEST(FaultPlan, TheCheckRefusesAKindPhaseOrOccurrenceThatDoesNotExist) {
+  const Fault good{0, Execution, {}, FaultKind::error, 1};
+  Fault unknown_kind = good;
+  unknown_kind.kind = static_cast<FaultKind>(6);
+  Fault unknown_phase = good;
+  unknown_phase.phase = static_cast<DistributedExecutionPhase>(kDistributedExecutionPhaseCount);
+  Fault never = good;
+  never.occurrence = 0;
+  EXPECT_TRUE(check_fault_plan({good}, 1));
+  for (const Fault& bad : {unknown_kind, unknown_phase, never}) {
+    const Status checked = check_fault_plan({bad}, 1);
+    ASSERT_FALSE(checked);
+    EXPECT_NE(checked.error().message().find("no such fault"), std::string::npos);
+  }
 }
 
 TEST(FaultPlan, ARankFiresEachFaultOnceAtItsOccurrence) {

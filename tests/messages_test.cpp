@@ -177,7 +177,9 @@ TEST(PhaseArgumentsTest, SamplingArgumentsRoundTripAndRefuseMalformedBytes) {
 }
 
 TEST_F(MessagesTest, NodeAssignmentRoundTrips) {
-  expect_round_trip(NodeAssignment{7, 2, {2, 2, 1}, "/models/m.bin", "0123abcd", 4, 2000, "1:Execution:error:2;"});
+  const std::vector<Fault> plan = {{1, Execution, {}, FaultKind::error, 2},
+                                   {0, BoundarySourceReady, {0, 1}, FaultKind::drop, 1}};
+  expect_round_trip(NodeAssignment{7, 2, {2, 2, 1}, "/models/m.bin", "0123abcd", 4, 2000, plan});
 }
 
 TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {

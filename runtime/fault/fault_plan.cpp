@@ -64,7 +64,7 @@ Status parse_phase(std::string_view text, std::string_view field, Fault& fault) 
   }
   const auto phase = phase_from_string(name);
   if (!phase) return bad_fault(text, "unknown phase '" + std::string(name) + "'; phases are " + phase_names());
-  if (fault.route && !is_boundary_phase(*phase)) {
+  if (!fault.route.is_none() && !is_boundary_phase(*phase)) {
     return bad_fault(text, "only BoundarySourceCompletion and BoundarySourceReady take a route");
   }
   fault.phase = *phase;
@@ -95,16 +95,10 @@ std::string_view to_string(FaultKind kind) {
   return "unknown";
 }
 
-bool Fault::matches(const PhaseId& id) const {
-  if (id.phase != phase) return false;
-  if (route) return id.route == *route;
-  return !is_boundary_phase(phase) || id.route.source == rank || id.route.target == rank;
-}
-
 std::string to_string(const Fault& fault) {
   std::string text = std::to_string(fault.rank);
   text += ':';
-  text += to_string(PhaseId{fault.phase, fault.route.value_or(CommunicationRouteId{})});
+  text += to_string(PhaseId{fault.phase, fault.route});
   text += ':';
   text += to_string(fault.kind);
   text += ':';
@@ -155,12 +149,19 @@ Result<std::vector<Fault>> faults_from_environment() {
 
 Status check_fault_plan(const std::vector<Fault>& plan, int ranks) {
   for (const Fault& fault : plan) {
+    if (static_cast<int>(fault.phase) >= kDistributedExecutionPhaseCount || fault.kind > FaultKind::corrupt ||
+        fault.occurrence == 0) {
+      return Error(ErrorCode::contract, "a fault of rank " + std::to_string(fault.rank) + " names phase " +
+                                            std::to_string(static_cast<int>(fault.phase)) + ", kind " +
+                                            std::to_string(static_cast<int>(fault.kind)) + ", occurrence " +
+                                            std::to_string(fault.occurrence) + ": no such fault");
+    }
     if (fault.rank >= static_cast<RankId>(ranks)) {
       return Error(ErrorCode::contract, "the fault " + to_string(fault) + " names rank " + std::to_string(fault.rank) +
                                             " but the session has " + std::to_string(ranks) + " rank(s)");
     }
-    if (fault.route && (fault.route->target != fault.route->source + 1 ||
-                        fault.route->target >= static_cast<RankId>(ranks))) {
+    if (!fault.route.is_none() && (fault.route.target != fault.route.source + 1 ||
+                                   fault.route.target >= static_cast<RankId>(ranks))) {
       return Error(ErrorCode::contract, "the fault " + to_string(fault) + " names a route the session does not have");
     }
   }

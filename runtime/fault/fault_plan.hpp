@@ -18,35 +18,13 @@
 #include <string_view>
 #include <vector>
 
+#include "messages/fault.hpp"
 #include "messages/phase.hpp"
 #include "runtime/error.hpp"
 
 namespace accord {
 
-enum class FaultKind : std::uint8_t {
-  error,    // the rank reports a failed status for the phase
-  throws,   // the rank's local work throws an exception ("throw")
-  delay,    // the rank's local work outlasts the phase deadline
-  exit,     // the rank's actors exit (a node: its process exits)
-  drop,     // the rank's status message for the phase is lost
-  corrupt,  // bytes of the rank's prompt-cache shard are flipped once written
-};
-
 std::string_view to_string(FaultKind kind);
-
-struct Fault {
-  RankId rank = 0;
-  DistributedExecutionPhase phase = DistributedExecutionPhase::Execution;
-  // For the boundary phases: that route only; none: every route the rank
-  // is an end of.
-  std::optional<CommunicationRouteId> route;
-  FaultKind kind = FaultKind::error;
-  // Fires once, the occurrence-th time the rank runs a matching phase.
-  std::uint32_t occurrence = 1;
-
-  bool matches(const PhaseId& id) const;
-  bool operator==(const Fault&) const = default;
-};
 
 // "1:BoundarySourceReady(0->1):drop:1": the syntax parse_fault reads.
 std::string to_string(const Fault& fault);
@@ -58,7 +36,8 @@ Result<std::vector<Fault>> parse_fault_list(std::string_view text);
 // The plan in ACCORD_FAULTS; empty when the variable is unset.
 Result<std::vector<Fault>> faults_from_environment();
 
-// Checks a plan against a session of `ranks` ranks.
+// Checks a plan against a session of `ranks` ranks: each rank and route
+// exists, and each kind is one of FaultKind's (a plan may come off the wire).
 Status check_fault_plan(const std::vector<Fault>& plan, int ranks);
 
 // The `corrupt` fault's damage: inverts the bits of the byte in the middle
