@@ -675,7 +675,9 @@ Result<std::vector<RankStateReport>> DistributedSession::rank_states() const {
                [&](caf::error& e) { failure = impl_->system->render(e); });
   if (!reports) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
   for (std::size_t r = 0; r < reports->size(); ++r) {
-    if ((*reports)[r].digest.empty()) return Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " did not answer");
+    if ((*reports)[r].digest.empty()) {
+      return Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " did not answer");
+    }
   }
   return std::move(*reports);
 }

@@ -81,7 +81,8 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, const NodeAs
   auto model = s.options.model;
   const int threads = node_threads(s, assignment.threads);
   return std::shared_ptr<RankWorker>(
-      new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition, static_cast<int>(assignment.rank), s.identity),
+      new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition,
+                     static_cast<int>(assignment.rank), s.identity),
       [model](RankWorker* worker) { delete worker; });
 }
 

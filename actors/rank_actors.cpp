@@ -18,23 +18,20 @@ namespace {
 
 using enum DistributedExecutionPhase;
 
-// The outcome of a local action as it travels between a rank's actors.
-using LocalResult = std::tuple<bool, std::uint8_t, std::string>;
-
-LocalResult to_local(const Status& status) {
-  if (status) return {true, 0, ""};
-  return {false, static_cast<std::uint8_t>(to_failure_code(status.error().code())), status.error().message()};
+LocalStatus to_local(const Status& status) {
+  if (status) return {};
+  return LocalStatus::failure(to_failure_code(status.error().code()), status.error().message());
 }
 
-LocalResult malformed(const std::string& what) {
-  return {false, static_cast<std::uint8_t>(FailureCode::contract), "malformed " + what + " arguments"};
+LocalStatus malformed(const std::string& what) {
+  return LocalStatus::failure(FailureCode::contract, "malformed " + what + " arguments");
 }
 
-// A local result that also carries a value: the result's three fields, then it.
+// A local result that also carries a value: its status, then the value.
 template <class T>
-std::tuple<bool, std::uint8_t, std::string, T> with_value(Result<T> result) {
-  if (!result) return std::tuple_cat(to_local(result.error()), std::make_tuple(T{}));
-  return std::tuple_cat(to_local(Status{}), std::make_tuple(std::move(*result)));
+std::tuple<LocalStatus, T> with_value(Result<T> result) {
+  if (!result) return {to_local(result.error()), T{}};
+  return {LocalStatus{}, std::move(*result)};
 }
 
 WireTensor to_wire(RowBlock block) {
@@ -47,28 +44,26 @@ RowBlock from_wire(const WireTensor& t) {
 }
 
 // The output owner's pick, or why it has none.
-using SampleReply = std::tuple<bool, std::uint8_t, std::string, SamplingResult>;
-
-SampleReply sample_on(RankWorker& worker, const SamplingArguments& arguments) {
+std::tuple<LocalStatus, SamplingResult> sample_on(RankWorker& worker, const SamplingArguments& arguments) {
   // The seed only starts a random stream; the caller's rng_state continues it.
   const SamplerOptions options{arguments.temperature, arguments.top_p, 0};
   auto sample = worker.sample(options, arguments.rng_state, arguments.stop_tokens);
-  if (!sample) return std::tuple_cat(to_local(sample.error()), std::make_tuple(SamplingResult{}));
+  if (!sample) return {to_local(sample.error()), SamplingResult{}};
   SamplingResult sampled;
   sampled.token = sample->sampled.token;
   sampled.stop = sample->sampled.stop;
   sampled.rng_state = sample->rng_state;
-  return {true, 0, "", sampled};
+  return {LocalStatus{}, sampled};
 }
 
 // --- execution: compute, on its own thread --------------------------------
 
 caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
   return {
-      [=](run_units_atom, std::uint8_t rows) -> LocalResult {
+      [=](run_units_atom, std::uint8_t rows) -> LocalStatus {
         return to_local(worker->run_units(static_cast<OutputRows>(rows)));
       },
-      [=](observe_atom) -> LocalResult { return to_local(worker->observe_output()); },
+      [=](observe_atom) -> LocalStatus { return to_local(worker->observe_output()); },
   };
 }
 
@@ -90,13 +85,13 @@ RankStateReport state_report(const RankWorker& worker) {
 
 caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
   return {
-      [=](begin_step_atom, Epoch epoch, const std::vector<int>& tokens) -> LocalResult {
+      [=](begin_step_atom, Epoch epoch, const std::vector<int>& tokens) -> LocalStatus {
         return to_local(worker->begin_step(epoch, tokens));
       },
-      [=](accept_atom, const WireTensor& activations) -> LocalResult {
+      [=](accept_atom, const WireTensor& activations) -> LocalStatus {
         return to_local(worker->receive_activations(from_wire(activations)));
       },
-      [=](apply_prediction_atom) -> LocalResult { return to_local(worker->apply_prediction_target_operation()); },
+      [=](apply_prediction_atom) -> LocalStatus { return to_local(worker->apply_prediction_target_operation()); },
       [=](rank_state_atom) { return state_report(*worker); },
       [=](checkpoint_atom) -> RankCheckpointReport {
         const RankCheckpoint cp = worker->checkpoint();
@@ -108,19 +103,19 @@ caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> w
         return report;
       },
       [=](rollback_atom, Epoch epoch, std::int32_t position, std::uint64_t state_epoch,
-          std::uint64_t reset_epoch) -> LocalResult {
+          std::uint64_t reset_epoch) -> LocalStatus {
         return to_local(worker->prepare_rollback(epoch, {position, state_epoch, reset_epoch, ""}));
       },
-      [=](reset_atom, Epoch epoch) -> LocalResult { return to_local(worker->prepare_reset(epoch)); },
-      [=](check_prefix_atom, const std::vector<int>& prefix) -> LocalResult {
+      [=](reset_atom, Epoch epoch) -> LocalStatus { return to_local(worker->prepare_reset(epoch)); },
+      [=](check_prefix_atom, const std::vector<int>& prefix) -> LocalStatus {
         return to_local(worker->check_prefix_held(prefix));
       },
       [=](pack_shard_atom, int rows) -> std::vector<float> { return worker->pack_shard(rows); },
-      [=](prepare_load_atom, Epoch epoch, std::vector<int>& prefix, std::vector<float>& shard) -> LocalResult {
+      [=](prepare_load_atom, Epoch epoch, std::vector<int>& prefix, std::vector<float>& shard) -> LocalStatus {
         return to_local(worker->prepare_load(epoch, std::move(prefix), std::move(shard)));
       },
       [=](commit_atom, Epoch epoch) { worker->commit(epoch); },
-      [=](restore_atom, Epoch epoch) -> LocalResult { return to_local(worker->restore(epoch)); },
+      [=](restore_atom, Epoch epoch) -> LocalStatus { return to_local(worker->restore(epoch)); },
       [=](forget_atom) { worker->forget_open_transaction(); },
   };
 }
@@ -136,23 +131,23 @@ PromptCacheRequest to_request(const PromptCacheArguments& a) {
 
 caf::behavior cache_actor(caf::event_based_actor*, std::shared_ptr<RankPromptCache> cache) {
   return {
-      [=](save_prepare_atom, Epoch epoch, const Bytes& arguments, const std::vector<float>& shard) -> LocalResult {
+      [=](save_prepare_atom, Epoch epoch, const Bytes& arguments, const std::vector<float>& shard) -> LocalStatus {
         auto a = decode_prompt_cache(arguments);
         if (!a) return malformed("prompt cache");
         return to_local(cache->prepare_save(epoch, to_request(*a), a->save_id, shard));
       },
-      [=](publish_atom, Epoch epoch) -> LocalResult { return to_local(cache->publish(epoch)); },
+      [=](publish_atom, Epoch epoch) -> LocalStatus { return to_local(cache->publish(epoch)); },
       [=](load_preflight_atom, Epoch epoch, const Bytes& arguments) {
         auto a = decode_prompt_cache(arguments);
-        if (!a) return std::tuple_cat(malformed("prompt cache"), std::make_tuple(std::string()));
+        if (!a) return std::tuple<LocalStatus, std::string>{malformed("prompt cache"), ""};
         return with_value(cache->begin_load(epoch, to_request(*a)));
       },
       [=](load_read_atom, Epoch epoch, const std::string& save_id) {
         return with_value(cache->read_load(epoch, save_id));
       },
-      [=](corrupt_atom, Epoch epoch) -> LocalResult { return to_local(cache->corrupt_shard(epoch)); },
+      [=](corrupt_atom, Epoch epoch) -> LocalStatus { return to_local(cache->corrupt_shard(epoch)); },
       [=](commit_atom, Epoch epoch) { cache->commit(epoch); },
-      [=](restore_atom, Epoch epoch) -> LocalResult { return to_local(cache->revert(epoch)); },
+      [=](restore_atom, Epoch epoch) -> LocalStatus { return to_local(cache->revert(epoch)); },
       [=](forget_atom) { cache->forget(); },
   };
 }
@@ -209,16 +204,15 @@ bool is_phase(const std::optional<RunPhase>& marked, const RunPhase& run) {
   return marked && marked->epoch == run.epoch && marked->phase == run.phase;
 }
 
-void finish_phase(AgreementActor* self, const RunPhase& run, const LocalResult& result) {
-  const auto& [ok, code, message] = result;
-  if (ok && is_phase(self->state.shard_to_corrupt, run)) {
+void finish_phase(AgreementActor* self, const RunPhase& run, const LocalStatus& result) {
+  if (result.ok && is_phase(self->state.shard_to_corrupt, run)) {
     self->state.shard_to_corrupt.reset();
     return corrupt_shard_then_finish(self, run);
   }
-  if (ok) {
+  if (result.ok) {
     self->state.machine->phase_done(run.epoch, run.phase);
   } else {
-    self->state.machine->phase_failed(run.epoch, run.phase, static_cast<FailureCode>(code), message);
+    self->state.machine->phase_failed(run.epoch, run.phase, result.code, result.message);
   }
   pump(self);
 }
@@ -226,16 +220,16 @@ void finish_phase(AgreementActor* self, const RunPhase& run, const LocalResult& 
 // Fails the phase when a local actor could not answer.
 auto fail_phase_on_error(AgreementActor* self, const RunPhase& run) {
   return [=](caf::error& error) {
-    finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::mechanism),
-                             "local actor failed: " + self->system().render(error)});
+    finish_phase(self, run,
+                 LocalStatus::failure(FailureCode::mechanism, "local actor failed: " + self->system().render(error)));
   };
 }
 
-// Runs `request` on `target` and finishes the phase with its LocalResult.
+// Runs `request` on `target` and finishes the phase with its LocalStatus.
 template <class... Ts>
 void run_on(AgreementActor* self, const caf::actor& target, const RunPhase& run, Ts&&... request) {
   self->request(target, caf::infinite, std::forward<Ts>(request)...)
-      .then([=](bool ok, std::uint8_t code, std::string& message) { finish_phase(self, run, {ok, code, message}); },
+      .then([=](LocalStatus& status) { finish_phase(self, run, status); },
             fail_phase_on_error(self, run));
 }
 
@@ -275,20 +269,21 @@ void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
   const RankId me = static_cast<RankId>(s.worker->rank());
   if (run.phase.route.source == me) {
     if (run.phase.route.target >= s.ranks.size()) {
-      return finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::contract),
-                                      "no rank " + std::to_string(run.phase.route.target) + " to send activations to"});
+      return finish_phase(self, run,
+                          LocalStatus::failure(FailureCode::contract, "no rank " + std::to_string(run.phase.route.target) +
+                                                                          " to send activations to"));
     }
     // The completion of this route was agreed: the transfer may start. The
     // execution actor is idle between local actions, so the activations
     // are read here rather than fetched with one more hand-over.
     self->send(s.ranks[run.phase.route.target],
                RouteTransfer{s.session, run.epoch, run.phase.route, to_wire(s.worker->outgoing_activations())});
-    finish_phase(self, run, {true, 0, ""});
+    finish_phase(self, run, LocalStatus{});
   } else if (run.phase.route.target == me) {
     s.activations.phase = run;
     accept_activations(self);
   } else {
-    finish_phase(self, run, {true, 0, ""});
+    finish_phase(self, run, LocalStatus{});
   }
 }
 
@@ -314,13 +309,13 @@ void run_save_preparation(AgreementActor* self, const RunPhase& run) {
 void run_load_preflight(AgreementActor* self, const RunPhase& run) {
   self->request(self->state.cache, caf::infinite, load_preflight_atom::value, run.epoch, run.arguments)
       .then(
-          [=](bool ok, std::uint8_t code, std::string& message, std::string& save_id) {
+          [=](LocalStatus& status, std::string& save_id) {
             auto& st = self->state;
-            if (ok) {
+            if (status.ok) {
               self->send(st.coordinator, PromptCacheReport{st.session, run.epoch,
                                                            static_cast<RankId>(st.worker->rank()), save_id});
             }
-            finish_phase(self, run, {ok, code, message});
+            finish_phase(self, run, status);
           },
           fail_phase_on_error(self, run));
 }
@@ -330,8 +325,8 @@ void run_load_preparation(AgreementActor* self, const RunPhase& run) {
   if (!a) return finish_phase(self, run, malformed("prompt cache"));
   self->request(self->state.cache, caf::infinite, load_read_atom::value, run.epoch, a->save_id)
       .then(
-          [=](bool ok, std::uint8_t code, std::string& message, std::vector<float>& shard) {
-            if (!ok) return finish_phase(self, run, {ok, code, message});
+          [=](LocalStatus& status, std::vector<float>& shard) {
+            if (!status.ok) return finish_phase(self, run, status);
             run_on(self, self->state.state, run, prepare_load_atom::value, run.epoch, a->prefix, std::move(shard));
           },
           fail_phase_on_error(self, run));
@@ -355,7 +350,7 @@ void hold_when_here(AgreementActor* self, Awaited<Data>& awaited) {
   const auto run = awaited.ready();
   if (!run) return;
   awaited.phase.reset();
-  finish_phase(self, *run, {true, 0, ""});
+  finish_phase(self, *run, LocalStatus{});
 }
 
 // PredictionTargetCapturePublication on a rank other than the output
@@ -379,17 +374,17 @@ void run_sampling(AgreementActor* self, const RunPhase& run) {
     return hold_when_here(self, s.sampled);
   }
   auto arguments = decode_sampling(run.arguments);
-  if (!arguments) return finish_phase(self, run, {false, 0, "malformed sampling arguments"});
+  if (!arguments) return finish_phase(self, run, malformed("sampling"));
   // The execution actor is idle between local actions, and a pick from one
   // row takes microseconds: a hand-over to its thread and back would cost
   // more than the sampling.
-  auto [ok, code, message, sampled] = sample_on(*s.worker, *arguments);
-  if (ok) {
+  auto [status, sampled] = sample_on(*s.worker, *arguments);
+  if (status.ok) {
     sampled.session = s.session;
     sampled.epoch = run.epoch;
     share_with_every_rank(self, sampled);
   }
-  finish_phase(self, run, {ok, code, message});
+  finish_phase(self, run, status);
 }
 
 // PredictionTargetCapturePublication: the output owner shares the capture
@@ -402,12 +397,12 @@ void run_capture_publication(AgreementActor* self, const RunPhase& run) {
   }
   const auto captured = s.worker->prediction_target_state();
   if (!captured) {
-    return finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::state), "no capture to publish"});
+    return finish_phase(self, run, LocalStatus::failure(FailureCode::state, "no capture to publish"));
   }
   const auto dim = static_cast<std::int32_t>(captured->hidden.size());
   share_with_every_rank(self, PredictionTargetHidden{s.session, run.epoch, {{1, dim}, captured->hidden},
                                                      captured->kept_rows, captured->accepted, captured->next_token});
-  finish_phase(self, run, {true, 0, ""});
+  finish_phase(self, run, LocalStatus{});
 }
 
 // A phase whose arguments are the step's draft token count runs `work` with it.
@@ -422,7 +417,7 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
   auto& s = self->state;
   const RankId me = static_cast<RankId>(s.worker->rank());
   const bool owner = s.worker->is_output_owner();
-  const LocalResult ok{true, 0, ""};
+  const LocalStatus ok;
   switch (run.phase.phase) {
     case StateCheckpoint: {
       auto tokens = decode_tokens(run.arguments);
@@ -467,7 +462,7 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
         report.epoch = run.epoch;
         report.rank = me;
         self->send(self->state.coordinator, report);
-        finish_phase(self, run, {true, 0, ""});
+        finish_phase(self, run, LocalStatus{});
       });
       return;
     case SessionRollbackPreparation: {
@@ -504,8 +499,8 @@ void run_guarded(AgreementActor* self, const RunPhase& run, const std::string& i
     if (!injected.empty()) throw std::runtime_error(injected);
     run_local_work(self, run);
   } catch (const std::exception& e) {
-    finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::mechanism),
-                             std::string("the local work threw: ") + e.what()});
+    finish_phase(self, run,
+                 LocalStatus::failure(FailureCode::mechanism, std::string("the local work threw: ") + e.what()));
   }
 }
 
@@ -518,7 +513,7 @@ void run_local(AgreementActor* self, const RunPhase& run) {
                            std::to_string(s.worker->rank()) + " in " + to_string(run.phase);
   switch (*fault) {
     case FaultKind::error:
-      return finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::mechanism), what});
+      return finish_phase(self, run, LocalStatus::failure(FailureCode::mechanism, what));
     case FaultKind::throws:
       return run_guarded(self, run, what);
     case FaultKind::delay:
@@ -557,8 +552,8 @@ void stop_waiting(AgreementActor* self, Epoch epoch) {
     if (!awaited.phase || awaited.phase->epoch != epoch) return;
     const RunPhase run = *awaited.phase;
     awaited.reset();
-    finish_phase(self, run, {false, static_cast<std::uint8_t>(FailureCode::mechanism),
-                             "stopped waiting for another rank's data: the phase was decided"});
+    finish_phase(self, run, LocalStatus::failure(FailureCode::mechanism,
+                                                 "stopped waiting for another rank's data: the phase was decided"));
   };
   auto& s = self->state;
   stop(s.activations);
@@ -576,13 +571,13 @@ void forget_step(AgreementActor* self) {
 // reverses any publication; the rank has restored only when both did.
 void restore_state_and_cache(AgreementActor* self, Epoch epoch) {
   self->request(self->state.state, caf::infinite, restore_atom::value, epoch)
-      .then([=](bool state_ok, std::uint8_t, std::string& state_message) {
+      .then([=](LocalStatus& state) {
         self->request(self->state.cache, caf::infinite, restore_atom::value, epoch)
-            .then([=, state_message = std::move(state_message)](bool cache_ok, std::uint8_t, std::string& message) {
-              if (state_ok && cache_ok) {
+            .then([=, state = std::move(state)](LocalStatus& cache) {
+              if (state.ok && cache.ok) {
                 self->state.machine->restored(epoch);
               } else {
-                self->state.machine->restore_failed(epoch, state_ok ? message : state_message);
+                self->state.machine->restore_failed(epoch, state.ok ? cache.message : state.message);
               }
               pump(self);
             });

@@ -558,7 +558,8 @@ TEST(CoordinatorAgreementTest, ARoundsDeadlineNamesThePhaseInTurnAndItsSilentRan
   CoordinatorAgreement coordinator = begun_round();
   for (const PhaseId& phase : {kExecution, kPublication, kCommit}) coordinator.step(status(0, true, 1, phase));
   coordinator.step(status(1, true, 1, kExecution));
-  EXPECT_EQ(coordinator.take_ready().settled, std::vector<PhaseDecision>{decision(Decision::proceed, {}, 1, kExecution)});
+  EXPECT_EQ(coordinator.take_ready().settled,
+            std::vector<PhaseDecision>{decision(Decision::proceed, {}, 1, kExecution)});
   tick_through_deadline(coordinator, kOptions.status_deadline_ticks);
   expect_sent_to(coordinator.take_ready().messages,
                  decision(Decision::abort, cause_of(CauseKind::status_timeout, 1), 1, kPublication), {0, 1});
