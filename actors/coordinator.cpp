@@ -75,7 +75,7 @@ void begin_next(CoordinatorActor* self) {
     // whose live generation belongs to another save (a concurrent writer,
     // or ranks left from two saves) refuses, and the load aborts.
     s.load->save_id = s.first_rank_save_id;
-    round.arguments = encode_prompt_cache(*s.load);
+    round.arguments = *s.load;
   }
   const auto position = s.next_round + 1 == s.plan.size() ? PhasePosition::last : PhasePosition::intermediate;
   ++s.next_round;

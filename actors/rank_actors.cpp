@@ -27,6 +27,13 @@ LocalStatus malformed(const std::string& what) {
   return LocalStatus::failure(FailureCode::contract, "malformed " + what + " arguments");
 }
 
+// The phase's arguments as the kind T it takes, or nullptr: the phase is
+// then refused as malformed.
+template <class T>
+const T* arguments_of(const RunPhase& run) {
+  return std::get_if<T>(&run.arguments);
+}
+
 // A local result that also carries a value: its status, then the value.
 template <class T>
 std::tuple<LocalStatus, T> with_value(Result<T> result) {
@@ -131,16 +138,13 @@ PromptCacheRequest to_request(const PromptCacheArguments& a) {
 
 caf::behavior cache_actor(caf::event_based_actor*, std::shared_ptr<RankPromptCache> cache) {
   return {
-      [=](save_prepare_atom, Epoch epoch, const Bytes& arguments, const std::vector<float>& shard) -> LocalStatus {
-        auto a = decode_prompt_cache(arguments);
-        if (!a) return malformed("prompt cache");
-        return to_local(cache->prepare_save(epoch, to_request(*a), a->save_id, shard));
+      [=](save_prepare_atom, Epoch epoch, const PromptCacheArguments& a,
+          const std::vector<float>& shard) -> LocalStatus {
+        return to_local(cache->prepare_save(epoch, to_request(a), a.save_id, shard));
       },
       [=](publish_atom, Epoch epoch) -> LocalStatus { return to_local(cache->publish(epoch)); },
-      [=](load_preflight_atom, Epoch epoch, const Bytes& arguments) {
-        auto a = decode_prompt_cache(arguments);
-        if (!a) return std::tuple<LocalStatus, std::string>{malformed("prompt cache"), ""};
-        return with_value(cache->begin_load(epoch, to_request(*a)));
+      [=](load_preflight_atom, Epoch epoch, const PromptCacheArguments& a) {
+        return with_value(cache->begin_load(epoch, to_request(a)));
       },
       [=](load_read_atom, Epoch epoch, const std::string& save_id) {
         return with_value(cache->read_load(epoch, save_id));
@@ -290,24 +294,26 @@ void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
 // --- the prompt-cache phases: the state actor's part, then the cache's ------
 
 void run_save_preflight(AgreementActor* self, const RunPhase& run) {
-  auto a = decode_prompt_cache(run.arguments);
-  if (!a) return finish_phase(self, run, malformed("prompt cache"));
-  run_on(self, self->state.state, run, check_prefix_atom::value, std::move(a->prefix));
+  const auto* a = arguments_of<PromptCacheArguments>(run);
+  if (a == nullptr) return finish_phase(self, run, malformed("prompt cache"));
+  run_on(self, self->state.state, run, check_prefix_atom::value, a->prefix);
 }
 
 void run_save_preparation(AgreementActor* self, const RunPhase& run) {
-  auto a = decode_prompt_cache(run.arguments);
-  if (!a) return finish_phase(self, run, malformed("prompt cache"));
+  const auto* a = arguments_of<PromptCacheArguments>(run);
+  if (a == nullptr) return finish_phase(self, run, malformed("prompt cache"));
   self->request(self->state.state, caf::infinite, pack_shard_atom::value, static_cast<int>(a->prefix.size()))
       .then(
-          [=](std::vector<float>& shard) {
-            run_on(self, self->state.cache, run, save_prepare_atom::value, run.epoch, run.arguments, std::move(shard));
+          [=, a = *a](std::vector<float>& shard) {
+            run_on(self, self->state.cache, run, save_prepare_atom::value, run.epoch, a, std::move(shard));
           },
           fail_phase_on_error(self, run));
 }
 
 void run_load_preflight(AgreementActor* self, const RunPhase& run) {
-  self->request(self->state.cache, caf::infinite, load_preflight_atom::value, run.epoch, run.arguments)
+  const auto* a = arguments_of<PromptCacheArguments>(run);
+  if (a == nullptr) return finish_phase(self, run, malformed("prompt cache"));
+  self->request(self->state.cache, caf::infinite, load_preflight_atom::value, run.epoch, *a)
       .then(
           [=](LocalStatus& status, std::string& save_id) {
             auto& st = self->state;
@@ -321,13 +327,13 @@ void run_load_preflight(AgreementActor* self, const RunPhase& run) {
 }
 
 void run_load_preparation(AgreementActor* self, const RunPhase& run) {
-  auto a = decode_prompt_cache(run.arguments);
-  if (!a) return finish_phase(self, run, malformed("prompt cache"));
+  const auto* a = arguments_of<PromptCacheArguments>(run);
+  if (a == nullptr) return finish_phase(self, run, malformed("prompt cache"));
   self->request(self->state.cache, caf::infinite, load_read_atom::value, run.epoch, a->save_id)
       .then(
-          [=](LocalStatus& status, std::vector<float>& shard) {
+          [=, a = *a](LocalStatus& status, std::vector<float>& shard) {
             if (!status.ok) return finish_phase(self, run, status);
-            run_on(self, self->state.state, run, prepare_load_atom::value, run.epoch, a->prefix, std::move(shard));
+            run_on(self, self->state.state, run, prepare_load_atom::value, run.epoch, a.prefix, std::move(shard));
           },
           fail_phase_on_error(self, run));
 }
@@ -373,8 +379,8 @@ void run_sampling(AgreementActor* self, const RunPhase& run) {
     s.sampled.phase = run;
     return hold_when_here(self, s.sampled);
   }
-  auto arguments = decode_sampling(run.arguments);
-  if (!arguments) return finish_phase(self, run, malformed("sampling"));
+  const auto* arguments = arguments_of<SamplingArguments>(run);
+  if (arguments == nullptr) return finish_phase(self, run, malformed("sampling"));
   // The execution actor is idle between local actions, and a pick from one
   // row takes microseconds: a hand-over to its thread and back would cost
   // more than the sampling.
@@ -408,9 +414,9 @@ void run_capture_publication(AgreementActor* self, const RunPhase& run) {
 // A phase whose arguments are the step's draft token count runs `work` with it.
 template <class Work>
 void with_draft_tokens(AgreementActor* self, const RunPhase& run, Work&& work) {
-  const auto draft = decode_draft_tokens(run.arguments);
-  if (!draft) return finish_phase(self, run, malformed("draft"));
-  finish_phase(self, run, to_local(work(*draft)));
+  const auto* draft = arguments_of<DraftTokens>(run);
+  if (draft == nullptr) return finish_phase(self, run, malformed("draft"));
+  finish_phase(self, run, to_local(work(draft->count)));
 }
 
 void run_local_work(AgreementActor* self, const RunPhase& run) {
@@ -420,9 +426,9 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
   const LocalStatus ok;
   switch (run.phase.phase) {
     case StateCheckpoint: {
-      auto tokens = decode_tokens(run.arguments);
-      if (!tokens) return finish_phase(self, run, malformed("token"));
-      return run_on(self, s.state, run, begin_step_atom::value, run.epoch, std::move(*tokens));
+      const auto* step = arguments_of<StepTokens>(run);
+      if (step == nullptr) return finish_phase(self, run, malformed("token"));
+      return run_on(self, s.state, run, begin_step_atom::value, run.epoch, step->tokens);
     }
     case BoundarySourceCompletion:
       if (run.phase.route.source == me) {
@@ -435,8 +441,11 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
       // Ranks before the output owner ran their units at their route's
       // completion; the output owner runs its own and the head now.
       if (!owner) return finish_phase(self, run, ok);
-      if (run.arguments.size() != 1) return finish_phase(self, run, malformed("execution"));
-      return run_on(self, s.execution, run, run_units_atom::value, run.arguments[0]);
+      if (const auto* execution = arguments_of<ExecutionArguments>(run)) {
+        const OutputRows rows = execution->all_rows ? OutputRows::all : OutputRows::last;
+        return run_on(self, s.execution, run, run_units_atom::value, static_cast<std::uint8_t>(rows));
+      }
+      return finish_phase(self, run, malformed("execution"));
     case OutputObservation:
       // The output owner computed the logits in Execution; only an observer
       // has work here, and it runs on the execution thread like all user code.
@@ -466,8 +475,8 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
       });
       return;
     case SessionRollbackPreparation: {
-      auto target = decode_rollback(run.arguments);
-      if (!target) return finish_phase(self, run, malformed("rollback"));
+      const auto* target = arguments_of<RollbackTarget>(run);
+      if (target == nullptr) return finish_phase(self, run, malformed("rollback"));
       return run_on(self, s.state, run, rollback_atom::value, run.epoch, target->position, target->state_epoch,
                     target->reset_epoch);
     }

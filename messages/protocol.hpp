@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "messages/phase.hpp"
+#include "messages/phase_arguments.hpp"
 
 namespace accord {
 
@@ -31,9 +32,9 @@ struct PhaseBegin {
   SessionId session = 0;
   Epoch epoch = 0;
   PhaseId phase;
-  // The phase's input, encoded by the operation that begins it (token ids,
-  // cache paths, ...); empty when the phase takes none.
-  std::vector<std::uint8_t> arguments;
+  // The phase's input (token ids, cache paths, ...; phase_arguments.hpp);
+  // NoArguments when the phase takes none.
+  PhaseArguments arguments;
   // Phases without arguments that ride with this one (runtime/agreement/
   // transaction_plan.hpp): the rank runs and reports each right after it.
   std::vector<PhaseId> riders;

@@ -21,6 +21,8 @@ using enum DistributedExecutionPhase;
 constexpr SessionId kSession = 42;
 constexpr AgreementOptions kOptions{.status_deadline_ticks = 3, .acknowledgement_deadline_ticks = 4};
 const PhaseId kExecution = phase_id(Execution);
+// Arguments a begin carries to its RunPhase unchanged.
+const PhaseArguments kArguments = DraftTokens{7};
 
 // ---------------------------------------------------------------------------
 // Building blocks
@@ -505,12 +507,12 @@ const PhaseId kCommit = phase_id(Commit);
 // Two ranks in the round Execution + [OutputPublication, Commit], begun.
 CoordinatorAgreement begun_round() {
   CoordinatorAgreement coordinator{kSession, 2, kOptions};
-  EXPECT_TRUE(coordinator.begin(1, kExecution, PhasePosition::last, {3}, {kPublication, kCommit}).ok());
+  EXPECT_TRUE(coordinator.begin(1, kExecution, PhasePosition::last, kArguments, {kPublication, kCommit}).ok());
   const CoordinatorReady ready = coordinator.take_ready();
   EXPECT_EQ(ready.messages.size(), 2u);
   for (const auto& message : ready.messages) {
     EXPECT_EQ(message.message, (std::variant<PhaseBegin, PhaseDecision>{
-                                   PhaseBegin{kSession, 1, kExecution, {3}, {kPublication, kCommit}}}));
+                                   PhaseBegin{kSession, 1, kExecution, kArguments, {kPublication, kCommit}}}));
   }
   return coordinator;
 }
@@ -579,7 +581,7 @@ class RankAgreementTest : public ::testing::Test {
  protected:
   RankAgreement rank_{kSession, 1};
 
-  PhaseBegin begin(Epoch epoch, PhaseId phase = kExecution) { return {kSession, epoch, phase, {7}, {}}; }
+  PhaseBegin begin(Epoch epoch, PhaseId phase = kExecution) { return {kSession, epoch, phase, kArguments, {}}; }
   PhaseDecision decide(Decision kind, Epoch epoch = 1, PhaseId phase = kExecution) {
     return decision(kind, kind == Decision::proceed || kind == Decision::commit ? DecisionCause{} : rank_error(0),
                     epoch, phase);
@@ -590,7 +592,7 @@ class RankAgreementTest : public ::testing::Test {
 TEST_F(RankAgreementTest, RunsEachPhaseReportsItAndCommitsOnTheDecision) {
   rank_.step(begin(1));
   RankReady out = ready();
-  EXPECT_EQ(out.actions, (std::vector<RankAction>{RunPhase{1, kExecution, {7}}}));
+  EXPECT_EQ(out.actions, (std::vector<RankAction>{RunPhase{1, kExecution, kArguments}}));
   EXPECT_TRUE(out.messages.empty()) << "reported before the local work finished";
 
   rank_.phase_done(1, kExecution);
@@ -610,8 +612,8 @@ TEST_F(RankAgreementTest, RunsEachPhaseReportsItAndCommitsOnTheDecision) {
 }
 
 TEST_F(RankAgreementTest, RunsARoundsRidersRightAfterItsPhaseAndTakesTheirDecisionsInOrder) {
-  rank_.step(PhaseBegin{kSession, 1, kExecution, {7}, {kPublication, kCommit}});
-  EXPECT_EQ(ready().actions, (std::vector<RankAction>{RunPhase{1, kExecution, {7}}}));
+  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, {kPublication, kCommit}});
+  EXPECT_EQ(ready().actions, (std::vector<RankAction>{RunPhase{1, kExecution, kArguments}}));
   rank_.phase_done(1, kExecution);
   RankReady out = ready();
   EXPECT_EQ(out.messages, std::vector<RankMessage>{status(1, true)});
@@ -637,7 +639,7 @@ TEST_F(RankAgreementTest, RunsARoundsRidersRightAfterItsPhaseAndTakesTheirDecisi
 }
 
 TEST_F(RankAgreementTest, AFailedPhaseRunsNoneOfItsRiders) {
-  rank_.step(PhaseBegin{kSession, 1, kExecution, {7}, {kPublication, kCommit}});
+  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, {kPublication, kCommit}});
   ready();
   rank_.phase_failed(1, kExecution, FailureCode::mechanism, failure_text(1));
   RankReady out = ready();
@@ -648,7 +650,7 @@ TEST_F(RankAgreementTest, AFailedPhaseRunsNoneOfItsRiders) {
 }
 
 TEST_F(RankAgreementTest, AnAbortNamingALaterPhaseOfTheRoundWaitsForTheRiderThatRuns) {
-  rank_.step(PhaseBegin{kSession, 1, kExecution, {7}, {kPublication, kCommit}});
+  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, {kPublication, kCommit}});
   rank_.phase_done(1, kExecution);
   ready();
   // Another rank failed the round's last phase while this one runs a rider.
@@ -664,7 +666,7 @@ TEST_F(RankAgreementTest, AnAbortNamingALaterPhaseOfTheRoundWaitsForTheRiderThat
 }
 
 TEST_F(RankAgreementTest, AProceedForARiderNotYetReportedIsOutOfOrder) {
-  rank_.step(PhaseBegin{kSession, 1, kExecution, {7}, {kPublication, kCommit}});
+  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, {kPublication, kCommit}});
   rank_.step(decide(Decision::proceed, 1, kPublication));
   EXPECT_EQ(rank_.dropped().of(DropReason::out_of_order), 1u);
 }
@@ -709,7 +711,7 @@ TEST_F(RankAgreementTest, APoisonDuringTheLocalWorkForgetsOnlyAfterItAndAResetWa
   const RankReady out = ready();
   EXPECT_TRUE(out.messages.empty()) << "a status for a poisoned transaction";
   EXPECT_EQ(out.actions, (std::vector<RankAction>{MarkPoisoned{poison},
-                                                  RunPhase{2, phase_id(SessionResetPreparation), {7}}}));
+                                                  RunPhase{2, phase_id(SessionResetPreparation), kArguments}}));
   EXPECT_EQ(rank_.dropped().of(DropReason::late), 1u);
 
   rank_.phase_done(2, phase_id(SessionResetPreparation));
@@ -787,7 +789,7 @@ TEST_F(RankAgreementTest, APoisonedRankRefusesWorkUntilAResetCommits) {
 
   const PhaseId reset = phase_id(SessionResetPreparation);
   rank_.step(begin(3, reset));
-  EXPECT_EQ(ready().actions, (std::vector<RankAction>{RunPhase{3, reset, {7}}}));
+  EXPECT_EQ(ready().actions, (std::vector<RankAction>{RunPhase{3, reset, kArguments}}));
   rank_.phase_done(3, reset);
   rank_.step(decide(Decision::proceed, 3, reset));
   rank_.step(begin(3, phase_id(Commit)));
@@ -796,7 +798,7 @@ TEST_F(RankAgreementTest, APoisonedRankRefusesWorkUntilAResetCommits) {
   rank_.step(decide(Decision::commit, 3, phase_id(Commit)));
   EXPECT_FALSE(rank_.poisoned());
   rank_.step(begin(4));
-  EXPECT_EQ(ready().actions.back(), (RankAction{RunPhase{4, kExecution, {7}}}));
+  EXPECT_EQ(ready().actions.back(), (RankAction{RunPhase{4, kExecution, kArguments}}));
 }
 
 TEST_F(RankAgreementTest, PoisonDuringAResetEndsItAndKeepsTheFirstCause) {
@@ -844,7 +846,7 @@ TEST_F(RankAgreementTest, AResetMayStartBeforeThePreviousEpochSettledOnceItsWork
   const RankReady out = ready();
   EXPECT_FALSE(rank_.poisoned());
   EXPECT_TRUE(out.messages.empty()) << "a status for the superseded epoch";
-  EXPECT_EQ(out.actions, (std::vector<RankAction>{RunPhase{2, phase_id(SessionResetPreparation), {7}}}));
+  EXPECT_EQ(out.actions, (std::vector<RankAction>{RunPhase{2, phase_id(SessionResetPreparation), kArguments}}));
 }
 
 TEST_F(RankAgreementTest, AnotherTransactionWhileTheWorkRunsPoisonsTheRankOnceItStopped) {

@@ -630,7 +630,7 @@ class RankUnderTest {
   std::shared_ptr<CallerLog> prober_log_ = std::make_shared<CallerLog>();
 };
 
-PhaseBegin begin(Epoch epoch, PhaseId phase, std::vector<std::uint8_t> arguments = {}) {
+PhaseBegin begin(Epoch epoch, PhaseId phase, PhaseArguments arguments = {}) {
   return {kSession, epoch, phase, std::move(arguments), {}};
 }
 
@@ -640,7 +640,7 @@ PhaseStatus ok_from(RankId rank, Epoch epoch, PhaseId phase) {
 
 // The rank agrees `phase` of `epoch`: it begins, the rank reports ok, and the
 // coordinator proceeds.
-void agree(RankUnderTest& rank, RankId id, Epoch epoch, PhaseId phase, std::vector<std::uint8_t> arguments = {}) {
+void agree(RankUnderTest& rank, RankId id, Epoch epoch, PhaseId phase, PhaseArguments arguments = {}) {
   rank.send(begin(epoch, phase, std::move(arguments)));
   ASSERT_FALSE(rank.statuses().empty());
   ASSERT_EQ(rank.statuses().back(), ok_from(id, epoch, phase));
@@ -668,7 +668,7 @@ class RankOrderTest : public ::testing::Test {
 TEST_F(RankOrderTest, AnAbortWhileTheLocalWorkRunsRestoresOnlyAfterTheWorkFinished) {
   RankUnderTest rank(model(), 0, 2);
   const std::string committed = rank.worker().digest();
-  agree(rank, 0, 1, phase_id(StateCheckpoint), encode_tokens(kTokens));
+  agree(rank, 0, 1, phase_id(StateCheckpoint), StepTokens{kTokens});
   // Rank 0 runs its units for the route: the agreement actor hands them to
   // the execution actor, and the abort overtakes the execution's answer.
   rank.post(begin(1, kCompletion01));
@@ -691,7 +691,7 @@ TEST_F(RankOrderTest, AnAbortWhileTheLocalWorkRunsRestoresOnlyAfterTheWorkFinish
 
 TEST_F(RankOrderTest, AProceedWhileTheLocalWorkRunsIsOutOfOrderAndTheStatusStillGoes) {
   RankUnderTest rank(model(), 0, 2);
-  rank.post(begin(1, phase_id(StateCheckpoint), encode_tokens(kTokens)));
+  rank.post(begin(1, phase_id(StateCheckpoint), StepTokens{kTokens}));
   rank.run_agreement_once();
   rank.post(decision(1, phase_id(StateCheckpoint), Decision::proceed));
   rank.run_agreement_once();
@@ -704,7 +704,7 @@ TEST_F(RankOrderTest, AProceedWhileTheLocalWorkRunsIsOutOfOrderAndTheStatusStill
 
 TEST_F(RankOrderTest, ADuplicatedBeginRunsTheLocalWorkOnce) {
   RankUnderTest rank(model(), 0, 2);
-  const PhaseBegin checkpoint = begin(1, phase_id(StateCheckpoint), encode_tokens(kTokens));
+  const PhaseBegin checkpoint = begin(1, phase_id(StateCheckpoint), StepTokens{kTokens});
   rank.post(checkpoint);
   rank.post(checkpoint);  // while the work runs
   rank.deliver();
@@ -721,7 +721,7 @@ TEST_F(RankOrderTest, ARouteTransferBeforeOrAfterItsReadyBeginIsAccepted) {
   for (const bool before_begin : {true, false}) {
     SCOPED_TRACE(before_begin ? "transfer before the begin" : "transfer after the begin");
     RankUnderTest rank(model(), 1, 2);
-    agree(rank, 1, 1, phase_id(StateCheckpoint), encode_tokens(kTokens));
+    agree(rank, 1, 1, phase_id(StateCheckpoint), StepTokens{kTokens});
     agree(rank, 1, 1, kCompletion01);
     // Rank 0's transfer may overtake the coordinator's begin on its way.
     if (before_begin) rank.send(activations(1));
@@ -738,7 +738,7 @@ TEST_F(RankOrderTest, ARouteTransferBeforeOrAfterItsReadyBeginIsAccepted) {
 
 TEST_F(RankOrderTest, AStaleOrForeignRouteTransferIsCountedAndCompletesNothing) {
   RankUnderTest rank(model(), 1, 2);
-  agree(rank, 1, 2, phase_id(StateCheckpoint), encode_tokens(kTokens));
+  agree(rank, 1, 2, phase_id(StateCheckpoint), StepTokens{kTokens});
   agree(rank, 1, 2, kCompletion01);
   rank.send(begin(2, kReady01));
   rank.send(activations(1));

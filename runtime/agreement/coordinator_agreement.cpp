@@ -13,7 +13,7 @@ CoordinatorAgreement::CoordinatorAgreement(SessionId session, RankId rank_count,
 }
 
 Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition position,
-                                   std::vector<std::uint8_t> arguments, std::vector<PhaseId> riders) {
+                                   PhaseArguments arguments, std::vector<PhaseId> riders) {
   if (stage_ != Stage::idle) {
     return Error(ErrorCode::contract, "phase " + to_string(phase_) + " of epoch " + std::to_string(epoch_) +
                                           " is still being agreed on");
@@ -27,7 +27,7 @@ Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition pos
   return {};
 }
 
-Status CoordinatorAgreement::begin_reset(Epoch epoch, std::vector<std::uint8_t> arguments,
+Status CoordinatorAgreement::begin_reset(Epoch epoch, PhaseArguments arguments,
                                          std::vector<PhaseId> riders, PhasePosition position) {
   if (stage_ != Stage::idle) {
     return Error(ErrorCode::contract, "cannot reset while phase " + to_string(phase_) + " of epoch " +
@@ -63,7 +63,7 @@ Status CoordinatorAgreement::check_can_open(Epoch epoch) const {
 }
 
 void CoordinatorAgreement::start_round(Epoch epoch, PhaseId phase, PhasePosition position,
-                                       std::vector<std::uint8_t> arguments, std::vector<PhaseId> riders) {
+                                       PhaseArguments arguments, std::vector<PhaseId> riders) {
   stage_ = Stage::collecting_statuses;
   epoch_ = epoch;
   phase_ = phase;

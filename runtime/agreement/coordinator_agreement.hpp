@@ -81,7 +81,7 @@ class CoordinatorAgreement {
   // session is poisoned (ErrorCode::commit_indeterminate, naming the cause).
   // `riders` begin with the phase; `position` is the last rider's, the
   // others are intermediate.
-  Status begin(Epoch epoch, PhaseId phase, PhasePosition position, std::vector<std::uint8_t> arguments = {},
+  Status begin(Epoch epoch, PhaseId phase, PhasePosition position, PhaseArguments arguments = {},
                std::vector<PhaseId> riders = {});
 
   // Starts a reset transaction: its first phase, SessionResetPreparation;
@@ -89,7 +89,7 @@ class CoordinatorAgreement {
   // its commit clears the poison. Refused (ErrorCode::state) while a rank
   // is down: a reset needs the complete topology.
   // `position` is the round's last phase's, as for begin().
-  Status begin_reset(Epoch epoch, std::vector<std::uint8_t> arguments = {}, std::vector<PhaseId> riders = {},
+  Status begin_reset(Epoch epoch, PhaseArguments arguments = {}, std::vector<PhaseId> riders = {},
                      PhasePosition position = PhasePosition::intermediate);
 
   void step(const PhaseStatus& status);
@@ -123,7 +123,7 @@ class CoordinatorAgreement {
   };
 
   Status check_can_open(Epoch epoch) const;
-  void start_round(Epoch epoch, PhaseId phase, PhasePosition position, std::vector<std::uint8_t> arguments,
+  void start_round(Epoch epoch, PhaseId phase, PhasePosition position, PhaseArguments arguments,
                    std::vector<PhaseId> riders);
   void record_early_status(std::size_t index, const PhaseStatus& status);
   std::optional<std::size_t> index_in_round(const PhaseId& phase) const;

@@ -62,7 +62,7 @@ void RankAgreement::run(const PhaseBegin& begin) {
   start_work(begin.phase, begin.arguments);
 }
 
-void RankAgreement::start_work(const PhaseId& phase, std::vector<std::uint8_t> arguments) {
+void RankAgreement::start_work(const PhaseId& phase, PhaseArguments arguments) {
   stage_ = Stage::working;
   work_in_flight_ = true;
   phase_ = phase;

@@ -41,7 +41,7 @@ namespace accord {
 struct RunPhase {
   Epoch epoch = 0;
   PhaseId phase;
-  std::vector<std::uint8_t> arguments;
+  PhaseArguments arguments;
   bool operator==(const RunPhase&) const = default;
 };
 // Make transaction `epoch`'s provisional state authoritative.
@@ -105,7 +105,7 @@ class RankAgreement {
   void open_transaction(const PhaseBegin& begin);
   void run(const PhaseBegin& begin);
   void start_round(const PhaseBegin& begin);
-  void start_work(const PhaseId& phase, std::vector<std::uint8_t> arguments);
+  void start_work(const PhaseId& phase, PhaseArguments arguments);
   void apply_success(const PhaseDecision& decision, std::size_t index);
   void refuse(const PhaseBegin& begin);
   void report_local_result(Epoch epoch, const PhaseId& phase, bool ok, FailureCode code, std::string message);

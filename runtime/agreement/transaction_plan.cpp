@@ -1,6 +1,6 @@
 #include "runtime/agreement/transaction_plan.hpp"
 
-#include "runtime/session/rank_worker.hpp"
+#include <variant>
 
 namespace accord {
 
@@ -10,14 +10,14 @@ using enum DistributedExecutionPhase;
 
 struct PlannedPhase {
   PhaseId id;
-  Bytes arguments;
+  PhaseArguments arguments;
 };
 
 // Whether `phase` may ride with the phase before it: no arguments, and on
 // every rank a local part that is immediate and uses only what the rank's
 // own earlier phases left (docs/protocol.md, "Rounds").
 bool rides(const PlannedPhase& phase) {
-  if (!phase.arguments.empty()) return false;
+  if (!std::holds_alternative<NoArguments>(phase.arguments)) return false;
   switch (phase.id.phase) {
     case OutputObservation:
     case OutputPublication:
@@ -34,44 +34,42 @@ std::vector<PlannedPhase> phases_for(const TransactionRequest& request, RankId r
   std::vector<PlannedPhase> plan;
   switch (request.kind) {
     case TransactionKind::forward_step:
-      plan.push_back({phase_id(StateCheckpoint), encode_tokens(request.tokens)});
+      plan.push_back({phase_id(StateCheckpoint), StepTokens{request.tokens}});
       for (RankId r = 0; r + 1 < ranks; ++r) {
         plan.push_back({boundary_phase_id(BoundarySourceCompletion, r, r + 1), {}});
         plan.push_back({boundary_phase_id(BoundarySourceReady, r, r + 1), {}});
       }
-      plan.push_back({phase_id(Execution), {static_cast<std::uint8_t>(
-                                               request.all_rows || request.draft_tokens > 0 ? OutputRows::all
-                                                                                           : OutputRows::last)}});
+      plan.push_back({phase_id(Execution), ExecutionArguments{request.all_rows || request.draft_tokens > 0}});
       plan.push_back({phase_id(OutputObservation), {}});
       if (request.capture_prediction_target) {
-        const Bytes draft = encode_draft_tokens(request.draft_tokens);
+        const DraftTokens draft{request.draft_tokens};
         plan.push_back({phase_id(PredictionTargetCapture), draft});
         plan.push_back({phase_id(PredictionTargetCapturePublication), {}});
         plan.push_back({phase_id(PredictionTargetStatePreparation), draft});
         plan.push_back({phase_id(PredictionExtensionExecution), {}});
       }
       plan.push_back({phase_id(OutputPublication), {}});
-      if (request.sample) plan.push_back({phase_id(SamplingSynchronization), encode_sampling(request.sampling)});
+      if (request.sample) plan.push_back({phase_id(SamplingSynchronization), request.sampling});
       break;
     case TransactionKind::checkpoint:
       plan.push_back({phase_id(SessionCheckpoint), {}});
       break;
     case TransactionKind::rollback:
       plan.push_back({phase_id(SessionRollbackPreparation),
-                      encode_rollback({request.position, request.state_epoch, request.reset_epoch})});
+                      RollbackTarget{request.position, request.state_epoch, request.reset_epoch}});
       break;
     case TransactionKind::reset:
       plan.push_back({phase_id(SessionResetPreparation), {}});
       break;
     case TransactionKind::prompt_cache_save: {
-      const Bytes arguments = encode_prompt_cache(cache_arguments(request));
+      const PromptCacheArguments arguments = cache_arguments(request);
       plan.push_back({phase_id(PromptCacheSavePreflight), arguments});
       plan.push_back({phase_id(PromptCacheSavePreparation), arguments});
       plan.push_back({phase_id(PromptCacheSavePublication), {}});
       break;
     }
     case TransactionKind::prompt_cache_load:
-      plan.push_back({phase_id(PromptCacheLoadPreflight), encode_prompt_cache(cache_arguments(request))});
+      plan.push_back({phase_id(PromptCacheLoadPreflight), cache_arguments(request)});
       // Its arguments name rank 0's save, known once the preflight is agreed.
       plan.push_back({phase_id(PromptCacheLoadPreparation), {}});
       break;

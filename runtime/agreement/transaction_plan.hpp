@@ -24,7 +24,7 @@ namespace accord {
 
 struct PlannedRound {
   PhaseId phase;
-  Bytes arguments;
+  PhaseArguments arguments;
   std::vector<PhaseId> riders;  // in order; they take no arguments
 };
 
