@@ -11,9 +11,9 @@
 // value that names nothing, which to_string() shows and receivers reject.
 #pragma once
 
-#include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -225,34 +225,39 @@ struct WireTensor {
   bool operator==(const WireTensor&) const = default;
 };
 
-// On the wire the floats travel as their raw bits: CAF 0.17.6's binary
-// serializer packs floats in a portable form that loses subnormals, and a
-// remote rank must see the activations bit for bit (invariant 1). CAF's
-// inspectors say whether they read a value (serializers, printing) or
-// write one (deserializers).
-inline std::vector<std::uint32_t> float_bits(const std::vector<float>& values) {
-  std::vector<std::uint32_t> bits(values.size());
-  std::transform(values.begin(), values.end(), bits.begin(), [](float v) { return std::bit_cast<std::uint32_t>(v); });
-  return bits;
+// On the wire the floats travel as their raw bytes, little-endian: CAF
+// 0.17.6's binary serializer packs floats in a portable form that loses
+// subnormals, and a remote rank must see the activations bit for bit
+// (invariant 1). A byte sequence is also what CAF copies in one piece
+// rather than value by value, which matters for a step's logits (tens of
+// thousands of floats). CAF's inspectors say whether they read a value
+// (serializers, printing) or write one (deserializers).
+static_assert(std::endian::native == std::endian::little, "WireTensor sends its floats as they lie in memory");
+
+inline std::vector<unsigned char> float_bytes(const std::vector<float>& values) {
+  std::vector<unsigned char> bytes(values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
 }
 
-inline std::vector<float> floats_from_bits(const std::vector<std::uint32_t>& bits) {
-  std::vector<float> values(bits.size());
-  std::transform(bits.begin(), bits.end(), values.begin(), [](std::uint32_t b) { return std::bit_cast<float>(b); });
+// The floats of `bytes`; a trailing partial float is dropped.
+inline std::vector<float> floats_from_bytes(const std::vector<unsigned char>& bytes) {
+  std::vector<float> values(bytes.size() / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
   return values;
 }
 
 template <class Inspector>
 std::enable_if_t<Inspector::reads_state, typename Inspector::result_type> inspect(Inspector& f, WireTensor& x) {
-  auto bits = float_bits(x.data);
-  return f(x.shape, bits);
+  auto bytes = float_bytes(x.data);
+  return f(x.shape, bytes);
 }
 
 template <class Inspector>
 std::enable_if_t<Inspector::writes_state, typename Inspector::result_type> inspect(Inspector& f, WireTensor& x) {
-  std::vector<std::uint32_t> bits;
-  auto result = f(x.shape, bits);
-  x.data = floats_from_bits(bits);
+  std::vector<unsigned char> bytes;
+  auto result = f(x.shape, bytes);
+  x.data = floats_from_bytes(bytes);
   return result;
 }
 

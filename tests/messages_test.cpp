@@ -14,6 +14,8 @@
 #include <caf/message.hpp>
 #include <caf/sec.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <set>
 
 #include "messages/node_api.hpp"
@@ -102,14 +104,20 @@ TEST_F(MessagesTest, WireTensorRoundTripsBitForBit) {
 TEST_F(MessagesTest, WireTensorKeepsSubnormalsAndNanPayloadsBitForBit) {
   const std::vector<std::uint32_t> bits = {0x00000001u, 0x0002b8e6u /* 2.5e-40f */, 0x807fffffu, 0x7fc01234u,
                                            0x80000000u, 0x3f800000u};
-  const WireTensor tensor{{1, static_cast<std::int64_t>(bits.size())}, floats_from_bits(bits)};
+  std::vector<float> values(bits.size());
+  std::transform(bits.begin(), bits.end(), values.begin(), [](std::uint32_t b) { return std::bit_cast<float>(b); });
+  const WireTensor tensor{{1, static_cast<std::int64_t>(bits.size())}, values};
   const std::vector<char> bytes = encode(caf::make_message(tensor));
   caf::message decoded;
   const caf::error err = decode(receiver_, bytes, decoded);
   ASSERT_FALSE(err) << receiver_.render(err);
   ASSERT_TRUE(decoded.match_elements<WireTensor>());
   EXPECT_EQ(decoded.get_as<WireTensor>(0).shape, tensor.shape);
-  EXPECT_EQ(float_bits(decoded.get_as<WireTensor>(0).data), bits);
+  const std::vector<float>& received = decoded.get_as<WireTensor>(0).data;
+  std::vector<std::uint32_t> received_bits(received.size());
+  std::transform(received.begin(), received.end(), received_bits.begin(),
+                 [](float v) { return std::bit_cast<std::uint32_t>(v); });
+  EXPECT_EQ(received_bits, bits);
 }
 
 TEST_F(MessagesTest, SeveralProtocolTypesInOneMessageRoundTrip) {
