@@ -504,13 +504,12 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
 // Runs the phase's local part; an exception out of it fails the phase
 // instead of ending the rank's actor. `injected` throws one first.
 void run_guarded(AgreementActor* self, const RunPhase& run, const std::string& injected = {}) {
-  try {
+  const Status ran = status_of([&] {
     if (!injected.empty()) throw std::runtime_error(injected);
     run_local_work(self, run);
-  } catch (const std::exception& e) {
-    finish_phase(self, run,
-                 LocalStatus::failure(FailureCode::mechanism, std::string("the local work threw: ") + e.what()));
-  }
+    return Status{};
+  });
+  if (!ran) finish_phase(self, run, to_local(ran));
 }
 
 // Runs the phase's local part, unless the fault plan has a fault fire now.

@@ -5,6 +5,7 @@
 
 #include <cassert>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -163,5 +164,20 @@ class [[nodiscard]] Status {
   Error error_{ErrorCode::contract, {}};
   bool failed_ = false;
 };
+
+// Runs `work`, which returns a Status; an exception out of it (an
+// observer's, say) becomes a mechanism error. A phase's local work runs
+// inside it: its failure must reach the transaction as that phase's
+// status, never unwind through a session or an actor.
+template <class Work>
+Status status_of(Work&& work) {
+  try {
+    return work();
+  } catch (const std::exception& e) {
+    return Error(ErrorCode::mechanism, std::string("exception: ") + e.what());
+  } catch (...) {
+    return Error(ErrorCode::mechanism, "exception of an unknown type");
+  }
+}
 
 }  // namespace accord

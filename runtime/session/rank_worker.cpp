@@ -25,20 +25,6 @@ class ComputeTimer {
   Clock::time_point start_;
 };
 
-// Runs a phase's local work. An exception (an observer's, say) fails the
-// phase like an error: it must reach the agreement as this rank's status,
-// not end the rank's actor.
-template <class Work>
-Status guarded(Work&& work) {
-  try {
-    return work();
-  } catch (const std::exception& e) {
-    return Error(ErrorCode::mechanism, std::string("exception: ") + e.what());
-  } catch (...) {
-    return Error(ErrorCode::mechanism, "exception of an unknown type");
-  }
-}
-
 }  // namespace
 
 RankWorker::RankWorker(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const Partition& partition,
@@ -85,7 +71,7 @@ Status RankWorker::run_units(OutputRows rows) {
     return Error(ErrorCode::contract, "rank " + std::to_string(rank()) + " does not own the output");
   }
   ComputeTimer timer(compute_ns_);
-  return guarded([&]() -> Status {
+  return status_of([&]() -> Status {
     if (Status ok = stage_.execute(step_tokens_, activations, step_observer_.get()); !ok) return ok;
     if (rows != OutputRows::none) output_ = head(rows == OutputRows::all);
     return {};
@@ -112,7 +98,7 @@ Status RankWorker::receive_activations(RowBlock block) {
 Status RankWorker::observe_output() {
   if (!output_) return Error(ErrorCode::state, "no output to observe on this rank");
   ComputeTimer timer(compute_ns_);
-  return guarded([&] { return stage_.observe_logits(output_->data, step_observer_.get()); });
+  return status_of([&] { return stage_.observe_logits(output_->data, step_observer_.get()); });
 }
 
 RowBlock RankWorker::head(bool all_rows) {

@@ -47,13 +47,11 @@ class Session::Transaction {
   // a failed phase too.
   Status phase(Phase phase, const std::function<Status()>& work) {
     current_ = phase;
-    try {
+    return status_of([&] {
       if (Status s = work(); !s) return s;
       if (session_.failure_hook_) return session_.failure_hook_(phase, epoch_);
-    } catch (const std::exception& e) {
-      return Error(ErrorCode::mechanism, std::string("exception: ") + e.what());
-    }
-    return {};
+      return Status{};
+    });
   }
 
   // Runs the phases after the work: mechanism completion, then Commit with
