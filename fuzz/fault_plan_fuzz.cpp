@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const accord::Fault& fault : *plan) {
     auto again = accord::parse_fault(accord::to_string(fault));
     if (!again || !(*again == fault)) std::abort();
-    rank.on_phase({fault.phase, fault.route.value_or(accord::CommunicationRouteId{})});
+    rank.on_phase({fault.phase, fault.route});
   }
   if (auto checked = accord::check_fault_plan(*plan, 3); !checked) accord::fuzz::consume(checked.error().message());
   return 0;
