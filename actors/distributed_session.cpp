@@ -182,7 +182,9 @@ struct DistributedSession::Impl {
     std::vector<caf::actor> local = {coordinator};
     for (const auto& rank : ranks) {
       if (nodes.empty()) {
-        local.insert(local.end(), {rank.agreement, rank.execution, rank.state, rank.cache});
+        local.insert(local.end(),
+                     {rank.agreement, caf::actor_cast<caf::actor>(rank.execution), caf::actor_cast<caf::actor>(rank.state),
+                      caf::actor_cast<caf::actor>(rank.cache)});
       } else if (rank.agreement) {
         self->send_exit(rank.agreement, caf::exit_reason::user_shutdown);
       }

@@ -65,7 +65,7 @@ std::tuple<LocalStatus, SamplingResult> sample_on(RankWorker& worker, const Samp
 
 // --- execution: compute, on its own thread --------------------------------
 
-caf::behavior execution_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
+ExecutionActor::behavior_type execution_actor(ExecutionActor::pointer, std::shared_ptr<RankWorker> worker) {
   return {
       [=](run_units_atom, std::uint8_t rows) -> LocalStatus {
         return to_local(worker->run_units(static_cast<OutputRows>(rows)));
@@ -90,7 +90,7 @@ RankStateReport state_report(const RankWorker& worker) {
   return report;
 }
 
-caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> worker) {
+StateActor::behavior_type state_actor(StateActor::pointer, std::shared_ptr<RankWorker> worker) {
   return {
       [=](begin_step_atom, Epoch epoch, const std::vector<int>& tokens) -> LocalStatus {
         return to_local(worker->begin_step(epoch, tokens));
@@ -99,7 +99,7 @@ caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> w
         return to_local(worker->receive_activations(from_wire(activations)));
       },
       [=](apply_prediction_atom) -> LocalStatus { return to_local(worker->apply_prediction_target_operation()); },
-      [=](rank_state_atom) { return state_report(*worker); },
+      [=](rank_state_atom) -> RankStateReport { return state_report(*worker); },
       [=](checkpoint_atom) -> RankCheckpointReport {
         const RankCheckpoint cp = worker->checkpoint();
         RankCheckpointReport report;
@@ -109,9 +109,8 @@ caf::behavior state_actor(caf::event_based_actor*, std::shared_ptr<RankWorker> w
         report.digest = cp.digest;
         return report;
       },
-      [=](rollback_atom, Epoch epoch, std::int32_t position, std::uint64_t state_epoch,
-          std::uint64_t reset_epoch) -> LocalStatus {
-        return to_local(worker->prepare_rollback(epoch, {position, state_epoch, reset_epoch, ""}));
+      [=](rollback_atom, Epoch epoch, const RollbackTarget& target) -> LocalStatus {
+        return to_local(worker->prepare_rollback(epoch, {target.position, target.state_epoch, target.reset_epoch, ""}));
       },
       [=](reset_atom, Epoch epoch) -> LocalStatus { return to_local(worker->prepare_reset(epoch)); },
       [=](check_prefix_atom, const std::vector<int>& prefix) -> LocalStatus {
@@ -136,17 +135,17 @@ PromptCacheRequest to_request(const PromptCacheArguments& a) {
   return {a.root, {a.descriptor_name, a.descriptor_namespace}, a.prefix, a.prepared_input};
 }
 
-caf::behavior cache_actor(caf::event_based_actor*, std::shared_ptr<RankPromptCache> cache) {
+CacheActor::behavior_type cache_actor(CacheActor::pointer, std::shared_ptr<RankPromptCache> cache) {
   return {
       [=](save_prepare_atom, Epoch epoch, const PromptCacheArguments& a,
           const std::vector<float>& shard) -> LocalStatus {
         return to_local(cache->prepare_save(epoch, to_request(a), a.save_id, shard));
       },
       [=](publish_atom, Epoch epoch) -> LocalStatus { return to_local(cache->publish(epoch)); },
-      [=](load_preflight_atom, Epoch epoch, const PromptCacheArguments& a) {
+      [=](load_preflight_atom, Epoch epoch, const PromptCacheArguments& a) -> std::tuple<LocalStatus, std::string> {
         return with_value(cache->begin_load(epoch, to_request(a)));
       },
-      [=](load_read_atom, Epoch epoch, const std::string& save_id) {
+      [=](load_read_atom, Epoch epoch, const std::string& save_id) -> std::tuple<LocalStatus, std::vector<float>> {
         return with_value(cache->read_load(epoch, save_id));
       },
       [=](corrupt_atom, Epoch epoch) -> LocalStatus { return to_local(cache->corrupt_shard(epoch)); },
@@ -182,9 +181,9 @@ struct AgreementState {
   std::shared_ptr<RankWorker> worker;
   SessionId session = 0;
   caf::actor coordinator;
-  caf::actor execution;
-  caf::actor state;
-  caf::actor cache;
+  ExecutionActor execution;
+  StateActor state;
+  CacheActor cache;
   std::vector<caf::actor> ranks;            // every rank's agreement actor, in rank order
   Awaited<RouteTransfer> activations;       // BoundarySourceReady on a route's target
   Awaited<SamplingResult> sampled;          // SamplingSynchronization off the output owner
@@ -230,8 +229,8 @@ auto fail_phase_on_error(AgreementActor* self, const RunPhase& run) {
 }
 
 // Runs `request` on `target` and finishes the phase with its LocalStatus.
-template <class... Ts>
-void run_on(AgreementActor* self, const caf::actor& target, const RunPhase& run, Ts&&... request) {
+template <class Handle, class... Ts>
+void run_on(AgreementActor* self, const Handle& target, const RunPhase& run, Ts&&... request) {
   self->request(target, caf::infinite, std::forward<Ts>(request)...)
       .then([=](LocalStatus& status) { finish_phase(self, run, status); },
             fail_phase_on_error(self, run));
@@ -477,8 +476,7 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
     case SessionRollbackPreparation: {
       const auto* target = arguments_of<RollbackTarget>(run);
       if (target == nullptr) return finish_phase(self, run, malformed("rollback"));
-      return run_on(self, s.state, run, rollback_atom::value, run.epoch, target->position, target->state_epoch,
-                    target->reset_epoch);
+      return run_on(self, s.state, run, rollback_atom::value, run.epoch, *target);
     }
     case SessionResetPreparation:
       return run_on(self, s.state, run, reset_atom::value, run.epoch);
@@ -620,7 +618,7 @@ void pump(AgreementActor* self) {
 }
 
 caf::behavior agreement_actor(AgreementActor* self, std::shared_ptr<RankWorker> worker, SessionId session,
-                              caf::actor coordinator, caf::actor execution, caf::actor state, caf::actor cache,
+                              caf::actor coordinator, ExecutionActor execution, StateActor state, CacheActor cache,
                               const RankOptions& options) {
   auto& s = self->state;
   s.faults = RankFaults(static_cast<RankId>(worker->rank()), options.faults);

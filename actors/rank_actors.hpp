@@ -18,21 +18,52 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "actors/atoms.hpp"
 #include "messages/protocol.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/session/rank_worker.hpp"
 
 namespace accord {
 
+// The interfaces of a rank's helper actors, which only its agreement actor
+// speaks to: every request names what it answers.
+using ExecutionActor = caf::typed_actor<caf::replies_to<run_units_atom, std::uint8_t>::with<LocalStatus>,
+                                        caf::replies_to<observe_atom>::with<LocalStatus>>;
+
+using StateActor = caf::typed_actor<
+    caf::replies_to<begin_step_atom, Epoch, std::vector<int>>::with<LocalStatus>,
+    caf::replies_to<accept_atom, WireTensor>::with<LocalStatus>,
+    caf::replies_to<apply_prediction_atom>::with<LocalStatus>,
+    caf::replies_to<rank_state_atom>::with<RankStateReport>,
+    caf::replies_to<checkpoint_atom>::with<RankCheckpointReport>,
+    caf::replies_to<rollback_atom, Epoch, RollbackTarget>::with<LocalStatus>,
+    caf::replies_to<reset_atom, Epoch>::with<LocalStatus>,
+    caf::replies_to<check_prefix_atom, std::vector<int>>::with<LocalStatus>,
+    caf::replies_to<pack_shard_atom, int>::with<std::vector<float>>,
+    caf::replies_to<prepare_load_atom, Epoch, std::vector<int>, std::vector<float>>::with<LocalStatus>,
+    caf::reacts_to<commit_atom, Epoch>, caf::replies_to<restore_atom, Epoch>::with<LocalStatus>,
+    caf::reacts_to<forget_atom>>;
+
+using CacheActor = caf::typed_actor<
+    caf::replies_to<save_prepare_atom, Epoch, PromptCacheArguments, std::vector<float>>::with<LocalStatus>,
+    caf::replies_to<publish_atom, Epoch>::with<LocalStatus>,
+    caf::replies_to<load_preflight_atom, Epoch, PromptCacheArguments>::with<LocalStatus, std::string>,
+    caf::replies_to<load_read_atom, Epoch, std::string>::with<LocalStatus, std::vector<float>>,
+    caf::replies_to<corrupt_atom, Epoch>::with<LocalStatus>, caf::reacts_to<commit_atom, Epoch>,
+    caf::replies_to<restore_atom, Epoch>::with<LocalStatus>, caf::reacts_to<forget_atom>>;
+
 struct RankActors {
   caf::actor agreement;
-  caf::actor execution;
-  caf::actor state;
-  caf::actor cache;
+  ExecutionActor execution;
+  StateActor state;
+  CacheActor cache;
 };
 
 struct RankOptions {

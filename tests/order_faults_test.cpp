@@ -616,7 +616,8 @@ class RankUnderTest {
 
  private:
   // Peeks at the actor's mailbox, as CAF's test DSL does.
-  static bool has_mail(const caf::actor& actor) {
+  template <class Handle>
+  static bool has_mail(const Handle& actor) {
     return caf::actor_cast<caf::abstract_actor*>(actor)->peek_at_next_mailbox_element() != nullptr;
   }
 
