@@ -140,7 +140,6 @@ void use_remote_connections(caf::actor_system_config& config) {
   config.load<caf::io::middleman>();
   config.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(250)});
   config.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(2)});
-  config.set("middleman.enable-automatic-connections", true);
 }
 
 struct DistributedSession::Impl {
