@@ -5,10 +5,8 @@
 #include <optional>
 
 #include "actors/atoms.hpp"
-#include "messages/phase_arguments.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/agreement/transaction_plan.hpp"
-#include "runtime/session/rank_worker.hpp"
 
 namespace accord {
 

@@ -14,7 +14,6 @@
 #include "actors/rank_actors.hpp"
 #include "messages/node_api.hpp"
 #include "messages/session_api.hpp"
-#include "kernels/cpu/isa.hpp"
 #include "runtime/io/digest.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/transformer.hpp"
@@ -115,7 +114,6 @@ SamplingArguments sampling_arguments(const Sampler& sampler, std::span<const int
   return {sampler.options().temperature, sampler.options().top_p, sampler.rng_state(),
           std::vector<std::int32_t>(stop_tokens.begin(), stop_tokens.end())};
 }
-
 
 std::uint64_t random_session_id() {
   std::random_device random;
@@ -694,15 +692,7 @@ Result<std::vector<std::string>> DistributedSession::rank_digests() const {
 Result<SessionReport> DistributedSession::report() const {
   auto states = rank_states();
   if (!states) return states.error();
-  const Model& model = *impl_->model;
-  const TransactionRecord& record = impl_->record;
-  SessionReport r;
-  r.model_identity = impl_->layout->identity;
-  r.weights_bytes = model.file_bytes();
-  r.weights_resident_bytes = model.resident_bytes();
-  r.weights_residency = "memory-mapped";
-  r.weights_bytes_by_type = model.weight_bytes_by_type();
-  r.kernel_path = cpu::to_string(cpu::active_isa());
+  SessionReport r = report_of(*impl_->model, impl_->layout->identity, impl_->record);
   FastDigest digests;
   for (const RankStateReport& state : *states) {
     r.kv_bytes_used += state.kv_bytes_used;
@@ -710,14 +700,7 @@ Result<SessionReport> DistributedSession::report() const {
     digests.update(state.digest.data(), state.digest.size());
   }
   r.position = states->front().position;
-  r.context = model.config().seq_len;
-  r.last_epoch = record.last_epoch;
-  r.committed_epoch = record.committed_epoch;
   r.state_epoch = states->front().state_epoch;
-  r.last_outcome = record.last_outcome;
-  r.last_error = record.last_error;
-  r.aborted_transactions = record.aborted_transactions;
-  r.restoration_generation = record.restoration_generation;
   r.state_digest = digests.hex();
   return r;
 }

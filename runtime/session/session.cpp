@@ -417,25 +417,30 @@ std::optional<PromptInputIdentity> Session::committed_prompt_input_identity() co
   return prepared_.describe(state().tokens());
 }
 
-SessionReport Session::report() const {
+SessionReport report_of(const Model& model, const std::string& model_identity, const TransactionRecord& record) {
   SessionReport r;
-  r.model_identity = model_identity_;
-  r.weights_bytes = model_.file_bytes();
-  r.weights_resident_bytes = model_.resident_bytes();
+  r.model_identity = model_identity;
+  r.weights_bytes = model.file_bytes();
+  r.weights_resident_bytes = model.resident_bytes();
   r.weights_residency = "memory-mapped";
-  r.weights_bytes_by_type = model_.weight_bytes_by_type();
+  r.weights_bytes_by_type = model.weight_bytes_by_type();
   r.kernel_path = cpu::to_string(cpu::active_isa());
+  r.context = model.config().seq_len;
+  r.last_epoch = record.last_epoch;
+  r.committed_epoch = record.committed_epoch;
+  r.last_outcome = record.last_outcome;
+  r.last_error = record.last_error;
+  r.aborted_transactions = record.aborted_transactions;
+  r.restoration_generation = record.restoration_generation;
+  return r;
+}
+
+SessionReport Session::report() const {
+  SessionReport r = report_of(model_, model_identity_, record_);
   r.kv_bytes_used = state().used_bytes();
   r.kv_bytes_capacity = state().kv().capacity_bytes();
   r.position = state().position();
-  r.context = state().capacity();
-  r.last_epoch = record_.last_epoch;
-  r.committed_epoch = record_.committed_epoch;
   r.state_epoch = state().state_epoch();
-  r.last_outcome = record_.last_outcome;
-  r.last_error = record_.last_error;
-  r.aborted_transactions = record_.aborted_transactions;
-  r.restoration_generation = record_.restoration_generation;
   r.state_digest = state().digest();
   return r;
 }

@@ -107,6 +107,11 @@ struct PromptCacheSaveResult {
   std::uint64_t shard_bytes = 0;
 };
 
+// What a report says of the model, the kernels and the transactions: every
+// field but the state's (KV, position, state epoch, digest), which the
+// session fills in.
+SessionReport report_of(const Model& model, const std::string& model_identity, const TransactionRecord& record);
+
 class Session {
  public:
   Session(const Model& model, cpu::ThreadPool& pool);
