@@ -14,7 +14,7 @@
 #include "messages/protocol.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/agreement/coordinator_agreement.hpp"
-#include "runtime/agreement/transaction_plan.hpp"
+#include "runtime/engine/transaction_driver.hpp"
 
 namespace accord {
 

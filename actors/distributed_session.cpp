@@ -9,7 +9,7 @@
 
 #include "actors/atoms.hpp"
 #include "actors/coordinator.hpp"
-#include "actors/failure_codes.hpp"
+#include "runtime/engine/transaction_driver.hpp"
 #include "actors/message_registry.hpp"
 #include "actors/rank_actors.hpp"
 #include "messages/node_api.hpp"
@@ -40,21 +40,6 @@ constexpr int kConnectAttempts = 3;
 
 std::string describe_node(const NodeAddress& node, int rank) {
   return "node " + node.to_string() + " (rank " + std::to_string(rank) + ")";
-}
-
-Error reply_error(const TransactionReply& reply) {
-  switch (reply.outcome) {
-    case TransactionOutcome::refused:
-      return std::move(Error(ErrorCode::state, reply.message).mark_before_state_mutation());
-    case TransactionOutcome::poisoned: {
-      const auto rank = reply.poison_rank == kNoRank ? std::nullopt : std::optional<std::uint32_t>(reply.poison_rank);
-      return Error::poisoned({reply.poison_cause, rank, reply.poison_phase, reply.poison_epoch});
-    }
-    default:
-      return std::move(Error(to_error_code(reply.error_code), "transaction aborted at epoch " +
-                                                                 std::to_string(reply.epoch) + ": " + reply.message)
-                           .at(reply.epoch, reply.phase));
-  }
 }
 
 // What a forward step asks for besides its tokens.

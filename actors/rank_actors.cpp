@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "actors/atoms.hpp"
-#include "actors/failure_codes.hpp"
+#include "runtime/engine/transaction_driver.hpp"
 #include "messages/phase_arguments.hpp"
 #include "runtime/agreement/rank_agreement.hpp"
 #include "runtime/session/rank_prompt_cache.hpp"

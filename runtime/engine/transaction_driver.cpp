@@ -1,0 +1,189 @@
+#include "runtime/engine/transaction_driver.hpp"
+
+#include <utility>
+
+namespace accord {
+
+namespace {
+
+using enum DistributedExecutionPhase;
+
+// The reply says the session is poisoned by `poison`, in words and as fields.
+void record_poison(TransactionReply& reply, const PhaseDecision& poison) {
+  reply.poison_cause = describe(poison);
+  reply.poison_rank = poison.cause.rank;
+  reply.poison_phase = to_string(poison.phase);
+  reply.poison_epoch = poison.epoch;
+  reply.message = "the session is poisoned: " + reply.poison_cause;
+}
+
+}  // namespace
+
+TransactionDriver::TransactionDriver(SessionId session, RankId rank_count, AgreementOptions options)
+    : agreement_(session, rank_count, options), session_(session), rank_count_(rank_count) {}
+
+std::optional<TransactionReply> TransactionDriver::start(const TransactionRequest& request) {
+  if (busy_) {
+    TransactionReply refused;
+    refused.outcome = TransactionOutcome::refused;
+    refused.message = "the session is running another transaction";
+    return refused;
+  }
+  busy_ = true;
+  plan_ = plan_transaction(request, rank_count_);
+  next_round_ = 0;
+  load_.reset();
+  if (request.kind == TransactionKind::prompt_cache_load) load_ = cache_arguments(request);
+  first_rank_save_id_.clear();
+  reply_ = {};
+  reply_.epoch = next_epoch_++;
+  begin_next();
+  return std::nullopt;
+}
+
+// Begins the next planned round of the open transaction.
+void TransactionDriver::begin_next() {
+  PlannedRound& round = plan_[next_round_];
+  if (round.phase.phase == PromptCacheLoadPreparation) {
+    // Every rank must load a generation of the same save: rank 0's. A rank
+    // whose live generation belongs to another save (a concurrent writer,
+    // or ranks left from two saves) refuses, and the load aborts.
+    load_->save_id = first_rank_save_id_;
+    round.arguments = *load_;
+  }
+  const auto position = next_round_ + 1 == plan_.size() ? PhasePosition::last : PhasePosition::intermediate;
+  ++next_round_;
+  reply_.phases_run += 1 + round.riders.size();
+  round_end_ = round.riders.empty() ? round.phase : round.riders.back();
+  Status begun = next_round_ == 1 && round.phase.phase == SessionResetPreparation
+                     ? agreement_.begin_reset(reply_.epoch, std::move(round.arguments), std::move(round.riders),
+                                              position)
+                     : agreement_.begin(reply_.epoch, round.phase, position, std::move(round.arguments),
+                                        std::move(round.riders));
+  if (!begun) {
+    reply_.message = begun.error().message();
+    const bool poisoned = agreement_.poisoned();
+    if (poisoned) record_poison(reply_, *agreement_.poison());
+    finish(poisoned ? TransactionOutcome::poisoned : TransactionOutcome::refused, nullptr);
+  }
+}
+
+void TransactionDriver::settle(const PhaseDecision& decision) {
+  if (!current(decision.epoch)) return;  // a poison between transactions
+  switch (decision.decision) {
+    case Decision::proceed:
+      // A round's phases proceed one by one; the next round begins after
+      // its last.
+      if (decision.phase == round_end_) begin_next();
+      break;
+    case Decision::commit:
+      finish(TransactionOutcome::committed, nullptr);
+      break;
+    case Decision::abort:
+      finish(TransactionOutcome::aborted, &decision);
+      break;
+    case Decision::poison:
+      finish(TransactionOutcome::poisoned, &decision);
+      break;
+  }
+}
+
+void TransactionDriver::finish(TransactionOutcome outcome, const PhaseDecision* decision) {
+  reply_.outcome = outcome;
+  if (decision != nullptr) {
+    reply_.phase = to_string(decision->phase);
+    reply_.error_code =
+        decision->cause.kind == CauseKind::rank_error ? decision->cause.error_code : FailureCode::mechanism;
+    reply_.message = describe(*decision);
+    if (outcome == TransactionOutcome::poisoned) record_poison(reply_, *decision);
+  }
+  busy_ = false;
+  ready_.reply = std::move(reply_);
+  reply_ = {};
+}
+
+// Moves what the agreement decided into ready_, beginning the rounds that
+// its decisions let begin, until it has nothing more.
+void TransactionDriver::pump() {
+  for (;;) {
+    CoordinatorReady ready = agreement_.take_ready();
+    if (ready.messages.empty() && ready.settled.empty()) return;
+    for (auto& message : ready.messages) ready_.messages.push_back(std::move(message));
+    for (const auto& decision : ready.settled) settle(decision);
+  }
+}
+
+void TransactionDriver::step(const PhaseStatus& status) { agreement_.step(status); }
+void TransactionDriver::step(const AbortAcknowledgement& acknowledgement) { agreement_.step(acknowledgement); }
+void TransactionDriver::tick() { agreement_.tick(); }
+void TransactionDriver::rank_down(RankId rank) { agreement_.rank_down(rank); }
+
+void TransactionDriver::collect(StepOutput output) {
+  if (current(output.epoch)) reply_.logits = std::move(output.logits);
+}
+
+void TransactionDriver::collect(const SamplingResult& sampled) {
+  if (current(sampled.epoch)) reply_.sampled = sampled;
+}
+
+void TransactionDriver::collect(PredictionTargetHidden capture) {
+  if (current(capture.epoch)) reply_.prediction_target = std::move(capture);
+}
+
+void TransactionDriver::collect(const RankCheckpointReport& report) {
+  if (current(report.epoch)) reply_.checkpoints.push_back(report);
+}
+
+void TransactionDriver::collect(const PromptCacheReport& report) {
+  if (current(report.epoch) && report.session == session_ && report.rank == 0) first_rank_save_id_ = report.save_id;
+}
+
+DriverReady TransactionDriver::take_ready() {
+  pump();
+  return std::exchange(ready_, {});
+}
+
+Error reply_error(const TransactionReply& reply) {
+  switch (reply.outcome) {
+    case TransactionOutcome::refused:
+      return std::move(Error(ErrorCode::state, reply.message).mark_before_state_mutation());
+    case TransactionOutcome::poisoned: {
+      const auto rank = reply.poison_rank == kNoRank ? std::nullopt : std::optional<std::uint32_t>(reply.poison_rank);
+      return Error::poisoned({reply.poison_cause, rank, reply.poison_phase, reply.poison_epoch});
+    }
+    default: {
+      const ErrorCode code =
+          reply.phase == to_string(Commit) ? ErrorCode::commit_aborted : to_error_code(reply.error_code);
+      return std::move(
+          Error(code, "transaction aborted at epoch " + std::to_string(reply.epoch) + ": " + reply.message)
+              .at(reply.epoch, reply.phase));
+    }
+  }
+}
+
+FailureCode to_failure_code(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::contract: return FailureCode::contract;
+    case ErrorCode::io: return FailureCode::io;
+    case ErrorCode::format: return FailureCode::format;
+    case ErrorCode::architecture: return FailureCode::architecture;
+    case ErrorCode::state: return FailureCode::state;
+    case ErrorCode::prompt_cache: return FailureCode::prompt_cache;
+    default: return FailureCode::mechanism;
+  }
+}
+
+ErrorCode to_error_code(FailureCode code) {
+  switch (code) {
+    case FailureCode::contract: return ErrorCode::contract;
+    case FailureCode::io: return ErrorCode::io;
+    case FailureCode::format: return ErrorCode::format;
+    case FailureCode::architecture: return ErrorCode::architecture;
+    case FailureCode::state: return ErrorCode::state;
+    case FailureCode::prompt_cache: return ErrorCode::prompt_cache;
+    case FailureCode::mechanism: return ErrorCode::mechanism;
+  }
+  return ErrorCode::mechanism;
+}
+
+}  // namespace accord
