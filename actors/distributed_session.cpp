@@ -9,6 +9,7 @@
 
 #include "actors/atoms.hpp"
 #include "actors/coordinator.hpp"
+#include "runtime/engine/session_requests.hpp"
 #include "runtime/engine/transaction_driver.hpp"
 #include "actors/message_registry.hpp"
 #include "actors/rank_actors.hpp"
@@ -329,29 +330,11 @@ struct DistributedSession::Impl {
     stats.phases_run += reply->phases_run;
     if (reply->outcome != TransactionOutcome::committed) {
       Error error = reply_error(*reply);
-      record_failure(request.kind, *reply, error);
+      record_outcome(record, request.kind, *reply, error.message());
       return error;
     }
-    record.committed(reply->epoch);
-    if (request.kind == TransactionKind::rollback) ++record.restoration_generation;
+    record_outcome(record, request.kind, *reply, "");
     return std::move(*reply);
-  }
-
-  // What the report says of a transaction that did not commit. An abort
-  // restored every rank; as on one rank, that counts as a restoration where
-  // the transaction could change the state (a checkpoint or a save cannot).
-  void record_failure(TransactionKind kind, const TransactionReply& reply, const Error& error) {
-    switch (reply.outcome) {
-      case TransactionOutcome::aborted:
-        record.aborted(reply.epoch, error.message(),
-                       kind != TransactionKind::checkpoint && kind != TransactionKind::prompt_cache_save);
-        break;
-      case TransactionOutcome::poisoned:
-        record.poisoned(reply.epoch, error.message());
-        break;
-      default:  // refused: nothing began
-        break;
-    }
   }
 
   int position() const { return static_cast<int>(tokens.size()); }
@@ -370,14 +353,10 @@ struct DistributedSession::Impl {
         return std::move(Error(ok.error()).mark_before_state_mutation());
       }
     }
-    TransactionRequest request;
-    request.kind = TransactionKind::forward_step;
-    request.tokens.assign(step_tokens.begin(), step_tokens.end());
-    request.all_rows = options.all_rows;
+    TransactionRequest request = step_request(step_tokens, options.all_rows,
+                                              options.capture_prediction_target ? options.draft_tokens : -1);
     request.sample = options.sampler != nullptr;
     if (request.sample) request.sampling = sampling_arguments(*options.sampler, options.stop_tokens);
-    request.capture_prediction_target = options.capture_prediction_target;
-    request.draft_tokens = options.draft_tokens;
     const auto start = std::chrono::steady_clock::now();
     auto reply = [&] {
       ObserverLoan loan(workers, options.observer);
@@ -412,31 +391,13 @@ struct DistributedSession::Impl {
     return step(input.tokens, prediction_target_step(input.draft_tokens));
   }
 
-  static TransactionRequest cache_request(TransactionKind kind, const std::filesystem::path& root,
-                                          const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
-                                          const std::string& prepared_input) {
-    TransactionRequest request;
-    request.kind = kind;
-    request.tokens.assign(prefix.begin(), prefix.end());
-    request.cache_root = root.string();
-    request.cache_name = descriptor.name;
-    request.cache_namespace = descriptor.cache_namespace;
-    request.prepared_input = prepared_input;
-    return request;
-  }
-
   Result<PromptCacheSaveResult> save_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                            std::span<const int> prefix, const std::string& prepared_input) {
-    TransactionRequest request =
+    const TransactionRequest request =
         cache_request(TransactionKind::prompt_cache_save, root, descriptor, prefix, prepared_input);
-    request.save_id = new_save_id();
     auto reply = call(request);
     if (!reply) return reply.error();
-    const auto& config = model->config();
-    const std::uint64_t shard_bytes = prefix.size() * static_cast<std::uint64_t>(config.kv_dim()) * sizeof(float) *
-                                      2 * static_cast<std::uint64_t>(config.n_layers);
-    return PromptCacheSaveResult{reply->epoch, generation_name(reply->epoch, request.save_id),
-                                 static_cast<int>(prefix.size()), shard_bytes};
+    return save_result(model->config(), request, *reply);
   }
 
   Status load_cache(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
@@ -538,12 +499,7 @@ Status DistributedSession::rollback_distributed(const DistributedCheckpoint& che
   if (checkpoint.session_id != impl_->session_id) {
     return std::move(Error(ErrorCode::state, "the checkpoint belongs to another session").mark_before_state_mutation());
   }
-  TransactionRequest request;
-  request.kind = TransactionKind::rollback;
-  request.position = checkpoint.position;
-  request.state_epoch = checkpoint.state_epoch;
-  request.reset_epoch = checkpoint.reset_epoch;
-  auto reply = impl_->call(request);
+  auto reply = impl_->call(rollback_request(checkpoint.position, checkpoint.state_epoch, checkpoint.reset_epoch));
   if (!reply) return reply.error();
   impl_->tokens.resize(static_cast<std::size_t>(checkpoint.position));
   impl_->prepared.keep_within(checkpoint.position);

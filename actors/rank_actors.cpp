@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "actors/atoms.hpp"
+#include "runtime/engine/rank_wire.hpp"
 #include "runtime/engine/transaction_driver.hpp"
 #include "messages/phase_arguments.hpp"
 #include "runtime/agreement/rank_agreement.hpp"
@@ -17,15 +18,6 @@ namespace accord {
 namespace {
 
 using enum DistributedExecutionPhase;
-
-LocalStatus to_local(const Status& status) {
-  if (status) return {};
-  return LocalStatus::failure(to_failure_code(status.error().code()), status.error().message());
-}
-
-LocalStatus malformed(const std::string& what) {
-  return LocalStatus::failure(FailureCode::contract, "malformed " + what + " arguments");
-}
 
 // The phase's arguments as the kind T it takes, or nullptr: the phase is
 // then refused as malformed.
@@ -39,28 +31,6 @@ template <class T>
 std::tuple<LocalStatus, T> with_value(Result<T> result) {
   if (!result) return {to_local(result.error()), T{}};
   return {LocalStatus{}, std::move(*result)};
-}
-
-WireTensor to_wire(RowBlock block) {
-  return {{block.rows, block.width}, std::move(block.data)};
-}
-
-RowBlock from_wire(const WireTensor& t) {
-  if (t.shape.size() != 2) return {};
-  return {static_cast<int>(t.shape[0]), static_cast<int>(t.shape[1]), t.data};
-}
-
-// The output owner's pick, or why it has none.
-std::tuple<LocalStatus, SamplingResult> sample_on(RankWorker& worker, const SamplingArguments& arguments) {
-  // The seed only starts a random stream; the caller's rng_state continues it.
-  const SamplerOptions options{arguments.temperature, arguments.top_p, 0};
-  auto sample = worker.sample(options, arguments.rng_state, arguments.stop_tokens);
-  if (!sample) return {to_local(sample.error()), SamplingResult{}};
-  SamplingResult sampled;
-  sampled.token = sample->sampled.token;
-  sampled.stop = sample->sampled.stop;
-  sampled.rng_state = sample->rng_state;
-  return {LocalStatus{}, sampled};
 }
 
 // --- execution: compute, on its own thread --------------------------------
@@ -130,10 +100,6 @@ StateActor::behavior_type state_actor(StateActor::pointer, std::shared_ptr<RankW
 // Detached like the execution actor: writing, fsyncing, re-reading and
 // hashing a shard takes as long as the disk does, and a scheduler thread
 // stalled on it would stall other ranks' agreement actors with it.
-
-PromptCacheRequest to_request(const PromptCacheArguments& a) {
-  return {a.root, {a.descriptor_name, a.descriptor_namespace}, a.prefix, a.prepared_input};
-}
 
 CacheActor::behavior_type cache_actor(CacheActor::pointer, std::shared_ptr<RankPromptCache> cache) {
   return {
@@ -294,13 +260,13 @@ void run_boundary_ready(AgreementActor* self, const RunPhase& run) {
 
 void run_save_preflight(AgreementActor* self, const RunPhase& run) {
   const auto* a = arguments_of<PromptCacheArguments>(run);
-  if (a == nullptr) return finish_phase(self, run, malformed("prompt cache"));
+  if (a == nullptr) return finish_phase(self, run, to_local(malformed("prompt cache")));
   run_on(self, self->state.state, run, check_prefix_atom::value, a->prefix);
 }
 
 void run_save_preparation(AgreementActor* self, const RunPhase& run) {
   const auto* a = arguments_of<PromptCacheArguments>(run);
-  if (a == nullptr) return finish_phase(self, run, malformed("prompt cache"));
+  if (a == nullptr) return finish_phase(self, run, to_local(malformed("prompt cache")));
   self->request(self->state.state, caf::infinite, pack_shard_atom::value, static_cast<int>(a->prefix.size()))
       .then(
           [=, a = *a](std::vector<float>& shard) {
@@ -311,7 +277,7 @@ void run_save_preparation(AgreementActor* self, const RunPhase& run) {
 
 void run_load_preflight(AgreementActor* self, const RunPhase& run) {
   const auto* a = arguments_of<PromptCacheArguments>(run);
-  if (a == nullptr) return finish_phase(self, run, malformed("prompt cache"));
+  if (a == nullptr) return finish_phase(self, run, to_local(malformed("prompt cache")));
   self->request(self->state.cache, caf::infinite, load_preflight_atom::value, run.epoch, *a)
       .then(
           [=](LocalStatus& status, std::string& save_id) {
@@ -327,7 +293,7 @@ void run_load_preflight(AgreementActor* self, const RunPhase& run) {
 
 void run_load_preparation(AgreementActor* self, const RunPhase& run) {
   const auto* a = arguments_of<PromptCacheArguments>(run);
-  if (a == nullptr) return finish_phase(self, run, malformed("prompt cache"));
+  if (a == nullptr) return finish_phase(self, run, to_local(malformed("prompt cache")));
   self->request(self->state.cache, caf::infinite, load_read_atom::value, run.epoch, a->save_id)
       .then(
           [=, a = *a](LocalStatus& status, std::vector<float>& shard) {
@@ -365,9 +331,8 @@ void accept_capture(AgreementActor* self) {
   const auto run = awaited.ready();
   if (!run) return;
   awaited.phase.reset();
-  const PredictionTargetHidden& capture = *awaited.data;
-  PredictionTargetState received{capture.kept_rows, capture.accepted, capture.next_token, capture.hidden.data};
-  finish_phase(self, *run, to_local(self->state.worker->exchange_prediction_target_state(std::move(received))));
+  finish_phase(self, *run,
+               to_local(self->state.worker->exchange_prediction_target_state(received_capture(*awaited.data))));
 }
 
 // SamplingSynchronization: the output owner samples from the output it
@@ -379,17 +344,16 @@ void run_sampling(AgreementActor* self, const RunPhase& run) {
     return hold_when_here(self, s.sampled);
   }
   const auto* arguments = arguments_of<SamplingArguments>(run);
-  if (arguments == nullptr) return finish_phase(self, run, malformed("sampling"));
+  if (arguments == nullptr) return finish_phase(self, run, to_local(malformed("sampling")));
   // The execution actor is idle between local actions, and a pick from one
   // row takes microseconds: a hand-over to its thread and back would cost
   // more than the sampling.
-  auto [status, sampled] = sample_on(*s.worker, *arguments);
-  if (status.ok) {
-    sampled.session = s.session;
-    sampled.epoch = run.epoch;
-    share_with_every_rank(self, sampled);
-  }
-  finish_phase(self, run, status);
+  auto sampled = sample_on(*s.worker, *arguments);
+  if (!sampled) return finish_phase(self, run, to_local(sampled.error()));
+  sampled->session = s.session;
+  sampled->epoch = run.epoch;
+  share_with_every_rank(self, *sampled);
+  finish_phase(self, run, LocalStatus{});
 }
 
 // PredictionTargetCapturePublication: the output owner shares the capture
@@ -400,13 +364,11 @@ void run_capture_publication(AgreementActor* self, const RunPhase& run) {
     s.capture.phase = run;
     return accept_capture(self);
   }
-  const auto captured = s.worker->prediction_target_state();
-  if (!captured) {
-    return finish_phase(self, run, LocalStatus::failure(FailureCode::state, "no capture to publish"));
-  }
-  const auto dim = static_cast<std::int32_t>(captured->hidden.size());
-  share_with_every_rank(self, PredictionTargetHidden{s.session, run.epoch, {{1, dim}, captured->hidden},
-                                                     captured->kept_rows, captured->accepted, captured->next_token});
+  auto capture = published_capture(*s.worker);
+  if (!capture) return finish_phase(self, run, to_local(capture.error()));
+  capture->session = s.session;
+  capture->epoch = run.epoch;
+  share_with_every_rank(self, *capture);
   finish_phase(self, run, LocalStatus{});
 }
 
@@ -414,7 +376,7 @@ void run_capture_publication(AgreementActor* self, const RunPhase& run) {
 template <class Work>
 void with_draft_tokens(AgreementActor* self, const RunPhase& run, Work&& work) {
   const auto* draft = arguments_of<DraftTokens>(run);
-  if (draft == nullptr) return finish_phase(self, run, malformed("draft"));
+  if (draft == nullptr) return finish_phase(self, run, to_local(malformed("draft")));
   finish_phase(self, run, to_local(work(draft->count)));
 }
 
@@ -426,7 +388,7 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
   switch (run.phase.phase) {
     case StateCheckpoint: {
       const auto* step = arguments_of<StepTokens>(run);
-      if (step == nullptr) return finish_phase(self, run, malformed("token"));
+      if (step == nullptr) return finish_phase(self, run, to_local(malformed("token")));
       return run_on(self, s.state, run, begin_step_atom::value, run.epoch, step->tokens);
     }
     case BoundarySourceCompletion:
@@ -444,7 +406,7 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
         const OutputRows rows = execution->all_rows ? OutputRows::all : OutputRows::last;
         return run_on(self, s.execution, run, run_units_atom::value, static_cast<std::uint8_t>(rows));
       }
-      return finish_phase(self, run, malformed("execution"));
+      return finish_phase(self, run, to_local(malformed("execution")));
     case OutputObservation:
       // The output owner computed the logits in Execution; only an observer
       // has work here, and it runs on the execution thread like all user code.
@@ -475,7 +437,7 @@ void run_local_work(AgreementActor* self, const RunPhase& run) {
       return;
     case SessionRollbackPreparation: {
       const auto* target = arguments_of<RollbackTarget>(run);
-      if (target == nullptr) return finish_phase(self, run, malformed("rollback"));
+      if (target == nullptr) return finish_phase(self, run, to_local(malformed("rollback")));
       return run_on(self, s.state, run, rollback_atom::value, run.epoch, *target);
     }
     case SessionResetPreparation:
@@ -515,8 +477,7 @@ void run_local(AgreementActor* self, const RunPhase& run) {
   auto& s = self->state;
   const auto fault = s.faults.on_phase(run.phase);
   if (!fault) return run_guarded(self, run);
-  const std::string what = "injected fault: " + std::string(to_string(*fault)) + " on rank " +
-                           std::to_string(s.worker->rank()) + " in " + to_string(run.phase);
+  const std::string what = injected_fault_message(*fault, s.worker->rank(), run.phase);
   switch (*fault) {
     case FaultKind::error:
       return finish_phase(self, run, LocalStatus::failure(FailureCode::mechanism, what));

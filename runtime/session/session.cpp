@@ -4,7 +4,10 @@
 
 #include "kernels/cpu/isa.hpp"
 #include "runtime/io/digest.hpp"
+#include "runtime/engine/session_requests.hpp"
+#include "runtime/engine/transaction_driver.hpp"
 #include "runtime/model/identity.hpp"
+#include "runtime/session/partition.hpp"
 
 namespace accord {
 
@@ -15,128 +18,59 @@ std::uint64_t random_u64() {
   return (static_cast<std::uint64_t>(random()) << 32) | random();
 }
 
-Error before_mutation(ErrorCode code, const std::string& message) {
-  return std::move(Error(code, message).mark_before_state_mutation());
+Error before_mutation(const Error& error) { return std::move(Error(error).mark_before_state_mutation()); }
+
+// The engine shares ownership of its pool; a Session borrows the caller's.
+std::shared_ptr<cpu::ThreadPool> borrowed(cpu::ThreadPool& pool) {
+  return std::shared_ptr<cpu::ThreadPool>(std::shared_ptr<void>{}, &pool);
 }
 
 }  // namespace
 
-// One transaction: a fresh epoch, phases run in order, then commit; any
-// failure undoes what the transaction changed and returns a typed error.
-class Session::Transaction {
- public:
-  Transaction(Session& session, std::string operation)
-      : session_(session),
-        operation_(std::move(operation)),
-        epoch_(session.next_epoch_++),
-        prepared_(session.prepared_),
-        reset_count_(session.reset_count_) {}
-
-  std::uint64_t epoch() const { return epoch_; }
-
-  // Saves what the transaction may overwrite, so abort can put it back.
-  void protect_rows(int first, int count) { undo_ = session_.state().capture_rows(first, count); }
-  // A prediction-target step's lane: puts back the rows the verdict rejects.
-  void drop_rejected_rows(const PredictionTargetState& verdict) {
-    accord::drop_rejected_rows(session_.state(), *undo_, verdict);
-  }
-  // Something to reverse on abort besides the state (a publication).
-  void on_abort(std::function<Status()> reverse) { reverse_ = std::move(reverse); }
-
-  // Runs the local work of `phase`, then the failure hook. An exception is
-  // a failed phase too.
-  Status phase(Phase phase, const std::function<Status()>& work) {
-    current_ = phase;
-    return status_of([&] {
-      if (Status s = work(); !s) return s;
-      if (session_.failure_hook_) return session_.failure_hook_(phase, epoch_);
-      return Status{};
-    });
-  }
-
-  // Runs the phases after the work: mechanism completion, then Commit with
-  // `install` (which makes provisional state authoritative). Returns the
-  // failure, already aborted, or success with the epoch committed.
-  Status commit(const std::function<void()>& install) {
-    if (Status s = phase(Phase::MechanismCompletion, [] { return Status{}; }); !s) return abort(s.error());
-    if (Status s = phase(Phase::Commit, [&] {
-          install();
-          return Status{};
-        });
-        !s) {
-      return abort(s.error());
-    }
-    session_.record_.committed(epoch_);
-    return {};
-  }
-
-  // Undoes the transaction and returns `cause` tagged with epoch and phase.
-  Error abort(const Error& cause) {
-    const std::string phase_name(to_string(current_));
-    if (undo_) session_.state().restore(*undo_);
-    session_.prepared_ = prepared_;
-    session_.reset_count_ = reset_count_;
-    // A failure of the commit itself is reported as the commit aborting;
-    // earlier failures keep the kind of their cause.
-    const ErrorCode code = current_ == Phase::Commit ? ErrorCode::commit_aborted : cause.code();
-    Error error(code, operation_ + " aborted at epoch " + std::to_string(epoch_) + " in " + phase_name + ": " +
-                          cause.message());
-    error.at(epoch_, phase_name);
-    session_.record_.aborted(epoch_, error.message(), undo_.has_value());
-    if (reverse_) {
-      if (Status reversed = reverse_(); !reversed) {
-        // The files may hold the publication or not: no state can be
-        // proven, and the session refuses work until it is reset.
-        session_.poison_ = Poison{error.message() + "; undoing its publication failed too: " +
-                                      reversed.error().message(),
-                                  std::nullopt, phase_name, epoch_};
-        error = Error::poisoned(*session_.poison_);
-        session_.record_.poisoned(epoch_, error.message());
-      }
-    }
-    return error;
-  }
-
- private:
-  Session& session_;
-  std::string operation_;
-  std::uint64_t epoch_;
-  Phase current_ = Phase::StateCheckpoint;
-  std::optional<SessionState::Undo> undo_;
-  std::function<Status()> reverse_;
-  // Session fields a commit may change, as they were before.
-  PreparedInputRecord prepared_;
-  std::uint64_t reset_count_;
-};
-
 Session::Session(const Model& model, cpu::ThreadPool& pool)
     : model_(model),
-      stage_(model, pool, Partition::balanced(model.config().n_layers, 1).value(), 0),
       model_identity_(accord::model_identity(model)),
-      shard_identity_(shard_identity(model_identity_, model.config(), 1, 0, stage_.units())),
-      session_id_(random_u64()) {}
+      session_id_(random_u64()),
+      engine_(model, borrowed(pool), Partition::balanced(model.config().n_layers, 1).value(), model_identity_,
+              session_id_) {}
+
+void Session::set_failure_hook(FailureHook hook) {
+  if (!hook) return engine_.set_phase_hook({});
+  engine_.set_phase_hook([hook = std::move(hook)](RankId, const PhaseId& phase, Epoch epoch) {
+    return hook(phase.phase, epoch);
+  });
+}
+
+Result<TransactionReply> Session::transact(const TransactionRequest& request) {
+  TransactionReply reply = engine_.run(request);
+  if (reply.outcome == TransactionOutcome::committed) {
+    record_outcome(record_, request.kind, reply, "");
+    return reply;
+  }
+  Error error = reply_error(reply);
+  record_outcome(record_, request.kind, reply, error.message());
+  if (error.poison()) poison_ = error.poison();
+  return error;
+}
 
 // ---------------------------------------------------------------------------
-// Forward steps: StateCheckpoint, Execution, OutputObservation,
+// Forward steps: the phases of transaction_plan.hpp's forward step on one
+// rank: StateCheckpoint, Execution, OutputObservation,
 // [PredictionTargetCapture, PredictionTargetCapturePublication,
 // PredictionTargetStatePreparation, PredictionExtensionExecution,]
 // OutputPublication, MechanismCompletion, Commit.
 
-Result<StepResult> Session::forward(std::span<const int> tokens) {
-  return run_step(tokens, Transformer::Rows::all, nullptr);
-}
+Result<StepResult> Session::forward(std::span<const int> tokens) { return run_step(tokens, true, nullptr); }
 Result<StepResult> Session::forward_with_observer(std::span<const int> tokens, StepObserver& observer) {
-  return run_step(tokens, Transformer::Rows::all, &observer);
+  return run_step(tokens, true, &observer);
 }
-Result<StepResult> Session::prefill(std::span<const int> tokens) {
-  return run_step(tokens, Transformer::Rows::last, nullptr);
-}
+Result<StepResult> Session::prefill(std::span<const int> tokens) { return run_step(tokens, false, nullptr); }
 Result<StepResult> Session::prefill_with_observer(std::span<const int> tokens, StepObserver& observer) {
-  return run_step(tokens, Transformer::Rows::last, &observer);
+  return run_step(tokens, false, &observer);
 }
-Result<StepResult> Session::decode(int token) { return run_step({&token, 1}, Transformer::Rows::last, nullptr); }
+Result<StepResult> Session::decode(int token) { return run_step({&token, 1}, false, nullptr); }
 Result<StepResult> Session::decode_with_observer(int token, StepObserver& observer) {
-  return run_step({&token, 1}, Transformer::Rows::last, &observer);
+  return run_step({&token, 1}, false, &observer);
 }
 
 Result<PredictionTargetResult> Session::prefill_prediction_target(std::span<const int> tokens) {
@@ -153,114 +87,44 @@ Result<PredictionTargetResult> Session::decode_prediction_target_input(const Pre
 }
 
 Result<PredictionTargetResult> Session::run_prediction_target_step(const PredictionTargetInput& input, bool decode) {
-  if (Status ok = check_prediction_input(input, decode); !ok) {
-    return before_mutation(ok.error().code(), ok.error().message());
-  }
-  const auto rows = input.draft_tokens > 0 ? Transformer::Rows::all : Transformer::Rows::last;
-  auto step = run_step(input.tokens, rows, nullptr, input.draft_tokens);
+  if (Status ok = check_prediction_input(input, decode); !ok) return before_mutation(ok.error());
+  auto step = run_step(input.tokens, input.draft_tokens > 0, nullptr, input.draft_tokens);
   if (!step) return step.error();
-  return PredictionTargetResult{*step, prediction_.hidden, prediction_.accepted, prediction_.next_token};
+  return PredictionTargetResult{*step, capture_, accepted_, next_token_};
 }
 
-Status Session::refuse_if_poisoned() const {
+Result<StepResult> Session::run_step(std::span<const int> tokens, bool all_rows, StepObserver* observer,
+                                     int draft_tokens) {
   if (poison_) return Error::poisoned(*poison_);
-  return {};
-}
-
-Result<StepResult> Session::run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer,
-                                     std::optional<int> draft_tokens) {
-  if (Status ok = refuse_if_poisoned(); !ok) return ok.error();
-  const int first = state().position();
-  if (Status ok = stage_.check_step(tokens, {}); !ok) {
-    return before_mutation(ok.error().code(), ok.error().message());
-  }
-  Transaction tx(*this, "forward step");
-  tx.protect_rows(first, static_cast<int>(tokens.size()));
-  std::span<float> logits;
-  if (Status s = tx.phase(Phase::StateCheckpoint, [] { return Status{}; }); !s) return tx.abort(s.error());
-  if (Status s = tx.phase(Phase::Execution, [&] { return stage_.execute(tokens, {}, observer); }); !s) {
-    return tx.abort(s.error());
-  }
-  if (Status s = tx.phase(Phase::OutputObservation,
-                          [&] {
-                            auto observed = stage_.observed_logits(rows, observer);
-                            if (!observed) return Status(observed.error());
-                            logits = *observed;
-                            return Status{};
-                          });
-      !s) {
-    return tx.abort(s.error());
-  }
-  std::span<const int> kept = tokens;
-  if (draft_tokens) {
-    if (Status s = prediction_target_phases(tx, tokens, *draft_tokens, logits); !s) return tx.abort(s.error());
-    kept = tokens.first(static_cast<std::size_t>(prediction_.kept_rows));
-  }
-  if (Status s = tx.phase(Phase::OutputPublication,
-                          [&] {
-                            published_.assign(logits.begin(), logits.end());
-                            return Status{};
-                          });
-      !s) {
-    return tx.abort(s.error());
-  }
-  if (Status s = tx.commit([&] { state().commit_rows(first, kept, tx.epoch()); }); !s) return s.error();
-  const int n = static_cast<int>(published_.size()) / model_.config().vocab_size;
-  return StepResult{tx.epoch(), first + static_cast<int>(kept.size()) - n, n, published_};
-}
-
-Status Session::prediction_target_phases(Transaction& tx, std::span<const int> tokens, int draft_tokens,
-                                         std::span<float>& logits) {
-  PredictionTargetState verdict;
-  const int step_rows = static_cast<int>(tokens.size());
-  if (Status s = tx.phase(Phase::PredictionTargetCapture,
-                          [&] {
-                            verdict = verify_draft(stage_, logits, tokens, draft_tokens);
-                            return Status{};
-                          });
-      !s) {
-    return s;
-  }
-  if (Status s = tx.phase(Phase::PredictionTargetCapturePublication,
-                          [&] {
-                            prediction_ = std::move(verdict);
-                            return Status{};
-                          });
-      !s) {
-    return s;
-  }
-  if (Status s = tx.phase(Phase::PredictionTargetStatePreparation,
-                          [&] { return check_lane_swap(prediction_, step_rows, draft_tokens); });
-      !s) {
-    return s;
-  }
-  return tx.phase(Phase::PredictionExtensionExecution, [&] {
-    tx.drop_rejected_rows(prediction_);
-    const int vocab = model_.config().vocab_size;
-    const int logit_rows = static_cast<int>(logits.size()) / vocab;
-    const std::size_t offset = kept_row_offset(prediction_, step_rows, logit_rows, vocab);
-    logits = logits.subspan(offset, static_cast<std::size_t>(vocab));
-    return Status{};
-  });
+  const int first = position();
+  if (Status ok = check_tokens(model_.config(), tokens, first); !ok) return before_mutation(ok.error());
+  // The observer is the caller's for this call only.
+  engine_.lend_observer(observer == nullptr ? nullptr
+                                            : std::shared_ptr<StepObserver>(std::shared_ptr<void>{}, observer));
+  auto reply = transact(step_request(tokens, all_rows, draft_tokens));
+  engine_.lend_observer(nullptr);
+  if (!reply) return reply.error();
+  published_ = std::move(reply->logits.data);
+  capture_ = std::move(reply->prediction_target.hidden.data);
+  accepted_ = reply->prediction_target.accepted;
+  next_token_ = reply->prediction_target.next_token;
+  const int kept = draft_tokens >= 0 ? reply->prediction_target.kept_rows : static_cast<int>(tokens.size());
+  const int rows = static_cast<int>(published_.size()) / model_.config().vocab_size;
+  return StepResult{reply->epoch, first + kept - rows, rows, published_};
 }
 
 // ---------------------------------------------------------------------------
 // Checkpoints, rollback, reset.
 
 Result<SessionCheckpoint> Session::checkpoint() {
-  if (Status ok = refuse_if_poisoned(); !ok) return ok.error();
-  Transaction tx(*this, "checkpoint");
-  SessionCheckpoint cp;
-  if (Status s = tx.phase(Phase::SessionCheckpoint,
-                          [&] {
-                            cp = {session_id_, reset_count_, state().position(), state().state_epoch(), state().digest()};
-                            return Status{};
-                          });
-      !s) {
-    return tx.abort(s.error());
-  }
-  if (Status s = tx.commit([] {}); !s) return s.error();
-  return cp;
+  if (poison_) return Error::poisoned(*poison_);
+  TransactionRequest request;
+  request.kind = TransactionKind::checkpoint;
+  auto reply = transact(request);
+  if (!reply) return reply.error();
+  if (reply->checkpoints.size() != 1) return Error(ErrorCode::mechanism, "the rank reported no checkpoint");
+  const RankCheckpointReport& cp = reply->checkpoints.front();
+  return SessionCheckpoint{session_id_, cp.reset_epoch, cp.position, cp.state_epoch, cp.digest};
 }
 
 Result<CompleteCheckpoint> Session::checkpoint_complete() {
@@ -269,33 +133,14 @@ Result<CompleteCheckpoint> Session::checkpoint_complete() {
   return CompleteCheckpoint{*state, committed_prompt_input_identity()};
 }
 
-Status Session::check_checkpoint(const SessionCheckpoint& cp) const {
-  if (cp.session_id != session_id_) return Error(ErrorCode::state, "the checkpoint belongs to another session");
-  if (cp.reset_count != reset_count_) {
-    return Error(ErrorCode::state, "the checkpoint was taken before the session was reset");
-  }
-  if (!state().rows_unchanged_since(cp.position, cp.state_epoch)) {
-    return Error(ErrorCode::state, "rows below the checkpoint's position " + std::to_string(cp.position) +
-                                       " were overwritten after it was taken");
-  }
-  return {};
-}
-
 Status Session::rollback(const SessionCheckpoint& checkpoint) {
-  if (Status ok = refuse_if_poisoned(); !ok) return ok;
-  Transaction tx(*this, "rollback");
-  tx.protect_rows(0, 0);
-  if (Status s = tx.phase(Phase::SessionRollbackPreparation, [&] { return check_checkpoint(checkpoint); }); !s) {
-    return tx.abort(s.error());
+  if (poison_) return Error::poisoned(*poison_);
+  if (checkpoint.session_id != session_id_) {
+    return before_mutation(Error(ErrorCode::state, "the checkpoint belongs to another session"));
   }
-  if (Status s = tx.commit([&] {
-        state().rewind(checkpoint.position, checkpoint.state_epoch);
-        prepared_.keep_within(state().position());
-      });
-      !s) {
-    return s;
-  }
-  ++record_.restoration_generation;
+  auto reply = transact(rollback_request(checkpoint.position, checkpoint.state_epoch, checkpoint.reset_epoch));
+  if (!reply) return reply.error();
+  prepared_.keep_within(position());
   return {};
 }
 
@@ -307,24 +152,17 @@ Status Session::rollback_complete(const CompleteCheckpoint& checkpoint) {
 }
 
 Status Session::reset() {
-  Transaction tx(*this, "reset");
-  tx.protect_rows(0, 0);
-  if (Status s = tx.phase(Phase::SessionResetPreparation, [] { return Status{}; }); !s) return tx.abort(s.error());
-  return tx.commit([&] {
-    state().rewind(0, tx.epoch());
-    prepared_.clear();
-    ++reset_count_;
-    poison_.reset();
-  });
+  TransactionRequest request;
+  request.kind = TransactionKind::reset;
+  auto reply = transact(request);
+  if (!reply) return reply.error();
+  prepared_.clear();
+  poison_.reset();
+  return {};
 }
 
 // ---------------------------------------------------------------------------
-// Prompt cache: this rank's shard (prompt_cache_shard.hpp) inside one transaction.
-
-PromptCacheRequest Session::cache_request(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
-                                          std::span<const int> prefix, const std::string& prepared_input) const {
-  return {root, descriptor, {prefix.begin(), prefix.end()}, prepared_input};
-}
+// Prompt cache: the rank's shard (prompt_cache_shard.hpp) inside one transaction.
 
 Result<PromptCacheSaveResult> Session::save_prompt_cache(const std::filesystem::path& root,
                                                          const PromptCacheDescriptor& descriptor,
@@ -343,27 +181,12 @@ Result<PromptCacheSaveResult> Session::save_prompt_cache_for_input(const std::fi
 Result<PromptCacheSaveResult> Session::save(const std::filesystem::path& root,
                                             const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
                                             const std::string& prepared_input) {
-  if (Status ok = refuse_if_poisoned(); !ok) return ok.error();
-  Transaction tx(*this, "prompt cache save");
-  const PromptCacheRequest request = cache_request(root, descriptor, prefix, prepared_input);
-  ShardSave save;
-  if (Status s = tx.phase(Phase::PromptCacheSavePreflight, [&] { return check_prefix_held(state(), prefix); }); !s) {
-    return tx.abort(s.error());
-  }
-  if (Status s = tx.phase(Phase::PromptCacheSavePreparation,
-                          [&] {
-                            const auto shard = pack_shard(state(), static_cast<int>(prefix.size()));
-                            return save.prepare(shard_identity_, request, tx.epoch(), new_save_id(), shard);
-                          });
-      !s) {
-    return tx.abort(s.error());
-  }
-  tx.on_abort([&] { return save.revert(); });
-  if (Status s = tx.phase(Phase::PromptCacheSavePublication, [&] { return save.publish(); }); !s) {
-    return tx.abort(s.error());
-  }
-  if (Status s = tx.commit([&] { save.commit(); }); !s) return s.error();
-  return PromptCacheSaveResult{tx.epoch(), save.generation(), static_cast<int>(prefix.size()), save.shard_bytes()};
+  if (poison_) return Error::poisoned(*poison_);
+  const TransactionRequest request =
+      cache_request(TransactionKind::prompt_cache_save, root, descriptor, prefix, prepared_input);
+  auto reply = transact(request);
+  if (!reply) return reply.error();
+  return save_result(model_.config(), request, *reply);
 }
 
 Status Session::load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
@@ -379,35 +202,13 @@ Status Session::load_prompt_cache_for_input(const std::filesystem::path& root, c
 
 Status Session::load(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
                      std::span<const int> prefix, const std::string& prepared_input) {
-  if (Status ok = refuse_if_poisoned(); !ok) return ok;
-  if (Status ok = stage_.check_tokens(prefix, 0); !ok) {
-    return before_mutation(ok.error().code(), ok.error().message());
-  }
-  Transaction tx(*this, "prompt cache load");
-  tx.protect_rows(0, static_cast<int>(prefix.size()));
-  const PromptCacheRequest request = cache_request(root, expected, prefix, prepared_input);
-  ShardLoad load;
-  std::vector<float> shard;
-  if (Status s = tx.phase(Phase::PromptCacheLoadPreflight, [&] { return load.preflight(shard_identity_, request); });
-      !s) {
-    return tx.abort(s.error());
-  }
-  if (Status s = tx.phase(Phase::PromptCacheLoadPreparation,
-                          [&]() -> Status {
-                            // One rank: its generation is the whole save.
-                            auto read = load.read(shard_identity_, load.save_id());
-                            if (!read) return read.error();
-                            shard = std::move(*read);
-                            return {};
-                          });
-      !s) {
-    return tx.abort(s.error());
-  }
-  return tx.commit([&] {
-    install_shard(state(), shard, prefix, tx.epoch());
-    prepared_.clear();
-    if (!prepared_input.empty()) prepared_.set(prepared_input, static_cast<int>(prefix.size()));
-  });
+  if (poison_) return Error::poisoned(*poison_);
+  if (Status ok = check_tokens(model_.config(), prefix, 0); !ok) return before_mutation(ok.error());
+  auto reply = transact(cache_request(TransactionKind::prompt_cache_load, root, expected, prefix, prepared_input));
+  if (!reply) return reply.error();
+  prepared_.clear();
+  if (!prepared_input.empty()) prepared_.set(prepared_input, static_cast<int>(prefix.size()));
+  return {};
 }
 
 // ---------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 // The single-rank transactional session: the user's handle on a model's
 // text state. Every operation is a transaction with an epoch that only
-// grows. It runs its phases (phase.hpp) in order; when any of them fails,
-// the session restores exactly the state it had before and returns a typed
-// error carrying the epoch and the phase. Nothing a failed step did remains.
+// grows, run by the one transaction engine (runtime/engine) over the direct
+// transport with one rank: the same plan, agreement machines, local work,
+// undo and fault plans as a distributed session, without actors or threads
+// of its own. When any phase fails, the session restores exactly the state
+// it had before and returns a typed error carrying the epoch and the phase.
+// Nothing a failed step did remains.
 //
 // Threading: one call at a time; the session owns its state, borrows the
 // model and the rank's thread pool (both must outlive it).
@@ -18,17 +21,18 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
+#include "runtime/engine/direct_engine.hpp"
 #include "runtime/error.hpp"
+#include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/transformer.hpp"
 #include "runtime/session/observer.hpp"
 #include "runtime/session/phase.hpp"
 #include "runtime/session/prediction_target.hpp"
 #include "runtime/session/prompt_cache.hpp"
-#include "runtime/session/prompt_cache_shard.hpp"
 #include "runtime/session/prompt_input.hpp"
-#include "runtime/session/rank_stage.hpp"
 #include "runtime/session/state.hpp"
+#include "messages/session_api.hpp"
 #include "runtime/session/transaction_record.hpp"
 
 namespace accord {
@@ -60,7 +64,7 @@ struct PredictionTargetResult {
 // An opaque point to come back to with rollback().
 struct SessionCheckpoint {
   std::uint64_t session_id = 0;
-  std::uint64_t reset_count = 0;
+  std::uint64_t reset_epoch = 0;  // the reset the state descended from (0: none)
   int position = 0;
   std::uint64_t state_epoch = 0;
   std::string digest;  // of the state when taken
@@ -98,13 +102,6 @@ struct MaterializationReport {
   std::uint64_t kv_allocated_bytes = 0;
   std::uint64_t kv_materialized_bytes = 0;  // rows ever written
   int high_water_position = 0;
-};
-
-struct PromptCacheSaveResult {
-  std::uint64_t epoch = 0;
-  std::string generation;
-  int prefix_token_count = 0;
-  std::uint64_t shard_bytes = 0;
 };
 
 // What a report says of the model, the kernels and the transactions: every
@@ -175,43 +172,38 @@ class Session {
   std::span<const int> tokens() const { return state().tokens(); }
   std::string state_digest() const { return state().digest(); }
 
-  void set_failure_hook(FailureHook hook) { failure_hook_ = std::move(hook); }
+  void set_failure_hook(FailureHook hook);
+  // Injects faults as a distributed session's inject_faults does, on the
+  // one rank (runtime/fault/fault_plan.hpp); occurrences count from now.
+  Status inject_faults(const std::vector<Fault>& plan) { return engine_.inject_faults(plan); }
 
  private:
-  class Transaction;
-
-  SessionState& state() { return stage_.state(); }
-  const SessionState& state() const { return stage_.state(); }
-  // A forward step; a prediction-target step when draft_tokens is set.
-  Result<StepResult> run_step(std::span<const int> tokens, Transformer::Rows rows, StepObserver* observer,
-                              std::optional<int> draft_tokens = std::nullopt);
+  const SessionState& state() const { return engine_.worker(0).state(); }
+  // A forward step; a prediction-target step when draft_tokens >= 0.
+  Result<StepResult> run_step(std::span<const int> tokens, bool all_rows, StepObserver* observer,
+                              int draft_tokens = -1);
   Result<PredictionTargetResult> run_prediction_target_step(const PredictionTargetInput& input, bool decode);
-  // PredictionTargetCapture to PredictionExtensionExecution; leaves
-  // `logits` at the last kept row.
-  Status prediction_target_phases(Transaction& tx, std::span<const int> tokens, int draft_tokens,
-                                  std::span<float>& logits);
   Result<PromptCacheSaveResult> save(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                      std::span<const int> prefix, const std::string& prepared_input);
   Status load(const std::filesystem::path& root, const PromptCacheDescriptor& expected, std::span<const int> prefix,
               const std::string& prepared_input);
-  Status check_checkpoint(const SessionCheckpoint& checkpoint) const;
-  Status refuse_if_poisoned() const;
-  PromptCacheRequest cache_request(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
-                                   std::span<const int> prefix, const std::string& prepared_input) const;
+  // Runs one transaction on the engine and records how it ended; a reply
+  // that did not commit becomes its Error.
+  Result<TransactionReply> transact(const TransactionRequest& request);
 
   const Model& model_;
-  RankStage stage_;  // every unit: one rank
   std::string model_identity_;
-  ShardIdentity shard_identity_;  // the one rank's, for the prompt cache
   std::uint64_t session_id_;
-  std::uint64_t next_epoch_ = 1;
-  std::uint64_t reset_count_ = 0;
+  DirectEngine engine_;  // one rank
   TransactionRecord record_;
   std::optional<Poison> poison_;
   PreparedInputRecord prepared_;  // cleared when the state no longer holds its tokens
-  std::vector<float> published_;                 // (rows, vocab) of the last step
-  PredictionTargetState prediction_;  // of the last prediction-target step
-  FailureHook failure_hook_;
+  // The last step's output: logits (rows, vocab) and, of a
+  // prediction-target step, its capture and verdict.
+  std::vector<float> published_;
+  std::vector<float> capture_;
+  int accepted_ = 0;
+  int next_token_ = -1;
 };
 
 }  // namespace accord

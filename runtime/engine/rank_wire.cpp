@@ -1,0 +1,57 @@
+#include "runtime/engine/rank_wire.hpp"
+
+#include "runtime/engine/transaction_driver.hpp"
+
+namespace accord {
+
+LocalStatus to_local(const Status& status) {
+  if (status) return {};
+  return LocalStatus::failure(to_failure_code(status.error().code()), status.error().message());
+}
+
+Error malformed(const std::string& what) { return Error(ErrorCode::contract, "malformed " + what + " arguments"); }
+
+PromptCacheRequest to_request(const PromptCacheArguments& a) {
+  return {a.root, {a.descriptor_name, a.descriptor_namespace}, a.prefix, a.prepared_input};
+}
+
+WireTensor to_wire(RowBlock block) { return {{block.rows, block.width}, std::move(block.data)}; }
+
+RowBlock from_wire(const WireTensor& tensor) {
+  if (tensor.shape.size() != 2) return {};
+  return {static_cast<int>(tensor.shape[0]), static_cast<int>(tensor.shape[1]), tensor.data};
+}
+
+Result<SamplingResult> sample_on(RankWorker& worker, const SamplingArguments& arguments) {
+  const SamplerOptions options{arguments.temperature, arguments.top_p, 0};
+  auto sample = worker.sample(options, arguments.rng_state, arguments.stop_tokens);
+  if (!sample) return sample.error();
+  SamplingResult sampled;
+  sampled.token = sample->sampled.token;
+  sampled.stop = sample->sampled.stop;
+  sampled.rng_state = sample->rng_state;
+  return sampled;
+}
+
+Result<PredictionTargetHidden> published_capture(const RankWorker& worker) {
+  const auto captured = worker.prediction_target_state();
+  if (!captured) return Error(ErrorCode::state, "no capture to publish");
+  const auto dim = static_cast<std::int32_t>(captured->hidden.size());
+  PredictionTargetHidden capture;
+  capture.hidden = {{1, dim}, captured->hidden};
+  capture.kept_rows = captured->kept_rows;
+  capture.accepted = captured->accepted;
+  capture.next_token = captured->next_token;
+  return capture;
+}
+
+PredictionTargetState received_capture(const PredictionTargetHidden& capture) {
+  return {capture.kept_rows, capture.accepted, capture.next_token, capture.hidden.data};
+}
+
+std::string injected_fault_message(FaultKind kind, int rank, const PhaseId& phase) {
+  return "injected fault: " + std::string(to_string(kind)) + " on rank " + std::to_string(rank) + " in " +
+         to_string(phase);
+}
+
+}  // namespace accord

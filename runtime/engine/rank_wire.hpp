@@ -1,0 +1,40 @@
+// What a rank's local work and the protocol's wire types say to each
+// other, the same on every transport (the direct engine, the rank actors).
+// CAF-free.
+#pragma once
+
+#include <string>
+
+#include "runtime/fault/fault_plan.hpp"
+#include "runtime/session/prompt_cache_shard.hpp"
+#include "messages/phase_arguments.hpp"
+#include "messages/protocol.hpp"
+#include "runtime/error.hpp"
+#include "runtime/session/rank_worker.hpp"
+
+namespace accord {
+
+LocalStatus to_local(const Status& status);
+
+// A phase whose arguments are not of the kind it takes is refused.
+Error malformed(const std::string& what);
+
+// A prompt-cache phase's arguments as the request of prompt_cache_shard.hpp.
+PromptCacheRequest to_request(const PromptCacheArguments& arguments);
+
+WireTensor to_wire(RowBlock block);
+RowBlock from_wire(const WireTensor& tensor);
+
+// The output owner's pick with the caller's sampling arguments; the seed
+// only starts a random stream, which the arguments' rng_state continues.
+Result<SamplingResult> sample_on(RankWorker& worker, const SamplingArguments& arguments);
+
+// The capture and verdict the output owner publishes, as sent.
+Result<PredictionTargetHidden> published_capture(const RankWorker& worker);
+// The capture as a rank other than the output owner holds it.
+PredictionTargetState received_capture(const PredictionTargetHidden& capture);
+
+// What an injected fault of `kind` says when it fires.
+std::string injected_fault_message(FaultKind kind, int rank, const PhaseId& phase);
+
+}  // namespace accord
