@@ -85,11 +85,11 @@ struct DirectEngine::State {
         session(id),
         options(std::move(o)),
         driver(id, static_cast<RankId>(part.ranks()), options.agreement) {
-    for (int r = 0; r < partition.ranks(); ++r) ranks.push_back(make_rank(r));
+    for (int r = 0; r < partition.ranks(); ++r) ranks.push_back(make_rank(r, options.faults));
   }
 
-  std::unique_ptr<DirectRank> make_rank(int r) const {
-    auto rank = std::make_unique<DirectRank>(model, pool, partition, r, model_identity, session, options.faults);
+  std::unique_ptr<DirectRank> make_rank(int r, const std::vector<Fault>& faults) const {
+    auto rank = std::make_unique<DirectRank>(model, pool, partition, r, model_identity, session, faults);
     rank->worker.lend_observer(observer);
     return rank;
   }
@@ -146,7 +146,8 @@ struct DirectEngine::State {
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       if (!ranks[r]->exited) continue;
       std::erase_if(delayed, [&](const Delayed& d) { return d.rank == r; });
-      ranks[r] = make_rank(static_cast<int>(r));
+      // As a distributed session's reset does: a fresh rank, without faults.
+      ranks[r] = make_rank(static_cast<int>(r), {});
       driver.rank_up(static_cast<RankId>(r));
     }
   }
@@ -512,7 +513,6 @@ void DirectEngine::set_phase_hook(PhaseHook hook) { state_->hook = std::move(hoo
 
 Status DirectEngine::inject_faults(const std::vector<Fault>& plan) {
   if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
-  state_->options.faults = plan;
   for (std::size_t r = 0; r < state_->ranks.size(); ++r) {
     state_->ranks[r]->faults = RankFaults(static_cast<RankId>(r), plan);
   }

@@ -53,8 +53,8 @@ class DirectEngine {
   DirectEngine& operator=(const DirectEngine&) = delete;
 
   // Runs one transaction to its end: committed, refused, aborted (every
-  // rank restored) or poisoned. A reset first starts again every rank an
-  // `exit` fault stopped.
+  // rank restored) or poisoned. A reset first starts again, without
+  // faults, every rank an `exit` fault stopped.
   TransactionReply run(const TransactionRequest& request);
 
   // Lends every rank the observer of the steps that begin from now on.

@@ -8,7 +8,8 @@
 //   1:SamplingSynchronization:error:2    ... the second time it runs it
 //   0:BoundarySourceReady(0->1):drop     rank 0's status on that route is lost
 //
-// This file parses and counts; actors/ carries faults out.
+// This file parses and counts; the transports carry faults out (the direct
+// engine, runtime/engine/direct_engine.hpp, and the rank actors, actors/).
 #pragma once
 
 #include <cstdint>

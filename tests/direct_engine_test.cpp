@@ -1,0 +1,142 @@
+// The transaction engine over the direct transport (runtime/engine): the
+// same plan, machines and local work as the actors, in the caller's thread.
+// Any number of ranks gives the logits of one (DESIGN.md invariant 1),
+// every fault kind aborts or poisons with every rank as it was, and time
+// passes in ticks, so deadlines never depend on the machine's speed.
+#include "runtime/engine/direct_engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include "runtime/engine/session_requests.hpp"
+#include "runtime/model/identity.hpp"
+#include "runtime/model/sampler.hpp"
+#include "runtime/session/session.hpp"
+#include "tests/support.hpp"
+
+namespace accord {
+namespace {
+
+const std::vector<int> kPrompt = {1, 403, 407, 261};
+
+class DirectEngineTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<DirectEngine> make_engine(int ranks, std::vector<Fault> faults = {}) {
+    DirectEngineOptions options;
+    options.faults = std::move(faults);
+    return std::make_unique<DirectEngine>(model_, pool_, Partition::balanced(model_.config().n_layers, ranks).value(),
+                                          identity_, 7, std::move(options));
+  }
+
+  // The prompt, then greedy decode steps: every step's logits, in order.
+  std::vector<float> trace(DirectEngine& engine, int steps) {
+    std::vector<float> logits;
+    TransactionReply reply = engine.run(step_request(kPrompt, false));
+    for (int i = 0;; ++i) {
+      EXPECT_EQ(reply.outcome, TransactionOutcome::committed) << reply.message;
+      logits.insert(logits.end(), reply.logits.data.begin(), reply.logits.data.end());
+      if (i == steps) return logits;
+      const int next = argmax(reply.logits.data);
+      reply = engine.run(step_request({&next, 1}, false));
+    }
+  }
+
+  static std::vector<std::string> digests(const DirectEngine& engine) {
+    std::vector<std::string> out;
+    for (int r = 0; r < engine.ranks(); ++r) out.push_back(engine.worker(r).digest());
+    return out;
+  }
+
+  Model model_ = test::load_stories_model();
+  std::string identity_ = model_identity(model_);
+  std::shared_ptr<cpu::ThreadPool> pool_ = std::make_shared<cpu::ThreadPool>(1);
+};
+
+TEST_F(DirectEngineTest, AnyNumberOfRanksGivesTheLogitsOfOne) {
+  cpu::ThreadPool pool(1);
+  Session session(model_, pool);
+  std::vector<float> expected;
+  auto step = session.prefill(kPrompt);
+  for (int i = 0;; ++i) {
+    ASSERT_TRUE(step);
+    expected.insert(expected.end(), step->logits.begin(), step->logits.end());
+    if (i == 4) break;
+    step = session.decode(argmax(step->logits));
+  }
+  for (int ranks = 1; ranks <= model_.config().n_layers; ++ranks) {
+    auto engine = make_engine(ranks);
+    EXPECT_TRUE(test::bit_identical(trace(*engine, 4), expected)) << ranks << " ranks";
+  }
+}
+
+TEST_F(DirectEngineTest, TheOutputOwnerSamplesForEveryRank) {
+  auto engine = make_engine(3);
+  TransactionRequest request = step_request(kPrompt, false);
+  request.sample = true;
+  request.sampling.temperature = 0;  // greedy: the logits' argmax
+  const TransactionReply reply = engine->run(request);
+  ASSERT_EQ(reply.outcome, TransactionOutcome::committed) << reply.message;
+  EXPECT_EQ(reply.sampled.token, argmax(reply.logits.data));
+}
+
+// Each fault kind, on a rank that is not the output owner and on one that
+// is: the step aborts and every rank holds what it held before. A dropped
+// status and a delayed phase abort at the deadline, counted in ticks.
+TEST_F(DirectEngineTest, EveryFaultKindLeavesEveryRankAsItWas) {
+  for (const char* text : {"0:StateCheckpoint:error", "1:Execution:throw", "0:BoundarySourceReady(0->1):drop",
+                           "1:OutputPublication:delay", "1:SamplingSynchronization:error",
+                           "0:SamplingSynchronization:throw", "1:Commit:error"}) {
+    auto engine = make_engine(2);
+    ASSERT_EQ(engine->run(step_request(kPrompt, false)).outcome, TransactionOutcome::committed);
+    ASSERT_TRUE(engine->inject_faults({*parse_fault(text)}));
+    const auto before = digests(*engine);
+    TransactionRequest request = step_request(std::vector<int>{42}, false);
+    request.sample = true;
+    const auto failed = engine->run(request);
+    EXPECT_EQ(failed.outcome, TransactionOutcome::aborted) << text << ": " << failed.message;
+    EXPECT_EQ(digests(*engine), before) << text;
+    EXPECT_EQ(engine->run(request).outcome, TransactionOutcome::committed) << text << ": the session goes on";
+  }
+}
+
+TEST_F(DirectEngineTest, ARankThatExitsPoisonsUntilAResetStartsItAgain) {
+  auto engine = make_engine(2);
+  ASSERT_EQ(engine->run(step_request(kPrompt, false)).outcome, TransactionOutcome::committed);
+  ASSERT_TRUE(engine->inject_faults({*parse_fault("1:Execution:exit")}));
+  const int token = 42;
+  const auto failed = engine->run(step_request({&token, 1}, false));
+  EXPECT_EQ(failed.outcome, TransactionOutcome::poisoned);
+  EXPECT_EQ(failed.poison_rank, 1u);
+  EXPECT_TRUE(engine->poisoned());
+  EXPECT_EQ(engine->run(step_request({&token, 1}, false)).outcome, TransactionOutcome::poisoned);
+
+  TransactionRequest reset;
+  reset.kind = TransactionKind::reset;
+  ASSERT_EQ(engine->run(reset).outcome, TransactionOutcome::committed);
+  EXPECT_FALSE(engine->poisoned());
+  auto fresh = make_engine(2);
+  EXPECT_TRUE(test::bit_identical(trace(*engine, 2), trace(*fresh, 2)));
+}
+
+TEST_F(DirectEngineTest, APromptCacheSavedOverRanksLoadsIntoAnotherEngine) {
+  test::TempDir dir;
+  const PromptCacheDescriptor descriptor{"direct", "tests"};
+  auto saver = make_engine(3);
+  ASSERT_EQ(saver->run(step_request(kPrompt, false)).outcome, TransactionOutcome::committed);
+  const auto saved = saver->run(cache_request(TransactionKind::prompt_cache_save, dir.path(), descriptor, kPrompt, ""));
+  ASSERT_EQ(saved.outcome, TransactionOutcome::committed) << saved.message;
+
+  auto loader = make_engine(3, {*parse_fault("2:PromptCacheLoadPreparation:error")});
+  const auto request = cache_request(TransactionKind::prompt_cache_load, dir.path(), descriptor, kPrompt, "");
+  const auto before = digests(*loader);
+  EXPECT_EQ(loader->run(request).outcome, TransactionOutcome::aborted);
+  EXPECT_EQ(digests(*loader), before);
+  const auto loaded = loader->run(request);
+  ASSERT_EQ(loaded.outcome, TransactionOutcome::committed) << loaded.message;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(loader->worker(r).state().tokens().size(), kPrompt.size());
+    EXPECT_EQ(loader->worker(r).position(), saver->worker(r).position());
+  }
+}
+
+}  // namespace
+}  // namespace accord
