@@ -160,8 +160,7 @@ struct AgreementState {
   RankFaults faults;
   std::chrono::milliseconds fault_delay{0};  // how long a `delay` fault holds local work back
   std::optional<RunPhase> delayed;           // the local work it holds back
-  std::optional<RunPhase> status_to_drop;    // `drop`: this phase's status is lost
-  std::optional<RunPhase> shard_to_corrupt;  // `corrupt`: after this phase's local work
+  FaultMarks marks;                          // of the drop and corrupt faults that fired
 };
 
 using AgreementActor = caf::stateful_actor<AgreementState>;
@@ -169,13 +168,8 @@ using AgreementActor = caf::stateful_actor<AgreementState>;
 void pump(AgreementActor* self);
 void corrupt_shard_then_finish(AgreementActor* self, const RunPhase& run);
 
-bool is_phase(const std::optional<RunPhase>& marked, const RunPhase& run) {
-  return marked && marked->epoch == run.epoch && marked->phase == run.phase;
-}
-
 void finish_phase(AgreementActor* self, const RunPhase& run, const LocalStatus& result) {
-  if (result.ok && is_phase(self->state.shard_to_corrupt, run)) {
-    self->state.shard_to_corrupt.reset();
+  if (result.ok && self->state.marks.corrupt_after(run)) {
     return corrupt_shard_then_finish(self, run);
   }
   if (result.ok) {
@@ -492,23 +486,10 @@ void run_local(AgreementActor* self, const RunPhase& run) {
       // coordinator's monitor sees the rank go down.
       return self->quit(caf::exit_reason::kill);
     case FaultKind::drop:
-      s.status_to_drop = run;
-      return run_guarded(self, run);
     case FaultKind::corrupt:
-      s.shard_to_corrupt = run;
+      s.marks.mark(*fault, run);
       return run_guarded(self, run);
   }
-}
-
-// Whether `message` is the status a `drop` fault loses.
-bool lose(AgreementActor* self, const RankMessage& message) {
-  const auto* status = std::get_if<PhaseStatus>(&message);
-  auto& marked = self->state.status_to_drop;
-  if (status == nullptr || !marked || status->epoch != marked->epoch || status->phase != marked->phase) {
-    return false;
-  }
-  marked.reset();
-  return true;
 }
 
 // An abort or a poison ends the phase a rank may still be waiting in for
@@ -572,7 +553,7 @@ void carry_out(AgreementActor* self, const RankAction& action) {
 void pump(AgreementActor* self) {
   RankReady ready = self->state.machine->take_ready();
   for (auto& message : ready.messages) {
-    if (lose(self, message)) continue;
+    if (self->state.marks.lose(message)) continue;
     std::visit([&](auto& m) { self->send(self->state.coordinator, std::move(m)); }, message);
   }
   for (const auto& action : ready.actions) carry_out(self, action);

@@ -138,5 +138,24 @@ TEST_F(DirectEngineTest, APromptCacheSavedOverRanksLoadsIntoAnotherEngine) {
   }
 }
 
+// A `corrupt` fault damages the shard after the save verified it, as a
+// failing disk would: the save commits, and a load refuses the shard.
+TEST_F(DirectEngineTest, ACorruptedShardIsRefusedByTheLoad) {
+  test::TempDir dir;
+  const PromptCacheDescriptor descriptor{"direct", "tests"};
+  auto saver = make_engine(2, {*parse_fault("1:PromptCacheSavePreparation:corrupt")});
+  ASSERT_EQ(saver->run(step_request(kPrompt, false)).outcome, TransactionOutcome::committed);
+  const auto saved = saver->run(cache_request(TransactionKind::prompt_cache_save, dir.path(), descriptor, kPrompt, ""));
+  ASSERT_EQ(saved.outcome, TransactionOutcome::committed) << saved.message;
+
+  auto loader = make_engine(2);
+  const auto before = digests(*loader);
+  const auto loaded =
+      loader->run(cache_request(TransactionKind::prompt_cache_load, dir.path(), descriptor, kPrompt, ""));
+  EXPECT_EQ(loaded.outcome, TransactionOutcome::aborted);
+  EXPECT_EQ(loaded.error_code, FailureCode::prompt_cache) << loaded.message;
+  EXPECT_EQ(digests(*loader), before);
+}
+
 }  // namespace
 }  // namespace accord

@@ -26,10 +26,6 @@ struct Envelope {
   std::variant<ToRank, ToDriver> message;
 };
 
-bool is_phase(const std::optional<RunPhase>& marked, const RunPhase& run) {
-  return marked && marked->epoch == run.epoch && marked->phase == run.phase;
-}
-
 struct DirectRank {
   DirectRank(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const Partition& partition, int rank,
              const std::string& model_identity, SessionId session, const std::vector<Fault>& plan)
@@ -57,8 +53,7 @@ struct DirectRank {
   std::optional<PredictionTargetHidden> capture;
   std::optional<RunPhase> waiting;  // the phase waiting for one of them
 
-  std::optional<RunPhase> status_to_drop;    // `drop`: this phase's status is lost
-  std::optional<RunPhase> shard_to_corrupt;  // `corrupt`: after this phase's local work
+  FaultMarks marks;  // of the drop and corrupt faults that fired
 };
 
 // A phase that a `delay` fault holds back until tick `due`.
@@ -211,21 +206,10 @@ struct DirectEngine::State {
     DirectRank& rank = *ranks[r];
     RankReady ready = rank.machine.take_ready();
     for (auto& message : ready.messages) {
-      if (lose(rank, message)) continue;
+      if (rank.marks.lose(message)) continue;
       std::visit([&](auto& m) { send_to_driver(std::move(m)); }, message);
     }
     for (const auto& action : ready.actions) carry_out(r, action);
-  }
-
-  // Whether `message` is the status a `drop` fault loses.
-  static bool lose(DirectRank& rank, const RankMessage& message) {
-    const auto* status = std::get_if<PhaseStatus>(&message);
-    if (status == nullptr || !rank.status_to_drop || status->epoch != rank.status_to_drop->epoch ||
-        status->phase != rank.status_to_drop->phase) {
-      return false;
-    }
-    rank.status_to_drop.reset();
-    return true;
   }
 
   void carry_out(RankId r, const RankAction& action) {
@@ -286,10 +270,8 @@ struct DirectEngine::State {
         driver.rank_down(r);
         return;
       case FaultKind::drop:
-        rank.status_to_drop = run;
-        return run_guarded(r, run);
       case FaultKind::corrupt:
-        rank.shard_to_corrupt = run;
+        rank.marks.mark(*fault, run);
         return run_guarded(r, run);
     }
   }
@@ -314,12 +296,7 @@ struct DirectEngine::State {
 
   void finish(RankId r, const RunPhase& run, Status status) {
     DirectRank& rank = *ranks[r];
-    if (status && is_phase(rank.shard_to_corrupt, run)) {
-      // The shard is written and verified; the damage comes after, as a
-      // failing disk's would, so only a later load can notice it.
-      rank.shard_to_corrupt.reset();
-      status = rank.cache.corrupt_shard(run.epoch);
-    }
+    if (status && rank.marks.corrupt_after(run)) status = rank.cache.corrupt_shard(run.epoch);
     if (status && hook) status = status_of([&] { return hook(r, run.phase, run.epoch); });
     if (status) {
       rank.machine.phase_done(run.epoch, run.phase);

@@ -49,6 +49,32 @@ PredictionTargetState received_capture(const PredictionTargetHidden& capture) {
   return {capture.kept_rows, capture.accepted, capture.next_token, capture.hidden.data};
 }
 
+namespace {
+
+bool is_phase(const std::optional<RunPhase>& marked, Epoch epoch, const PhaseId& phase) {
+  return marked && marked->epoch == epoch && marked->phase == phase;
+}
+
+}  // namespace
+
+void FaultMarks::mark(FaultKind kind, const RunPhase& run) {
+  if (kind == FaultKind::drop) status_to_drop_ = run;
+  if (kind == FaultKind::corrupt) shard_to_corrupt_ = run;
+}
+
+bool FaultMarks::lose(const RankMessage& message) {
+  const auto* status = std::get_if<PhaseStatus>(&message);
+  if (status == nullptr || !is_phase(status_to_drop_, status->epoch, status->phase)) return false;
+  status_to_drop_.reset();
+  return true;
+}
+
+bool FaultMarks::corrupt_after(const RunPhase& run) {
+  if (!is_phase(shard_to_corrupt_, run.epoch, run.phase)) return false;
+  shard_to_corrupt_.reset();
+  return true;
+}
+
 std::string injected_fault_message(FaultKind kind, int rank, const PhaseId& phase) {
   return "injected fault: " + std::string(to_string(kind)) + " on rank " + std::to_string(rank) + " in " +
          to_string(phase);

@@ -3,12 +3,14 @@
 // CAF-free.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/session/prompt_cache_shard.hpp"
 #include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
+#include "runtime/agreement/rank_agreement.hpp"
 #include "runtime/error.hpp"
 #include "runtime/session/rank_worker.hpp"
 
@@ -33,6 +35,24 @@ Result<SamplingResult> sample_on(RankWorker& worker, const SamplingArguments& ar
 Result<PredictionTargetHidden> published_capture(const RankWorker& worker);
 // The capture as a rank other than the output owner holds it.
 PredictionTargetState received_capture(const PredictionTargetHidden& capture);
+
+// What the `drop` and `corrupt` faults mark when they fire, to act on
+// later: the status a drop loses, and the phase after whose local work a
+// corrupt damages the shard just written (as a failing disk would, so only
+// a later load can notice).
+class FaultMarks {
+ public:
+  // Marks `run` for a drop or a corrupt fault; other kinds mark nothing.
+  void mark(FaultKind kind, const RunPhase& run);
+  // Whether `message` is the status a drop loses; true once.
+  bool lose(const RankMessage& message);
+  // Whether the shard is to be damaged now that `run`'s work succeeded; true once.
+  bool corrupt_after(const RunPhase& run);
+
+ private:
+  std::optional<RunPhase> status_to_drop_;
+  std::optional<RunPhase> shard_to_corrupt_;
+};
 
 // What an injected fault of `kind` says when it fires.
 std::string injected_fault_message(FaultKind kind, int rank, const PhaseId& phase);
