@@ -189,6 +189,43 @@ void BM_distributed_round(benchmark::State& state, const Shape& shape) {
       static_cast<double>(session.stats().phases_run) / static_cast<double>(state.iterations());
 }
 
+// Decode through the one-rank Session (the transaction engine over the
+// direct transport): beside forward_decode, at the same threads, it shows
+// what a transaction adds to a step.
+void BM_session_decode(benchmark::State& state, const Shape& shape) {
+  const accord::Model* model = model_or_skip(state, shape);
+  if (model == nullptr) return;
+  accord::cpu::ThreadPool pool(static_cast<int>(state.range(0)));
+  accord::Session session(*model, pool);
+  const int context = model->config().seq_len;
+  for (auto _ : state) {
+    if (session.position() == context && !session.reset()) {
+      state.SkipWithError("reset failed");
+      break;
+    }
+    auto step = session.decode(token_at(session.position(), model->config().vocab_size));
+    if (!step) {
+      state.SkipWithError(step.error().message().c_str());
+      break;
+    }
+  }
+  state.counters["tok"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The engine alone on one rank: a checkpoint transaction computes nothing.
+void BM_session_round(benchmark::State& state, const Shape& shape) {
+  const accord::Model* model = model_or_skip(state, shape);
+  if (model == nullptr) return;
+  accord::cpu::ThreadPool pool(1);
+  accord::Session session(*model, pool);
+  for (auto _ : state) {
+    if (!session.checkpoint()) {
+      state.SkipWithError("checkpoint failed");
+      break;
+    }
+  }
+}
+
 bool register_forward_benchmarks() {
   std::vector<Shape> shapes = {make_shape("15M", 288, 768, 6, 6, 6, 32000, 256)};
   if (const char* v = std::getenv("ACCORD_BENCH_110M"); v != nullptr && std::string_view(v) == "1") {
@@ -207,6 +244,15 @@ bool register_forward_benchmarks() {
         ->ArgsProduct({{64, 256}, {1, 2}})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("session_decode/" + shape.name).c_str(), BM_session_decode, shape)
+        ->ArgName("threads")
+        ->Arg(1)
+        ->Arg(2)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("session_round/" + shape.name).c_str(), BM_session_round, shape)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("distributed_decode/" + shape.name).c_str(), BM_distributed_decode, shape)
         ->ArgName("ranks")
         ->Arg(1)
