@@ -362,6 +362,7 @@ struct RankStateReport {
   std::uint64_t kv_bytes_capacity = 0;
   std::int32_t high_water = 0;           // the highest row ever written, plus one
   std::uint64_t kv_materialized_bytes = 0;  // of the rows ever written
+  double compute_seconds = 0;               // in the rank's units and head so far
 
   bool operator==(const RankStateReport&) const = default;
 };
@@ -369,7 +370,7 @@ struct RankStateReport {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankStateReport& x) {
   return f(x.digest, x.position, x.state_epoch, x.kv_bytes_used, x.kv_bytes_capacity, x.high_water,
-           x.kv_materialized_bytes);
+           x.kv_materialized_bytes, x.compute_seconds);
 }
 
 // The save a rank's live prompt-cache generation belongs to

@@ -1,6 +1,6 @@
 // The transaction engine over the direct transport (docs/architecture.md,
-// "One engine"): the TransactionDriver and every rank's RankAgreement,
-// RankWorker and RankPromptCache live in the caller's thread, and messages
+// "One engine"): the TransactionDriver and every rank's RankNode live in
+// the caller's thread, and messages
 // pass by function call, in the order they were sent. No actors and no
 // threads of its own: the ranks compute on the pool they are given. The
 // one-rank Session runs on it; the same plan, machines, local work, undo
@@ -28,14 +28,10 @@
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/session/partition.hpp"
+#include "runtime/engine/rank_node.hpp"
 #include "runtime/session/rank_worker.hpp"
 
 namespace accord {
-
-// Called on a rank after its local part of a phase succeeded; an error (or
-// an exception) fails the phase as if the work had. Tests and fault
-// scenarios use it.
-using PhaseHook = std::function<Status(RankId rank, const PhaseId& phase, Epoch epoch)>;
 
 struct DirectEngineOptions {
   AgreementOptions agreement;

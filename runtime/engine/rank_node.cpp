@@ -1,0 +1,361 @@
+#include "runtime/engine/rank_node.hpp"
+
+#include <stdexcept>
+
+#include "runtime/engine/transaction_driver.hpp"
+
+namespace accord {
+
+namespace {
+
+using enum DistributedExecutionPhase;
+
+template <class Data>
+bool holds_for(const std::optional<Data>& data, const RunPhase& run) {
+  return data && data->epoch == run.epoch;
+}
+
+}  // namespace
+
+RankNode::RankNode(std::unique_ptr<RankWorker> worker, SessionId session, RankId rank_count,
+                   const std::vector<Fault>& plan, RankOutbox& outbox)
+    : worker_(std::move(worker)),
+      cache_(worker_->shard_identity()),
+      machine_(session, static_cast<RankId>(worker_->rank())),
+      session_(session),
+      rank_(static_cast<RankId>(worker_->rank())),
+      rank_count_(rank_count),
+      outbox_(outbox),
+      faults_(rank_, plan) {}
+
+void RankNode::set_faults(const std::vector<Fault>& plan) { faults_ = RankFaults(rank_, plan); }
+
+// --- what arrives ------------------------------------------------------------
+
+void RankNode::receive(const PhaseBegin& begin) {
+  if (exited_) return;
+  machine_.step(begin);
+  pump();
+}
+
+void RankNode::receive(const PhaseDecision& decision) {
+  if (exited_) return;
+  machine_.step(decision);
+  pump();
+  if (decision.decision == Decision::abort || decision.decision == Decision::poison) stop_waiting(decision.epoch);
+}
+
+void RankNode::receive(PeerData data) {
+  if (exited_) return;
+  const auto [session, epoch] = std::visit([](const auto& d) { return std::pair(d.session, d.epoch); }, data);
+  if (session != session_) return dropped_data_.count(DropReason::other_session);
+  if (epoch < machine_.epoch()) return dropped_data_.count(DropReason::stale_epoch);
+  std::visit([&](auto& d) { keep(std::move(d)); }, data);
+  if (!waiting_) return;
+  const RunPhase run = *waiting_;
+  waiting_.reset();
+  run_guarded(run);
+}
+
+void RankNode::run_held_back(Epoch epoch) {
+  if (exited_ || !held_back_ || held_back_->epoch != epoch) return;
+  const RunPhase run = std::move(*held_back_);
+  held_back_.reset();
+  run_guarded(run);
+}
+
+// --- the machine's actions -----------------------------------------------------
+
+void RankNode::pump() {
+  RankReady ready = machine_.take_ready();
+  for (auto& message : ready.messages) {
+    if (marks_.lose(message)) continue;
+    std::visit([&](auto& m) { outbox_.to_coordinator(std::move(m)); }, message);
+  }
+  for (const auto& action : ready.actions) {
+    if (exited_) return;
+    carry_out(action);
+  }
+}
+
+void RankNode::carry_out(const RankAction& action) {
+  if (const auto* run = std::get_if<RunPhase>(&action)) {
+    run_phase(*run);
+  } else if (const auto* commit = std::get_if<CommitTransaction>(&action)) {
+    forget_step();
+    worker_->commit(commit->epoch);
+    cache_.commit(commit->epoch);
+  } else if (const auto* restore = std::get_if<RestoreCheckpoint>(&action)) {
+    this->restore(restore->epoch);
+  } else if (std::holds_alternative<MarkPoisoned>(action)) {
+    forget_step();
+    worker_->forget_open_transaction();
+    cache_.forget();
+  }
+}
+
+// Abort: the state, then the cache's publication; the rank has restored
+// only when both have.
+void RankNode::restore(Epoch epoch) {
+  forget_step();
+  const Status state = worker_->restore(epoch);
+  const Status cache = cache_.revert(epoch);
+  if (state && cache) {
+    machine_.restored(epoch);
+  } else {
+    machine_.restore_failed(epoch, (state ? cache : state).error().message());
+  }
+  pump();
+}
+
+void RankNode::forget_step() {
+  activations_.reset();
+  sampled_.reset();
+  capture_.reset();
+  waiting_.reset();
+}
+
+// An abort or a poison ends a phase waiting for another rank's data (which
+// may never come): nothing of it touched the state, so the wait ends with
+// a failure and the rank restores or forgets.
+void RankNode::stop_waiting(Epoch epoch) {
+  if (!waiting_ || waiting_->epoch != epoch) return;
+  const RunPhase run = *waiting_;
+  waiting_.reset();
+  finish(run, Error(ErrorCode::mechanism, "stopped waiting for another rank's data: the phase was decided"));
+}
+
+// --- local work -------------------------------------------------------------------
+
+// Runs the phase's local part, unless the fault plan has a fault fire now.
+void RankNode::run_phase(const RunPhase& run) {
+  const auto fault = faults_.on_phase(run.phase);
+  if (!fault) return run_guarded(run);
+  const std::string what = injected_fault_message(*fault, static_cast<int>(rank_), run.phase);
+  switch (*fault) {
+    case FaultKind::error:
+      return finish(run, Error(ErrorCode::mechanism, what));
+    case FaultKind::throws:
+      return run_guarded(run, what);
+    case FaultKind::delay:
+      held_back_ = run;
+      return outbox_.hold_back(run.epoch);
+    case FaultKind::exit:
+      exited_ = true;
+      return outbox_.exit();
+    case FaultKind::drop:
+    case FaultKind::corrupt:
+      marks_.mark(*fault, run);
+      return run_guarded(run);
+  }
+}
+
+// An exception out of the local part fails the phase; `injected` throws one
+// first. A phase waiting for another rank's data runs again when it comes.
+void RankNode::run_guarded(const RunPhase& run, const std::string& injected) {
+  std::optional<Status> result;
+  Status ran = status_of([&] {
+    if (!injected.empty()) throw std::runtime_error(injected);
+    result = local_work(run);
+    return Status{};
+  });
+  if (!ran) return finish(run, std::move(ran));
+  if (!result) {
+    waiting_ = run;
+    return;
+  }
+  finish(run, std::move(*result));
+}
+
+void RankNode::finish(const RunPhase& run, Status status) {
+  if (status && marks_.corrupt_after(run)) status = cache_.corrupt_shard(run.epoch);
+  if (status && hook_) status = status_of([&] { return hook_(rank_, run.phase, run.epoch); });
+  if (status) {
+    machine_.phase_done(run.epoch, run.phase);
+  } else {
+    machine_.phase_failed(run.epoch, run.phase, to_failure_code(status.error().code()), status.error().message());
+  }
+  pump();
+}
+
+// The rank's local part of `run`; nullopt while it waits for another rank's data.
+std::optional<Status> RankNode::local_work(const RunPhase& run) {
+  RankWorker& worker = *worker_;
+  const bool owner = worker.is_output_owner();
+  const Epoch epoch = run.epoch;
+  switch (run.phase.phase) {
+    case StateCheckpoint:
+      if (const auto* step = std::get_if<StepTokens>(&run.arguments)) return worker.begin_step(epoch, step->tokens);
+      return malformed("token");
+    case BoundarySourceCompletion:
+      if (run.phase.route.source == rank_) return worker.run_units(OutputRows::none);
+      return Status{};
+    case BoundarySourceReady:
+      return boundary_ready(run);
+    case Execution:
+      // Ranks before the output owner ran their units at their route's
+      // completion; the output owner runs its own and the head now.
+      if (!owner) return Status{};
+      if (const auto* execution = std::get_if<ExecutionArguments>(&run.arguments)) {
+        return worker.run_units(execution->all_rows ? OutputRows::all : OutputRows::last);
+      }
+      return malformed("execution");
+    case OutputObservation:
+      if (!owner || !worker.step_has_observer()) return Status{};
+      return worker.observe_output();
+    case OutputPublication:
+      if (owner) outbox_.to_coordinator(StepOutput{session_, epoch, to_wire(worker.published_output())});
+      return Status{};
+    case PredictionTargetCapture:
+      if (!owner) return Status{};
+      if (const auto* draft = std::get_if<DraftTokens>(&run.arguments)) {
+        return worker.capture_prediction_target(draft->count);
+      }
+      return malformed("draft");
+    case PredictionTargetCapturePublication:
+      return capture_publication(run);
+    case PredictionTargetStatePreparation:
+      if (const auto* draft = std::get_if<DraftTokens>(&run.arguments)) {
+        return worker.prepare_prediction_target_state(draft->count);
+      }
+      return malformed("draft");
+    case PredictionExtensionExecution:
+      return worker.apply_prediction_target_operation();
+    case SamplingSynchronization:
+      return sampling(run);
+    case SessionCheckpoint: {
+      const RankCheckpoint cp = worker.checkpoint();
+      outbox_.to_coordinator(
+          RankCheckpointReport{session_, epoch, rank_, cp.position, cp.state_epoch, cp.reset_epoch, cp.digest});
+      return Status{};
+    }
+    case SessionRollbackPreparation:
+      if (const auto* target = std::get_if<RollbackTarget>(&run.arguments)) {
+        return worker.prepare_rollback(epoch, {target->position, target->state_epoch, target->reset_epoch, ""});
+      }
+      return malformed("rollback");
+    case SessionResetPreparation:
+      return worker.prepare_reset(epoch);
+    case PromptCacheSavePreflight:
+    case PromptCacheSavePreparation:
+    case PromptCacheSavePublication:
+    case PromptCacheLoadPreflight:
+    case PromptCacheLoadPreparation:
+      return prompt_cache(run);
+    default:
+      // No local work of its own (MechanismCompletion: CPU work completes
+      // synchronously; Commit: applied on the decision).
+      return Status{};
+  }
+}
+
+// BoundarySourceReady: the source sends its activations (the route's
+// completion was agreed); the target takes them once they are here.
+std::optional<Status> RankNode::boundary_ready(const RunPhase& run) {
+  const CommunicationRouteId& route = run.phase.route;
+  if (route.source == rank_) {
+    if (route.target >= rank_count_) {
+      return Error(ErrorCode::contract, "no rank " + std::to_string(route.target) + " to send activations to");
+    }
+    outbox_.to_rank(route.target, RouteTransfer{session_, run.epoch, route, to_wire(worker_->outgoing_activations())});
+    return Status{};
+  }
+  if (route.target != rank_) return Status{};
+  if (!holds_for(activations_, run)) return std::nullopt;
+  const RowBlock block = from_wire(activations_->activations);
+  activations_.reset();
+  return worker_->receive_activations(block);
+}
+
+// PredictionTargetCapturePublication: the output owner shares its capture
+// and verdict; every other rank holds them once they are here.
+std::optional<Status> RankNode::capture_publication(const RunPhase& run) {
+  if (!worker_->is_output_owner()) {
+    if (!holds_for(capture_, run)) return std::nullopt;
+    return worker_->exchange_prediction_target_state(received_capture(*capture_));
+  }
+  auto capture = published_capture(*worker_);
+  if (!capture) return capture.error();
+  capture->session = session_;
+  capture->epoch = run.epoch;
+  share_with_every_rank(*capture);
+  return Status{};
+}
+
+// SamplingSynchronization: the output owner samples from the output it
+// published and shares its pick; every other rank holds it once it is here.
+std::optional<Status> RankNode::sampling(const RunPhase& run) {
+  if (!worker_->is_output_owner()) {
+    if (!holds_for(sampled_, run)) return std::nullopt;
+    return Status{};
+  }
+  const auto* arguments = std::get_if<SamplingArguments>(&run.arguments);
+  if (arguments == nullptr) return malformed("sampling");
+  auto sampled = sample_on(*worker_, *arguments);
+  if (!sampled) return sampled.error();
+  sampled->session = session_;
+  sampled->epoch = run.epoch;
+  share_with_every_rank(*sampled);
+  return Status{};
+}
+
+// What the output owner publishes goes to every other rank and the coordinator.
+template <class Message>
+void RankNode::share_with_every_rank(const Message& message) {
+  for (RankId r = 0; r < rank_count_; ++r) {
+    if (r != rank_) outbox_.to_rank(r, message);
+  }
+  outbox_.to_coordinator(message);
+}
+
+// The prompt-cache phases: the state's part (RankWorker), then the files'
+// (RankPromptCache).
+Status RankNode::prompt_cache(const RunPhase& run) {
+  const Epoch epoch = run.epoch;
+  if (run.phase.phase == PromptCacheSavePublication) return cache_.publish(epoch);
+  const auto* a = std::get_if<PromptCacheArguments>(&run.arguments);
+  if (a == nullptr) return malformed("prompt cache");
+  switch (run.phase.phase) {
+    case PromptCacheSavePreflight:
+      return worker_->check_prefix_held(a->prefix);
+    case PromptCacheSavePreparation:
+      return cache_.prepare_save(epoch, to_request(*a), a->save_id,
+                                 worker_->pack_shard(static_cast<int>(a->prefix.size())));
+    case PromptCacheLoadPreflight: {
+      auto save_id = cache_.begin_load(epoch, to_request(*a));
+      if (!save_id) return save_id.error();
+      outbox_.to_coordinator(PromptCacheReport{session_, epoch, rank_, *save_id});
+      return Status{};
+    }
+    default: {  // PromptCacheLoadPreparation
+      auto shard = cache_.read_load(epoch, a->save_id);
+      if (!shard) return shard.error();
+      return worker_->prepare_load(epoch, a->prefix, std::move(*shard));
+    }
+  }
+}
+
+// --- reports ------------------------------------------------------------------------
+
+RankStateReport RankNode::state_report() const {
+  const SessionState& state = worker_->state();
+  const KvCache& kv = state.kv();
+  RankStateReport report;
+  report.digest = state.digest();
+  report.position = state.position();
+  report.state_epoch = state.state_epoch();
+  report.kv_bytes_used = state.used_bytes();
+  report.kv_bytes_capacity = kv.capacity_bytes();
+  report.high_water = state.high_water();
+  report.kv_materialized_bytes = kv.position_bytes() * static_cast<std::uint64_t>(state.high_water());
+  report.compute_seconds = worker_->compute_seconds();
+  return report;
+}
+
+DroppedMessages RankNode::dropped() const {
+  DroppedMessages dropped = machine_.dropped();
+  dropped += dropped_data_;
+  return dropped;
+}
+
+}  // namespace accord

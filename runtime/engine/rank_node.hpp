@@ -1,0 +1,132 @@
+// One rank's side of every transaction, whatever the transport
+// (docs/architecture.md, "One engine"): a RankNode feeds RankAgreement the
+// coordinator's messages, runs the rank's local part of each phase on its
+// RankWorker and RankPromptCache, waits for what other ranks send
+// (activations, a sample, a capture), carries out the rank's fault plan,
+// commits and restores. What it sends goes through a RankOutbox that the
+// transport implements: the direct engine queues it in the caller's
+// thread, the rank actor (actors/rank_actors.hpp) sends it as CAF messages.
+//
+// The node owns the rank's mutable state: the worker, the open step's
+// data, the fault counters. Nothing else touches them; the transport hands
+// it every message in turn.
+//
+// Threading: not thread-safe; one thread at a time (the transport's).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "messages/protocol.hpp"
+#include "runtime/agreement/dropped_messages.hpp"
+#include "runtime/agreement/rank_agreement.hpp"
+#include "runtime/engine/rank_wire.hpp"
+#include "runtime/error.hpp"
+#include "runtime/fault/fault_plan.hpp"
+#include "runtime/session/rank_prompt_cache.hpp"
+#include "runtime/session/rank_worker.hpp"
+
+namespace accord {
+
+// What one rank sends another beside the protocol, for one step.
+using PeerData = std::variant<RouteTransfer, SamplingResult, PredictionTargetHidden>;
+// What a rank sends the coordinator: its statuses and acknowledgements, and
+// what goes beside them.
+using RankReport = std::variant<PhaseStatus, AbortAcknowledgement, StepOutput, SamplingResult,
+                                PredictionTargetHidden, RankCheckpointReport, PromptCacheReport>;
+
+// Called on a rank after its local part of a phase succeeded; an error (or
+// an exception) fails the phase as if the work had. Tests and fault
+// scenarios use it.
+using PhaseHook = std::function<Status(RankId rank, const PhaseId& phase, Epoch epoch)>;
+
+class RankOutbox {
+ public:
+  virtual void to_coordinator(RankReport report) = 0;
+  virtual void to_rank(RankId rank, PeerData data) = 0;
+  // A `delay` fault holds the local work of `epoch`'s phase back: the
+  // transport calls RankNode::run_held_back(epoch) once the status
+  // deadline has passed (and before the abort's acknowledgement's has).
+  virtual void hold_back(Epoch epoch) = 0;
+  // An `exit` fault: the rank stops as if its process had died; the
+  // transport lets the coordinator see it go down. The node does nothing
+  // more.
+  virtual void exit() = 0;
+
+ protected:
+  ~RankOutbox() = default;
+};
+
+class RankNode {
+ public:
+  // Rank worker->rank() of `rank_count`, with its share of `plan`.
+  RankNode(std::unique_ptr<RankWorker> worker, SessionId session, RankId rank_count, const std::vector<Fault>& plan,
+           RankOutbox& outbox);
+
+  void receive(const PhaseBegin& begin);
+  void receive(const PhaseDecision& decision);
+  // Data for this session's open or a later step; anything else is counted
+  // and dropped.
+  void receive(PeerData data);
+  // Runs the phase a `delay` fault held back in `epoch`, if it still is.
+  void run_held_back(Epoch epoch);
+
+  // Replaces the rank's fault plan; occurrences count from now.
+  void set_faults(const std::vector<Fault>& plan);
+  void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
+  // The observer of the steps that begin from now on (nullptr: none).
+  void lend_observer(std::shared_ptr<StepObserver> observer) { worker_->lend_observer(std::move(observer)); }
+
+  RankId rank() const { return rank_; }
+  bool exited() const { return exited_; }
+  const RankWorker& worker() const { return *worker_; }
+  // The rank's state after every decision it received so far.
+  RankStateReport state_report() const;
+  // What the machine and the node dropped, by reason.
+  DroppedMessages dropped() const;
+
+ private:
+  void pump();
+  void carry_out(const RankAction& action);
+  void restore(Epoch epoch);
+  void forget_step();
+  void stop_waiting(Epoch epoch);
+  void run_phase(const RunPhase& run);
+  void run_guarded(const RunPhase& run, const std::string& injected = {});
+  void finish(const RunPhase& run, Status status);
+  std::optional<Status> local_work(const RunPhase& run);
+  std::optional<Status> boundary_ready(const RunPhase& run);
+  std::optional<Status> capture_publication(const RunPhase& run);
+  std::optional<Status> sampling(const RunPhase& run);
+  Status prompt_cache(const RunPhase& run);
+  template <class Message>
+  void share_with_every_rank(const Message& message);
+  void keep(RouteTransfer transfer) { activations_ = std::move(transfer); }
+  void keep(SamplingResult sampled) { sampled_ = sampled; }
+  void keep(PredictionTargetHidden capture) { capture_ = std::move(capture); }
+
+  std::unique_ptr<RankWorker> worker_;
+  RankPromptCache cache_;
+  RankAgreement machine_;
+  SessionId session_;
+  RankId rank_;
+  RankId rank_count_;
+  RankOutbox& outbox_;
+  RankFaults faults_;
+  FaultMarks marks_;  // of the drop and corrupt faults that fired
+  PhaseHook hook_;
+  bool exited_ = false;
+  DroppedMessages dropped_data_;  // data beside the protocol; the machine counts the rest
+
+  // What other ranks sent for the open step, and the phase waiting for it.
+  std::optional<RouteTransfer> activations_;
+  std::optional<SamplingResult> sampled_;
+  std::optional<PredictionTargetHidden> capture_;
+  std::optional<RunPhase> waiting_;
+  std::optional<RunPhase> held_back_;  // by a `delay` fault
+};
+
+}  // namespace accord
