@@ -75,25 +75,29 @@ StepRequest prediction_target_step(int draft_tokens) {
   return step;
 }
 
-// Lends a step's observer to every rank for one call, and takes it back.
+// Lends a step's observer to every in-process rank for one call, and takes
+// it back. The lend reaches each rank's mailbox before the coordinator
+// receives the request, and so before any begin of the step; the return
+// after the reply, before any begin of the next.
 class ObserverLoan {
  public:
-  ObserverLoan(const std::vector<std::shared_ptr<RankWorker>>& workers, std::shared_ptr<StepObserver> observer)
-      : workers_(observer ? &workers : nullptr) {
-    if (workers_ != nullptr) {
-      for (const auto& worker : *workers_) worker->lend_observer(observer);
-    }
+  ObserverLoan(const caf::scoped_actor& caller, const std::vector<caf::actor>& ranks,
+               std::shared_ptr<StepObserver> observer)
+      : caller_(caller), ranks_(observer ? &ranks : nullptr) {
+    lend(std::move(observer));
   }
-  ~ObserverLoan() {
-    if (workers_ != nullptr) {
-      for (const auto& worker : *workers_) worker->lend_observer(nullptr);
-    }
-  }
+  ~ObserverLoan() { lend(nullptr); }
   ObserverLoan(const ObserverLoan&) = delete;
   ObserverLoan& operator=(const ObserverLoan&) = delete;
 
  private:
-  const std::vector<std::shared_ptr<RankWorker>>* workers_;
+  void lend(std::shared_ptr<StepObserver> observer) {
+    if (ranks_ == nullptr) return;
+    for (const auto& rank : *ranks_) caller_->send(rank, LentObserver{observer});
+  }
+
+  const caf::scoped_actor& caller_;
+  const std::vector<caf::actor>* ranks_;
 };
 
 SamplingArguments sampling_arguments(const Sampler& sampler, std::span<const int> stop_tokens) {
@@ -132,8 +136,7 @@ struct DistributedSession::Impl {
   caf::actor_system* system = nullptr;
   const Model* model = nullptr;
   SessionId session_id = random_session_id();
-  std::vector<RankActors> ranks;  // a remote rank has only its agreement actor here
-  std::vector<std::shared_ptr<RankWorker>> workers;  // in-process ranks' only
+  std::vector<caf::actor> ranks;  // every rank's actor, in rank order (a remote one's proxy)
   std::shared_ptr<cpu::ThreadPool> pool;             // shared by the in-process ranks
   std::vector<NodeAddress> nodes;  // rank r runs on nodes[r]; empty: every rank in process
   caf::actor coordinator;
@@ -165,11 +168,9 @@ struct DistributedSession::Impl {
     std::vector<caf::actor> local = {coordinator};
     for (const auto& rank : ranks) {
       if (nodes.empty()) {
-        local.insert(local.end(),
-                     {rank.agreement, caf::actor_cast<caf::actor>(rank.execution), caf::actor_cast<caf::actor>(rank.state),
-                      caf::actor_cast<caf::actor>(rank.cache)});
-      } else if (rank.agreement) {
-        self->send_exit(rank.agreement, caf::exit_reason::user_shutdown);
+        local.push_back(rank);
+      } else if (rank) {
+        self->send_exit(rank, caf::exit_reason::user_shutdown);
       }
     }
     for (const auto& actor : local) self->send_exit(actor, caf::exit_reason::user_shutdown);
@@ -200,28 +201,21 @@ struct DistributedSession::Impl {
     layout.emplace(RankLayout{*partition, options.threads, model_identity(m), std::move(rank_options)});
     if (nodes.empty()) pool = std::make_shared<cpu::ThreadPool>(options.threads);
     caller.emplace(*system);
+    ranks.resize(static_cast<std::size_t>(partition->ranks()));
     for (int r = 0; r < partition->ranks(); ++r) {
-      workers.push_back(nullptr);
-      ranks.push_back({});
       if (Status ok = start_rank(r, layout->options); !ok) return ok;
     }
-    for (const auto& rank : ranks) (*caller)->send(rank.agreement, topology_atom::value, agreements());
-    (*caller)->send(coordinator, topology_atom::value, agreements());
+    for (const auto& rank : ranks) (*caller)->send(rank, topology_atom::value, ranks);
+    (*caller)->send(coordinator, topology_atom::value, ranks);
     return {};
-  }
-
-  std::vector<caf::actor> agreements() const {
-    std::vector<caf::actor> all;
-    for (const auto& rank : ranks) all.push_back(rank.agreement);
-    return all;
   }
 
   // Starts rank r's actors: in this process, or on its node.
   Status start_rank(int r, const RankOptions& options) {
     const auto index = static_cast<std::size_t>(r);
     if (!nodes.empty()) return assign_node(r, options);
-    workers[index] = std::make_shared<RankWorker>(*model, pool, layout->partition, r, layout->identity);
-    ranks[index] = spawn_rank(*system, workers[index], session_id, coordinator, options);
+    ranks[index] = spawn_rank(*system, std::make_shared<RankWorker>(*model, pool, layout->partition, r, layout->identity),
+                              session_id, static_cast<RankId>(layout->partition.ranks()), coordinator, options);
     return {};
   }
 
@@ -261,7 +255,7 @@ struct DistributedSession::Impl {
         .receive(
             [&](std::string& refusal, caf::actor& agreement) {
               if (!refusal.empty()) failure = Error(ErrorCode::architecture, refusal);
-              ranks[static_cast<std::size_t>(r)].agreement = std::move(agreement);
+              ranks[static_cast<std::size_t>(r)] = std::move(agreement);
             },
             [&](caf::error& e) {
               failure = Error(ErrorCode::io, describe_node(address, r) + " did not answer: " + system->render(e));
@@ -283,20 +277,17 @@ struct DistributedSession::Impl {
       return exited;
     }
     for (std::size_t r = 0; r < ranks.size(); ++r) {
-      (*caller)->request(ranks[r].agreement, std::chrono::seconds(5), dropped_atom::value)
+      (*caller)->request(ranks[r], std::chrono::seconds(5), dropped_atom::value)
           .receive([](std::vector<std::uint64_t>&) {}, [&](caf::error&) { exited[r] = true; });
     }
     return exited;
   }
 
-  // An exited rank's execution, state and cache actors exit with it (they
-  // are linked), each on its own time, and let go of what they hold only
-  // then: the prompt-cache writer lock of a save the rank had open among
-  // it. Waiting for them means a rank started afresh never finds its own
-  // predecessor's lock held.
-  void await_local_work_exit(const RankActors& rank) {
-    (*caller)->wait_for(rank.execution, rank.state, rank.cache);
-  }
+  // An exited rank's actor lets go of what it holds (among it the
+  // prompt-cache writer lock of a save it had open) only once its thread
+  // has ended. Waiting for it means a rank started afresh never finds its
+  // own predecessor's lock held.
+  void await_exit(const caf::actor& rank) { (*caller)->wait_for(rank); }
 
   // Starts afresh, with an empty state, every rank whose actors exited (or
   // whose node went away), and tells the coordinator and the other ranks.
@@ -307,15 +298,15 @@ struct DistributedSession::Impl {
     bool restarted = false;
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       if (!exited[r]) continue;
-      if (nodes.empty()) await_local_work_exit(ranks[r]);
+      if (nodes.empty()) await_exit(ranks[r]);
       if (Status ok = start_rank(static_cast<int>(r), RankOptions{{}, layout->options.phase_timeout}); !ok) {
         return std::move(Error(ok.error()).mark_before_state_mutation());
       }
-      (*caller)->send(coordinator, restart_atom::value, static_cast<RankId>(r), ranks[r].agreement);
+      (*caller)->send(coordinator, restart_atom::value, static_cast<RankId>(r), ranks[r]);
       restarted = true;
     }
     if (restarted) {
-      for (const auto& rank : ranks) (*caller)->send(rank.agreement, topology_atom::value, agreements());
+      for (const auto& rank : ranks) (*caller)->send(rank, topology_atom::value, ranks);
     }
     return {};
   }
@@ -359,7 +350,7 @@ struct DistributedSession::Impl {
     if (request.sample) request.sampling = sampling_arguments(*options.sampler, options.stop_tokens);
     const auto start = std::chrono::steady_clock::now();
     auto reply = [&] {
-      ObserverLoan loan(workers, options.observer);
+      ObserverLoan loan(*caller, ranks, options.observer);
       return call(request);
     }();
     stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -584,7 +575,7 @@ Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
   if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
   for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
     std::optional<Error> failure;
-    (*impl_->caller)->request(impl_->ranks[r].agreement, std::chrono::seconds(5), faults_atom::value, plan)
+    (*impl_->caller)->request(impl_->ranks[r], std::chrono::seconds(5), faults_atom::value, plan)
         .receive([](bool) {},
                  [&](caf::error& e) {
                    failure = Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " did not take the fault plan: " +
@@ -597,14 +588,14 @@ Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
 
 Status DistributedSession::stop_rank(int rank) {
   if (rank < 0 || rank >= ranks()) return Error(ErrorCode::contract, "no rank " + std::to_string(rank));
-  caf::anon_send_exit(impl_->ranks[static_cast<std::size_t>(rank)].agreement, caf::exit_reason::kill);
+  caf::anon_send_exit(impl_->ranks[static_cast<std::size_t>(rank)], caf::exit_reason::kill);
   return {};
 }
 
 caf::actor coordinator_of(const DistributedSession& session) { return session.impl()->coordinator; }
 
-caf::actor rank_agreement_of(const DistributedSession& session, int rank) {
-  return session.impl()->ranks.at(static_cast<std::size_t>(rank)).agreement;
+caf::actor rank_actor_of(const DistributedSession& session, int rank) {
+  return session.impl()->ranks.at(static_cast<std::size_t>(rank));
 }
 
 Result<std::vector<RankStateReport>> DistributedSession::rank_states() const {
@@ -675,7 +666,7 @@ Result<DroppedMessageReport> DistributedSession::dropped_messages() const {
   };
   DroppedMessageReport report;
   report.coordinator = ask(impl_->coordinator);
-  for (const auto& rank : impl_->ranks) report.ranks.push_back(ask(rank.agreement));
+  for (const auto& rank : impl_->ranks) report.ranks.push_back(ask(rank));
   if (!failure.empty()) return Error(ErrorCode::mechanism, "dropped-message counters unavailable: " + failure);
   return report;
 }
@@ -684,8 +675,11 @@ int DistributedSession::ranks() const { return static_cast<int>(impl_->ranks.siz
 int DistributedSession::position() const { return impl_->position(); }
 DistributedStats DistributedSession::stats() const {
   DistributedStats stats = impl_->stats;
-  for (const auto& worker : impl_->workers) {
-    if (worker) stats.compute_seconds += worker->compute_seconds();
+  // In-process ranks only: a remote rank that went away would hold the
+  // caller up, and its compute is its node's.
+  if (!impl_->nodes.empty()) return stats;
+  if (auto states = rank_states()) {
+    for (const auto& state : *states) stats.compute_seconds += state.compute_seconds;
   }
   return stats;
 }

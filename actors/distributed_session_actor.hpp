@@ -12,8 +12,8 @@
 namespace accord {
 
 caf::actor coordinator_of(const DistributedSession& session);
-// Rank `rank`'s agreement actor (0 <= rank < session.ranks()), for tests
+// Rank `rank`'s actor (0 <= rank < session.ranks()), for tests
 // and fault scenarios that speak the protocol to a rank directly.
-caf::actor rank_agreement_of(const DistributedSession& session, int rank);
+caf::actor rank_actor_of(const DistributedSession& session, int rank);
 
 }  // namespace accord

@@ -16,25 +16,24 @@ namespace accord {
 
 namespace {
 
-// The reply to an assignment: an empty failure and the rank's agreement
-// actor, or why the node refused.
+// The reply to an assignment: an empty failure and the rank's actor, or why
+// the node refused.
 using AssignReply = std::tuple<std::string, caf::actor>;
 
 struct NodeState {
   NodeOptions options;
   std::string identity;  // of options.model, once loaded
-  RankActors rank;       // the rank this node runs, or none
+  caf::actor rank;       // the rank this node runs, or none
   caf::actor coordinator;
 };
 
 using NodeActor = caf::stateful_actor<NodeState>;
 
-// Stops the rank this node runs, if any. Its execution, state and cache
-// actors are linked to the agreement actor and go with it.
+// Stops the rank this node runs, if any.
 void release_rank(NodeActor* self) {
   auto& s = self->state;
-  if (!s.rank.agreement) return;
-  self->send_exit(s.rank.agreement, caf::exit_reason::user_shutdown);
+  if (!s.rank) return;
+  self->send_exit(s.rank, caf::exit_reason::user_shutdown);
   self->demonitor(s.coordinator);
   s.rank = {};
   s.coordinator = caf::actor{};
@@ -86,7 +85,41 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, const NodeAs
       [model](RankWorker* worker) { delete worker; });
 }
 
-Result<RankActors> start_rank(NodeActor* self, const NodeAssignment& assignment, const caf::actor& coordinator) {
+// Asks `rank` and answers the request being handled with what it said.
+template <class Reply, class... Ts>
+caf::typed_response_promise<Reply> ask(caf::event_based_actor* self, const caf::actor& rank, Ts&&... message) {
+  auto promise = self->make_response_promise<Reply>();
+  self->request(rank, caf::infinite, std::forward<Ts>(message)...)
+      .then([=](Reply& reply) mutable { promise.deliver(std::move(reply)); },
+            [=](caf::error& error) mutable { promise.deliver(std::move(error)); });
+  return promise;
+}
+
+// What other processes see of the rank: a scheduled actor that hands every
+// message to the detached rank actor and answers requests itself, for the
+// reason front_actor below gives (issue 16). The rank actor sends its own
+// messages without a sender. The front goes down when the rank does (an
+// `exit` fault), so the coordinator's monitor sees it; the rank goes when
+// the front does.
+caf::behavior rank_front(caf::event_based_actor* self, caf::actor rank) {
+  self->attach_functor([rank] { caf::anon_send_exit(rank, caf::exit_reason::user_shutdown); });
+  self->monitor(rank);
+  self->set_down_handler([=](caf::down_msg& down) { self->quit(down.reason); });
+  auto pass = [=](auto&&... message) { self->send(rank, std::forward<decltype(message)>(message)...); };
+  return {
+      [=](PhaseBegin& begin) { pass(std::move(begin)); },
+      [=](PhaseDecision& decision) { pass(std::move(decision)); },
+      [=](RouteTransfer& transfer) { pass(std::move(transfer)); },
+      [=](SamplingResult& sampled) { pass(std::move(sampled)); },
+      [=](PredictionTargetHidden& capture) { pass(std::move(capture)); },
+      [=](topology_atom topology, std::vector<caf::actor>& ranks) { pass(topology, std::move(ranks)); },
+      [=](rank_state_atom state) { return ask<RankStateReport>(self, rank, state); },
+      [=](dropped_atom dropped) { return ask<std::vector<std::uint64_t>>(self, rank, dropped); },
+      [=](faults_atom faults, std::vector<Fault>& plan) { return ask<bool>(self, rank, faults, std::move(plan)); },
+  };
+}
+
+Result<caf::actor> start_rank(NodeActor* self, const NodeAssignment& assignment, const caf::actor& coordinator) {
   if (Status ok = ensure_model(self, assignment); !ok) return ok.error();
   auto worker = make_worker(self->state, assignment);
   if (!worker) return worker.error();
@@ -96,7 +129,9 @@ Result<RankActors> start_rank(NodeActor* self, const NodeAssignment& assignment,
   RankOptions options;
   options.faults = assignment.faults;
   options.phase_timeout = std::chrono::milliseconds(assignment.phase_timeout_ms);
-  return spawn_rank(self->system(), std::move(*worker), assignment.session, coordinator, options);
+  const caf::actor rank = spawn_rank(self->system(), std::move(*worker), assignment.session,
+                                     static_cast<RankId>(assignment.unit_counts.size()), coordinator, options);
+  return self->system().spawn(rank_front, rank);
 }
 
 // --- node: the node's own work, on its own thread --------------------------
@@ -131,7 +166,7 @@ caf::behavior node_actor(NodeActor* self, NodeOptions options) {
         self->monitor(s.coordinator);
         spdlog::info("{}: runs rank {} of {} of session {:x}", s.options.name, assignment.rank,
                      assignment.unit_counts.size(), assignment.session);
-        return {std::string(), s.rank.agreement};
+        return {std::string(), s.rank};
       },
   };
 }
@@ -161,8 +196,8 @@ caf::behavior front_actor(caf::event_based_actor* self, caf::actor node) {
       [=](name_atom name, std::string& text) { self->send(node, name, std::move(text)); },
       [=](assign_atom assign, NodeAssignment& assignment, caf::actor& coordinator) {
         auto reply = self->make_response_promise<std::string, caf::actor>();
-        auto answer = [=](std::string& failure, caf::actor& agreement) mutable {
-          reply.deliver(std::move(failure), std::move(agreement));
+        auto answer = [=](std::string& failure, caf::actor& rank) mutable {
+          reply.deliver(std::move(failure), std::move(rank));
         };
         auto fail = [=](caf::error& error) mutable { reply.deliver(std::move(error)); };
         self->request(node, caf::infinite, assign, std::move(assignment), std::move(coordinator)).then(answer, fail);

@@ -3,7 +3,7 @@
 // actors"). Its node actor, published with CAF's middleman, waits for an
 // assignment (messages/node_api.hpp), loads the model, checks its
 // identity, spawns the rank's actors (actors/rank_actors.hpp) and answers
-// with the rank's agreement actor.
+// with the rank's actor.
 //
 // The actor to publish is a scheduled front; the work runs in a detached
 // actor behind it that never leaves the process. No other node may hold a
@@ -33,7 +33,7 @@ struct NodeOptions {
 
 // Spawns the node actor and returns its front, the actor to publish. It
 // answers (assign_atom, NodeAssignment, coordinator) with (failure,
-// agreement actor): an empty failure and the rank's agreement actor, or why
+// agreement actor): an empty failure and the rank's actor, or why
 // the node refused and no actor; (name_atom, name) renames it. It logs with
 // spdlog. Exiting it stops the node and the rank it runs.
 caf::actor spawn_node(caf::actor_system& system, NodeOptions options);

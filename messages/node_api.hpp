@@ -1,7 +1,7 @@
 // What a coordinator tells a node (`accord node`) so that the node becomes
 // one rank of its session (docs/protocol.md, "Remote ranks"). It is sent
-// with the coordinator's actor; the node answers with its rank's agreement
-// actor, or with why it refuses.
+// with the coordinator's actor; the node answers with its rank's actor,
+// or with why it refuses.
 #pragma once
 
 #include <cstdint>

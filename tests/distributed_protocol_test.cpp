@@ -46,10 +46,10 @@ TEST(DistributedProtocol, StaleAndForeignMessagesAreDroppedAndCounted) {
 
   // Each arrives before the next decode's first message at the same actor.
   caf::anon_send(coordinator_of(*session), PhaseStatus{id, 1, phase_id(Execution), 0, true, {}, {}});
-  caf::anon_send(rank_agreement_of(*session, 1), PhaseBegin{id, 2, phase_id(StateCheckpoint), StepTokens{{5}}, {}});
-  caf::anon_send(rank_agreement_of(*session, 2),
+  caf::anon_send(rank_actor_of(*session, 1), PhaseBegin{id, 2, phase_id(StateCheckpoint), StepTokens{{5}}, {}});
+  caf::anon_send(rank_actor_of(*session, 2),
                  RouteTransfer{id, 1, {1, 2}, WireTensor{{1, model.config().dim}, std::vector<float>(64)}});
-  caf::anon_send(rank_agreement_of(*session, 0), PhaseBegin{id + 1, 9, phase_id(StateCheckpoint), {}, {}});
+  caf::anon_send(rank_actor_of(*session, 0), PhaseBegin{id + 1, 9, phase_id(StateCheckpoint), {}, {}});
 
   auto step = session->decode(406);
   ASSERT_TRUE(step) << step.error().message();

@@ -31,6 +31,7 @@
 #include "runtime/agreement/dropped_messages.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/session/partition.hpp"
+#include "runtime/fault/fault_plan.hpp"
 #include "runtime/session/rank_worker.hpp"
 #include "tests/support.hpp"
 
@@ -94,10 +95,12 @@ caf::behavior scripted_rank(caf::event_based_actor* self, std::shared_ptr<RankLo
 struct CallerLog {
   std::vector<TransactionReply> replies;
   std::vector<std::uint64_t> dropped;
+  RankStateReport state;
 };
 
-// Forwards a TransactionRequest or dropped_atom to `target` (a coordinator
-// or a rank's agreement actor) as a request and records the answer.
+// Forwards a TransactionRequest, dropped_atom or rank_state_atom to
+// `target` (a coordinator or a rank's actor) as a request and records the
+// answer.
 caf::behavior caller(caf::event_based_actor* self, caf::actor target, std::shared_ptr<CallerLog> log) {
   return {
       [=](const TransactionRequest& request) {
@@ -108,6 +111,11 @@ caf::behavior caller(caf::event_based_actor* self, caf::actor target, std::share
       [=](dropped_atom) {
         self->request(target, caf::infinite, dropped_atom::value).then([=](std::vector<std::uint64_t>& counts) {
           log->dropped = std::move(counts);
+        });
+      },
+      [=](rank_state_atom) {
+        self->request(target, caf::infinite, rank_state_atom::value).then([=](RankStateReport& state) {
+          log->state = std::move(state);
         });
       },
   };
@@ -529,8 +537,11 @@ TEST_P(CoordinatorDropTest, AcknowledgementsBeforeTheAbortDuplicatedOrAfterItAre
 }
 
 // ---------------------------------------------------------------------------
-// A rank's agreement actor, spawned by spawn_rank with its local work
-// event-based, against a scripted coordinator and scripted other ranks
+// A rank's actor, spawned by spawn_rank on the test's scheduler, against a
+// scripted coordinator and scripted other ranks. Its local work runs inside
+// its message handlers; a `delay` fault holds it back until the test sends
+// the delayed_atom the actor's timer would, so "while the local work runs"
+// is a state the test controls.
 
 // What the scripted coordinator received from the rank.
 struct CoordinatorLog {
@@ -549,29 +560,30 @@ caf::behavior scripted_coordinator(caf::event_based_actor* self, std::shared_ptr
 
 const std::vector<int> kTokens = {1, 403, 407};
 
-// Rank `rank` of `ranks` of the stories model: its real actors, over a
-// real RankWorker, with a scripted coordinator and scripted other ranks.
+// Rank `rank` of `ranks` of the stories model: its real actor, over a real
+// RankWorker, with a scripted coordinator and scripted other ranks.
 class RankUnderTest {
  public:
-  RankUnderTest(const Model& model, int rank, int ranks)
-      : worker_(std::make_shared<RankWorker>(model, std::make_shared<cpu::ThreadPool>(1), *Partition::balanced(model.config().n_layers, ranks), rank,
-                                             model_identity(model))) {
+  RankUnderTest(const Model& model, int rank, int ranks, std::vector<Fault> faults = {}) {
+    auto worker = std::make_shared<RankWorker>(model, std::make_shared<cpu::ThreadPool>(1),
+                                               *Partition::balanced(model.config().n_layers, ranks), rank,
+                                               model_identity(model));
     coordinator_ = sys_.system.spawn(scripted_coordinator, log_);
     RankOptions options;
-    options.detach_local_work = false;
-    actors_ = spawn_rank(sys_.system, worker_, kSession, coordinator_, options);
+    options.faults = std::move(faults);
+    options.detached = false;
+    actor_ = spawn_rank(sys_.system, std::move(worker), kSession, static_cast<RankId>(ranks), coordinator_, options);
     std::vector<caf::actor> topology;
     for (int r = 0; r < ranks; ++r) {
-      topology.push_back(r == rank ? actors_.agreement : sys_.system.spawn(scripted_rank, std::make_shared<RankLog>()));
+      topology.push_back(r == rank ? actor_ : sys_.system.spawn(scripted_rank, std::make_shared<RankLog>()));
     }
     others_ = topology;
-    caf::anon_send(actors_.agreement, topology_atom::value, std::move(topology));
-    prober_ = sys_.system.spawn(caller, actors_.agreement, prober_log_);
+    caf::anon_send(actor_, topology_atom::value, std::move(topology));
+    prober_ = sys_.system.spawn(caller, actor_, prober_log_);
     sys_.deliver();
   }
 
   ~RankUnderTest() {
-    // The agreement actor's helpers are linked to it and go with it.
     for (const auto& actor : others_) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
     for (const auto& actor : {coordinator_, prober_}) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
     sys_.deliver();
@@ -582,31 +594,25 @@ class RankUnderTest {
 
   const std::vector<PhaseStatus>& statuses() const { return log_->statuses; }
   const std::vector<AbortAcknowledgement>& acknowledgements() const { return log_->acknowledgements; }
-  const RankWorker& worker() const { return *worker_; }
 
-  // Puts `message` into the agreement actor's mailbox as the coordinator's,
-  // without running anything.
-  template <class Message>
-  void post(Message message) {
-    caf::send_as(coordinator_, actors_.agreement, std::move(message));
-  }
-  // Posts it and runs everything that follows.
+  // Sends `message` as the coordinator's and runs everything that follows.
   template <class Message>
   void send(Message message) {
-    post(std::move(message));
+    caf::send_as(coordinator_, actor_, std::move(message));
     sys_.deliver();
   }
-  // The agreement actor handles the next message in its mailbox, and
-  // nothing else runs: what it asked of its helpers waits.
-  void run_agreement_once() {
-    ASSERT_TRUE(sys_.scheduler.prioritize(actors_.agreement));
-    sys_.scheduler.run_once();
+  // The rank's timer fires: the local work a `delay` fault held back in
+  // `epoch` runs now.
+  void release_held_back(Epoch epoch) {
+    caf::anon_send(actor_, delayed_atom::value, epoch);
+    sys_.deliver();
   }
-  void deliver() { sys_.deliver(); }
 
-  // Whether a message waits for the rank's execution or state actor.
-  bool execution_has_mail() const { return has_mail(actors_.execution); }
-  bool state_has_mail() const { return has_mail(actors_.state); }
+  RankStateReport state() {
+    caf::anon_send(prober_, rank_state_atom::value);
+    sys_.deliver();
+    return prober_log_->state;
+  }
 
   DroppedMessages dropped() {
     caf::anon_send(prober_, dropped_atom::value);
@@ -615,18 +621,11 @@ class RankUnderTest {
   }
 
  private:
-  // Peeks at the actor's mailbox, as CAF's test DSL does.
-  template <class Handle>
-  static bool has_mail(const Handle& actor) {
-    return caf::actor_cast<caf::abstract_actor*>(actor)->peek_at_next_mailbox_element() != nullptr;
-  }
-
   DeterministicSystem sys_;
-  std::shared_ptr<RankWorker> worker_;
   std::shared_ptr<CoordinatorLog> log_ = std::make_shared<CoordinatorLog>();
   caf::actor coordinator_;
-  RankActors actors_;
-  std::vector<caf::actor> others_;  // the scripted ranks, and the agreement actor in its place
+  caf::actor actor_;
+  std::vector<caf::actor> others_;  // the scripted ranks, and the rank's actor in its place
   caf::actor prober_;
   std::shared_ptr<CallerLog> prober_log_ = std::make_shared<CallerLog>();
 };
@@ -667,48 +666,42 @@ class RankOrderTest : public ::testing::Test {
 };
 
 TEST_F(RankOrderTest, AnAbortWhileTheLocalWorkRunsRestoresOnlyAfterTheWorkFinished) {
-  RankUnderTest rank(model(), 0, 2);
-  const std::string committed = rank.worker().digest();
+  RankUnderTest rank(model(), 0, 2, {*parse_fault("0:BoundarySourceCompletion(0->1):delay")});
+  const std::string committed = rank.state().digest;
   agree(rank, 0, 1, phase_id(StateCheckpoint), StepTokens{kTokens});
-  // Rank 0 runs its units for the route: the agreement actor hands them to
-  // the execution actor, and the abort overtakes the execution's answer.
-  rank.post(begin(1, kCompletion01));
-  rank.run_agreement_once();
-  rank.post(decision(1, kCompletion01, Decision::abort, rank_error(1)));
-  rank.run_agreement_once();
+  // Rank 0's units for the route are held back, and the abort overtakes them.
+  rank.send(begin(1, kCompletion01));
+  rank.send(decision(1, kCompletion01, Decision::abort, rank_error(1)));
   // The abort is noted, but the restore waits: the units have not run yet,
   // and a restore under them would be undone by their writes.
-  EXPECT_TRUE(rank.execution_has_mail());
-  EXPECT_FALSE(rank.state_has_mail());
-  rank.deliver();
+  EXPECT_TRUE(rank.acknowledgements().empty());
+  rank.release_held_back(1);
   // The units' status no longer matters and is not sent; their result was
   // awaited, so it is not counted late.
   EXPECT_EQ(rank.statuses().size(), 1u);
   ASSERT_EQ(rank.acknowledgements().size(), 1u);
   EXPECT_TRUE(rank.acknowledgements()[0].restored) << rank.acknowledgements()[0].error_message;
-  EXPECT_EQ(rank.worker().digest(), committed);
+  EXPECT_EQ(rank.state().digest, committed);
   expect_dropped(rank.dropped(), {});
 }
 
 TEST_F(RankOrderTest, AProceedWhileTheLocalWorkRunsIsOutOfOrderAndTheStatusStillGoes) {
-  RankUnderTest rank(model(), 0, 2);
-  rank.post(begin(1, phase_id(StateCheckpoint), StepTokens{kTokens}));
-  rank.run_agreement_once();
-  rank.post(decision(1, phase_id(StateCheckpoint), Decision::proceed));
-  rank.run_agreement_once();
+  RankUnderTest rank(model(), 0, 2, {*parse_fault("0:StateCheckpoint:delay")});
+  rank.send(begin(1, phase_id(StateCheckpoint), StepTokens{kTokens}));
+  rank.send(decision(1, phase_id(StateCheckpoint), Decision::proceed));
   EXPECT_TRUE(rank.statuses().empty());
-  rank.deliver();
+  rank.release_held_back(1);
   ASSERT_EQ(rank.statuses().size(), 1u);
   EXPECT_EQ(rank.statuses()[0], ok_from(0, 1, phase_id(StateCheckpoint)));
   expect_dropped(rank.dropped(), {{DropReason::out_of_order, 1}});
 }
 
 TEST_F(RankOrderTest, ADuplicatedBeginRunsTheLocalWorkOnce) {
-  RankUnderTest rank(model(), 0, 2);
+  RankUnderTest rank(model(), 0, 2, {*parse_fault("0:StateCheckpoint:delay")});
   const PhaseBegin checkpoint = begin(1, phase_id(StateCheckpoint), StepTokens{kTokens});
-  rank.post(checkpoint);
-  rank.post(checkpoint);  // while the work runs
-  rank.deliver();
+  rank.send(checkpoint);
+  rank.send(checkpoint);  // while the work is held back
+  rank.release_held_back(1);
   rank.send(checkpoint);  // after the status went
   EXPECT_EQ(rank.statuses(), std::vector<PhaseStatus>{ok_from(0, 1, phase_id(StateCheckpoint))});
   expect_dropped(rank.dropped(), {{DropReason::duplicate, 2}});

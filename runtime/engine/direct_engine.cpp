@@ -43,7 +43,7 @@ struct DirectEngine::State {
   };
 
   struct Rank {
-    Rank(State& engine, RankId r, std::unique_ptr<RankWorker> worker, const std::vector<Fault>& faults)
+    Rank(State& engine, RankId r, std::shared_ptr<RankWorker> worker, const std::vector<Fault>& faults)
         : outbox(engine, r),
           node(std::move(worker), engine.session, static_cast<RankId>(engine.partition.ranks()), faults, outbox) {}
 
@@ -65,7 +65,7 @@ struct DirectEngine::State {
 
   std::unique_ptr<Rank> make_rank(int r, const std::vector<Fault>& faults) {
     auto rank = std::make_unique<Rank>(*this, static_cast<RankId>(r),
-                                       std::make_unique<RankWorker>(model, pool, partition, r, model_identity), faults);
+                                       std::make_shared<RankWorker>(model, pool, partition, r, model_identity), faults);
     rank->node.lend_observer(observer);
     rank->node.set_phase_hook(hook);
     return rank;

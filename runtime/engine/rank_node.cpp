@@ -17,7 +17,7 @@ bool holds_for(const std::optional<Data>& data, const RunPhase& run) {
 
 }  // namespace
 
-RankNode::RankNode(std::unique_ptr<RankWorker> worker, SessionId session, RankId rank_count,
+RankNode::RankNode(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count,
                    const std::vector<Fault>& plan, RankOutbox& outbox)
     : worker_(std::move(worker)),
       cache_(worker_->shard_identity()),

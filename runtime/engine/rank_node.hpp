@@ -62,8 +62,10 @@ class RankOutbox {
 
 class RankNode {
  public:
-  // Rank worker->rank() of `rank_count`, with its share of `plan`.
-  RankNode(std::unique_ptr<RankWorker> worker, SessionId session, RankId rank_count, const std::vector<Fault>& plan,
+  // Rank worker->rank() of `rank_count`, with its share of `plan`. The
+  // node is the worker's only holder (a shared_ptr, so that its deleter may
+  // keep the model alive: actors/node.cpp).
+  RankNode(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count, const std::vector<Fault>& plan,
            RankOutbox& outbox);
 
   void receive(const PhaseBegin& begin);
@@ -108,7 +110,7 @@ class RankNode {
   void keep(SamplingResult sampled) { sampled_ = sampled; }
   void keep(PredictionTargetHidden capture) { capture_ = std::move(capture); }
 
-  std::unique_ptr<RankWorker> worker_;
+  std::shared_ptr<RankWorker> worker_;
   RankPromptCache cache_;
   RankAgreement machine_;
   SessionId session_;
