@@ -67,8 +67,8 @@ int node_threads(const NodeState& s, int requested) {
   return limit;
 }
 
-// The rank's worker; it keeps the model it reads alive, since a rank's
-// detached execution actor may outlive the node actor at shutdown.
+// The rank's worker; it keeps the model it reads alive, since the rank's
+// actor may outlive the node actor at shutdown.
 Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, const NodeAssignment& assignment) {
   const std::vector<int> counts(assignment.unit_counts.begin(), assignment.unit_counts.end());
   auto partition = Partition::from_counts(s.options.model->config().n_layers, counts);
@@ -85,40 +85,6 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, const NodeAs
       [model](RankWorker* worker) { delete worker; });
 }
 
-// Asks `rank` and answers the request being handled with what it said.
-template <class Reply, class... Ts>
-caf::typed_response_promise<Reply> ask(caf::event_based_actor* self, const caf::actor& rank, Ts&&... message) {
-  auto promise = self->make_response_promise<Reply>();
-  self->request(rank, caf::infinite, std::forward<Ts>(message)...)
-      .then([=](Reply& reply) mutable { promise.deliver(std::move(reply)); },
-            [=](caf::error& error) mutable { promise.deliver(std::move(error)); });
-  return promise;
-}
-
-// What other processes see of the rank: a scheduled actor that hands every
-// message to the detached rank actor and answers requests itself, for the
-// reason front_actor below gives (issue 16). The rank actor sends its own
-// messages without a sender. The front goes down when the rank does (an
-// `exit` fault), so the coordinator's monitor sees it; the rank goes when
-// the front does.
-caf::behavior rank_front(caf::event_based_actor* self, caf::actor rank) {
-  self->attach_functor([rank] { caf::anon_send_exit(rank, caf::exit_reason::user_shutdown); });
-  self->monitor(rank);
-  self->set_down_handler([=](caf::down_msg& down) { self->quit(down.reason); });
-  auto pass = [=](auto&&... message) { self->send(rank, std::forward<decltype(message)>(message)...); };
-  return {
-      [=](PhaseBegin& begin) { pass(std::move(begin)); },
-      [=](PhaseDecision& decision) { pass(std::move(decision)); },
-      [=](RouteTransfer& transfer) { pass(std::move(transfer)); },
-      [=](SamplingResult& sampled) { pass(std::move(sampled)); },
-      [=](PredictionTargetHidden& capture) { pass(std::move(capture)); },
-      [=](topology_atom topology, std::vector<caf::actor>& ranks) { pass(topology, std::move(ranks)); },
-      [=](rank_state_atom state) { return ask<RankStateReport>(self, rank, state); },
-      [=](dropped_atom dropped) { return ask<std::vector<std::uint64_t>>(self, rank, dropped); },
-      [=](faults_atom faults, std::vector<Fault>& plan) { return ask<bool>(self, rank, faults, std::move(plan)); },
-  };
-}
-
 Result<caf::actor> start_rank(NodeActor* self, const NodeAssignment& assignment, const caf::actor& coordinator) {
   if (Status ok = ensure_model(self, assignment); !ok) return ok.error();
   auto worker = make_worker(self->state, assignment);
@@ -129,9 +95,8 @@ Result<caf::actor> start_rank(NodeActor* self, const NodeAssignment& assignment,
   RankOptions options;
   options.faults = assignment.faults;
   options.phase_timeout = std::chrono::milliseconds(assignment.phase_timeout_ms);
-  const caf::actor rank = spawn_rank(self->system(), std::move(*worker), assignment.session,
-                                     static_cast<RankId>(assignment.unit_counts.size()), coordinator, options);
-  return self->system().spawn(rank_front, rank);
+  return spawn_rank(self->system(), std::move(*worker), assignment.session,
+                    static_cast<RankId>(assignment.unit_counts.size()), coordinator, options);
 }
 
 // --- node: the node's own work, on its own thread --------------------------

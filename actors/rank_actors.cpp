@@ -9,9 +9,7 @@ namespace accord {
 
 namespace {
 
-// What the rank's node sends, as CAF messages. They go without a sender:
-// nobody answers them, and a remote receiver would otherwise hold a proxy
-// of this detached actor (see rank_front in actors/node.cpp).
+// What the rank's node sends, as CAF messages.
 class ActorOutbox final : public RankOutbox {
  public:
   // A `delay` fault holds local work back for `fault_delay`.
@@ -21,14 +19,14 @@ class ActorOutbox final : public RankOutbox {
   void set_ranks(std::vector<caf::actor> ranks) { ranks_ = std::move(ranks); }
 
   void to_coordinator(RankReport report) override {
-    std::visit([&](auto& message) { caf::anon_send(coordinator_, std::move(message)); }, report);
+    std::visit([&](auto& message) { self_->send(coordinator_, std::move(message)); }, report);
   }
 
   // Before the topology came there is no one to send to; the phase then
   // waits for nothing that could arrive, and its deadline aborts it.
   void to_rank(RankId rank, PeerData data) override {
     if (rank >= ranks_.size()) return;
-    std::visit([&](auto& message) { caf::anon_send(ranks_[rank], std::move(message)); }, data);
+    std::visit([&](auto& message) { self_->send(ranks_[rank], std::move(message)); }, data);
   }
 
   void hold_back(Epoch epoch) override { self_->delayed_send(self_, fault_delay_, delayed_atom::value, epoch); }
@@ -80,10 +78,6 @@ caf::behavior rank_actor(RankActor* self, std::shared_ptr<RankWorker> worker, Se
 
 caf::actor spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
                       RankId rank_count, caf::actor coordinator, const RankOptions& options) {
-  if (options.detached) {
-    return system.spawn<caf::detached>(rank_actor, std::move(worker), session, rank_count, std::move(coordinator),
-                                       options);
-  }
   return system.spawn(rank_actor, std::move(worker), session, rank_count, std::move(coordinator), options);
 }
 

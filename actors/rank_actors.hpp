@@ -6,9 +6,13 @@
 // acknowledgements to the coordinator, activations, samples and captures
 // to the other ranks. Nothing else touches the rank's state.
 //
-// It runs detached, on a thread of its own: the rank's compute and its
-// prompt-cache I/O block only that thread, never a scheduler thread and
-// with it other actors.
+// It runs on CAF's scheduler, and its local work runs inside its message
+// handlers: a compute phase holds one scheduler thread for its duration.
+// A pipeline with one sequence computes on one rank at a time, so the
+// other threads keep the protocol moving; and a message between actors on
+// the scheduler goes into the sending thread's own queue, where a detached
+// actor's would wake a thread for every phase of every rank (measured in
+// bench/README.md, "Ranks (issue 13)").
 #pragma once
 
 #include <caf/actor.hpp>
@@ -40,10 +44,6 @@ namespace accord {
 struct RankOptions {
   std::vector<Fault> faults;  // the session's plan; the rank keeps its own entries
   std::chrono::milliseconds phase_timeout{5000};
-  // Only tests on CAF's deterministic scheduler turn this off
-  // (tests/order_faults_test.cpp): there a detached actor would run outside
-  // the test's control.
-  bool detached = true;
 };
 
 // Spawns the rank actor over `worker`, rank worker->rank() of `rank_count`,

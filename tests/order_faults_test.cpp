@@ -571,7 +571,6 @@ class RankUnderTest {
     coordinator_ = sys_.system.spawn(scripted_coordinator, log_);
     RankOptions options;
     options.faults = std::move(faults);
-    options.detached = false;
     actor_ = spawn_rank(sys_.system, std::move(worker), kSession, static_cast<RankId>(ranks), coordinator_, options);
     std::vector<caf::actor> topology;
     for (int r = 0; r < ranks; ++r) {
