@@ -15,38 +15,38 @@ namespace {
 struct CoordinatorState {
   std::unique_ptr<TransactionDriver> driver;
   CoordinatorOptions options;
-  std::vector<caf::actor> ranks;
+  std::vector<RankActor> ranks;
   // A tick is on its way. The timer runs only while a phase or an abort is
   // being agreed on, so an idle session wakes no thread.
   bool ticking = false;
   caf::actor_clock::time_point tick_due;  // when the tick on its way is due
-  caf::response_promise promise;          // the open transaction's, while the driver is busy
+  caf::typed_response_promise<TransactionReply> promise;  // the open transaction's, while the driver is busy
 };
 
-using CoordinatorActor = caf::stateful_actor<CoordinatorState>;
+using CoordinatorPointer = CoordinatorActor::stateful_pointer<CoordinatorState>;
 
 // Sends what the driver has for the ranks and the caller; true when there
 // was anything.
-bool pump(CoordinatorActor* self) {
+bool pump(CoordinatorPointer self) {
   auto& s = self->state;
   DriverReady ready = s.driver->take_ready();
   const bool anything = !ready.messages.empty() || ready.reply.has_value();
   for (auto& message : ready.messages) {
-    const caf::actor& rank = s.ranks.at(message.to);
+    const RankActor& rank = s.ranks.at(message.to);
     std::visit([&](auto& m) { self->send(rank, std::move(m)); }, message.message);
   }
   if (ready.reply) s.promise.deliver(std::move(*ready.reply));
   if (!s.ticking && s.driver->agreeing()) {
     s.ticking = true;
     s.tick_due = self->clock().now() + s.options.tick;
-    self->delayed_send(self, s.options.tick, tick_atom::value);
+    self->delayed_send(caf::actor_cast<CoordinatorActor>(self), s.options.tick, tick_atom::value);
   }
   return anything;
 }
 
 // A loaded machine delivers ticks late; counting the periods that really
 // passed keeps the deadlines in wall time rather than in ticks received.
-void on_tick(CoordinatorActor* self) {
+void on_tick(CoordinatorPointer self) {
   auto& s = self->state;
   s.ticking = false;
   const auto late = self->clock().now() - s.tick_due;
@@ -63,14 +63,14 @@ void on_tick(CoordinatorActor* self) {
 // to a rank keep their order, so each rank has applied every decision the
 // coordinator sent before it answers. A rank that does not answer gets a
 // report with an empty digest.
-void collect_rank_states(CoordinatorActor* self) {
+void collect_rank_states(CoordinatorPointer self) {
   struct Collection {
-    caf::response_promise promise;
+    caf::typed_response_promise<std::vector<RankStateReport>> promise;
     std::vector<RankStateReport> reports;
     std::size_t missing = 0;
   };
   auto collection = std::make_shared<Collection>();
-  collection->promise = self->make_response_promise();
+  collection->promise = self->make_response_promise<std::vector<RankStateReport>>();
   collection->reports.resize(self->state.ranks.size());
   collection->missing = self->state.ranks.size();
   auto answered = [collection] {
@@ -86,8 +86,8 @@ void collect_rank_states(CoordinatorActor* self) {
   }
 }
 
-caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankId rank_count,
-                                CoordinatorOptions options) {
+CoordinatorActor::behavior_type coordinator_actor(CoordinatorPointer self, SessionId session, RankId rank_count,
+                                                  CoordinatorOptions options) {
   auto& s = self->state;
   s.driver = std::make_unique<TransactionDriver>(session, rank_count, options.agreement);
   s.options = options;
@@ -104,21 +104,23 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
     pump(self);
   };
   return {
-      [=](restart_atom, RankId rank, caf::actor agreement) {
+      [=](restart_atom, RankId rank, const caf::actor& actor) {
         auto& st = self->state;
         if (rank >= st.ranks.size()) return;
-        st.ranks[rank] = std::move(agreement);
+        st.ranks[rank] = caf::actor_cast<RankActor>(actor);
         self->monitor(st.ranks[rank]);
         st.driver->rank_up(rank);
       },
       [=](topology_atom, const std::vector<caf::actor>& ranks) {
-        self->state.ranks = ranks;
-        for (const auto& rank : ranks) self->monitor(rank);
+        auto& st = self->state;
+        st.ranks.clear();
+        for (const auto& rank : ranks) st.ranks.push_back(caf::actor_cast<RankActor>(rank));
+        for (const auto& rank : st.ranks) self->monitor(rank);
       },
       [=](const TransactionRequest& request) -> caf::result<TransactionReply> {
         auto& st = self->state;
         if (auto busy = st.driver->start(request)) return std::move(*busy);
-        st.promise = self->make_response_promise();
+        st.promise = self->make_response_promise<TransactionReply>();
         pump(self);
         return caf::delegated<TransactionReply>();
       },
@@ -135,8 +137,8 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
       [=](PredictionTargetHidden& capture) { to_driver(std::move(capture)); },
       [=](const RankCheckpointReport& report) { to_driver(report); },
       [=](const PromptCacheReport& report) { to_driver(report); },
-      [=](dropped_atom) { return self->state.driver->agreement().dropped().counts(); },
-      [=](down_atom) {
+      [=](dropped_atom) -> std::vector<std::uint64_t> { return self->state.driver->agreement().dropped().counts(); },
+      [=](down_atom) -> std::vector<RankId> {
         std::vector<RankId> down;
         for (RankId r = 0; r < self->state.ranks.size(); ++r) {
           if (self->state.driver->agreement().is_down(r)) down.push_back(r);
@@ -154,8 +156,8 @@ caf::behavior coordinator_actor(CoordinatorActor* self, SessionId session, RankI
 
 }  // namespace
 
-caf::actor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
-                             CoordinatorOptions options) {
+CoordinatorActor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
+                                   CoordinatorOptions options) {
   return system.spawn(coordinator_actor, session, rank_count, options);
 }
 

@@ -6,11 +6,11 @@
 // once per transaction, never per phase.
 #pragma once
 
-#include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <chrono>
 #include <vector>
 
+#include "actors/interfaces.hpp"
 #include "messages/protocol.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/agreement/coordinator_agreement.hpp"
@@ -23,10 +23,11 @@ struct CoordinatorOptions {
   AgreementOptions agreement;  // deadlines, in ticks
 };
 
-// Spawns the coordinator of `rank_count` ranks. Send it topology_atom with
-// the ranks' agreement actors (in rank order) before any request. Asked
-// with down_atom, it answers the ranks it saw go down (std::vector<RankId>).
-caf::actor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
+// Spawns the coordinator (CoordinatorActor, actors/interfaces.hpp) of
+// `rank_count` ranks. Send it topology_atom with the ranks' actors (in rank
+// order) before any request. Asked with down_atom, it answers the ranks it
+// saw go down.
+CoordinatorActor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
                              CoordinatorOptions options);
 
 }  // namespace accord

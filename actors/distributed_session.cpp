@@ -81,7 +81,7 @@ StepRequest prediction_target_step(int draft_tokens) {
 // after the reply, before any begin of the next.
 class ObserverLoan {
  public:
-  ObserverLoan(const caf::scoped_actor& caller, const std::vector<caf::actor>& ranks,
+  ObserverLoan(const caf::scoped_actor& caller, const std::vector<RankActor>& ranks,
                std::shared_ptr<StepObserver> observer)
       : caller_(caller), ranks_(observer ? &ranks : nullptr) {
     lend(std::move(observer));
@@ -97,7 +97,7 @@ class ObserverLoan {
   }
 
   const caf::scoped_actor& caller_;
-  const std::vector<caf::actor>* ranks_;
+  const std::vector<RankActor>* ranks_;
 };
 
 SamplingArguments sampling_arguments(const Sampler& sampler, std::span<const int> stop_tokens) {
@@ -136,10 +136,10 @@ struct DistributedSession::Impl {
   caf::actor_system* system = nullptr;
   const Model* model = nullptr;
   SessionId session_id = random_session_id();
-  std::vector<caf::actor> ranks;  // every rank's actor, in rank order (a remote one's proxy)
+  std::vector<RankActor> ranks;  // every rank's actor, in rank order (a remote one's proxy)
   std::shared_ptr<cpu::ThreadPool> pool;             // shared by the in-process ranks
   std::vector<NodeAddress> nodes;  // rank r runs on nodes[r]; empty: every rank in process
-  caf::actor coordinator;
+  CoordinatorActor coordinator;
   // The caller's side of every transaction, made once: creating a scoped
   // actor per call costs a registration and a teardown each time.
   std::optional<caf::scoped_actor> caller;
@@ -165,10 +165,10 @@ struct DistributedSession::Impl {
     // node stops it when the coordinator goes, and an unreachable node must
     // not hold the caller up.
     caf::scoped_actor self{*system};
-    std::vector<caf::actor> local = {coordinator};
+    std::vector<caf::actor> local = {caf::actor_cast<caf::actor>(coordinator)};
     for (const auto& rank : ranks) {
       if (nodes.empty()) {
-        local.push_back(rank);
+        local.push_back(caf::actor_cast<caf::actor>(rank));
       } else if (rank) {
         self->send_exit(rank, caf::exit_reason::user_shutdown);
       }
@@ -205,9 +205,16 @@ struct DistributedSession::Impl {
     for (int r = 0; r < partition->ranks(); ++r) {
       if (Status ok = start_rank(r, layout->options); !ok) return ok;
     }
-    for (const auto& rank : ranks) (*caller)->send(rank, topology_atom::value, ranks);
-    (*caller)->send(coordinator, topology_atom::value, ranks);
+    for (const auto& rank : ranks) (*caller)->send(rank, topology_atom::value, topology());
+    (*caller)->send(coordinator, topology_atom::value, topology());
     return {};
+  }
+
+  // Every rank's actor, in rank order, as the topology message carries them.
+  std::vector<caf::actor> topology() const {
+    std::vector<caf::actor> all;
+    for (const auto& rank : ranks) all.push_back(caf::actor_cast<caf::actor>(rank));
+    return all;
   }
 
   // Starts rank r's actors: in this process, or on its node.
@@ -236,9 +243,9 @@ struct DistributedSession::Impl {
   // outgoing connection's last-seen time at zero, so a heartbeat tick that
   // falls into the handshake drops it with connection_timeout; another
   // attempt then succeeds. Other errors (nothing listens) are final.
-  caf::expected<caf::actor> reach(const NodeAddress& address) const {
+  caf::expected<NodeActor> reach(const NodeAddress& address) const {
     for (int attempt = 1;; ++attempt) {
-      auto node = system->middleman().remote_actor(address.host, address.port);
+      auto node = system->middleman().remote_actor<NodeActor>(address.host, address.port);
       if (node || node.error() != caf::sec::connection_timeout || attempt == kConnectAttempts) return node;
     }
   }
@@ -251,11 +258,12 @@ struct DistributedSession::Impl {
       return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + system->render(node.error()));
     }
     std::optional<Error> failure;
-    (*caller)->request(*node, kNodeSetupTimeout, assign_atom::value, assignment_for(r, options), coordinator)
+    (*caller)->request(*node, kNodeSetupTimeout, assign_atom::value, assignment_for(r, options),
+                       caf::actor_cast<caf::actor>(coordinator))
         .receive(
             [&](std::string& refusal, caf::actor& agreement) {
               if (!refusal.empty()) failure = Error(ErrorCode::architecture, refusal);
-              ranks[static_cast<std::size_t>(r)] = std::move(agreement);
+              ranks[static_cast<std::size_t>(r)] = caf::actor_cast<RankActor>(agreement);
             },
             [&](caf::error& e) {
               failure = Error(ErrorCode::io, describe_node(address, r) + " did not answer: " + system->render(e));
@@ -287,7 +295,7 @@ struct DistributedSession::Impl {
   // prompt-cache writer lock of a save it had open) only once its thread
   // has ended. Waiting for it means a rank started afresh never finds its
   // own predecessor's lock held.
-  void await_exit(const caf::actor& rank) { (*caller)->wait_for(rank); }
+  void await_exit(const RankActor& rank) { (*caller)->wait_for(rank); }
 
   // Starts afresh, with an empty state, every rank whose actors exited (or
   // whose node went away), and tells the coordinator and the other ranks.
@@ -302,11 +310,11 @@ struct DistributedSession::Impl {
       if (Status ok = start_rank(static_cast<int>(r), RankOptions{{}, layout->options.phase_timeout}); !ok) {
         return std::move(Error(ok.error()).mark_before_state_mutation());
       }
-      (*caller)->send(coordinator, restart_atom::value, static_cast<RankId>(r), ranks[r]);
+      (*caller)->send(coordinator, restart_atom::value, static_cast<RankId>(r), caf::actor_cast<caf::actor>(ranks[r]));
       restarted = true;
     }
     if (restarted) {
-      for (const auto& rank : ranks) (*caller)->send(rank, topology_atom::value, ranks);
+      for (const auto& rank : ranks) (*caller)->send(rank, topology_atom::value, topology());
     }
     return {};
   }
@@ -592,9 +600,9 @@ Status DistributedSession::stop_rank(int rank) {
   return {};
 }
 
-caf::actor coordinator_of(const DistributedSession& session) { return session.impl()->coordinator; }
+CoordinatorActor coordinator_of(const DistributedSession& session) { return session.impl()->coordinator; }
 
-caf::actor rank_actor_of(const DistributedSession& session, int rank) {
+RankActor rank_actor_of(const DistributedSession& session, int rank) {
   return session.impl()->ranks.at(static_cast<std::size_t>(rank));
 }
 
@@ -657,7 +665,7 @@ std::uint64_t DistributedSession::successful_state_restoration_generation() cons
 
 Result<DroppedMessageReport> DistributedSession::dropped_messages() const {
   std::string failure;
-  auto ask = [&](const caf::actor& actor) {
+  auto ask = [&](const auto& actor) {
     DroppedMessages dropped;
     (*impl_->caller)->request(actor, std::chrono::seconds(5), dropped_atom::value)
         .receive([&](std::vector<std::uint64_t>& counts) { dropped = DroppedMessages::from_counts(counts); },

@@ -5,15 +5,14 @@
 // distributed_session.hpp.
 #pragma once
 
-#include <caf/actor.hpp>
-
 #include "actors/distributed_session.hpp"
+#include "actors/interfaces.hpp"
 
 namespace accord {
 
-caf::actor coordinator_of(const DistributedSession& session);
+CoordinatorActor coordinator_of(const DistributedSession& session);
 // Rank `rank`'s actor (0 <= rank < session.ranks()), for tests
 // and fault scenarios that speak the protocol to a rank directly.
-caf::actor rank_actor_of(const DistributedSession& session, int rank);
+RankActor rank_actor_of(const DistributedSession& session, int rank);
 
 }  // namespace accord

@@ -23,25 +23,25 @@ using AssignReply = std::tuple<std::string, caf::actor>;
 struct NodeState {
   NodeOptions options;
   std::string identity;  // of options.model, once loaded
-  caf::actor rank;       // the rank this node runs, or none
+  RankActor rank;        // the rank this node runs, or none
   caf::actor coordinator;
 };
 
-using NodeActor = caf::stateful_actor<NodeState>;
+using NodePointer = NodeActor::stateful_pointer<NodeState>;
 
 // Stops the rank this node runs, if any.
-void release_rank(NodeActor* self) {
+void release_rank(NodePointer self) {
   auto& s = self->state;
   if (!s.rank) return;
   self->send_exit(s.rank, caf::exit_reason::user_shutdown);
   self->demonitor(s.coordinator);
-  s.rank = {};
+  s.rank = RankActor{};
   s.coordinator = caf::actor{};
 }
 
 // Loads the model the assignment names unless the node has one; compares
 // identities either way.
-Status ensure_model(NodeActor* self, const NodeAssignment& assignment) {
+Status ensure_model(NodePointer self, const NodeAssignment& assignment) {
   auto& s = self->state;
   if (!s.options.model) {
     auto loaded = Model::load(assignment.model_path);
@@ -85,7 +85,7 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, const NodeAs
       [model](RankWorker* worker) { delete worker; });
 }
 
-Result<caf::actor> start_rank(NodeActor* self, const NodeAssignment& assignment, const caf::actor& coordinator) {
+Result<RankActor> start_rank(NodePointer self, const NodeAssignment& assignment, const caf::actor& coordinator) {
   if (Status ok = ensure_model(self, assignment); !ok) return ok.error();
   auto worker = make_worker(self->state, assignment);
   if (!worker) return worker.error();
@@ -96,14 +96,15 @@ Result<caf::actor> start_rank(NodeActor* self, const NodeAssignment& assignment,
   options.faults = assignment.faults;
   options.phase_timeout = std::chrono::milliseconds(assignment.phase_timeout_ms);
   return spawn_rank(self->system(), std::move(*worker), assignment.session,
-                    static_cast<RankId>(assignment.unit_counts.size()), coordinator, options);
+                    static_cast<RankId>(assignment.unit_counts.size()), caf::actor_cast<CoordinatorActor>(coordinator),
+                    options);
 }
 
 // --- node: the node's own work, on its own thread --------------------------
 // Detached: loading a model and hashing its weights block for as long as
 // the disk takes, which must not stall a scheduler thread and with it the
 // rank's own actors. Only its front talks to it (see front_actor).
-caf::behavior node_actor(NodeActor* self, NodeOptions options) {
+NodeActor::behavior_type node_actor(NodePointer self, NodeOptions options) {
   self->state.options = std::move(options);
   self->set_down_handler([=](caf::down_msg& down) {
     auto& s = self->state;
@@ -131,7 +132,7 @@ caf::behavior node_actor(NodeActor* self, NodeOptions options) {
         self->monitor(s.coordinator);
         spdlog::info("{}: runs rank {} of {} of session {:x}", s.options.name, assignment.rank,
                      assignment.unit_counts.size(), assignment.session);
-        return {std::string(), s.rank};
+        return {std::string(), caf::actor_cast<caf::actor>(s.rank)};
       },
   };
 }
@@ -147,7 +148,7 @@ caf::behavior node_actor(NodeActor* self, NodeOptions options) {
 // mailbox). A detached actor held so is never destroyed, and ~actor_system
 // waits for its thread forever (issue 16); a scheduled one held so is only
 // memory the process gives back as it exits.
-caf::behavior front_actor(caf::event_based_actor* self, caf::actor node) {
+NodeActor::behavior_type front_actor(NodeActor::pointer self, NodeActor node) {
   // However the front ends, the node actor is told to stop, so it releases
   // its rank. A link does not do it: the front drops its behavior, and with
   // it its handle on the node actor, before its links fire; the node actor
@@ -159,7 +160,8 @@ caf::behavior front_actor(caf::event_based_actor* self, caf::actor node) {
   self->set_down_handler([=](caf::down_msg& down) { self->quit(down.reason); });
   return {
       [=](name_atom name, std::string& text) { self->send(node, name, std::move(text)); },
-      [=](assign_atom assign, NodeAssignment& assignment, caf::actor& coordinator) {
+      [=](assign_atom assign, NodeAssignment& assignment,
+          caf::actor& coordinator) -> caf::typed_response_promise<std::string, caf::actor> {
         auto reply = self->make_response_promise<std::string, caf::actor>();
         auto answer = [=](std::string& failure, caf::actor& rank) mutable {
           reply.deliver(std::move(failure), std::move(rank));
@@ -173,7 +175,7 @@ caf::behavior front_actor(caf::event_based_actor* self, caf::actor node) {
 
 }  // namespace
 
-caf::actor spawn_node(caf::actor_system& system, NodeOptions options) {
+NodeActor spawn_node(caf::actor_system& system, NodeOptions options) {
   return system.spawn(front_actor, system.spawn<caf::detached>(node_actor, std::move(options)));
 }
 

@@ -17,11 +17,11 @@
 // assignment for a model of another identity is refused.
 #pragma once
 
-#include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <memory>
 #include <string>
 
+#include "actors/interfaces.hpp"
 #include "runtime/model/model.hpp"
 
 namespace accord {
@@ -36,6 +36,6 @@ struct NodeOptions {
 // agreement actor): an empty failure and the rank's actor, or why
 // the node refused and no actor; (name_atom, name) renames it. It logs with
 // spdlog. Exiting it stops the node and the rank it runs.
-caf::actor spawn_node(caf::actor_system& system, NodeOptions options);
+NodeActor spawn_node(caf::actor_system& system, NodeOptions options);
 
 }  // namespace accord

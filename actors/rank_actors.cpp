@@ -13,10 +13,13 @@ namespace {
 class ActorOutbox final : public RankOutbox {
  public:
   // A `delay` fault holds local work back for `fault_delay`.
-  ActorOutbox(caf::event_based_actor* self, caf::actor coordinator, std::chrono::milliseconds fault_delay)
+  ActorOutbox(RankActor::pointer self, CoordinatorActor coordinator, std::chrono::milliseconds fault_delay)
       : self_(self), coordinator_(std::move(coordinator)), fault_delay_(fault_delay) {}
 
-  void set_ranks(std::vector<caf::actor> ranks) { ranks_ = std::move(ranks); }
+  void set_ranks(const std::vector<caf::actor>& ranks) {
+    ranks_.clear();
+    for (const auto& rank : ranks) ranks_.push_back(caf::actor_cast<RankActor>(rank));
+  }
 
   void to_coordinator(RankReport report) override {
     std::visit([&](auto& message) { self_->send(coordinator_, std::move(message)); }, report);
@@ -29,16 +32,18 @@ class ActorOutbox final : public RankOutbox {
     std::visit([&](auto& message) { self_->send(ranks_[rank], std::move(message)); }, data);
   }
 
-  void hold_back(Epoch epoch) override { self_->delayed_send(self_, fault_delay_, delayed_atom::value, epoch); }
+  void hold_back(Epoch epoch) override {
+    self_->delayed_send(self_, fault_delay_, delayed_atom::value, epoch);
+  }
 
   // The coordinator's monitor sees the rank go down.
   void exit() override { self_->quit(caf::exit_reason::kill); }
 
  private:
-  caf::event_based_actor* self_;
-  caf::actor coordinator_;
+  RankActor::pointer self_;
+  CoordinatorActor coordinator_;
   std::chrono::milliseconds fault_delay_;
-  std::vector<caf::actor> ranks_;  // every rank's actor, in rank order
+  std::vector<RankActor> ranks_;  // every rank's actor, in rank order
 };
 
 struct RankState {
@@ -46,10 +51,9 @@ struct RankState {
   std::unique_ptr<RankNode> node;
 };
 
-using RankActor = caf::stateful_actor<RankState>;
-
-caf::behavior rank_actor(RankActor* self, std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count,
-                         caf::actor coordinator, const RankOptions& options) {
+RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self, std::shared_ptr<RankWorker> worker,
+                                    SessionId session, RankId rank_count, CoordinatorActor coordinator,
+                                    const RankOptions& options) {
   auto& s = self->state;
   // Past the deadline, with room for the abort's acknowledgement (whose
   // deadline is as long again) once the held-back work is done.
@@ -62,22 +66,22 @@ caf::behavior rank_actor(RankActor* self, std::shared_ptr<RankWorker> worker, Se
       [=](RouteTransfer& transfer) { self->state.node->receive(PeerData(std::move(transfer))); },
       [=](const SamplingResult& sampled) { self->state.node->receive(PeerData(sampled)); },
       [=](PredictionTargetHidden& capture) { self->state.node->receive(PeerData(std::move(capture))); },
-      [=](topology_atom, std::vector<caf::actor> ranks) { self->state.outbox->set_ranks(std::move(ranks)); },
+      [=](topology_atom, const std::vector<caf::actor>& ranks) { self->state.outbox->set_ranks(ranks); },
       [=](const LentObserver& lent) { self->state.node->lend_observer(lent.observer); },
-      [=](rank_state_atom) { return self->state.node->state_report(); },
-      [=](faults_atom, const std::vector<Fault>& plan) {
+      [=](rank_state_atom) -> RankStateReport { return self->state.node->state_report(); },
+      [=](faults_atom, const std::vector<Fault>& plan) -> bool {
         self->state.node->set_faults(plan);
         return true;
       },
       [=](delayed_atom, Epoch epoch) { self->state.node->run_held_back(epoch); },
-      [=](dropped_atom) { return self->state.node->dropped().counts(); },
+      [=](dropped_atom) -> std::vector<std::uint64_t> { return self->state.node->dropped().counts(); },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
-                      RankId rank_count, caf::actor coordinator, const RankOptions& options) {
+RankActor spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
+                     RankId rank_count, CoordinatorActor coordinator, const RankOptions& options) {
   return system.spawn(rank_actor, std::move(worker), session, rank_count, std::move(coordinator), options);
 }
 

@@ -15,29 +15,16 @@
 // bench/README.md, "Ranks (issue 13)").
 #pragma once
 
-#include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
-#include <caf/allowed_unsafe_message_type.hpp>
 #include <chrono>
 #include <memory>
 #include <vector>
 
+#include "actors/interfaces.hpp"
 #include "messages/protocol.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/session/observer.hpp"
 #include "runtime/session/rank_worker.hpp"
-
-namespace accord {
-
-// The observer of the steps that begin from now on, lent to an in-process
-// rank by message (nullptr: none). It cannot travel to another process.
-struct LentObserver {
-  std::shared_ptr<StepObserver> observer;
-};
-
-}  // namespace accord
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::LentObserver)
 
 namespace accord {
 
@@ -46,14 +33,12 @@ struct RankOptions {
   std::chrono::milliseconds phase_timeout{5000};
 };
 
-// Spawns the rank actor over `worker`, rank worker->rank() of `rank_count`,
-// its only holder. It reports to `coordinator` and, once told with
-// topology_atom every rank's actor (in rank order), sends its activations
-// to the next rank and, on the output owner, what it samples and captures
-// to every rank. It also answers rank_state_atom (RankStateReport),
-// dropped_atom (DroppedMessages counts), faults_atom (a new plan) and takes
-// a LentObserver.
-caf::actor spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
-                      RankId rank_count, caf::actor coordinator, const RankOptions& options);
+// Spawns the rank actor (RankActor, actors/interfaces.hpp) over `worker`,
+// rank worker->rank() of `rank_count`, its only holder. It reports to
+// `coordinator` and, once told with topology_atom every rank's actor (in
+// rank order), sends its activations to the next rank and, on the output
+// owner, what it samples and captures to every rank.
+RankActor spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
+                     RankId rank_count, CoordinatorActor coordinator, const RankOptions& options);
 
 }  // namespace accord

@@ -148,7 +148,7 @@ class ScriptedCluster {
     }
     ranks_ = rank_actors;
     caf::anon_send(coordinator_, topology_atom::value, std::move(rank_actors));
-    caller_ = sys_.system.spawn(caller, coordinator_, caller_log_);
+    caller_ = sys_.system.spawn(caller, caf::actor_cast<caf::actor>(coordinator_), caller_log_);
     sys_.deliver();
   }
 
@@ -242,7 +242,7 @@ class ScriptedCluster {
 
   DeterministicSystem sys_;
   CoordinatorOptions options_;
-  caf::actor coordinator_;
+  CoordinatorActor coordinator_;
   std::vector<caf::actor> ranks_;
   caf::actor caller_;
   std::vector<std::shared_ptr<RankLog>> logs_;
@@ -571,14 +571,16 @@ class RankUnderTest {
     coordinator_ = sys_.system.spawn(scripted_coordinator, log_);
     RankOptions options;
     options.faults = std::move(faults);
-    actor_ = spawn_rank(sys_.system, std::move(worker), kSession, static_cast<RankId>(ranks), coordinator_, options);
+    actor_ = spawn_rank(sys_.system, std::move(worker), kSession, static_cast<RankId>(ranks),
+                        caf::actor_cast<CoordinatorActor>(coordinator_), options);
     std::vector<caf::actor> topology;
     for (int r = 0; r < ranks; ++r) {
-      topology.push_back(r == rank ? actor_ : sys_.system.spawn(scripted_rank, std::make_shared<RankLog>()));
+      topology.push_back(r == rank ? caf::actor_cast<caf::actor>(actor_)
+                                   : sys_.system.spawn(scripted_rank, std::make_shared<RankLog>()));
     }
     others_ = topology;
     caf::anon_send(actor_, topology_atom::value, std::move(topology));
-    prober_ = sys_.system.spawn(caller, actor_, prober_log_);
+    prober_ = sys_.system.spawn(caller, caf::actor_cast<caf::actor>(actor_), prober_log_);
     sys_.deliver();
   }
 
@@ -623,7 +625,7 @@ class RankUnderTest {
   DeterministicSystem sys_;
   std::shared_ptr<CoordinatorLog> log_ = std::make_shared<CoordinatorLog>();
   caf::actor coordinator_;
-  caf::actor actor_;
+  RankActor actor_;
   std::vector<caf::actor> others_;  // the scripted ranks, and the rank's actor in its place
   caf::actor prober_;
   std::shared_ptr<CallerLog> prober_log_ = std::make_shared<CallerLog>();

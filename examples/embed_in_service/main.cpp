@@ -18,7 +18,7 @@ namespace {
 using generate_atom = caf::atom_constant<caf::atom("generate")>;
 
 struct ServiceState {
-  caf::actor session;  // the coordinator
+  accord::CoordinatorActor session;  // the coordinator
   std::vector<int> generated;
   int remaining = 0;
   caf::response_promise promise;
@@ -48,7 +48,7 @@ void request_step(ServiceActor* self, std::vector<int> tokens) {
 }
 
 // The service's own actor: greedy generation of `count` tokens.
-caf::behavior greedy_service(ServiceActor* self, caf::actor session) {
+caf::behavior greedy_service(ServiceActor* self, accord::CoordinatorActor session) {
   self->state.session = std::move(session);
   return {
       [=](generate_atom, std::vector<int> prompt, int count) {

@@ -1,0 +1,64 @@
+// The typed interfaces of a session's actors (CAF 0.17.6 typed_actor):
+// every message an actor takes, and what it answers, is part of its
+// handle's type, so a message it does not take is refused at compile time.
+// Handles that cross the wire travel untyped (a NodeAssignment's
+// coordinator, the topology's ranks) and are cast back at their ends.
+#pragma once
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "actors/atoms.hpp"
+#include "messages/fault.hpp"
+#include "messages/node_api.hpp"
+#include "messages/protocol.hpp"
+#include "messages/session_api.hpp"
+#include "runtime/session/observer.hpp"
+
+namespace accord {
+
+// The observer of the steps that begin from now on, lent to an in-process
+// rank by message (nullptr: none). It cannot travel to another process.
+struct LentObserver {
+  std::shared_ptr<StepObserver> observer;
+};
+
+}  // namespace accord
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::LentObserver)
+
+namespace accord {
+
+// One rank (actors/rank_actors.hpp). The topology lists every rank's actor
+// in rank order.
+using RankActor = caf::typed_actor<
+    caf::reacts_to<PhaseBegin>, caf::reacts_to<PhaseDecision>, caf::reacts_to<RouteTransfer>,
+    caf::reacts_to<SamplingResult>, caf::reacts_to<PredictionTargetHidden>,
+    caf::reacts_to<topology_atom, std::vector<caf::actor>>, caf::reacts_to<LentObserver>,
+    caf::replies_to<rank_state_atom>::with<RankStateReport>,
+    caf::replies_to<faults_atom, std::vector<Fault>>::with<bool>, caf::reacts_to<delayed_atom, Epoch>,
+    caf::replies_to<dropped_atom>::with<std::vector<std::uint64_t>>>;
+
+// The coordinator (actors/coordinator.hpp): one TransactionRequest in, one
+// TransactionReply out; what ranks send; the topology and restarted ranks;
+// the counters and every rank's state.
+using CoordinatorActor = caf::typed_actor<
+    caf::replies_to<TransactionRequest>::with<TransactionReply>, caf::reacts_to<PhaseStatus>,
+    caf::reacts_to<AbortAcknowledgement>, caf::reacts_to<StepOutput>, caf::reacts_to<SamplingResult>,
+    caf::reacts_to<PredictionTargetHidden>, caf::reacts_to<RankCheckpointReport>, caf::reacts_to<PromptCacheReport>,
+    caf::reacts_to<topology_atom, std::vector<caf::actor>>, caf::reacts_to<restart_atom, RankId, caf::actor>,
+    caf::replies_to<dropped_atom>::with<std::vector<std::uint64_t>>,
+    caf::replies_to<down_atom>::with<std::vector<RankId>>,
+    caf::replies_to<rank_state_atom>::with<std::vector<RankStateReport>>, caf::reacts_to<tick_atom>>;
+
+// A node (actors/node.hpp), as other processes see it: an assignment and
+// the coordinator in, (failure, the rank's actor) out; a name for its logs.
+using NodeActor = caf::typed_actor<
+    caf::replies_to<assign_atom, NodeAssignment, caf::actor>::with<std::string, caf::actor>,
+    caf::reacts_to<name_atom, std::string>>;
+
+}  // namespace accord
