@@ -32,9 +32,9 @@ struct NodeOptions {
 };
 
 // Spawns the node actor and returns its front, the actor to publish. It
-// answers (assign_atom, NodeAssignment, coordinator) with (failure,
-// agreement actor): an empty failure and the rank's actor, or why
-// the node refused and no actor; (name_atom, name) renames it. It logs with
+// answers (assign_atom, NodeAssignment, coordinator) with (failure, rank
+// actor): an empty failure and the rank's actor, or why the node refused
+// and no actor; (name_atom, name) renames it. It logs with
 // spdlog. Exiting it stops the node and the rank it runs.
 NodeActor spawn_node(caf::actor_system& system, NodeOptions options);
 

@@ -146,6 +146,23 @@ std::unique_ptr<accord::DistributedSession> distributed_or_skip(benchmark::State
   return std::move(*created);
 }
 
+// One decode step at the session's position, after a reset once the
+// context is full; false, with the benchmark marked failed, when either
+// fails.
+template <class Session, class Reset>
+bool decode_step(benchmark::State& state, Session& session, const accord::Model& model, Reset reset) {
+  if (session.position() == model.config().seq_len && !reset()) {
+    state.SkipWithError("reset failed");
+    return false;
+  }
+  auto step = session.decode(token_at(session.position(), model.config().vocab_size));
+  if (!step) {
+    state.SkipWithError(step.error().message().c_str());
+    return false;
+  }
+  return true;
+}
+
 // Decode through N in-process ranks of actors (sharing a pool of one thread): tok/s,
 // and the protocol's share of a step (wall time the ranks did not compute).
 void BM_distributed_decode(benchmark::State& state, const Shape& shape) {
@@ -153,17 +170,8 @@ void BM_distributed_decode(benchmark::State& state, const Shape& shape) {
   auto created = distributed_or_skip(state, model);
   if (created == nullptr) return;
   accord::DistributedSession& session = *created;
-  const int context = model->config().seq_len;
   for (auto _ : state) {
-    if (session.position() == context && !session.reset_distributed()) {
-      state.SkipWithError("reset failed");
-      break;
-    }
-    auto step = session.decode(token_at(session.position(), model->config().vocab_size));
-    if (!step) {
-      state.SkipWithError(step.error().message().c_str());
-      break;
-    }
+    if (!decode_step(state, session, *model, [&] { return session.reset_distributed(); })) break;
   }
   const accord::DistributedStats stats = session.stats();
   state.counters["tok"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
@@ -197,17 +205,8 @@ void BM_session_decode(benchmark::State& state, const Shape& shape) {
   if (model == nullptr) return;
   accord::cpu::ThreadPool pool(static_cast<int>(state.range(0)));
   accord::Session session(*model, pool);
-  const int context = model->config().seq_len;
   for (auto _ : state) {
-    if (session.position() == context && !session.reset()) {
-      state.SkipWithError("reset failed");
-      break;
-    }
-    auto step = session.decode(token_at(session.position(), model->config().vocab_size));
-    if (!step) {
-      state.SkipWithError(step.error().message().c_str());
-      break;
-    }
+    if (!decode_step(state, session, *model, [&] { return session.reset(); })) break;
   }
   state.counters["tok"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
 }
