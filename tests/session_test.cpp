@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/sampler.hpp"
 #include "tests/support.hpp"
 
@@ -367,6 +368,34 @@ TEST_F(SessionTest, PredictionTargetStepsCaptureTheFinalHiddenStateOfTheLastRow)
     EXPECT_TRUE(session_.decode(11)) << "plain steps do not run the capture phases";
     session_.set_failure_hook({});
   }
+}
+
+// Fault plans on one rank, without actors (runtime/engine/direct_engine.hpp):
+// each kind aborts the step and leaves the state as it was; a dropped
+// status and a delayed phase abort at the deadline, counted in ticks; an
+// `exit` poisons until a reset starts the rank again.
+TEST_F(SessionTest, FaultPlansWorkOnOneRankWithoutActors) {
+  ASSERT_TRUE(session_.prefill(kPrompt));
+  for (const char* text : {"0:Execution:error", "0:OutputObservation:throw", "0:OutputPublication:drop",
+                           "0:StateCheckpoint:delay", "0:Commit:error"}) {
+    const std::string digest = session_.state_digest();
+    ASSERT_TRUE(session_.inject_faults({*parse_fault(text)}));
+    auto failed = session_.decode(42);
+    ASSERT_FALSE(failed) << text;
+    EXPECT_NE(failed.error().code(), ErrorCode::commit_indeterminate) << text << ": " << failed.error().message();
+    EXPECT_EQ(session_.state_digest(), digest) << text;
+  }
+  ASSERT_TRUE(session_.inject_faults({*parse_fault("0:Execution:exit")}));
+  auto failed = session_.decode(42);
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().code(), ErrorCode::commit_indeterminate);
+  ASSERT_TRUE(failed.error().poison());
+  EXPECT_EQ(failed.error().poison()->rank, 0u);
+  EXPECT_FALSE(session_.decode(42)) << "a poisoned session refuses work";
+  ASSERT_TRUE(session_.reset());
+  EXPECT_EQ(session_.position(), 0);
+  auto again = session_.prefill(kPrompt);
+  ASSERT_TRUE(again) << again.error().message();
 }
 
 }  // namespace

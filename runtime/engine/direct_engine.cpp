@@ -1,6 +1,7 @@
 #include "runtime/engine/direct_engine.hpp"
 
 #include <deque>
+#include <type_traits>
 #include <variant>
 
 #include "runtime/engine/rank_node.hpp"
@@ -10,12 +11,21 @@ namespace accord {
 
 namespace {
 
-using ToRank = std::variant<PhaseBegin, PhaseDecision, PeerData>;
+// Every message between the driver and the ranks, in one flat variant (a
+// variant of variants trips GCC 12's -Wmaybe-uninitialized under the
+// sanitizers).
+using Message = std::variant<PhaseBegin, PhaseDecision, RouteTransfer, SamplingResult, PredictionTargetHidden,
+                             PhaseStatus, AbortAcknowledgement, StepOutput, RankCheckpointReport, PromptCacheReport>;
 
 struct Envelope {
   RankId to = kNoRank;  // kNoRank: the driver
-  std::variant<ToRank, RankReport> message;
+  Message message;
 };
+
+template <class T>
+constexpr bool kFromDriver = std::is_same_v<T, PhaseBegin> || std::is_same_v<T, PhaseDecision>;
+template <class T>
+constexpr bool kStatus = std::is_same_v<T, PhaseStatus> || std::is_same_v<T, AbortAcknowledgement>;
 
 // A phase of `rank` that a `delay` fault holds back until tick `due`.
 struct Delayed {
@@ -30,8 +40,8 @@ struct DirectEngine::State {
   // What one rank sends, into the engine's queue.
   struct Outbox final : RankOutbox {
     Outbox(State& e, RankId r) : engine(e), rank(r) {}
-    void to_coordinator(RankReport report) override { engine.queue.push_back({kNoRank, std::move(report)}); }
-    void to_rank(RankId to, PeerData data) override { engine.queue.push_back({to, ToRank(std::move(data))}); }
+    void to_coordinator(RankReport report) override { engine.post(kNoRank, std::move(report)); }
+    void to_rank(RankId to, PeerData data) override { engine.post(to, std::move(data)); }
     void hold_back(Epoch epoch) override {
       // Past the status deadline, within the abort's acknowledgement's.
       engine.delayed.push_back({engine.now + engine.options.agreement.status_deadline_ticks * 3 / 2, rank, epoch});
@@ -77,9 +87,7 @@ struct DirectEngine::State {
     std::optional<TransactionReply> reply;
     for (;;) {
       DriverReady ready = driver.take_ready();
-      for (auto& m : ready.messages) {
-        queue.push_back({m.to, std::visit([](auto& x) { return ToRank(std::move(x)); }, m.message)});
-      }
+      for (auto& m : ready.messages) post(m.to, std::move(m.message));
       if (ready.reply) reply = std::move(ready.reply);
       if (!queue.empty()) {
         Envelope next = std::move(queue.front());
@@ -127,20 +135,29 @@ struct DirectEngine::State {
     }
   }
 
-  void deliver(Envelope& envelope) {
-    if (envelope.to == kNoRank) {
-      std::visit([&](auto& message) { to_driver(std::move(message)); }, std::get<RankReport>(envelope.message));
-      return;
-    }
-    RankNode& node = ranks[envelope.to]->node;
-    std::visit([&](auto& message) { node.receive(std::move(message)); }, std::get<ToRank>(envelope.message));
+  // Queues what one of a variant's alternatives holds.
+  template <class Variant>
+  void post(RankId to, Variant message) {
+    std::visit([&](auto& m) { queue.push_back({to, Message(std::move(m))}); }, message);
   }
 
-  void to_driver(PhaseStatus status) { driver.step(status); }
-  void to_driver(AbortAcknowledgement acknowledgement) { driver.step(acknowledgement); }
-  template <class Data>
-  void to_driver(Data data) {
-    driver.collect(std::move(data));
+  void deliver(Envelope& envelope) {
+    std::visit(
+        [&](auto& message) {
+          using T = std::decay_t<decltype(message)>;
+          if (envelope.to == kNoRank) {
+            if constexpr (kStatus<T>) {
+              driver.step(message);
+            } else if constexpr (!kFromDriver<T> && !std::is_same_v<T, RouteTransfer>) {
+              driver.collect(std::move(message));
+            }
+          } else if constexpr (kFromDriver<T>) {
+            ranks[envelope.to]->node.receive(message);
+          } else if constexpr (std::is_constructible_v<PeerData, T>) {
+            ranks[envelope.to]->node.receive(PeerData(std::move(message)));
+          }
+        },
+        envelope.message);
   }
 
   const Model& model;

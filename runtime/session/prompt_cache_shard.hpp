@@ -1,8 +1,7 @@
 // One rank's part of a prompt-cache save or load (docs/prompt-cache.md),
-// phase by phase, over the on-disk format of prompt_cache.hpp. The
-// single-rank Session runs it inside its transactions; each rank of a
-// distributed session runs it in its cache actor (through RankPromptCache)
-// and its state actor (pack_shard, install_shard). CAF-free.
+// phase by phase, over the on-disk format of prompt_cache.hpp. Every rank
+// runs it from its RankNode: the files through RankPromptCache, the state
+// through RankWorker (pack_shard, install_shard). CAF-free.
 //
 // A shard travels as floats: for each of the rank's units, the keys of rows
 // 0..n-1, then their values, exactly as kv.bin holds them.

@@ -1,8 +1,7 @@
-// One rank's prompt-cache shard I/O in a distributed session: the save or
-// load of the open transaction, held between its phases. Only the rank's
-// cache actor touches it. It never touches the rank's state — the state
-// actor packs and installs shards (RankWorker) — so file I/O can run on
-// its own thread. CAF-free.
+// One rank's prompt-cache shard I/O: the save or load of the open
+// transaction, held between its phases. The rank's RankNode owns it beside
+// the RankWorker; it never touches the rank's state (the worker packs and
+// installs shards), only the shard handed to it. CAF-free.
 //
 // Abort (revert) reverses a publication or discards a prepared generation;
 // a failed reversal means this rank cannot prove which generation is live.

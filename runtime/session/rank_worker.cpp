@@ -11,7 +11,7 @@ namespace {
 // Adds the time until the end of the scope to a counter.
 class ComputeTimer {
  public:
-  explicit ComputeTimer(std::atomic<std::uint64_t>& total) : total_(total), start_(Clock::now()) {}
+  explicit ComputeTimer(std::uint64_t& total) : total_(total), start_(Clock::now()) {}
   ~ComputeTimer() {
     total_ += static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
@@ -21,7 +21,7 @@ class ComputeTimer {
 
  private:
   using Clock = std::chrono::steady_clock;
-  std::atomic<std::uint64_t>& total_;
+  std::uint64_t& total_;
   Clock::time_point start_;
 };
 
@@ -44,18 +44,12 @@ void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on
   on_commit_ = std::move(on_commit);
 }
 
-void RankWorker::lend_observer(std::shared_ptr<StepObserver> observer) {
-  std::lock_guard lock(lent_observer_mutex_);
-  lent_observer_ = std::move(observer);
-}
-
 Status RankWorker::begin_step(std::uint64_t epoch, std::span<const int> tokens) {
   if (Status ok = stage_.check_tokens(tokens, position()); !ok) return ok;
   const int first = position();
   open(epoch, [this, first](std::uint64_t e) { stage_.state().commit_rows(first, step_tokens_, e); });
   step_tokens_.assign(tokens.begin(), tokens.end());
   undo_ = stage_.state().capture_rows(first, static_cast<int>(tokens.size()));
-  std::lock_guard lock(lent_observer_mutex_);
   step_observer_ = lent_observer_;
   return {};
 }

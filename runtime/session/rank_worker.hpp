@@ -1,21 +1,20 @@
-// One rank's local part of every phase of a distributed session, without
-// any transport: the rank's actors call it and move what it produces.
+// One rank's local part of every phase, without any transport: the rank's
+// RankNode (runtime/engine/rank_node.hpp) calls it and moves what it
+// produces.
 //
 // A RankWorker owns the rank's RankStage, the undo record of the open
 // transaction and what its commit will do. It computes on a thread pool it
 // may share: in-process ranks of a pipeline with one sequence compute one
 // after another, so they share the process's whole pool and the rank whose
-// turn it is uses every core (the pool serialises concurrent callers). The agreement protocol
-// guarantees one local action at a time, so it needs no lock; the actors
-// that share it hand it over by message. The one exception is the lent
-// observer, which the caller sets from its own thread (lend_observer).
+// turn it is uses every core (the pool serialises concurrent callers).
+//
+// Threading: not thread-safe; its RankNode is its only user, one call at a
+// time.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -118,11 +117,11 @@ class RankWorker {
   // (nullptr: none). The rank calls it for its own units in run_units and,
   // on the output owner, for the logits in observe_output; an error or an
   // exception from it fails that phase. A step keeps the observer it began
-  // with. Callable from any thread.
-  void lend_observer(std::shared_ptr<StepObserver> observer);
+  // with.
+  void lend_observer(std::shared_ptr<StepObserver> observer) { lent_observer_ = std::move(observer); }
 
-  // Seconds spent in run_units and logits so far; readable from any thread.
-  double compute_seconds() const { return static_cast<double>(compute_ns_.load()) * 1e-9; }
+  // Seconds spent in run_units and logits so far.
+  double compute_seconds() const { return static_cast<double>(compute_ns_) * 1e-9; }
 
   // --- checkpoints, rollback, reset --------------------------------------
   RankCheckpoint checkpoint() const;
@@ -131,13 +130,13 @@ class RankWorker {
   // The commit empties the state and invalidates earlier checkpoints.
   Status prepare_reset(std::uint64_t epoch);
 
-  // --- prompt cache: the state's side (the cache actor does the files) ------
+  // --- prompt cache: the state's side (RankPromptCache does the files) ------
   // PromptCacheSavePreflight.
   Status check_prefix_held(std::span<const int> prefix) const;
   // PromptCacheSavePreparation: the shard of the first `rows` rows.
   std::vector<float> pack_shard(int rows) const;
   // PromptCacheLoadPreparation: accepts the shard of `prefix`, read and
-  // checked by the cache actor; the commit installs it.
+  // checked by RankPromptCache; the commit installs it.
   Status prepare_load(std::uint64_t epoch, std::vector<int> prefix, std::vector<float> shard);
 
   // --- decisions -------------------------------------------------------------
@@ -154,13 +153,12 @@ class RankWorker {
   std::shared_ptr<cpu::ThreadPool> pool_;
   RankStage stage_;
   ShardIdentity shard_identity_;
-  std::mutex lent_observer_mutex_;
-  std::shared_ptr<StepObserver> lent_observer_;  // guarded by lent_observer_mutex_
+  std::shared_ptr<StepObserver> lent_observer_;
   // The epoch of the last reset that committed here. Every rank commits
   // the same reset epoch, so a rank started afresh to replace one that
   // exited agrees with the others after the reset that brings it in.
   std::uint64_t reset_epoch_ = 0;
-  std::atomic<std::uint64_t> compute_ns_{0};
+  std::uint64_t compute_ns_ = 0;
 
   // The open transaction.
   std::uint64_t epoch_ = 0;

@@ -7,8 +7,7 @@
 // overwrite, and restore() puts it back byte for byte, so an aborted step
 // leaves memory as it found it.
 //
-// Owned by the session (and, with several ranks, by the rank's state actor);
-// not thread-safe.
+// Owned by a rank's RankWorker; not thread-safe.
 #pragma once
 
 #include <cstdint>
