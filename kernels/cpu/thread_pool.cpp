@@ -1,6 +1,7 @@
 #include "kernels/cpu/thread_pool.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <utility>
 
@@ -8,8 +9,15 @@ namespace accord::cpu {
 
 namespace {
 
-// About 50 microseconds of polling before a thread goes to sleep.
-constexpr int kSpinIterations = 20000;
+// How long a thread polls for work (or for its chunks to finish) before
+// it sleeps. A forward pass submits its jobs microseconds apart, so this
+// bridges them; it is a time, not a count of pause instructions, because a
+// pause takes 10 cycles on some cores and 140 on others, and a pool that
+// polls for a millisecond after its rank's last job takes a core from the
+// process that computes next (a node of a remote cluster).
+constexpr auto kSpinTime = std::chrono::microseconds(50);
+// Pause instructions between two looks at the clock.
+constexpr int kPausesPerClockRead = 64;
 
 // A field of ThreadPool::claim_: 16 bits. The chunk count is at most
 // kChunksPerThread * kThreadsPerCore * cores, far below it.
@@ -19,6 +27,19 @@ inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
+}
+
+// Polls `done` for up to kSpinTime; true once it holds.
+template <class Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (;;) {
+    for (int i = 0; i < kPausesPerClockRead; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
 }
 
 }  // namespace
@@ -75,9 +96,7 @@ void ThreadPool::run_chunks(unsigned long generation) {
 void ThreadPool::worker_loop() {
   unsigned long seen = 0;
   for (;;) {
-    for (int spin = 0; spin < kSpinIterations && generation_.load(std::memory_order_acquire) == seen; ++spin) {
-      cpu_relax();
-    }
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock lock(mutex_);
       work_ready_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
@@ -90,7 +109,7 @@ void ThreadPool::worker_loop() {
 
 void ThreadPool::wait_for_chunks() {
   const auto all_done = [&] { return chunks_done_.load(std::memory_order_acquire) == job_chunks_; };
-  for (int spin = 0; spin < kSpinIterations && !all_done(); ++spin) cpu_relax();
+  if (spin_until(all_done)) return;
   std::unique_lock lock(mutex_);
   work_done_.wait(lock, all_done);
 }
