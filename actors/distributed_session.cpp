@@ -221,8 +221,9 @@ struct DistributedSession::Impl {
   Status start_rank(int r, const RankOptions& options) {
     const auto index = static_cast<std::size_t>(r);
     if (!nodes.empty()) return assign_node(r, options);
-    ranks[index] = spawn_rank(*system, std::make_shared<RankWorker>(*model, pool, layout->partition, r, layout->identity),
-                              session_id, static_cast<RankId>(layout->partition.ranks()), coordinator, options);
+    auto worker = std::make_shared<RankWorker>(*model, pool, layout->partition, r, layout->identity);
+    ranks[index] = spawn_rank(*system, std::move(worker), session_id, static_cast<RankId>(layout->partition.ranks()),
+                              coordinator, options);
     return {};
   }
 
@@ -261,9 +262,9 @@ struct DistributedSession::Impl {
     (*caller)->request(*node, kNodeSetupTimeout, assign_atom::value, assignment_for(r, options),
                        caf::actor_cast<caf::actor>(coordinator))
         .receive(
-            [&](std::string& refusal, caf::actor& agreement) {
+            [&](std::string& refusal, caf::actor& rank) {
               if (!refusal.empty()) failure = Error(ErrorCode::architecture, refusal);
-              ranks[static_cast<std::size_t>(r)] = caf::actor_cast<RankActor>(agreement);
+              ranks[static_cast<std::size_t>(r)] = caf::actor_cast<RankActor>(rank);
             },
             [&](caf::error& e) {
               failure = Error(ErrorCode::io, describe_node(address, r) + " did not answer: " + system->render(e));
@@ -327,13 +328,7 @@ struct DistributedSession::Impl {
                  [&](caf::error& e) { failure = system->render(e); });
     if (!reply) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
     stats.phases_run += reply->phases_run;
-    if (reply->outcome != TransactionOutcome::committed) {
-      Error error = reply_error(*reply);
-      record_outcome(record, request.kind, *reply, error.message());
-      return error;
-    }
-    record_outcome(record, request.kind, *reply, "");
-    return std::move(*reply);
+    return settle(record, request.kind, std::move(*reply));
   }
 
   int position() const { return static_cast<int>(tokens.size()); }

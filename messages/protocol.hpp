@@ -73,22 +73,6 @@ inline std::string to_string(FailureCode code) {
   return "unknown_failure(" + std::to_string(static_cast<int>(code)) + ")";
 }
 
-// The outcome of a local action as a rank's own actors hand it to the
-// rank's agreement actor: ok, or the failure's code and words.
-struct LocalStatus {
-  bool ok = true;
-  FailureCode code = FailureCode::mechanism;
-  std::string message;
-
-  static LocalStatus failure(FailureCode code, std::string message) { return {false, code, std::move(message)}; }
-  bool operator==(const LocalStatus&) const = default;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, LocalStatus& x) {
-  return f(x.ok, x.code, x.message);
-}
-
 // A rank's answer to PhaseBegin: its local part of `phase` succeeded, or
 // failed with a code and a message for the person who ran the command.
 struct PhaseStatus {

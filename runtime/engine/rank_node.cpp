@@ -262,9 +262,9 @@ std::optional<Status> RankNode::boundary_ready(const RunPhase& run) {
   }
   if (route.target != rank_) return Status{};
   if (!holds_for(activations_, run)) return std::nullopt;
-  const RowBlock block = from_wire(activations_->activations);
+  RowBlock block = from_wire(std::move(activations_->activations));
   activations_.reset();
-  return worker_->receive_activations(block);
+  return worker_->receive_activations(std::move(block));
 }
 
 // PredictionTargetCapturePublication: the output owner shares its capture

@@ -4,11 +4,6 @@
 
 namespace accord {
 
-LocalStatus to_local(const Status& status) {
-  if (status) return {};
-  return LocalStatus::failure(to_failure_code(status.error().code()), status.error().message());
-}
-
 Error malformed(const std::string& what) { return Error(ErrorCode::contract, "malformed " + what + " arguments"); }
 
 PromptCacheRequest to_request(const PromptCacheArguments& a) {
@@ -17,9 +12,9 @@ PromptCacheRequest to_request(const PromptCacheArguments& a) {
 
 WireTensor to_wire(RowBlock block) { return {{block.rows, block.width}, std::move(block.data)}; }
 
-RowBlock from_wire(const WireTensor& tensor) {
+RowBlock from_wire(WireTensor tensor) {
   if (tensor.shape.size() != 2) return {};
-  return {static_cast<int>(tensor.shape[0]), static_cast<int>(tensor.shape[1]), tensor.data};
+  return {static_cast<int>(tensor.shape[0]), static_cast<int>(tensor.shape[1]), std::move(tensor.data)};
 }
 
 Result<SamplingResult> sample_on(RankWorker& worker, const SamplingArguments& arguments) {

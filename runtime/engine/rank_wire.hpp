@@ -16,8 +16,6 @@
 
 namespace accord {
 
-LocalStatus to_local(const Status& status);
-
 // A phase whose arguments are not of the kind it takes is refused.
 Error malformed(const std::string& what);
 
@@ -25,7 +23,7 @@ Error malformed(const std::string& what);
 PromptCacheRequest to_request(const PromptCacheArguments& arguments);
 
 WireTensor to_wire(RowBlock block);
-RowBlock from_wire(const WireTensor& tensor);
+RowBlock from_wire(WireTensor tensor);
 
 // The output owner's pick with the caller's sampling arguments; the seed
 // only starts a random stream, which the arguments' rng_state continues.

@@ -1,5 +1,6 @@
 #include "runtime/engine/session_requests.hpp"
 
+#include "runtime/engine/transaction_driver.hpp"
 #include "runtime/session/prompt_cache_shard.hpp"
 
 namespace accord {
@@ -46,23 +47,20 @@ PromptCacheSaveResult save_result(const ModelConfig& config, const TransactionRe
   return {reply.epoch, generation_name(reply.epoch, request.save_id), static_cast<int>(rows), shard_bytes};
 }
 
-void record_outcome(TransactionRecord& record, TransactionKind kind, const TransactionReply& reply,
-                    const std::string& error) {
-  switch (reply.outcome) {
-    case TransactionOutcome::committed:
-      record.committed(reply.epoch);
-      if (kind == TransactionKind::rollback) ++record.restoration_generation;
-      break;
-    case TransactionOutcome::aborted:
-      record.aborted(reply.epoch, error,
-                     kind != TransactionKind::checkpoint && kind != TransactionKind::prompt_cache_save);
-      break;
-    case TransactionOutcome::poisoned:
-      record.poisoned(reply.epoch, error);
-      break;
-    case TransactionOutcome::refused:  // nothing began
-      break;
+Result<TransactionReply> settle(TransactionRecord& record, TransactionKind kind, TransactionReply reply) {
+  if (reply.outcome == TransactionOutcome::committed) {
+    record.committed(reply.epoch);
+    if (kind == TransactionKind::rollback) ++record.restoration_generation;
+    return reply;
   }
+  Error error = reply_error(reply);
+  if (reply.outcome == TransactionOutcome::aborted) {
+    record.aborted(reply.epoch, error.message(),
+                   kind != TransactionKind::checkpoint && kind != TransactionKind::prompt_cache_save);
+  } else if (reply.outcome == TransactionOutcome::poisoned) {
+    record.poisoned(reply.epoch, error.message());
+  }  // refused: nothing began
+  return error;
 }
 
 }  // namespace accord

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "messages/session_api.hpp"
+#include "runtime/error.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/session/prompt_cache.hpp"
 #include "runtime/session/transaction_record.hpp"
@@ -31,11 +32,11 @@ TransactionRequest cache_request(TransactionKind kind, const std::filesystem::pa
 PromptCacheSaveResult save_result(const ModelConfig& config, const TransactionRequest& request,
                                   const TransactionReply& reply);
 
-// Records how `reply` ended a transaction of `kind`. An abort restored
-// every rank; that counts as a restoration where the transaction could
-// change the state (a checkpoint or a save cannot), and so does a
-// committed rollback.
-void record_outcome(TransactionRecord& record, TransactionKind kind, const TransactionReply& reply,
-                    const std::string& error);
+// Records how `reply` ended a transaction of `kind` in `record`, and
+// returns the reply when it committed, its Error (reply_error) when not.
+// An abort restored every rank; that counts as a restoration where the
+// transaction could change the state (a checkpoint or a save cannot), and
+// so does a committed rollback.
+Result<TransactionReply> settle(TransactionRecord& record, TransactionKind kind, TransactionReply reply);
 
 }  // namespace accord

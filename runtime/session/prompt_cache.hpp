@@ -31,8 +31,6 @@ namespace accord {
 
 inline constexpr int kPromptCacheFormatVersion = 1;
 
-// Who a cache is for, chosen by the caller: a name for what the prefix is
-// (say "system-prompt-v3") and a namespace that keeps applications apart.
 // What a committed save reports: its transaction, the generation it
 // published, and the bytes of its shards.
 struct PromptCacheSaveResult {
@@ -42,6 +40,8 @@ struct PromptCacheSaveResult {
   std::uint64_t shard_bytes = 0;
 };
 
+// Who a cache is for, chosen by the caller: a name for what the prefix is
+// (say "system-prompt-v3") and a namespace that keeps applications apart.
 struct PromptCacheDescriptor {
   std::string name;
   std::string cache_namespace;

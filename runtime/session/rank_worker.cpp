@@ -65,11 +65,9 @@ Status RankWorker::run_units(OutputRows rows) {
     return Error(ErrorCode::contract, "rank " + std::to_string(rank()) + " does not own the output");
   }
   ComputeTimer timer(compute_ns_);
-  return status_of([&]() -> Status {
-    if (Status ok = stage_.execute(step_tokens_, activations, step_observer_.get()); !ok) return ok;
-    if (rows != OutputRows::none) output_ = head(rows == OutputRows::all);
-    return {};
-  });
+  if (Status ok = stage_.execute(step_tokens_, activations, step_observer_.get()); !ok) return ok;
+  if (rows != OutputRows::none) output_ = head(rows == OutputRows::all);
+  return {};
 }
 
 RowBlock RankWorker::outgoing_activations() {
@@ -92,7 +90,7 @@ Status RankWorker::receive_activations(RowBlock block) {
 Status RankWorker::observe_output() {
   if (!output_) return Error(ErrorCode::state, "no output to observe on this rank");
   ComputeTimer timer(compute_ns_);
-  return status_of([&] { return stage_.observe_logits(output_->data, step_observer_.get()); });
+  return stage_.observe_logits(output_->data, step_observer_.get());
 }
 
 RowBlock RankWorker::head(bool all_rows) {

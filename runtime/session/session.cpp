@@ -3,7 +3,6 @@
 #include <random>
 
 #include "kernels/cpu/isa.hpp"
-#include "runtime/io/digest.hpp"
 #include "runtime/engine/session_requests.hpp"
 #include "runtime/engine/transaction_driver.hpp"
 #include "runtime/model/identity.hpp"
@@ -42,15 +41,9 @@ void Session::set_failure_hook(FailureHook hook) {
 }
 
 Result<TransactionReply> Session::transact(const TransactionRequest& request) {
-  TransactionReply reply = engine_.run(request);
-  if (reply.outcome == TransactionOutcome::committed) {
-    record_outcome(record_, request.kind, reply, "");
-    return reply;
-  }
-  Error error = reply_error(reply);
-  record_outcome(record_, request.kind, reply, error.message());
-  if (error.poison()) poison_ = error.poison();
-  return error;
+  auto settled = settle(record_, request.kind, engine_.run(request));
+  if (!settled && settled.error().poison()) poison_ = settled.error().poison();
+  return settled;
 }
 
 // ---------------------------------------------------------------------------
@@ -99,10 +92,9 @@ Result<StepResult> Session::run_step(std::span<const int> tokens, bool all_rows,
   const int first = position();
   if (Status ok = check_tokens(model_.config(), tokens, first); !ok) return before_mutation(ok.error());
   // The observer is the caller's for this call only.
-  engine_.lend_observer(observer == nullptr ? nullptr
-                                            : std::shared_ptr<StepObserver>(std::shared_ptr<void>{}, observer));
+  if (observer != nullptr) engine_.lend_observer(std::shared_ptr<StepObserver>(std::shared_ptr<void>{}, observer));
   auto reply = transact(step_request(tokens, all_rows, draft_tokens));
-  engine_.lend_observer(nullptr);
+  if (observer != nullptr) engine_.lend_observer(nullptr);
   if (!reply) return reply.error();
   published_ = std::move(reply->logits.data);
   capture_ = std::move(reply->prediction_target.hidden.data);
