@@ -1,31 +1,17 @@
 #include "runtime/engine/direct_engine.hpp"
 
 #include <deque>
-#include <type_traits>
-#include <variant>
 
-#include "runtime/engine/rank_node.hpp"
-#include "runtime/engine/transaction_driver.hpp"
+#include "runtime/engine/engine_message.hpp"
 
 namespace accord {
 
 namespace {
 
-// Every message between the driver and the ranks, in one flat variant (a
-// variant of variants trips GCC 12's -Wmaybe-uninitialized under the
-// sanitizers).
-using Message = std::variant<PhaseBegin, PhaseDecision, RouteTransfer, SamplingResult, PredictionTargetHidden,
-                             PhaseStatus, AbortAcknowledgement, StepOutput, RankCheckpointReport, PromptCacheReport>;
-
 struct Envelope {
   RankId to = kNoRank;  // kNoRank: the driver
-  Message message;
+  EngineMessage message;
 };
-
-template <class T>
-constexpr bool kFromDriver = std::is_same_v<T, PhaseBegin> || std::is_same_v<T, PhaseDecision>;
-template <class T>
-constexpr bool kStatus = std::is_same_v<T, PhaseStatus> || std::is_same_v<T, AbortAcknowledgement>;
 
 // A phase of `rank` that a `delay` fault holds back until tick `due`.
 struct Delayed {
@@ -135,29 +121,13 @@ struct DirectEngine::State {
     }
   }
 
-  // Queues what one of a variant's alternatives holds.
   template <class Variant>
   void post(RankId to, Variant message) {
-    std::visit([&](auto& m) { queue.push_back({to, Message(std::move(m))}); }, message);
+    queue.push_back({to, engine_message(std::move(message))});
   }
 
   void deliver(Envelope& envelope) {
-    std::visit(
-        [&](auto& message) {
-          using T = std::decay_t<decltype(message)>;
-          if (envelope.to == kNoRank) {
-            if constexpr (kStatus<T>) {
-              driver.step(message);
-            } else if constexpr (!kFromDriver<T> && !std::is_same_v<T, RouteTransfer>) {
-              driver.collect(std::move(message));
-            }
-          } else if constexpr (kFromDriver<T>) {
-            ranks[envelope.to]->node.receive(message);
-          } else if constexpr (std::is_constructible_v<PeerData, T>) {
-            ranks[envelope.to]->node.receive(PeerData(std::move(message)));
-          }
-        },
-        envelope.message);
+    accord::deliver(driver, envelope.to, envelope.message, [&](RankId r) -> RankNode& { return ranks[r]->node; });
   }
 
   const Model& model;

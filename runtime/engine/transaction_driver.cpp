@@ -1,5 +1,6 @@
 #include "runtime/engine/transaction_driver.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace accord {
@@ -130,8 +131,14 @@ void TransactionDriver::collect(PredictionTargetHidden capture) {
   if (current(capture.epoch)) reply_.prediction_target = std::move(capture);
 }
 
+// One report per rank, in rank order, whatever order they arrive in; a
+// second one from the same rank (a duplicated message) counts once.
 void TransactionDriver::collect(const RankCheckpointReport& report) {
-  if (current(report.epoch)) reply_.checkpoints.push_back(report);
+  if (!current(report.epoch) || report.session != session_ || report.rank >= rank_count_) return;
+  auto& reports = reply_.checkpoints;
+  const auto at = std::lower_bound(reports.begin(), reports.end(), report.rank,
+                                   [](const RankCheckpointReport& r, RankId rank) { return r.rank < rank; });
+  if (at == reports.end() || at->rank != report.rank) reports.insert(at, report);
 }
 
 void TransactionDriver::collect(const PromptCacheReport& report) {

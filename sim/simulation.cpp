@@ -1,0 +1,315 @@
+#include "sim/simulation.hpp"
+
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "runtime/agreement/transaction_plan.hpp"
+#include "runtime/engine/direct_engine.hpp"
+#include "runtime/engine/session_requests.hpp"
+#include "runtime/io/digest.hpp"
+#include "sim/cluster.hpp"
+
+namespace accord::sim {
+
+namespace {
+
+enum class Operation { prefill, decode, speculative, checkpoint, rollback, reset, recover };
+
+const char* name_of(Operation op) {
+  switch (op) {
+    case Operation::prefill: return "prefill";
+    case Operation::decode: return "decode";
+    case Operation::speculative: return "speculative";
+    case Operation::checkpoint: return "checkpoint";
+    case Operation::rollback: return "rollback";
+    case Operation::reset: return "reset";
+    case Operation::recover: return "recover";
+  }
+  return "?";
+}
+
+const char* name_of(TransactionOutcome outcome) {
+  switch (outcome) {
+    case TransactionOutcome::committed: return "committed";
+    case TransactionOutcome::refused: return "refused";
+    case TransactionOutcome::aborted: return "aborted";
+    case TransactionOutcome::poisoned: return "poisoned";
+  }
+  return "?";
+}
+
+// 0 with probability `calm`, else uniform in [low, high].
+double sometimes(Random& random, double calm, double low, double high) {
+  if (random.chance(calm)) return 0;
+  return low + (high - low) * static_cast<double>(random.below(1001)) / 1000.0;
+}
+
+Weather draw_weather(Random& random) {
+  Weather w;
+  w.tick_chance = sometimes(random, 0.5, 0.005, 0.08);
+  w.delay_chance = sometimes(random, 0.5, 0.05, 0.3);
+  w.max_delay_ticks = random.between(1, 12);
+  w.duplicate_chance = sometimes(random, 0.5, 0.01, 0.2);
+  w.loss_chance = sometimes(random, 0.75, 0.0005, 0.004);
+  w.crash_chance = sometimes(random, 0.75, 0.0005, 0.004);
+  w.detect_ticks = random.between(0, 6);
+  return w;
+}
+
+// Up to three faults of any kind on any rank and phase.
+std::vector<Fault> draw_faults(Random& random, int ranks) {
+  std::vector<Fault> plan;
+  if (random.chance(0.5)) return plan;
+  const int count = random.between(1, 3);
+  for (int i = 0; i < count; ++i) {
+    Fault fault;
+    fault.rank = static_cast<RankId>(random.below(static_cast<std::uint64_t>(ranks)));
+    fault.phase = static_cast<DistributedExecutionPhase>(random.below(kDistributedExecutionPhaseCount));
+    fault.kind = static_cast<FaultKind>(random.below(6));
+    fault.occurrence = static_cast<std::uint32_t>(random.between(1, 4));
+    plan.push_back(fault);
+  }
+  if (!check_fault_plan(plan, ranks)) plan.clear();
+  return plan;
+}
+
+// Everything of a rank's state that a later step or rollback can see:
+// the committed position and epoch, and the keys and values of every row
+// ever written (a rollback forward reuses rows past the position). The
+// session's own digest covers the rows up to the position only.
+std::string whole_state(const SessionState& state) {
+  const KvCache& kv = state.kv();
+  const auto floats = static_cast<std::size_t>(state.high_water()) * static_cast<std::size_t>(kv.kv_dim());
+  FastDigest d;
+  for (int u = kv.first_unit(); u < kv.first_unit() + kv.unit_count(); ++u) {
+    d.update(kv.keys(u), floats * sizeof(float)).update(kv.values(u), floats * sizeof(float));
+  }
+  d.update_value(state.position()).update_value(state.state_epoch()).update_value(state.high_water());
+  d.update(state.tokens().data(), state.tokens().size_bytes());
+  return d.hex();
+}
+
+bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class Run {
+ public:
+  Run(std::uint64_t seed, const Model& model, const std::string& identity, bool trace)
+      : random_(seed),
+        model_(model),
+        ranks_(random_.between(1, std::min(4, model.config().n_layers))),
+        cluster_(model, pool(), ranks_, identity, draw_faults(random_, ranks_), draw_weather(random_), random_),
+        reference_(model, pool(), Partition::balanced(model.config().n_layers, 1).value(), identity, 7),
+        trace_(trace) {
+    report_.seed = seed;
+  }
+
+  SeedReport go() {
+    const int operations = random_.between(6, 24);
+    for (operation_ = 0; operation_ < operations && report_.violations.empty(); ++operation_) perform(draw());
+    report_.operations = operation_;
+    report_.crashes = cluster_.crashes();
+    report_.cuts = cluster_.cuts();
+    return std::move(report_);
+  }
+
+ private:
+  // The checkpoints both sides took at the same committed operation.
+  struct Checkpoint {
+    RankCheckpointReport cluster;
+    RankCheckpointReport reference;
+  };
+
+  static std::shared_ptr<cpu::ThreadPool> pool() {
+    static const auto one_thread = std::make_shared<cpu::ThreadPool>(1);
+    return one_thread;
+  }
+
+  int position() const { return reference_.worker(0).position(); }
+  int room() const { return model_.config().seq_len - position(); }
+
+  Operation draw() {
+    if ((cluster_.poisoned() || cluster_.any_rank_lost()) && random_.chance(0.6)) return Operation::recover;
+    for (;;) {
+      const auto op = static_cast<Operation>(random_.below(6));
+      if (op == Operation::rollback && checkpoints_.empty()) continue;
+      if ((op == Operation::prefill && room() < 9) || (op != Operation::prefill && room() < 5)) {
+        return Operation::reset;
+      }
+      return op;
+    }
+  }
+
+  int token() { return static_cast<int>(3 + random_.below(static_cast<std::uint64_t>(model_.config().vocab_size - 3))); }
+  std::vector<int> tokens(int count) {
+    std::vector<int> out;
+    for (int i = 0; i < count; ++i) out.push_back(token());
+    return out;
+  }
+
+  // The operation's request for each side (they differ only in a rollback's
+  // target: each side's own checkpoint).
+  std::pair<TransactionRequest, TransactionRequest> requests(Operation op) {
+    TransactionRequest request;
+    switch (op) {
+      case Operation::prefill:
+        request = step_request(tokens(random_.between(1, 8)), random_.chance(0.3));
+        break;
+      case Operation::decode: {
+        request = step_request(tokens(1), false);
+        request.sample = true;
+        request.sampling.temperature = random_.chance(0.5) ? 0.0f : 0.8f;
+        request.sampling.rng_state = random_.next();
+        break;
+      }
+      case Operation::speculative: {
+        const int draft = random_.between(1, 3);
+        request = step_request(tokens(draft + 1), true, draft);
+        break;
+      }
+      case Operation::checkpoint:
+        request.kind = TransactionKind::checkpoint;
+        break;
+      case Operation::rollback: {
+        const Checkpoint& cp = checkpoints_[random_.below(checkpoints_.size())];
+        return {rollback_request(cp.cluster.position, cp.cluster.state_epoch, cp.cluster.reset_epoch),
+                rollback_request(cp.reference.position, cp.reference.state_epoch, cp.reference.reset_epoch)};
+      }
+      case Operation::reset:
+      case Operation::recover:
+        request.kind = TransactionKind::reset;
+        break;
+    }
+    return {request, request};
+  }
+
+  void perform(Operation op) {
+    if (op == Operation::recover) cluster_.restart_lost_ranks();
+    const auto [request, reference_request] = requests(op);
+    const bool was_poisoned = cluster_.poisoned();
+    const auto before = digests();
+    const auto reply = cluster_.run(request);
+    if (!reply) return violation(std::string(name_of(op)) + " never ended: nothing to deliver, no deadline, no reply");
+    if (trace_) {
+      report_.trace.push_back(std::to_string(operation_) + " " + name_of(op) + ": " + name_of(reply->outcome) +
+                              (reply->message.empty() ? "" : " (" + reply->message + ")"));
+    }
+    check_deadline(request, *reply);
+    switch (reply->outcome) {
+      case TransactionOutcome::committed:
+        ++report_.committed;
+        if (was_poisoned && request.kind != TransactionKind::reset) violation("a poisoned session committed");
+        return check_committed(op, *reply, reference_request);
+      case TransactionOutcome::aborted:
+      case TransactionOutcome::refused:
+        ++report_.aborted;
+        return check_unchanged(before, "an aborted or refused transaction changed rank ");
+      case TransactionOutcome::poisoned:
+        ++report_.poisoned;
+        if (was_poisoned) check_unchanged(before, "a poisoned session changed rank ");
+        if (!cluster_.poisoned()) violation("the transaction was poisoned but the session is not");
+        return;
+    }
+  }
+
+  // Every phase decides within its status deadline, an abort within its
+  // acknowledgement's: a transaction takes no more ticks than that.
+  void check_deadline(const TransactionRequest& request, const TransactionReply& reply) {
+    if (reply.outcome == TransactionOutcome::refused) return;
+    const AgreementOptions deadlines;
+    const auto phases = phases_of(request, static_cast<RankId>(cluster_.ranks())).size();
+    const std::uint64_t bound = phases * deadlines.status_deadline_ticks + deadlines.acknowledgement_deadline_ticks;
+    if (cluster_.ticks_taken() > bound) {
+      violation("took " + std::to_string(cluster_.ticks_taken()) + " ticks, past its deadlines' " +
+                std::to_string(bound));
+    }
+  }
+
+  void check_committed(Operation op, const TransactionReply& reply, const TransactionRequest& reference_request) {
+    const TransactionReply expected = reference_.run(reference_request);
+    if (expected.outcome != TransactionOutcome::committed) {
+      return violation("committed on " + std::to_string(cluster_.ranks()) + " ranks, but " +
+                       name_of(expected.outcome) + " on one: " + expected.message);
+    }
+    if (!same_floats(reply.logits.data, expected.logits.data)) violation("logits differ from one rank's");
+    if (reply.sampled.token != expected.sampled.token) violation("the sampled token differs from one rank's");
+    const auto& p = reply.prediction_target;
+    const auto& q = expected.prediction_target;
+    if (p.kept_rows != q.kept_rows || p.accepted != q.accepted || p.next_token != q.next_token ||
+        !same_floats(p.hidden.data, q.hidden.data)) {
+      violation("the prediction-target verdict differs from one rank's");
+    }
+    if (op == Operation::checkpoint) keep_checkpoint(reply, expected);
+    check_ranks_agree();
+  }
+
+  void keep_checkpoint(const TransactionReply& reply, const TransactionReply& expected) {
+    if (reply.checkpoints.size() != static_cast<std::size_t>(cluster_.ranks()) || expected.checkpoints.size() != 1) {
+      return violation("a checkpoint without one report per rank");
+    }
+    for (const auto& cp : reply.checkpoints) {
+      if (cp.position != expected.checkpoints[0].position) violation("a rank checkpointed another position");
+    }
+    checkpoints_.push_back({reply.checkpoints[0], expected.checkpoints[0]});
+  }
+
+  // After a commit every live rank holds the reference's tokens and the
+  // same state epoch.
+  void check_ranks_agree() {
+    const auto& tokens = reference_.worker(0).state().tokens();
+    std::optional<std::uint64_t> epoch;
+    for (int r = 0; r < cluster_.ranks(); ++r) {
+      if (!cluster_.live(r)) continue;
+      const RankStateReport state = cluster_.node(r).state_report();
+      if (state.position != position()) {
+        violation("rank " + std::to_string(r) + " is at position " + std::to_string(state.position) +
+                  ", one rank at " + std::to_string(position()));
+      }
+      const auto& held = cluster_.node(r).worker().state().tokens();
+      if (!std::equal(tokens.begin(), tokens.begin() + position(), held.begin())) {
+        violation("rank " + std::to_string(r) + " holds other tokens than one rank");
+      }
+      if (epoch && *epoch != state.state_epoch) violation("live ranks hold different state epochs after a commit");
+      epoch = state.state_epoch;
+    }
+  }
+
+  std::vector<std::optional<std::string>> digests() const {
+    std::vector<std::optional<std::string>> out;
+    for (int r = 0; r < cluster_.ranks(); ++r) {
+      out.push_back(cluster_.live(r) ? std::optional(whole_state(cluster_.node(r).worker().state())) : std::nullopt);
+    }
+    return out;
+  }
+
+  void check_unchanged(const std::vector<std::optional<std::string>>& before, const std::string& what) {
+    const auto after = digests();
+    for (std::size_t r = 0; r < after.size(); ++r) {
+      if (before[r] && after[r] && before[r] != after[r]) violation(what + std::to_string(r) + "'s state");
+    }
+  }
+
+  void violation(const std::string& what) {
+    report_.violations.push_back("operation " + std::to_string(operation_) + ": " + what);
+  }
+
+  Random random_;
+  const Model& model_;
+  int ranks_;
+  Cluster cluster_;
+  DirectEngine reference_;
+  bool trace_;
+  std::vector<Checkpoint> checkpoints_;
+  int operation_ = 0;
+  SeedReport report_;
+};
+
+}  // namespace
+
+SeedReport run_seed(std::uint64_t seed, const Model& model, const std::string& identity, bool trace) {
+  return Run(seed, model, identity, trace).go();
+}
+
+}  // namespace accord::sim
