@@ -43,12 +43,14 @@ void Cluster::Outbox::hold_back(Epoch epoch) {
 }
 
 Cluster::Cluster(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, int ranks,
-                 const std::string& model_identity, std::vector<Fault> faults, Weather weather, Random& random)
+                 const std::string& model_identity, std::vector<Fault> faults, Weather weather, MemEnv& disk,
+                 Random& random)
     : model_(model),
       pool_(std::move(pool)),
       partition_(Partition::balanced(model.config().n_layers, ranks).value()),
       model_identity_(model_identity),
       weather_(weather),
+      disk_(disk),
       random_(random),
       driver_(kSession, static_cast<RankId>(ranks)) {
   for (int r = 0; r < ranks; ++r) {
@@ -61,7 +63,8 @@ Cluster::~Cluster() = default;
 
 std::unique_ptr<RankNode> Cluster::make_node(Rank& rank, int r, const std::vector<Fault>& faults) {
   auto worker = std::make_shared<RankWorker>(model_, pool_, partition_, r, model_identity_);
-  return std::make_unique<RankNode>(std::move(worker), kSession, static_cast<RankId>(ranks()), faults, rank.outbox);
+  return std::make_unique<RankNode>(std::move(worker), kSession, static_cast<RankId>(ranks()), faults, rank.outbox,
+                                    disk_);
 }
 
 std::optional<TransactionReply> Cluster::run(const TransactionRequest& request) {
@@ -98,6 +101,8 @@ bool Cluster::step() {
   if (ready && !random_.chance(weather_.tick_chance)) {
     if (random_.chance(weather_.crash_chance)) {
       lose(static_cast<RankId>(random_.below(ranks_.size())), true);
+    } else if (random_.chance(weather_.power_loss_chance)) {
+      lose_power();
     } else {
       deliver_one();
     }
@@ -167,6 +172,14 @@ void Cluster::lose(RankId r, bool crash) {
   }
   forget_links_of(r);
   rank.notice_at = now_ + static_cast<std::uint64_t>(random_.between(0, weather_.detect_ticks));
+}
+
+// The machine goes down: every rank's process dies and the disk keeps only
+// what was synced.
+void Cluster::lose_power() {
+  ++power_losses_;
+  for (std::size_t r = 0; r < ranks_.size(); ++r) lose(static_cast<RankId>(r), true);
+  disk_.crash();
 }
 
 void Cluster::forget_links_of(RankId r) {

@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/engine/engine_message.hpp"
+#include "runtime/io/mem_env.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/session/partition.hpp"
 #include "sim/random.hpp"
@@ -35,13 +36,16 @@ struct Weather {
   double duplicate_chance = 0;  // a message arrives twice, one after the other
   double loss_chance = 0;       // a message is lost and its link breaks
   double crash_chance = 0;      // a rank's process dies before a delivery
+  double power_loss_chance = 0; // every rank dies and the disk loses what was not synced
+  double disk_fault_chance = 0; // a file operation fails
   int detect_ticks = 1;         // until the coordinator sees a lost rank
 };
 
 class Cluster {
  public:
+  // The ranks share `disk` (one machine's), which must outlive the cluster.
   Cluster(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, int ranks, const std::string& model_identity,
-          std::vector<Fault> faults, Weather weather, Random& random);
+          std::vector<Fault> faults, Weather weather, MemEnv& disk, Random& random);
   ~Cluster();
 
   // Runs one transaction to its reply, then lets the network settle: every
@@ -65,6 +69,7 @@ class Cluster {
   bool poisoned() const { return driver_.agreement().poisoned(); }
   std::uint64_t crashes() const { return crashes_; }
   std::uint64_t cuts() const { return cuts_; }
+  std::uint64_t power_losses() const { return power_losses_; }
 
  private:
   static constexpr RankId kCoordinator = kNoRank;
@@ -83,6 +88,7 @@ class Cluster {
   void deliver_one();
   void pass_time();
   void lose(RankId rank, bool crash);
+  void lose_power();
   void forget_links_of(RankId rank);
   std::unique_ptr<RankNode> make_node(Rank& rank, int r, const std::vector<Fault>& faults);
 
@@ -91,6 +97,7 @@ class Cluster {
   Partition partition_;
   std::string model_identity_;
   Weather weather_;
+  MemEnv& disk_;
   Random& random_;
   TransactionDriver driver_;
   std::vector<std::unique_ptr<Rank>> ranks_;
@@ -99,6 +106,7 @@ class Cluster {
   std::uint64_t ticks_taken_ = 0;
   std::uint64_t crashes_ = 0;
   std::uint64_t cuts_ = 0;
+  std::uint64_t power_losses_ = 0;
 };
 
 }  // namespace accord::sim

@@ -1,5 +1,6 @@
 #include "sim/simulation.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -8,13 +9,19 @@
 #include "runtime/engine/direct_engine.hpp"
 #include "runtime/engine/session_requests.hpp"
 #include "runtime/io/digest.hpp"
+#include "runtime/session/prompt_cache.hpp"
+#include "runtime/session/prompt_cache_recovery.hpp"
 #include "sim/cluster.hpp"
 
 namespace accord::sim {
 
 namespace {
 
-enum class Operation { prefill, decode, speculative, checkpoint, rollback, reset, recover };
+enum class Operation { prefill, decode, speculative, checkpoint, rollback, reset, save, load, recover };
+constexpr int kDrawnOperations = 8;  // all but recover
+
+const char* const kCacheRoot = "/cache";
+const PromptCacheDescriptor kCacheDescriptor{"sim", "sim"};
 
 const char* name_of(Operation op) {
   switch (op) {
@@ -24,6 +31,8 @@ const char* name_of(Operation op) {
     case Operation::checkpoint: return "checkpoint";
     case Operation::rollback: return "rollback";
     case Operation::reset: return "reset";
+    case Operation::save: return "save";
+    case Operation::load: return "load";
     case Operation::recover: return "recover";
   }
   return "?";
@@ -53,6 +62,8 @@ Weather draw_weather(Random& random) {
   w.duplicate_chance = sometimes(random, 0.5, 0.01, 0.2);
   w.loss_chance = sometimes(random, 0.75, 0.0005, 0.004);
   w.crash_chance = sometimes(random, 0.75, 0.0005, 0.004);
+  w.power_loss_chance = sometimes(random, 0.9, 0.0005, 0.002);
+  w.disk_fault_chance = sometimes(random, 0.75, 0.002, 0.03);
   w.detect_ticks = random.between(0, 6);
   return w;
 }
@@ -100,10 +111,16 @@ class Run {
       : random_(seed),
         model_(model),
         ranks_(random_.between(1, std::min(4, model.config().n_layers))),
-        cluster_(model, pool(), ranks_, identity, draw_faults(random_, ranks_), draw_weather(random_), random_),
-        reference_(model, pool(), Partition::balanced(model.config().n_layers, 1).value(), identity, 7),
+        faults_(draw_faults(random_, ranks_)),
+        weather_(draw_weather(random_)),
+        cluster_(model, pool(), ranks_, identity, faults_, weather_, disk_, random_),
+        reference_(model, pool(), Partition::balanced(model.config().n_layers, 1).value(), identity, 7,
+                   DirectEngineOptions{{}, {}, &reference_disk_}),
         trace_(trace) {
     report_.seed = seed;
+    disk_.set_fault_hook([this](std::string_view, const std::filesystem::path&) {
+      return disk_faults_ && random_.chance(weather_.disk_fault_chance);
+    });
   }
 
   SeedReport go() {
@@ -133,8 +150,10 @@ class Run {
   Operation draw() {
     if ((cluster_.poisoned() || cluster_.any_rank_lost()) && random_.chance(0.6)) return Operation::recover;
     for (;;) {
-      const auto op = static_cast<Operation>(random_.below(6));
+      const auto op = static_cast<Operation>(random_.below(kDrawnOperations));
       if (op == Operation::rollback && checkpoints_.empty()) continue;
+      if (op == Operation::save && position() == 0) continue;
+      if (op == Operation::load && !saved_prefix_) continue;
       if ((op == Operation::prefill && room() < 9) || (op != Operation::prefill && room() < 5)) {
         return Operation::reset;
       }
@@ -181,12 +200,43 @@ class Run {
       case Operation::recover:
         request.kind = TransactionKind::reset;
         break;
+      case Operation::save: {
+        const auto tokens = reference_.worker(0).state().tokens();
+        request = cache_request(TransactionKind::prompt_cache_save, kCacheRoot, kCacheDescriptor,
+                                tokens.first(static_cast<std::size_t>(random_.between(1, position()))), "");
+        request.save_id = save_id();
+        break;
+      }
+      case Operation::load: {
+        // Now and then a prefix the cache does not hold: it must be refused.
+        const std::vector<int> prefix = random_.chance(0.8) ? *saved_prefix_ : tokens(random_.between(1, 4));
+        request = cache_request(TransactionKind::prompt_cache_load, kCacheRoot, kCacheDescriptor, prefix, "");
+        break;
+      }
     }
     return {request, request};
   }
 
+  std::string save_id() {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    std::string id(16, '0');
+    for (char& c : id) c = kDigits[random_.below(16)];
+    return id;
+  }
+
+  // Repairs the cache after a poison, as an operator would once a reset
+  // brought every rank back (a rank holds its open save's lock till then).
+  void repair_cache() {
+    disk_faults_ = false;
+    auto recovered = recover_prompt_cache(kCacheRoot, disk_);
+    disk_faults_ = true;
+    if (!recovered) return violation("the prompt cache cannot be recovered: " + recovered.error().message());
+    if (trace_ && !recovered->reason.empty()) report_.trace.push_back("recovery: " + recovered->reason);
+  }
+
   void perform(Operation op) {
     if (op == Operation::recover) cluster_.restart_lost_ranks();
+    const std::uint64_t power_losses = cluster_.power_losses();
     const auto [request, reference_request] = requests(op);
     const bool was_poisoned = cluster_.poisoned();
     const auto before = digests();
@@ -201,17 +251,68 @@ class Run {
       case TransactionOutcome::committed:
         ++report_.committed;
         if (was_poisoned && request.kind != TransactionKind::reset) violation("a poisoned session committed");
-        return check_committed(op, *reply, reference_request);
+        check_committed(op, *reply, reference_request);
+        break;
       case TransactionOutcome::aborted:
       case TransactionOutcome::refused:
         ++report_.aborted;
-        return check_unchanged(before, "an aborted or refused transaction changed rank ");
+        check_unchanged(before, "an aborted or refused transaction changed rank ");
+        break;
       case TransactionOutcome::poisoned:
         ++report_.poisoned;
         if (was_poisoned) check_unchanged(before, "a poisoned session changed rank ");
         if (!cluster_.poisoned()) violation("the transaction was poisoned but the session is not");
-        return;
+        // A save cut short may leave the ranks on different
+        // generations: recovery repairs that, but which one is live is
+        // no longer known.
+        if (op == Operation::save) saved_prefix_.reset();
+        break;
     }
+    if (op == Operation::recover && reply->outcome == TransactionOutcome::committed) repair_cache();
+    if (cluster_.power_losses() != power_losses && op != Operation::save) check_cache_survived();
+    if (!cluster_.poisoned() && !cluster_.any_rank_lost()) check_cache_whole_or_invisible();
+  }
+
+  // Every rank's CURRENT names the same generation, whole and intact, or
+  // no rank has one. (A `corrupt` fault damages a shard on purpose: its
+  // checksum is then not checked here; the load refuses it.)
+  void check_cache_whole_or_invisible() {
+    disk_faults_ = false;
+    std::optional<std::string> first;
+    for (int r = 0; r < cluster_.ranks(); ++r) {
+      auto current = read_current(rank_folder(kCacheRoot, r), disk_);
+      if (!current) {
+        violation("rank " + std::to_string(r) + "'s CURRENT cannot be read: " + current.error().message());
+        break;
+      }
+      const std::string name = current->value_or("");
+      if (r > 0 && name != first) {
+        violation("ranks 0 and " + std::to_string(r) + " name different generations");
+        break;
+      }
+      first = name;
+      if (name.empty()) continue;
+      auto live = read_live_generation(kCacheRoot, r, disk_);
+      if (!live || (!corrupting() && !read_shard(*live))) {
+        violation("rank " + std::to_string(r) + "'s live generation " + name + " is not whole");
+        break;
+      }
+    }
+    disk_faults_ = true;
+  }
+
+  // A power loss between transactions (or during one that was not a save)
+  // keeps the last committed save: it was synced before it committed.
+  void check_cache_survived() {
+    if (!saved_prefix_) return;
+    disk_faults_ = false;
+    auto live = read_live_generation(kCacheRoot, 0, disk_);
+    disk_faults_ = true;
+    if (!live) violation("the last committed save did not survive a power loss: " + live.error().message());
+  }
+
+  bool corrupting() const {
+    return std::any_of(faults_.begin(), faults_.end(), [](const Fault& f) { return f.kind == FaultKind::corrupt; });
   }
 
   // Every phase decides within its status deadline, an abort within its
@@ -242,6 +343,7 @@ class Run {
       violation("the prediction-target verdict differs from one rank's");
     }
     if (op == Operation::checkpoint) keep_checkpoint(reply, expected);
+    if (op == Operation::save) saved_prefix_ = reference_request.tokens;
     check_ranks_agree();
   }
 
@@ -298,10 +400,16 @@ class Run {
   Random random_;
   const Model& model_;
   int ranks_;
+  std::vector<Fault> faults_;
+  Weather weather_;
+  MemEnv disk_;            // the cluster's machine's
+  MemEnv reference_disk_;  // the reference's, without faults
+  bool disk_faults_ = true;
   Cluster cluster_;
   DirectEngine reference_;
   bool trace_;
   std::vector<Checkpoint> checkpoints_;
+  std::optional<std::vector<int>> saved_prefix_;  // of the last committed save, while known
   int operation_ = 0;
   SeedReport report_;
 };

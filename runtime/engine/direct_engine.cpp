@@ -41,7 +41,8 @@ struct DirectEngine::State {
   struct Rank {
     Rank(State& engine, RankId r, std::shared_ptr<RankWorker> worker, const std::vector<Fault>& faults)
         : outbox(engine, r),
-          node(std::move(worker), engine.session, static_cast<RankId>(engine.partition.ranks()), faults, outbox) {}
+          node(std::move(worker), engine.session, static_cast<RankId>(engine.partition.ranks()), faults, outbox,
+               engine.options.env != nullptr ? *engine.options.env : posix_env()) {}
 
     Outbox outbox;
     RankNode node;

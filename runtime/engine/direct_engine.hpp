@@ -36,6 +36,7 @@ namespace accord {
 struct DirectEngineOptions {
   AgreementOptions agreement;
   std::vector<Fault> faults;  // every rank's plan (runtime/fault/fault_plan.hpp)
+  Env* env = nullptr;         // the prompt cache's files; nullptr: posix_env()
 };
 
 class DirectEngine {

@@ -18,9 +18,9 @@ bool holds_for(const std::optional<Data>& data, const RunPhase& run) {
 }  // namespace
 
 RankNode::RankNode(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count,
-                   const std::vector<Fault>& plan, RankOutbox& outbox)
+                   const std::vector<Fault>& plan, RankOutbox& outbox, Env& env)
     : worker_(std::move(worker)),
-      cache_(worker_->shard_identity()),
+      cache_(worker_->shard_identity(), env),
       machine_(session, static_cast<RankId>(worker_->rank())),
       session_(session),
       rank_(static_cast<RankId>(worker_->rank())),
@@ -235,6 +235,10 @@ std::optional<Status> RankNode::local_work(const RunPhase& run) {
       }
       return malformed("rollback");
     case SessionResetPreparation:
+      // A reset may skip over a transaction this rank never saw settled:
+      // a save it left published goes back (and its lock with it), as
+      // the ranks that heard the poison did.
+      cache_.forget();
       return worker.prepare_reset(epoch);
     case PromptCacheSavePreflight:
     case PromptCacheSavePreparation:

@@ -64,9 +64,10 @@ class RankNode {
  public:
   // Rank worker->rank() of `rank_count`, with its share of `plan`. The
   // node is the worker's only holder (a shared_ptr, so that its deleter may
-  // keep the model alive: actors/node.cpp).
+  // keep the model alive: actors/node.cpp). The prompt cache's files go
+  // through `env`, which must outlive the node.
   RankNode(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count, const std::vector<Fault>& plan,
-           RankOutbox& outbox);
+           RankOutbox& outbox, Env& env = posix_env());
 
   void receive(const PhaseBegin& begin);
   void receive(const PhaseDecision& decision);

@@ -3,7 +3,6 @@
 #include <array>
 #include <charconv>
 #include <cstdlib>
-#include <fstream>
 
 namespace accord {
 
@@ -168,19 +167,13 @@ Status check_fault_plan(const std::vector<Fault>& plan, int ranks) {
   return {};
 }
 
-Status flip_middle_byte(const std::filesystem::path& file) {
-  std::fstream stream(file, std::ios::in | std::ios::out | std::ios::binary);
-  stream.seekg(0, std::ios::end);
-  const std::streamoff size = stream.tellg();
-  if (!stream || size <= 0) return Error(ErrorCode::io, "cannot corrupt " + file.string() + ": unreadable or empty");
-  char byte = 0;
-  stream.seekg(size / 2);
-  stream.read(&byte, 1);
-  byte = static_cast<char>(~byte);
-  stream.seekp(size / 2);
-  stream.write(&byte, 1);
-  if (!stream.flush()) return Error(ErrorCode::io, "cannot corrupt " + file.string());
-  return {};
+Status flip_middle_byte(Env& env, const std::filesystem::path& file) {
+  constexpr std::size_t kAnySize = std::size_t{1} << 40;
+  auto bytes = env.read_file(file, kAnySize);
+  if (!bytes || bytes->empty()) return Error(ErrorCode::io, "cannot corrupt " + file.string() + ": unreadable or empty");
+  std::byte& middle = (*bytes)[bytes->size() / 2];
+  middle = ~middle;
+  return env.write_file(file, *bytes, false);
 }
 
 RankFaults::RankFaults(RankId rank, const std::vector<Fault>& plan) {

@@ -22,6 +22,7 @@
 #include "messages/fault.hpp"
 #include "messages/phase.hpp"
 #include "runtime/error.hpp"
+#include "runtime/io/env.hpp"
 
 namespace accord {
 
@@ -42,8 +43,8 @@ Result<std::vector<Fault>> faults_from_environment();
 Status check_fault_plan(const std::vector<Fault>& plan, int ranks);
 
 // The `corrupt` fault's damage: inverts the bits of the byte in the middle
-// of `file`, in place.
-Status flip_middle_byte(const std::filesystem::path& file);
+// of `file`, in place (not synced: a failing disk does not say so).
+Status flip_middle_byte(Env& env, const std::filesystem::path& file);
 
 // One rank's share of a plan, with its own counters: each rank's actors
 // hold their own, so counting needs no lock.

@@ -18,29 +18,6 @@ Error io_error(const std::string& what, const std::filesystem::path& path) {
 
 }  // namespace
 
-Status write_file_synced(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error("cannot create", path);
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      Error error = io_error("cannot write", path);
-      ::close(fd);
-      return error;
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    Error error = io_error("cannot fsync", path);
-    ::close(fd);
-    return error;
-  }
-  if (::close(fd) != 0) return io_error("cannot close", path);
-  return {};
-}
-
 Status sync_folder(const std::filesystem::path& folder) {
   const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return io_error("cannot open folder", folder);
@@ -75,10 +52,6 @@ Status write_atomically(const std::filesystem::path& path, const std::function<v
   return sync_folder(folder);
 }
 
-Status replace_file_atomically(const std::filesystem::path& path, const std::string& text) {
-  return write_atomically(path, [&](std::ostream& out) { out << text; });
-}
-
 Result<std::vector<std::byte>> read_file(const std::filesystem::path& path, std::size_t max_bytes) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
@@ -93,35 +66,6 @@ Result<std::vector<std::byte>> read_file(const std::filesystem::path& path, std:
     return Error(ErrorCode::io, "cannot read " + path.string());
   }
   return bytes;
-}
-
-Result<bool> resolves_inside(const std::filesystem::path& root, const std::filesystem::path& path) {
-  std::error_code ec;
-  const auto real_root = std::filesystem::weakly_canonical(root, ec);
-  if (ec) return Error(ErrorCode::io, "cannot resolve " + root.string() + ": " + ec.message());
-  const auto real_path = std::filesystem::weakly_canonical(path, ec);
-  if (ec) return Error(ErrorCode::io, "cannot resolve " + path.string() + ": " + ec.message());
-  auto r = real_root.begin();
-  auto p = real_path.begin();
-  for (; r != real_root.end(); ++r, ++p) {
-    if (r->empty()) continue;  // trailing separator
-    if (p == real_path.end() || *r != *p) return false;
-  }
-  return true;
-}
-
-bool is_real_folder(const std::filesystem::path& path) {
-  std::error_code ec;
-  return std::filesystem::symlink_status(path, ec).type() == std::filesystem::file_type::directory;
-}
-
-std::vector<std::string> folder_entries(const std::filesystem::path& folder) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-    names.push_back(it->path().filename().string());
-  }
-  return names;
 }
 
 Result<std::optional<FileLock>> FileLock::try_take(const std::filesystem::path& path) {

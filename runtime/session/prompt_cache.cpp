@@ -71,42 +71,32 @@ std::uint64_t unsigned_number(const nlohmann::json& object, const char* key) {
 // Removes a generation or staging folder this cache wrote, and only the
 // two files it writes there (whatever a manifest may claim). Anything else
 // in the folder (a user's file, a link) stays, and so does the folder.
-void remove_generation_folder(const fs::path& folder) {
-  if (!is_real_folder(folder)) return;
-  std::error_code ignored;
+void remove_generation_folder(Env& env, const fs::path& folder) {
+  if (env.type_of(folder) != FileType::folder) return;
   for (const char* name : {kShard, kManifest}) {
     const fs::path file = folder / name;
-    if (fs::symlink_status(file, ignored).type() == fs::file_type::regular) fs::remove(file, ignored);
+    if (env.type_of(file) == FileType::regular) (void)env.remove(file);
   }
-  fs::remove(folder, ignored);  // only when nothing else is left in it
+  if (env.entries(folder).empty()) (void)env.remove(folder);  // only when nothing else is left in it
 }
 
 // A folder the cache writes into: created when missing, refused when it
 // is a symbolic link or not a folder.
-Status ensure_real_folder(const fs::path& folder) {
-  std::error_code ec;
-  const auto type = fs::symlink_status(folder, ec).type();
-  if (type == fs::file_type::not_found) {
-    fs::create_directory(folder, ec);
-    if (ec) return Error(ErrorCode::io, "cannot create " + folder.string() + ": " + ec.message());
-    return {};
-  }
-  if (type == fs::file_type::symlink) {
+Status ensure_real_folder(Env& env, const fs::path& folder) {
+  const FileType type = env.type_of(folder);
+  if (type == FileType::none) return create_folders_synced(env, folder);
+  if (type == FileType::link) {
     return cache_error(folder.string() + " is a symbolic link; the prompt cache writes only into folders of its own");
   }
-  if (type != fs::file_type::directory) {
-    return cache_error(folder.string() + " is not a folder" + (ec ? ": " + ec.message() : std::string()));
-  }
+  if (type != FileType::folder) return cache_error(folder.string() + " is not a folder");
   return {};
 }
 
 // The root may be a link the user chose; the folders below it are the cache's.
-Status ensure_rank_folders(const fs::path& root, const fs::path& rank_dir) {
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return Error(ErrorCode::io, "cannot create " + root.string() + ": " + ec.message());
-  if (Status ok = ensure_real_folder(rank_dir); !ok) return ok;
-  return ensure_real_folder(rank_dir / kGenerations);
+Status ensure_rank_folders(Env& env, const fs::path& root, const fs::path& rank_dir) {
+  if (Status ok = create_folders_synced(env, root); !ok) return ok;
+  if (Status ok = ensure_real_folder(env, rank_dir); !ok) return ok;
+  return ensure_real_folder(env, rank_dir / kGenerations);
 }
 
 }  // namespace
@@ -143,11 +133,9 @@ bool is_generation_name(const std::string& name) {
          is_hex(std::string_view(name).substr(dash + 1), 64);
 }
 
-Result<std::optional<std::string>> read_current(const fs::path& rank_dir) {
-  std::error_code ec;
-  const auto type = fs::symlink_status(rank_dir / kCurrent, ec).type();
-  if (type == fs::file_type::not_found) return std::optional<std::string>();
-  auto current = read_file(rank_dir / kCurrent, 256);
+Result<std::optional<std::string>> read_current(const fs::path& rank_dir, Env& env) {
+  if (env.type_of(rank_dir / kCurrent) == FileType::none) return std::optional<std::string>();
+  auto current = env.read_file(rank_dir / kCurrent, 256);
   if (!current) return cache_error("cannot read " + (rank_dir / kCurrent).string() + ": " + current.error().message());
   std::string name(as_text(*current));
   while (!name.empty() && name.back() == '\n') name.pop_back();
@@ -219,37 +207,34 @@ Result<PromptCacheManifest> manifest_from_json(std::string_view text) {
 }
 
 Result<PreparedGeneration> prepare_generation(const fs::path& root, const PromptCacheManifest& manifest,
-                                              std::span<const std::byte> shard) {
+                                              std::span<const std::byte> shard, Env& env) {
   PreparedGeneration g;
+  g.env = &env;
   g.rank_dir = rank_folder(root, manifest.topology.rank);
   g.name = generation_name(manifest.epoch, manifest.save_id);
   g.staging_path = staging_folder(g.rank_dir, g.name);
-  if (Status ok = ensure_rank_folders(root, g.rank_dir); !ok) return ok.error();
-  auto lock = FileLock::try_take(g.rank_dir / kLock);
+  if (Status ok = ensure_rank_folders(env, root, g.rank_dir); !ok) return ok.error();
+  auto lock = env.try_lock(g.rank_dir / kLock);
   if (!lock) return lock.error();
   if (!*lock) {
     return cache_error("another writer is saving into " + g.rank_dir.string() + " (it holds " + kLock +
                        "); this save is skipped");
   }
-  g.lock = std::make_shared<const FileLock>(std::move(**lock));
-  remove_generation_folder(g.staging_path);  // a dead save's, by the same name
-  std::error_code ec;
-  fs::create_directory(g.staging_path, ec);
-  if (ec) return Error(ErrorCode::io, "cannot create " + g.staging_path.string() + ": " + ec.message());
+  g.lock = std::shared_ptr<const EnvLock>(std::move(*lock));
+  remove_generation_folder(env, g.staging_path);  // a dead save's, by the same name
+  if (Status ok = env.create_folder(g.staging_path); !ok) return ok.error();
 
   const std::string text = manifest_to_json(manifest);
-  Status written = write_file_synced(g.staging_path / manifest.shard_file, shard);
-  if (written) {
-    written = write_file_synced(g.staging_path / kManifest, {reinterpret_cast<const std::byte*>(text.data()), text.size()});
-  }
-  if (written) written = sync_folder(g.staging_path);
+  Status written = write_file_synced(env, g.staging_path / manifest.shard_file, shard);
+  if (written) written = write_file_synced(env, g.staging_path / kManifest, std::as_bytes(std::span(text)));
+  if (written) written = env.sync_folder(g.staging_path);
   if (!written) {
     discard_generation(g);
     return written.error();
   }
   // Read back what reached the file system: a short write or a bad disk
   // shows here, before anything is published.
-  auto reread = read_file(g.staging_path / manifest.shard_file, manifest.shard_bytes);
+  auto reread = env.read_file(g.staging_path / manifest.shard_file, manifest.shard_bytes);
   if (!reread || sha256_hex(*reread) != manifest.shard_sha256) {
     discard_generation(g);
     return cache_error("the shard written to " + g.staging_path.string() + " does not read back intact");
@@ -257,61 +242,72 @@ Result<PreparedGeneration> prepare_generation(const fs::path& root, const Prompt
   return g;
 }
 
-void discard_generation(const PreparedGeneration& generation) { remove_generation_folder(generation.staging_path); }
+void discard_generation(const PreparedGeneration& generation) {
+  remove_generation_folder(*generation.env, generation.staging_path);
+}
 
 Result<Publication> publish_generation(const PreparedGeneration& generation) {
-  auto current = read_current(generation.rank_dir);
+  Env& env = *generation.env;
+  auto current = read_current(generation.rank_dir, env);
   Publication p{generation, current ? *current : std::nullopt};
   const fs::path final_path = generation_folder(generation.rank_dir, generation.name);
-  std::error_code ec;
-  fs::rename(generation.staging_path, final_path, ec);
-  if (ec) return Error(ErrorCode::io, "cannot publish " + final_path.string() + ": " + ec.message());
-  if (Status s = sync_folder(generation.rank_dir / kGenerations); !s) return s.error();
-  if (Status s = replace_file_atomically(generation.rank_dir / kCurrent, generation.name + "\n"); !s) {
-    remove_generation_folder(final_path);
-    return s.error();
-  }
+  if (Status s = env.rename(generation.staging_path, final_path); !s) return s.error();
   return p;
+}
+
+Status switch_current(const Publication& publication) {
+  const PreparedGeneration& generation = publication.generation;
+  Env& env = *generation.env;
+  if (Status s = env.sync_folder(generation.rank_dir / kGenerations); !s) return s;
+  return replace_file_atomically(env, generation.rank_dir / kCurrent, generation.name + "\n");
 }
 
 void commit_publication(const Publication& publication) {
   const fs::path& dir = publication.generation.rank_dir;
-  for (const std::string& name : folder_entries(dir / kGenerations)) {
+  Env& env = *publication.generation.env;
+  for (const std::string& name : env.entries(dir / kGenerations)) {
     if (name != publication.generation.name && is_generation_name(name)) {
-      remove_generation_folder(generation_folder(dir, name));
+      remove_generation_folder(env, generation_folder(dir, name));
     }
   }
-  for (const std::string& entry : folder_entries(dir)) {
-    if (!staged_generation(entry).empty()) remove_generation_folder(dir / entry);
+  for (const std::string& entry : env.entries(dir)) {
+    if (!staged_generation(entry).empty()) remove_generation_folder(env, dir / entry);
   }
 }
 
 Status revert_publication(const Publication& publication) {
   const fs::path& dir = publication.generation.rank_dir;
-  std::error_code ec;
-  if (publication.previous) {
-    if (Status s = replace_file_atomically(dir / kCurrent, *publication.previous + "\n"); !s) return s;
-  } else {
-    fs::remove(dir / kCurrent, ec);
-    if (ec) return Error(ErrorCode::io, "cannot remove " + (dir / kCurrent).string() + ": " + ec.message());
+  Env& env = *publication.generation.env;
+  // CURRENT still naming what it named before the publication never
+  // switched (switch_current failed before its rename): nothing to put back.
+  auto current = read_current(dir, env);
+  if (current && *current == publication.previous) {
+    remove_generation_folder(env, generation_folder(dir, publication.generation.name));
+    return {};
   }
-  remove_generation_folder(generation_folder(dir, publication.generation.name));
+  if (publication.previous) {
+    if (Status s = replace_file_atomically(env, dir / kCurrent, *publication.previous + "\n"); !s) return s;
+  } else {
+    if (Status s = env.remove(dir / kCurrent); !s) return s;
+    if (Status s = env.sync_folder(dir); !s) return s;
+  }
+  remove_generation_folder(env, generation_folder(dir, publication.generation.name));
   return {};
 }
 
-Result<LiveGeneration> read_live_generation(const fs::path& root, int rank) {
+Result<LiveGeneration> read_live_generation(const fs::path& root, int rank, Env& env) {
   const fs::path dir = rank_folder(root, rank);
-  auto current = read_current(dir);
+  auto current = read_current(dir, env);
   if (!current) return current.error();
   if (!*current) return cache_error("no prompt cache at " + dir.string() + " (it has no CURRENT)");
-  return read_generation(root, generation_folder(dir, **current));
+  return read_generation(root, generation_folder(dir, **current), env);
 }
 
-Result<LiveGeneration> read_generation(const fs::path& root, const fs::path& folder) {
-  auto inside = resolves_inside(root, folder / kManifest);
+Result<LiveGeneration> read_generation(const fs::path& root, const fs::path& folder, Env& env) {
+  auto inside = resolves_inside(env, root, folder / kManifest);
   if (!inside) return cache_error("cannot open the generation " + folder.string() + ": " + inside.error().message());
   if (!*inside) return cache_error("the generation " + folder.string() + " leaves the cache root " + root.string());
-  auto text = read_file(folder / kManifest, kMaxManifestBytes);
+  auto text = env.read_file(folder / kManifest, kMaxManifestBytes);
   if (!text) return cache_error("cannot read the manifest of " + folder.string() + ": " + text.error().message());
   auto manifest = manifest_from_json(as_text(*text));
   if (!manifest) return Error(ErrorCode::prompt_cache, folder.string() + ": " + manifest.error().message());
@@ -324,21 +320,20 @@ Result<LiveGeneration> read_generation(const fs::path& root, const fs::path& fol
     return cache_error("the manifest in " + folder.string() + " is of the generation " + name);
   }
   const fs::path shard = folder / manifest->shard_file;
-  auto shard_inside = resolves_inside(root, shard);
+  auto shard_inside = resolves_inside(env, root, shard);
   if (!shard_inside) return cache_error("cannot open the shard " + shard.string() + ": " + shard_inside.error().message());
   if (!*shard_inside) return cache_error("the shard " + shard.string() + " leaves the cache root");
-  return LiveGeneration{std::move(*manifest), shard};
+  return LiveGeneration{std::move(*manifest), shard, &env};
 }
 
 Result<std::vector<std::byte>> read_shard(const LiveGeneration& live) {
-  std::error_code ec;
-  const auto size = fs::file_size(live.shard_path, ec);
-  if (ec) return cache_error("cannot read the shard " + live.shard_path.string() + ": " + ec.message());
-  if (size != live.manifest.shard_bytes) {
-    return cache_error("the shard " + live.shard_path.string() + " is " + std::to_string(size) +
+  auto size = live.env->file_size(live.shard_path);
+  if (!size) return cache_error("cannot read the shard " + live.shard_path.string() + ": " + size.error().message());
+  if (*size != live.manifest.shard_bytes) {
+    return cache_error("the shard " + live.shard_path.string() + " is " + std::to_string(*size) +
                        " bytes, the manifest says " + std::to_string(live.manifest.shard_bytes));
   }
-  auto bytes = read_file(live.shard_path, live.manifest.shard_bytes);
+  auto bytes = live.env->read_file(live.shard_path, live.manifest.shard_bytes);
   if (!bytes) return cache_error(bytes.error().message());
   if (sha256_hex(*bytes) != live.manifest.shard_sha256) {
     return cache_error("the shard " + live.shard_path.string() + " fails its SHA-256 check: it is corrupted");

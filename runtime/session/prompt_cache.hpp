@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "runtime/error.hpp"
-#include "runtime/io/durable_file.hpp"
+#include "runtime/io/env.hpp"
 
 namespace accord {
 
@@ -98,7 +98,7 @@ bool is_generation_name(const std::string& name);
 
 // The generation rank_dir/CURRENT names; nullopt when there is no CURRENT.
 // An unreadable CURRENT, or one that names no generation, is an error.
-Result<std::optional<std::string>> read_current(const std::filesystem::path& rank_dir);
+Result<std::optional<std::string>> read_current(const std::filesystem::path& rank_dir, Env& env = posix_env());
 
 // A generation written and verified but not yet visible.
 // It holds the rank folder's writer lock until the last copy goes.
@@ -106,7 +106,8 @@ struct PreparedGeneration {
   std::filesystem::path rank_dir;
   std::string name;                    // final name under generations/
   std::filesystem::path staging_path;  // where it lies until published
-  std::shared_ptr<const FileLock> lock;
+  std::shared_ptr<const EnvLock> lock;
+  Env* env = nullptr;  // where it lies
 };
 
 // A published generation, with what is needed to take it back.
@@ -120,13 +121,19 @@ struct Publication {
 // them, and re-reads the shard to check its checksum. The rank folder and
 // its generations/ must be real folders, not symbolic links.
 Result<PreparedGeneration> prepare_generation(const std::filesystem::path& root, const PromptCacheManifest& manifest,
-                                              std::span<const std::byte> shard);
+                                              std::span<const std::byte> shard, Env& env = posix_env());
 
 // Removes a prepared generation that will not be published.
 void discard_generation(const PreparedGeneration& generation);
 
-// Renames the generation into generations/ and switches CURRENT to it.
+// Renames the generation into generations/ (a reader finds it only
+// through CURRENT); the publication it returns can be reverted.
 Result<Publication> publish_generation(const PreparedGeneration& generation);
+
+// Switches CURRENT to the published generation. On an error CURRENT may or
+// may not have switched (the rename may have happened before the folder's
+// sync failed): revert_publication puts it back either way.
+Status switch_current(const Publication& publication);
 
 // Makes a publication final: removes every other generation of the rank
 // and the staging folders of saves that died before publishing (there is
@@ -141,11 +148,13 @@ Status revert_publication(const Publication& publication);
 struct LiveGeneration {
   PromptCacheManifest manifest;
   std::filesystem::path shard_path;
+  Env* env = nullptr;  // where it lies
 };
-Result<LiveGeneration> read_live_generation(const std::filesystem::path& root, int rank);
+Result<LiveGeneration> read_live_generation(const std::filesystem::path& root, int rank, Env& env = posix_env());
 // The generation in `folder` (published or staged): its manifest, which
 // must name the folder, validated against the root.
-Result<LiveGeneration> read_generation(const std::filesystem::path& root, const std::filesystem::path& folder);
+Result<LiveGeneration> read_generation(const std::filesystem::path& root, const std::filesystem::path& folder,
+                                       Env& env = posix_env());
 
 // Reads the shard of a live generation and checks size and checksum.
 Result<std::vector<std::byte>> read_shard(const LiveGeneration& live);

@@ -6,7 +6,6 @@
 #include <set>
 #include <vector>
 
-#include "runtime/io/durable_file.hpp"
 #include "runtime/session/prompt_cache.hpp"
 
 namespace accord {
@@ -27,32 +26,36 @@ struct RankView {
 using Views = std::map<int, RankView>;
 
 // The rank numbers of root's rank-NN folders (links are not rank folders).
-std::vector<int> rank_numbers(const fs::path& root) {
+std::vector<int> rank_numbers(Env& env, const fs::path& root) {
   std::vector<int> ranks;
-  for (const std::string& name : folder_entries(root)) {
+  for (const std::string& name : env.entries(root)) {
     if (!name.starts_with("rank-") || name.size() > 9) continue;
     const std::string digits = name.substr(5);
     if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     const int rank = std::stoi(digits);
-    if (rank_folder(root, rank).filename() == name && is_real_folder(root / name)) ranks.push_back(rank);
+    if (rank_folder(root, rank).filename() == name && env.type_of(root / name) == FileType::folder) {
+      ranks.push_back(rank);
+    }
   }
   std::sort(ranks.begin(), ranks.end());
   return ranks;
 }
 
-RankView view_of(const fs::path& dir) {
+RankView view_of(Env& env, const fs::path& dir) {
   RankView view{dir, std::nullopt, false, {}, {}};
-  if (auto current = read_current(dir)) {
+  if (auto current = read_current(dir, env)) {
     view.current = *current;
   } else {
     view.current_unreadable = true;
   }
-  for (const std::string& name : folder_entries(generations_folder(dir))) {
-    if (is_generation_name(name) && is_real_folder(generation_folder(dir, name))) view.published.insert(name);
+  for (const std::string& name : env.entries(generations_folder(dir))) {
+    if (is_generation_name(name) && env.type_of(generation_folder(dir, name)) == FileType::folder) {
+      view.published.insert(name);
+    }
   }
-  for (const std::string& entry : folder_entries(dir)) {
+  for (const std::string& entry : env.entries(dir)) {
     const std::string name = staged_generation(entry);
-    if (!name.empty() && is_real_folder(dir / entry)) view.staged.insert(name);
+    if (!name.empty() && env.type_of(dir / entry) == FileType::folder) view.staged.insert(name);
   }
   return view;
 }
@@ -65,7 +68,7 @@ const RankView* find_view(const Views& views, int rank) {
 // Whether the cache needs no recovery: rank 0's live generation is named
 // and held by every rank of its save. A live generation that exists but
 // cannot be read is damage, not a mixed publication: the load refuses it.
-bool is_consistent(const fs::path& root, const Views& views) {
+bool is_consistent(Env& env, const fs::path& root, const Views& views) {
   const bool any_current = std::any_of(views.begin(), views.end(), [](const auto& v) {
     return v.second.current || v.second.current_unreadable;
   });
@@ -74,7 +77,7 @@ bool is_consistent(const fs::path& root, const Views& views) {
   if (first == nullptr || !first->current) return first != nullptr && first->current_unreadable;
   const std::string& name = *first->current;
   if (!first->published.contains(name)) return false;
-  auto live = read_generation(root, generation_folder(first->dir, name));
+  auto live = read_generation(root, generation_folder(first->dir, name), env);
   if (!live) return true;
   for (int r = 1; r < live->manifest.topology.ranks; ++r) {
     const RankView* view = find_view(views, r);
@@ -85,14 +88,14 @@ bool is_consistent(const fs::path& root, const Views& views) {
 
 // Whether every rank of generation `name`'s save holds it whole; the
 // save's rank count when it does.
-std::optional<int> whole_everywhere(const fs::path& root, const Views& views, const std::string& name) {
+std::optional<int> whole_everywhere(Env& env, const fs::path& root, const Views& views, const std::string& name) {
   std::optional<int> ranks;
   for (int r = 0; !ranks || r < *ranks; ++r) {
     const RankView* view = find_view(views, r);
     if (view == nullptr || !(view->published.contains(name) || view->staged.contains(name))) return std::nullopt;
     const fs::path folder = view->published.contains(name) ? generation_folder(view->dir, name)
                                                            : staging_folder(view->dir, name);
-    auto generation = read_generation(root, folder);
+    auto generation = read_generation(root, folder, env);
     if (!generation || !read_shard(*generation)) return std::nullopt;
     const PromptCacheTopology& topology = generation->manifest.topology;
     if (!ranks) ranks = topology.ranks;
@@ -107,7 +110,7 @@ struct Choice {
 };
 
 // The generation to make live, by the rule in the header.
-std::optional<Choice> choose_live(const fs::path& root, const Views& views) {
+std::optional<Choice> choose_live(Env& env, const fs::path& root, const Views& views) {
   std::set<std::string> names;
   std::map<std::string, int> named_by;
   for (const auto& [rank, view] : views) {
@@ -118,7 +121,7 @@ std::optional<Choice> choose_live(const fs::path& root, const Views& views) {
   int best_votes = -1;
   const RankView* first = find_view(views, 0);
   for (const std::string& name : names) {  // ascending, so ties go to the greatest name
-    auto ranks = whole_everywhere(root, views, name);
+    auto ranks = whole_everywhere(env, root, views, name);
     if (!ranks) continue;
     const int votes = first != nullptr && first->current == name ? static_cast<int>(views.size()) + 1 : named_by[name];
     if (votes >= best_votes) {
@@ -129,29 +132,25 @@ std::optional<Choice> choose_live(const fs::path& root, const Views& views) {
   return best;
 }
 
-Status make_live(const Views& views, const Choice& choice) {
+Status make_live(Env& env, const Views& views, const Choice& choice) {
   for (int r = 0; r < choice.ranks; ++r) {
     const RankView& view = views.at(r);
     if (!view.published.contains(choice.name)) {
       const fs::path target = generation_folder(view.dir, choice.name);
-      std::error_code ec;
-      fs::rename(staging_folder(view.dir, choice.name), target, ec);
-      if (ec) return Error(ErrorCode::io, "cannot publish " + target.string() + ": " + ec.message());
-      if (Status ok = sync_folder(generations_folder(view.dir)); !ok) return ok;
+      if (Status ok = env.rename(staging_folder(view.dir, choice.name), target); !ok) return ok;
+      if (Status ok = env.sync_folder(generations_folder(view.dir)); !ok) return ok;
     }
     if (view.current != choice.name) {
-      if (Status ok = replace_file_atomically(current_file(view.dir), choice.name + "\n"); !ok) return ok;
+      if (Status ok = replace_file_atomically(env, current_file(view.dir), choice.name + "\n"); !ok) return ok;
     }
   }
   return {};
 }
 
-Status remove_every_current(const Views& views) {
+Status remove_every_current(Env& env, const Views& views) {
   for (const auto& [rank, view] : views) {
-    std::error_code ec;
-    fs::remove(current_file(view.dir), ec);
-    if (ec) return Error(ErrorCode::io, "cannot remove " + current_file(view.dir).string() + ": " + ec.message());
-    if (Status ok = sync_folder(view.dir); !ok) return ok;
+    if (Status ok = env.remove(current_file(view.dir)); !ok) return ok;
+    if (Status ok = env.sync_folder(view.dir); !ok) return ok;
   }
   return {};
 }
@@ -168,31 +167,30 @@ std::string describe(const Views& views) {
 
 }  // namespace
 
-Result<PromptCacheRecovery> recover_prompt_cache(const fs::path& root) {
-  std::vector<FileLock> locks;
+Result<PromptCacheRecovery> recover_prompt_cache(const fs::path& root, Env& env) {
+  std::vector<std::unique_ptr<EnvLock>> locks;
   Views views;
-  for (int rank : rank_numbers(root)) {
+  for (int rank : rank_numbers(env, root)) {
     const fs::path dir = rank_folder(root, rank);
-    auto lock = FileLock::try_take(lock_file(dir));
+    auto lock = env.try_lock(lock_file(dir));
     if (!lock) return lock.error();
     if (!*lock) return PromptCacheRecovery{RecoveryAction::busy, "", "a writer holds " + lock_file(dir).string()};
-    locks.push_back(std::move(**lock));
-    views.emplace(rank, view_of(dir));
+    locks.push_back(std::move(*lock));
+    views.emplace(rank, view_of(env, dir));
   }
   // A killed writer's half-written CURRENT; no writer is running now.
   for (const auto& [rank, view] : views) {
-    std::error_code ignored;
     fs::path partial = current_file(view.dir);
-    partial += ".partial";  // write_atomically's temporary
-    fs::remove(partial, ignored);
+    partial += ".partial";  // replace_file_atomically's temporary
+    (void)env.remove(partial);
   }
-  if (is_consistent(root, views)) return PromptCacheRecovery{};
+  if (is_consistent(env, root, views)) return PromptCacheRecovery{};
   const std::string found = "the ranks were on different generations (" + describe(views) + ")";
-  if (auto choice = choose_live(root, views)) {
-    if (Status ok = make_live(views, *choice); !ok) return ok.error();
+  if (auto choice = choose_live(env, root, views)) {
+    if (Status ok = make_live(env, views, *choice); !ok) return ok.error();
     return PromptCacheRecovery{RecoveryAction::healed, choice->name, found + "; every rank now names " + choice->name};
   }
-  if (Status ok = remove_every_current(views); !ok) return ok.error();
+  if (Status ok = remove_every_current(env, views); !ok) return ok.error();
   return PromptCacheRecovery{RecoveryAction::cleared, "", found + "; none was whole on every rank, so the cache is now empty"};
 }
 

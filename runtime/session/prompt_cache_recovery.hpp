@@ -24,6 +24,7 @@
 #include <string>
 
 #include "runtime/error.hpp"
+#include "runtime/io/env.hpp"
 
 namespace accord {
 
@@ -40,6 +41,6 @@ struct PromptCacheRecovery {
   std::string reason;  // what was found, for a person
 };
 
-Result<PromptCacheRecovery> recover_prompt_cache(const std::filesystem::path& root);
+Result<PromptCacheRecovery> recover_prompt_cache(const std::filesystem::path& root, Env& env = posix_env());
 
 }  // namespace accord

@@ -32,9 +32,10 @@ Status check_topology(const PromptCacheTopology& saved, const PromptCacheTopolog
 
 // A rank whose folder holds no cache may be one past the ranks of the save:
 // rank 0's manifest then says so in the words a user needs.
-Error explain_missing_generation(const PromptCacheRequest& request, const ShardIdentity& identity, Error missing) {
+Error explain_missing_generation(const PromptCacheRequest& request, const ShardIdentity& identity, Error missing,
+                                 Env& env) {
   if (identity.topology.rank == 0) return missing;
-  auto first = read_live_generation(request.root, 0);
+  auto first = read_live_generation(request.root, 0, env);
   if (first && first->manifest.topology.ranks != identity.topology.ranks) {
     return other_rank_count(first->manifest.topology.ranks, identity.topology.ranks);
   }
@@ -125,7 +126,7 @@ Status check_manifest(const PromptCacheManifest& m, const ShardIdentity& identit
 // --- ShardSave -----------------------------------------------------------------
 
 Status ShardSave::prepare(const ShardIdentity& identity, const PromptCacheRequest& request, std::uint64_t epoch,
-                          const std::string& save_id, std::span<const float> shard) {
+                          const std::string& save_id, std::span<const float> shard, Env& env) {
   // The id becomes part of a folder name: plain characters only.
   if (save_id.empty() || save_id.size() > 64 || save_id.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return Error(ErrorCode::contract, "the save id '" + save_id + "' is not 1 to 64 lower-case hex digits");
@@ -142,7 +143,7 @@ Status ShardSave::prepare(const ShardIdentity& identity, const PromptCacheReques
   manifest_.save_id = save_id;
   manifest_.shard_bytes = bytes.size();
   manifest_.shard_sha256 = sha256_hex(bytes);
-  auto prepared = prepare_generation(request.root, manifest_, bytes);
+  auto prepared = prepare_generation(request.root, manifest_, bytes, env);
   if (!prepared) return prepared.error();
   prepared_ = std::move(*prepared);
   return {};
@@ -152,7 +153,7 @@ Status ShardSave::publish() {
   auto published = publish_generation(*prepared_);
   if (!published) return published.error();
   publication_ = std::move(*published);
-  return {};
+  return switch_current(*publication_);
 }
 
 void ShardSave::commit() { commit_publication(*publication_); }
@@ -171,9 +172,9 @@ Status ShardSave::revert() {
 
 // --- ShardLoad -----------------------------------------------------------------
 
-Status ShardLoad::preflight(const ShardIdentity& identity, const PromptCacheRequest& request) {
-  auto live = read_live_generation(request.root, identity.topology.rank);
-  if (!live) return explain_missing_generation(request, identity, live.error());
+Status ShardLoad::preflight(const ShardIdentity& identity, const PromptCacheRequest& request, Env& env) {
+  auto live = read_live_generation(request.root, identity.topology.rank, env);
+  if (!live) return explain_missing_generation(request, identity, live.error(), env);
   if (Status ok = check_manifest(live->manifest, identity, request); !ok) return ok;
   live_ = std::move(*live);
   return {};

@@ -71,7 +71,7 @@ class ShardSave {
  public:
   // PromptCacheSavePreparation. `save_id` is the same on every rank of the save.
   Status prepare(const ShardIdentity& identity, const PromptCacheRequest& request, std::uint64_t epoch,
-                 const std::string& save_id, std::span<const float> shard);
+                 const std::string& save_id, std::span<const float> shard, Env& env);
   // PromptCacheSavePublication.
   Status publish();
   // Commit: superseded generations go.
@@ -98,7 +98,7 @@ class ShardSave {
 class ShardLoad {
  public:
   // PromptCacheLoadPreflight: the rank's live generation and its manifest.
-  Status preflight(const ShardIdentity& identity, const PromptCacheRequest& request);
+  Status preflight(const ShardIdentity& identity, const PromptCacheRequest& request, Env& env);
   // The save the pinned generation belongs to.
   const std::string& save_id() const { return live_->manifest.save_id; }
   // PromptCacheLoadPreparation: refuses a generation of another save than

@@ -20,7 +20,7 @@ Status RankPromptCache::prepare_save(std::uint64_t epoch, const PromptCacheReque
   close();
   epoch_ = epoch;
   save_.emplace();
-  return save_->prepare(identity_, request, epoch, save_id, shard);
+  return save_->prepare(identity_, request, epoch, save_id, shard, env_);
 }
 
 Status RankPromptCache::publish(std::uint64_t epoch) {
@@ -32,7 +32,7 @@ Result<std::string> RankPromptCache::begin_load(std::uint64_t epoch, const Promp
   close();
   epoch_ = epoch;
   ShardLoad load;
-  if (Status ok = load.preflight(identity_, request); !ok) return ok.error();
+  if (Status ok = load.preflight(identity_, request, env_); !ok) return ok.error();
   load_ = std::move(load);
   return load_->save_id();
 }
@@ -44,7 +44,7 @@ Result<std::vector<float>> RankPromptCache::read_load(std::uint64_t epoch, const
 
 Status RankPromptCache::corrupt_shard(std::uint64_t epoch) {
   if (Status ok = expect_open(epoch, true); !ok) return ok;
-  return flip_middle_byte(save_->shard_path());
+  return flip_middle_byte(env_, save_->shard_path());
 }
 
 void RankPromptCache::commit(std::uint64_t epoch) {

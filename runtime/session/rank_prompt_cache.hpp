@@ -20,7 +20,9 @@ namespace accord {
 
 class RankPromptCache {
  public:
-  explicit RankPromptCache(ShardIdentity identity) : identity_(std::move(identity)) {}
+  // Files go through `env`, which must outlive the cache.
+  explicit RankPromptCache(ShardIdentity identity, Env& env = posix_env())
+      : identity_(std::move(identity)), env_(env) {}
 
   // PromptCacheSavePreparation: writes and verifies the unpublished shard.
   Status prepare_save(std::uint64_t epoch, const PromptCacheRequest& request, const std::string& save_id,
@@ -48,6 +50,7 @@ class RankPromptCache {
   void close();
 
   ShardIdentity identity_;
+  Env& env_;
   std::uint64_t epoch_ = 0;  // of the open save or load
   std::optional<ShardSave> save_;
   std::optional<ShardLoad> load_;
