@@ -7,9 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include "runtime/agreement/transaction_plan.hpp"
 #include "runtime/engine/session_requests.hpp"
+#include "runtime/engine/transaction_driver.hpp"
+#include "runtime/io/mem_env.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/sampler.hpp"
+#include "runtime/session/prompt_cache.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
 
@@ -155,6 +159,98 @@ TEST_F(DirectEngineTest, ACorruptedShardIsRefusedByTheLoad) {
   EXPECT_EQ(loaded.outcome, TransactionOutcome::aborted);
   EXPECT_EQ(loaded.error_code, FailureCode::prompt_cache) << loaded.message;
   EXPECT_EQ(digests(*loader), before);
+}
+
+}  // namespace
+}  // namespace accord
+
+namespace accord {
+namespace {
+
+// Bugs the simulator found (docs/simulation.md), kept as tests.
+
+const std::vector<int> kCachePrefix = {1, 403, 407};
+
+TransactionRequest save_request(int tag) {
+  auto request = cache_request(TransactionKind::prompt_cache_save, "/cache", {"sim", "tests"}, kCachePrefix, "");
+  request.save_id = std::string(16, static_cast<char>('a' + tag));
+  return request;
+}
+
+TransactionRequest load_request() {
+  return cache_request(TransactionKind::prompt_cache_load, "/cache", {"sim", "tests"}, kCachePrefix, "");
+}
+
+class SimulatorFindingsTest : public DirectEngineTest {
+ protected:
+  std::unique_ptr<DirectEngine> engine_on(MemEnv& disk, int ranks) {
+    DirectEngineOptions options;
+    options.env = &disk;
+    return std::make_unique<DirectEngine>(model_, pool_, Partition::balanced(model_.config().n_layers, ranks).value(),
+                                          identity_, 7, std::move(options));
+  }
+};
+
+// A power loss lost the rank folders of a committed save: they were
+// created without syncing the folder above them.
+TEST_F(SimulatorFindingsTest, ACommittedSaveSurvivesAPowerLoss) {
+  MemEnv disk;
+  auto engine = engine_on(disk, 2);
+  ASSERT_EQ(engine->run(step_request(kCachePrefix, false)).outcome, TransactionOutcome::committed);
+  ASSERT_EQ(engine->run(save_request(0)).outcome, TransactionOutcome::committed);
+  engine.reset();
+  disk.crash();
+  const auto loaded = engine_on(disk, 2)->run(load_request());
+  EXPECT_EQ(loaded.outcome, TransactionOutcome::committed) << loaded.message;
+}
+
+// CURRENT's switch failed after its rename (the folder's sync failed): the
+// publication removed its generation and left CURRENT naming it.
+TEST_F(SimulatorFindingsTest, ASwitchOfCurrentThatFailsAfterItsRenameIsReverted) {
+  MemEnv disk;
+  auto engine = engine_on(disk, 2);
+  ASSERT_EQ(engine->run(step_request(kCachePrefix, false)).outcome, TransactionOutcome::committed);
+  ASSERT_EQ(engine->run(save_request(0)).outcome, TransactionOutcome::committed);
+  const auto before = read_live_generation("/cache", 0, disk);
+  ASSERT_TRUE(before);
+
+  bool failed_once = false;
+  disk.set_fault_hook([&](std::string_view operation, const std::filesystem::path& path) {
+    if (failed_once || operation != "sync_folder" || path != "/cache/rank-00") return false;
+    return failed_once = true;
+  });
+  const auto aborted = engine->run(save_request(1));
+  EXPECT_EQ(aborted.outcome, TransactionOutcome::aborted) << aborted.message;
+  EXPECT_TRUE(failed_once);
+  for (int r = 0; r < 2; ++r) {
+    auto live = read_live_generation("/cache", r, disk);
+    ASSERT_TRUE(live) << "rank " << r << ": " << live.error().message();
+    EXPECT_EQ(live->manifest.save_id, before->manifest.save_id);
+    EXPECT_TRUE(read_shard(*live));
+  }
+  EXPECT_EQ(engine_on(disk, 2)->run(load_request()).outcome, TransactionOutcome::committed);
+}
+
+// Reordered and duplicated checkpoint reports: one per rank, in rank order.
+TEST(TransactionDriverTest, ACheckpointHasOneReportPerRankInRankOrder) {
+  constexpr SessionId kSession = 3;
+  TransactionDriver driver(kSession, 2);
+  TransactionRequest request;
+  request.kind = TransactionKind::checkpoint;
+  ASSERT_FALSE(driver.start(request));
+  const Epoch epoch = 1;
+  for (RankId rank : {1u, 0u, 1u}) {
+    driver.collect(RankCheckpointReport{kSession, epoch, rank, static_cast<std::int32_t>(rank), 0, 0, ""});
+  }
+  for (const PhaseId& phase : phases_of(request, 2)) {
+    for (RankId rank : {0u, 1u}) driver.step(PhaseStatus{kSession, epoch, phase, rank, true, {}, {}});
+  }
+  const auto reply = driver.take_ready().reply;
+  ASSERT_TRUE(reply);
+  ASSERT_EQ(reply->outcome, TransactionOutcome::committed) << reply->message;
+  ASSERT_EQ(reply->checkpoints.size(), 2u);
+  EXPECT_EQ(reply->checkpoints[0].rank, 0u);
+  EXPECT_EQ(reply->checkpoints[1].rank, 1u);
 }
 
 }  // namespace
