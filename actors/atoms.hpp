@@ -16,5 +16,6 @@ using topology_atom = caf::atom_constant<caf::atom("topology")>;
 using assign_atom = caf::atom_constant<caf::atom("assign")>;
 using name_atom = caf::atom_constant<caf::atom("name")>;
 using down_atom = caf::atom_constant<caf::atom("down")>;
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 
 }  // namespace accord

@@ -151,6 +151,12 @@ CoordinatorActor::behavior_type coordinator_actor(CoordinatorPointer self, Sessi
         return caf::delegated<std::vector<RankStateReport>>();
       },
       [=](tick_atom) { on_tick(self); },
+      [=](deadline_atom, std::int32_t timeout_ms) -> bool {
+        auto& st = self->state;
+        const auto ticks = static_cast<std::uint32_t>(std::max<std::int64_t>(1, timeout_ms / st.options.tick.count()));
+        st.driver->set_deadlines({ticks, ticks});
+        return true;
+      },
   };
 }
 

@@ -576,16 +576,31 @@ std::optional<PromptInputIdentity> DistributedSession::committed_prompt_input_id
 
 Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
   if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
+  // Every rank that answers takes the plan, even past one that does not.
+  std::optional<Error> failure;
   for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
-    std::optional<Error> failure;
     (*impl_->caller)->request(impl_->ranks[r], std::chrono::seconds(5), faults_atom::value, plan)
         .receive([](bool) {},
                  [&](caf::error& e) {
+                   if (failure) return;
                    failure = Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " did not take the fault plan: " +
                                                              impl_->system->render(e));
                  });
-    if (failure) return *failure;
   }
+  if (failure) return *failure;
+  return {};
+}
+
+Status DistributedSession::set_phase_timeout(int timeout_ms) {
+  if (timeout_ms < 1) return Error(ErrorCode::contract, "the phase timeout must be positive");
+  std::optional<Error> failure;
+  (*impl_->caller)->request(impl_->coordinator, std::chrono::seconds(5), deadline_atom::value, timeout_ms)
+      .receive([](bool) {},
+               [&](caf::error& e) {
+                 failure = Error(ErrorCode::mechanism, "the coordinator did not take the timeout: " +
+                                                           impl_->system->render(e));
+               });
+  if (failure) return *failure;
   return {};
 }
 

@@ -214,8 +214,14 @@ class DistributedSession {
 
   // Replaces every rank's fault plan (runtime/fault/fault_plan.hpp);
   // occurrences count from now. Refused when the plan does not fit the
-  // topology or a rank does not answer.
+  // topology; an error names the first rank that did not answer (every
+  // other rank took the plan).
   Status inject_faults(const std::vector<Fault>& plan);
+
+  // The coordinator's phase timeout from now on (DistributedOptions::
+  // phase_timeout_ms at creation). A delay fault still holds a rank's work
+  // for 1.5 times the timeout the session was created with.
+  Status set_phase_timeout(int timeout_ms);
 
   // Stops rank `rank`'s actors as if the rank had failed (fault scenarios):
   // the coordinator sees it go down and poisons the session.

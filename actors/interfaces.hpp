@@ -45,7 +45,7 @@ using RankActor = caf::typed_actor<
 
 // The coordinator (actors/coordinator.hpp): one TransactionRequest in, one
 // TransactionReply out; what ranks send; the topology and restarted ranks;
-// the counters and every rank's state.
+// the counters and every rank's state; a new phase timeout (milliseconds).
 using CoordinatorActor = caf::typed_actor<
     caf::replies_to<TransactionRequest>::with<TransactionReply>, caf::reacts_to<PhaseStatus>,
     caf::reacts_to<AbortAcknowledgement>, caf::reacts_to<StepOutput>, caf::reacts_to<SamplingResult>,
@@ -53,7 +53,8 @@ using CoordinatorActor = caf::typed_actor<
     caf::reacts_to<topology_atom, std::vector<caf::actor>>, caf::reacts_to<restart_atom, RankId, caf::actor>,
     caf::replies_to<dropped_atom>::with<std::vector<std::uint64_t>>,
     caf::replies_to<down_atom>::with<std::vector<RankId>>,
-    caf::replies_to<rank_state_atom>::with<std::vector<RankStateReport>>, caf::reacts_to<tick_atom>>;
+    caf::replies_to<rank_state_atom>::with<std::vector<RankStateReport>>, caf::reacts_to<tick_atom>,
+    caf::replies_to<deadline_atom, std::int32_t>::with<bool>>;
 
 // A node (actors/node.hpp), as other processes see it: an assignment and
 // the coordinator in, (failure, the rank's actor) out; a name for its logs.

@@ -253,5 +253,22 @@ TEST(TransactionDriverTest, ACheckpointHasOneReportPerRankInRankOrder) {
   EXPECT_EQ(reply->checkpoints[1].rank, 1u);
 }
 
+// New deadlines count from the next tick: a step whose statuses are
+// missing aborts after the new status deadline, not the old one.
+TEST(TransactionDriverTest, DeadlinesSetLaterAreTheOnesThatPass) {
+  TransactionDriver driver(3, 2, AgreementOptions{100, 100});
+  driver.set_deadlines({3, 3});
+  ASSERT_FALSE(driver.start(step_request(kCachePrefix, false)));
+  (void)driver.take_ready();
+  for (int tick = 0; tick < 2; ++tick) driver.tick();
+  EXPECT_TRUE(driver.agreeing());
+  driver.tick();
+  const DriverReady ready = driver.take_ready();
+  ASSERT_FALSE(ready.messages.empty());
+  const auto* abort = std::get_if<PhaseDecision>(&ready.messages.front().message);
+  ASSERT_NE(abort, nullptr);
+  EXPECT_EQ(abort->decision, Decision::abort);
+}
+
 }  // namespace
 }  // namespace accord

@@ -201,7 +201,6 @@ TEST(DistributedSession, ARankThatIsGonePoisonsTheSessionUntilAResetRestartsIt) 
   const Model model = test::load_stories_model();
   DistributedOptions options;
   options.ranks = 3;
-  options.phase_timeout_ms = 200;
   auto created = DistributedSession::create(model, options);
   ASSERT_TRUE(created);
   auto& session = **created;

@@ -96,6 +96,9 @@ class CoordinatorAgreement {
   void step(const AbortAcknowledgement& acknowledgement);
   // One unit of time; deadlines are counted in ticks.
   void tick();
+  // New deadlines, from the next tick on (a deadline running keeps the
+  // ticks it has counted).
+  void set_deadlines(AgreementOptions options) { options_ = options; }
   // The rank is gone (its actor exited, its node disconnected): poisons the
   // session. Ranks outside the topology are ignored.
   void rank_down(RankId rank);

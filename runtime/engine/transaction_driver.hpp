@@ -50,6 +50,7 @@ class TransactionDriver {
 
   // One unit of the transport's clock (the agreement's deadlines count them).
   void tick();
+  void set_deadlines(AgreementOptions options) { agreement_.set_deadlines(options); }
   void rank_down(RankId rank);
   void rank_up(RankId rank) { agreement_.rank_up(rank); }
 
