@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   std::uint64_t operations = 0;
   std::uint64_t committed = 0;
   std::uint64_t crashes = 0;
+  std::uint64_t power_losses = 0;
   for (std::uint64_t seed = from; seed < from + seeds; ++seed) {
     const accord::sim::SeedReport report = accord::sim::run_seed(seed, *model, identity, replay.has_value());
     for (const auto& line : report.trace) std::printf("  %s\n", line.c_str());
@@ -77,13 +78,14 @@ int main(int argc, char** argv) {
     operations += static_cast<std::uint64_t>(report.operations);
     committed += static_cast<std::uint64_t>(report.committed);
     crashes += report.crashes + report.cuts;
+    power_losses += report.power_losses;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("accord-sim: %llu seeds (%llu..%llu), %llu operations (%llu committed), %llu ranks lost, %.1f s: "
-              "%llu violations\n",
+  std::printf("accord-sim: %llu seeds (%llu..%llu), %llu operations (%llu committed), %llu ranks lost, "
+              "%llu power losses, %.1f s: %llu violations\n",
               static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(from),
               static_cast<unsigned long long>(from + seeds - 1), static_cast<unsigned long long>(operations),
-              static_cast<unsigned long long>(committed), static_cast<unsigned long long>(crashes), seconds,
-              static_cast<unsigned long long>(violations));
+              static_cast<unsigned long long>(committed), static_cast<unsigned long long>(crashes),
+              static_cast<unsigned long long>(power_losses), seconds, static_cast<unsigned long long>(violations));
   return violations == 0 ? 0 : 1;
 }

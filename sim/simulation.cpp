@@ -125,11 +125,18 @@ class Run {
   }
 
   SeedReport go() {
+    if (trace_) {
+      std::string line = std::to_string(ranks_) + " rank(s), faults:";
+      for (const Fault& fault : faults_) line.append(" ").append(to_string(fault));
+      if (faults_.empty()) line.append(" none");
+      report_.trace.push_back(std::move(line));
+    }
     const int operations = random_.between(6, 24);
     for (operation_ = 0; operation_ < operations && report_.violations.empty(); ++operation_) perform(draw());
     report_.operations = operation_;
     report_.crashes = cluster_.crashes();
     report_.cuts = cluster_.cuts();
+    report_.power_losses = cluster_.power_losses();
     return std::move(report_);
   }
 
@@ -232,12 +239,12 @@ class Run {
     auto recovered = recover_prompt_cache(kCacheRoot, disk_);
     disk_faults_ = true;
     if (!recovered) return violation("the prompt cache cannot be recovered: " + recovered.error().message());
+    cache_repaired_ = true;
     if (trace_ && !recovered->reason.empty()) report_.trace.push_back("recovery: " + recovered->reason);
   }
 
   void perform(Operation op) {
     if (op == Operation::recover) cluster_.restart_lost_ranks();
-    const std::uint64_t power_losses = cluster_.power_losses();
     const auto [request, reference_request] = requests(op);
     const bool was_poisoned = cluster_.poisoned();
     const auto before = digests();
@@ -264,14 +271,17 @@ class Run {
         if (was_poisoned) check_unchanged(before, "a poisoned session changed rank ");
         if (!cluster_.poisoned()) violation("the transaction was poisoned but the session is not");
         // A save cut short may leave the ranks on different
-        // generations: recovery repairs that, but which one is live is
-        // no longer known.
-        if (op == Operation::save) saved_prefix_.reset();
+        // generations (a load refuses them): recovery repairs that, but
+        // which one is live is no longer known.
+        if (op == Operation::save) {
+          saved_prefix_.reset();
+          cache_repaired_ = false;
+        }
         break;
     }
     if (op == Operation::recover && reply->outcome == TransactionOutcome::committed) repair_cache();
-    if (cluster_.power_losses() != power_losses && op != Operation::save) check_cache_survived();
-    if (!cluster_.poisoned() && !cluster_.any_rank_lost()) check_cache_whole_or_invisible();
+    check_last_save_live();
+    if (cache_repaired_ && !cluster_.poisoned() && !cluster_.any_rank_lost()) check_cache_whole_or_invisible();
   }
 
   // Every rank's CURRENT names the same generation, whole and intact, or
@@ -302,14 +312,18 @@ class Run {
     disk_faults_ = true;
   }
 
-  // A power loss between transactions (or during one that was not a save)
-  // keeps the last committed save: it was synced before it committed.
-  void check_cache_survived() {
-    if (!saved_prefix_) return;
+  // The last committed save stays live through aborted saves, failing
+  // disks and power losses: it was synced before it committed. (Unless a
+  // `corrupt` fault damaged it: recovery may then drop it.)
+  void check_last_save_live() {
+    if (!saved_prefix_ || corrupting()) return;
     disk_faults_ = false;
     auto live = read_live_generation(kCacheRoot, 0, disk_);
     disk_faults_ = true;
-    if (!live) violation("the last committed save did not survive a power loss: " + live.error().message());
+    if (!live) return violation("the last committed save is gone: " + live.error().message());
+    if (live->manifest.prefix_token_count != static_cast<int>(saved_prefix_->size())) {
+      violation("the live generation is not the last committed save");
+    }
   }
 
   bool corrupting() const {
@@ -344,7 +358,10 @@ class Run {
       violation("the prediction-target verdict differs from one rank's");
     }
     if (op == Operation::checkpoint) keep_checkpoint(reply, expected);
-    if (op == Operation::save) saved_prefix_ = reference_request.tokens;
+    if (op == Operation::save) {
+      saved_prefix_ = reference_request.tokens;
+      cache_repaired_ = true;  // every rank switched to it
+    }
     check_ranks_agree();
   }
 
@@ -411,6 +428,7 @@ class Run {
   bool trace_;
   std::vector<Checkpoint> checkpoints_;
   std::optional<std::vector<int>> saved_prefix_;  // of the last committed save, while known
+  bool cache_repaired_ = true;  // false from a poisoned save to the next recovery
   int operation_ = 0;
   SeedReport report_;
 };

@@ -22,6 +22,7 @@ struct SeedReport {
   int poisoned = 0;
   std::uint64_t crashes = 0;
   std::uint64_t cuts = 0;
+  std::uint64_t power_losses = 0;
   std::vector<std::string> trace;  // with `trace`: one line per operation
 };
 

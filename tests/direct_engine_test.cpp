@@ -231,6 +231,48 @@ TEST_F(SimulatorFindingsTest, ASwitchOfCurrentThatFailsAfterItsRenameIsReverted)
   EXPECT_EQ(engine_on(disk, 2)->run(load_request()).outcome, TransactionOutcome::committed);
 }
 
+// The folders' creation failed to sync (the save aborted): a later save
+// found them there and never synced their names, so a power loss took them.
+TEST_F(SimulatorFindingsTest, FoldersAnEarlierSaveFailedToSyncSurviveAPowerLoss) {
+  MemEnv disk;
+  auto engine = engine_on(disk, 1);  // a second rank's folder would sync the first's name
+  ASSERT_EQ(engine->run(step_request(kCachePrefix, false)).outcome, TransactionOutcome::committed);
+  bool failed_once = false;
+  disk.set_fault_hook([&](std::string_view operation, const std::filesystem::path& path) {
+    if (failed_once || operation != "sync_folder" || path != "/cache") return false;
+    return failed_once = true;
+  });
+  EXPECT_EQ(engine->run(save_request(0)).outcome, TransactionOutcome::aborted);
+  ASSERT_TRUE(failed_once);
+  ASSERT_EQ(engine->run(save_request(1)).outcome, TransactionOutcome::committed);
+  engine.reset();
+  disk.crash();
+  const auto loaded = engine_on(disk, 1)->run(load_request());
+  EXPECT_EQ(loaded.outcome, TransactionOutcome::committed) << loaded.message;
+}
+
+// CURRENT could not be read when a save published: the publication took it
+// for "none", and the abort then deleted the live generation's name.
+TEST_F(SimulatorFindingsTest, AnUnreadableCurrentStopsThePublicationAndKeepsTheLiveGeneration) {
+  MemEnv disk;
+  auto engine = engine_on(disk, 2);
+  ASSERT_EQ(engine->run(step_request(kCachePrefix, false)).outcome, TransactionOutcome::committed);
+  ASSERT_EQ(engine->run(save_request(0)).outcome, TransactionOutcome::committed);
+  bool failed_once = false;
+  disk.set_fault_hook([&](std::string_view operation, const std::filesystem::path& path) {
+    if (failed_once || operation != "read" || path != "/cache/rank-00/CURRENT") return false;
+    return failed_once = true;
+  });
+  ASSERT_TRUE(engine->inject_faults({*parse_fault("1:PromptCacheSavePublication:error")}));
+  EXPECT_EQ(engine->run(save_request(1)).outcome, TransactionOutcome::aborted);
+  ASSERT_TRUE(failed_once);
+  for (int r = 0; r < 2; ++r) {
+    auto live = read_live_generation("/cache", r, disk);
+    ASSERT_TRUE(live) << "rank " << r << ": " << live.error().message();
+    EXPECT_EQ(live->manifest.save_id, save_request(0).save_id);
+  }
+}
+
 // Reordered and duplicated checkpoint reports: one per rank, in rank order.
 TEST(TransactionDriverTest, ACheckpointHasOneReportPerRankInRankOrder) {
   constexpr SessionId kSession = 3;

@@ -236,9 +236,8 @@ std::optional<Status> RankNode::local_work(const RunPhase& run) {
       return malformed("rollback");
     case SessionResetPreparation:
       // A reset may skip over a transaction this rank never saw settled:
-      // a save it left published goes back (and its lock with it), as
-      // the ranks that heard the poison did.
-      cache_.forget();
+      // a save it left open lets go of its lock (RankPromptCache::abandon).
+      cache_.abandon();
       return worker.prepare_reset(epoch);
     case PromptCacheSavePreflight:
     case PromptCacheSavePreparation:

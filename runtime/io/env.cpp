@@ -152,11 +152,14 @@ Status create_folders_synced(Env& env, const fs::path& path) {
     missing.push_back(p);
     if (p == p.parent_path()) break;
   }
+  const auto sync_parent = [&](const fs::path& p) { return env.sync_folder(p.has_parent_path() ? p.parent_path() : "."); };
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
     if (Status ok = env.create_folder(*it); !ok) return ok;
-    if (Status ok = env.sync_folder(it->has_parent_path() ? it->parent_path() : "."); !ok) return ok;
+    if (Status ok = sync_parent(*it); !ok) return ok;
   }
-  return {};
+  // An earlier call may have created `path` and failed to sync: its name
+  // is made durable here whatever this call created.
+  return missing.empty() ? sync_parent(start) : Status{};
 }
 
 Status replace_file_atomically(Env& env, const fs::path& path, const std::string& text) {

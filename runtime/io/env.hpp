@@ -67,7 +67,8 @@ Env& posix_env();
 Status write_file_synced(Env& env, const std::filesystem::path& path, std::span<const std::byte> bytes);
 
 // Creates `path` and every missing folder above it, each made durable by
-// syncing the folder it was created in (a crash could lose it otherwise).
+// syncing the folder it was created in (a crash could lose it otherwise);
+// when `path` exists already, syncs the folder that holds it.
 Status create_folders_synced(Env& env, const std::filesystem::path& path);
 
 // Writes PATH.partial, syncs it and renames it over `path`, then syncs the

@@ -10,7 +10,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::uint64_t root_id = 0;
+constexpr std::uint64_t kRootId = 0;
 
 using Names = std::vector<std::string>;
 
@@ -65,7 +65,7 @@ class MemEnv::Lock final : public EnvLock {
   std::uint64_t generation_;
 };
 
-MemEnv::MemEnv() : locks_(std::make_shared<Locks>()) { inodes_[root_id].folder = true; }
+MemEnv::MemEnv() : locks_(std::make_shared<Locks>()) { inodes_[kRootId].folder = true; }
 
 void MemEnv::crash() {
   for (auto& [id, node] : inodes_) {
@@ -80,7 +80,7 @@ void MemEnv::crash() {
 void MemEnv::set_fault_hook(FaultHook hook) { hook_ = std::move(hook); }
 
 std::optional<std::uint64_t> MemEnv::find(const Names& names) const {
-  std::uint64_t id = root_id;
+  std::uint64_t id = kRootId;
   for (const std::string& name : names) {
     const Inode& folder = inodes_.find(id)->second;
     if (!folder.folder) return std::nullopt;
@@ -133,7 +133,7 @@ Status MemEnv::replaceable(const Names& target, bool folder) {
 // (removed, or replaced by a rename), so a long simulation does not grow.
 void MemEnv::collect() {
   std::set<std::uint64_t> live;
-  std::vector<std::uint64_t> pending{root_id};
+  std::vector<std::uint64_t> pending{kRootId};
   while (!pending.empty()) {
     const std::uint64_t id = pending.back();
     pending.pop_back();

@@ -84,12 +84,11 @@ void remove_generation_folder(Env& env, const fs::path& folder) {
 // is a symbolic link or not a folder.
 Status ensure_real_folder(Env& env, const fs::path& folder) {
   const FileType type = env.type_of(folder);
-  if (type == FileType::none) return create_folders_synced(env, folder);
+  if (type == FileType::none || type == FileType::folder) return create_folders_synced(env, folder);
   if (type == FileType::link) {
     return cache_error(folder.string() + " is a symbolic link; the prompt cache writes only into folders of its own");
   }
-  if (type != FileType::folder) return cache_error(folder.string() + " is not a folder");
-  return {};
+  return cache_error(folder.string() + " is not a folder");
 }
 
 // The root may be a link the user chose; the folders below it are the cache's.
@@ -248,8 +247,12 @@ void discard_generation(const PreparedGeneration& generation) {
 
 Result<Publication> publish_generation(const PreparedGeneration& generation) {
   Env& env = *generation.env;
+  // What CURRENT names now is what an abort puts back: without it, no
+  // publication (taking an unreadable CURRENT for none would delete the
+  // live generation's name on abort).
   auto current = read_current(generation.rank_dir, env);
-  Publication p{generation, current ? *current : std::nullopt};
+  if (!current) return current.error();
+  Publication p{generation, *current};
   const fs::path final_path = generation_folder(generation.rank_dir, generation.name);
   if (Status s = env.rename(generation.staging_path, final_path); !s) return s.error();
   return p;

@@ -44,6 +44,10 @@ class RankPromptCache {
   Status revert(std::uint64_t epoch);
   // The rank is poisoned: reverse whatever is open, as far as it goes.
   void forget();
+  // A reset skipped over the open transaction, whose decision this rank
+  // never heard: it may have committed elsewhere, so nothing on disk is
+  // reversed; only the save's lock goes. Recovery reconciles the ranks.
+  void abandon() { close(); }
 
  private:
   Status expect_open(std::uint64_t epoch, bool save) const;
