@@ -181,6 +181,16 @@ TransactionRequest load_request() {
   return cache_request(TransactionKind::prompt_cache_load, "/cache", {"sim", "tests"}, kCachePrefix, "");
 }
 
+// Fails the first `operation` on `path` from now on; the flag says it did.
+std::shared_ptr<bool> fail_once(MemEnv& disk, std::string operation, std::filesystem::path path) {
+  auto failed = std::make_shared<bool>(false);
+  disk.set_fault_hook([=](std::string_view op, const std::filesystem::path& p) {
+    if (*failed || op != operation || p != path) return false;
+    return *failed = true;
+  });
+  return failed;
+}
+
 class SimulatorFindingsTest : public DirectEngineTest {
  protected:
   std::unique_ptr<DirectEngine> engine_on(MemEnv& disk, int ranks) {
@@ -189,45 +199,56 @@ class SimulatorFindingsTest : public DirectEngineTest {
     return std::make_unique<DirectEngine>(model_, pool_, Partition::balanced(model_.config().n_layers, ranks).value(),
                                           identity_, 7, std::move(options));
   }
+
+  // An engine on `disk` that has run the prompt.
+  std::unique_ptr<DirectEngine> prompted(MemEnv& disk, int ranks) {
+    auto engine = engine_on(disk, ranks);
+    EXPECT_EQ(engine->run(step_request(kCachePrefix, false)).outcome, TransactionOutcome::committed);
+    return engine;
+  }
+
+  // Every rank's CURRENT names a whole generation of save `save_id`.
+  static void expect_live_everywhere(MemEnv& disk, int ranks, const std::string& save_id) {
+    for (int r = 0; r < ranks; ++r) {
+      auto live = read_live_generation("/cache", r, disk);
+      ASSERT_TRUE(live) << "rank " << r << ": " << live.error().message();
+      EXPECT_EQ(live->manifest.save_id, save_id);
+      EXPECT_TRUE(read_shard(*live));
+    }
+  }
+
+  // The disk loses power; a fresh engine then loads the prompt's save.
+  void expect_load_after_power_loss(MemEnv& disk, int ranks) {
+    disk.crash();
+    const auto loaded = engine_on(disk, ranks)->run(load_request());
+    EXPECT_EQ(loaded.outcome, TransactionOutcome::committed) << loaded.message;
+  }
 };
 
 // A power loss lost the rank folders of a committed save: they were
 // created without syncing the folder above them.
 TEST_F(SimulatorFindingsTest, ACommittedSaveSurvivesAPowerLoss) {
   MemEnv disk;
-  auto engine = engine_on(disk, 2);
-  ASSERT_EQ(engine->run(step_request(kCachePrefix, false)).outcome, TransactionOutcome::committed);
+  auto engine = prompted(disk, 2);
   ASSERT_EQ(engine->run(save_request(0)).outcome, TransactionOutcome::committed);
   engine.reset();
-  disk.crash();
-  const auto loaded = engine_on(disk, 2)->run(load_request());
-  EXPECT_EQ(loaded.outcome, TransactionOutcome::committed) << loaded.message;
+  expect_load_after_power_loss(disk, 2);
 }
 
 // CURRENT's switch failed after its rename (the folder's sync failed): the
 // publication removed its generation and left CURRENT naming it.
 TEST_F(SimulatorFindingsTest, ASwitchOfCurrentThatFailsAfterItsRenameIsReverted) {
   MemEnv disk;
-  auto engine = engine_on(disk, 2);
-  ASSERT_EQ(engine->run(step_request(kCachePrefix, false)).outcome, TransactionOutcome::committed);
+  auto engine = prompted(disk, 2);
   ASSERT_EQ(engine->run(save_request(0)).outcome, TransactionOutcome::committed);
   const auto before = read_live_generation("/cache", 0, disk);
   ASSERT_TRUE(before);
 
-  bool failed_once = false;
-  disk.set_fault_hook([&](std::string_view operation, const std::filesystem::path& path) {
-    if (failed_once || operation != "sync_folder" || path != "/cache/rank-00") return false;
-    return failed_once = true;
-  });
+  const auto failed_once = fail_once(disk, "sync_folder", "/cache/rank-00");
   const auto aborted = engine->run(save_request(1));
   EXPECT_EQ(aborted.outcome, TransactionOutcome::aborted) << aborted.message;
-  EXPECT_TRUE(failed_once);
-  for (int r = 0; r < 2; ++r) {
-    auto live = read_live_generation("/cache", r, disk);
-    ASSERT_TRUE(live) << "rank " << r << ": " << live.error().message();
-    EXPECT_EQ(live->manifest.save_id, before->manifest.save_id);
-    EXPECT_TRUE(read_shard(*live));
-  }
+  EXPECT_TRUE(*failed_once);
+  expect_live_everywhere(disk, 2, before->manifest.save_id);
   EXPECT_EQ(engine_on(disk, 2)->run(load_request()).outcome, TransactionOutcome::committed);
 }
 
@@ -235,42 +256,26 @@ TEST_F(SimulatorFindingsTest, ASwitchOfCurrentThatFailsAfterItsRenameIsReverted)
 // found them there and never synced their names, so a power loss took them.
 TEST_F(SimulatorFindingsTest, FoldersAnEarlierSaveFailedToSyncSurviveAPowerLoss) {
   MemEnv disk;
-  auto engine = engine_on(disk, 1);  // a second rank's folder would sync the first's name
-  ASSERT_EQ(engine->run(step_request(kCachePrefix, false)).outcome, TransactionOutcome::committed);
-  bool failed_once = false;
-  disk.set_fault_hook([&](std::string_view operation, const std::filesystem::path& path) {
-    if (failed_once || operation != "sync_folder" || path != "/cache") return false;
-    return failed_once = true;
-  });
+  auto engine = prompted(disk, 1);  // a second rank's folder would sync the first's name
+  const auto failed_once = fail_once(disk, "sync_folder", "/cache");
   EXPECT_EQ(engine->run(save_request(0)).outcome, TransactionOutcome::aborted);
-  ASSERT_TRUE(failed_once);
+  ASSERT_TRUE(*failed_once);
   ASSERT_EQ(engine->run(save_request(1)).outcome, TransactionOutcome::committed);
   engine.reset();
-  disk.crash();
-  const auto loaded = engine_on(disk, 1)->run(load_request());
-  EXPECT_EQ(loaded.outcome, TransactionOutcome::committed) << loaded.message;
+  expect_load_after_power_loss(disk, 1);
 }
 
 // CURRENT could not be read when a save published: the publication took it
 // for "none", and the abort then deleted the live generation's name.
 TEST_F(SimulatorFindingsTest, AnUnreadableCurrentStopsThePublicationAndKeepsTheLiveGeneration) {
   MemEnv disk;
-  auto engine = engine_on(disk, 2);
-  ASSERT_EQ(engine->run(step_request(kCachePrefix, false)).outcome, TransactionOutcome::committed);
+  auto engine = prompted(disk, 2);
   ASSERT_EQ(engine->run(save_request(0)).outcome, TransactionOutcome::committed);
-  bool failed_once = false;
-  disk.set_fault_hook([&](std::string_view operation, const std::filesystem::path& path) {
-    if (failed_once || operation != "read" || path != "/cache/rank-00/CURRENT") return false;
-    return failed_once = true;
-  });
+  const auto failed_once = fail_once(disk, "read", "/cache/rank-00/CURRENT");
   ASSERT_TRUE(engine->inject_faults({*parse_fault("1:PromptCacheSavePublication:error")}));
   EXPECT_EQ(engine->run(save_request(1)).outcome, TransactionOutcome::aborted);
-  ASSERT_TRUE(failed_once);
-  for (int r = 0; r < 2; ++r) {
-    auto live = read_live_generation("/cache", r, disk);
-    ASSERT_TRUE(live) << "rank " << r << ": " << live.error().message();
-    EXPECT_EQ(live->manifest.save_id, save_request(0).save_id);
-  }
+  ASSERT_TRUE(*failed_once);
+  expect_live_everywhere(disk, 2, save_request(0).save_id);
 }
 
 // Reordered and duplicated checkpoint reports: one per rank, in rank order.
