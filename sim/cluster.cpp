@@ -151,7 +151,9 @@ void Cluster::send(RankId from, RankId to, EngineMessage message) {
   if (lost(from) || lost(to)) return;
   if (random_.chance(weather_.loss_chance)) return lose(to == kCoordinator ? from : to, false);
   std::uint64_t arrives_at = now_;
-  if (random_.chance(weather_.delay_chance)) arrives_at += static_cast<std::uint64_t>(random_.between(1, weather_.max_delay_ticks));
+  if (random_.chance(weather_.delay_chance)) {
+    arrives_at += static_cast<std::uint64_t>(random_.between(1, weather_.max_delay_ticks));
+  }
   auto& queue = links_[{from, to}];
   if (random_.chance(weather_.duplicate_chance)) queue.push_back({arrives_at, message});
   queue.push_back({arrives_at, std::move(message)});

@@ -169,7 +169,8 @@ class Run {
     }
   }
 
-  int token() { return static_cast<int>(3 + random_.below(static_cast<std::uint64_t>(model_.config().vocab_size - 3))); }
+  // Any token but the three specials.
+  int token() { return random_.between(3, model_.config().vocab_size - 1); }
   std::vector<int> tokens(int count) {
     std::vector<int> out;
     for (int i = 0; i < count; ++i) out.push_back(token());
@@ -239,6 +240,10 @@ class Run {
     auto recovered = recover_prompt_cache(kCacheRoot, disk_);
     disk_faults_ = true;
     if (!recovered) return violation("the prompt cache cannot be recovered: " + recovered.error().message());
+    // After a committed reset no rank holds a save open, nor its lock.
+    if (recovered->action == RecoveryAction::busy) {
+      return violation("a reset left the cache locked: " + recovered->reason);
+    }
     cache_repaired_ = true;
     if (trace_ && !recovered->reason.empty()) report_.trace.push_back("recovery: " + recovered->reason);
   }

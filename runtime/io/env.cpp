@@ -152,7 +152,9 @@ Status create_folders_synced(Env& env, const fs::path& path) {
     missing.push_back(p);
     if (p == p.parent_path()) break;
   }
-  const auto sync_parent = [&](const fs::path& p) { return env.sync_folder(p.has_parent_path() ? p.parent_path() : "."); };
+  const auto sync_parent = [&](const fs::path& p) {
+    return env.sync_folder(p.has_parent_path() ? p.parent_path() : ".");
+  };
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
     if (Status ok = env.create_folder(*it); !ok) return ok;
     if (Status ok = sync_parent(*it); !ok) return ok;
