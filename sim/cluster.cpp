@@ -96,15 +96,17 @@ bool Cluster::settled() const {
 }
 
 bool Cluster::step() {
-  bool ready = false;
-  for (const auto& [link, queue] : links_) ready = ready || (!queue.empty() && queue.front().arrives_at <= now_);
-  if (ready && !random_.chance(weather_.tick_chance)) {
+  std::vector<Link> ready;  // links whose first message may arrive now
+  for (const auto& [link, queue] : links_) {
+    if (!queue.empty() && queue.front().arrives_at <= now_) ready.push_back(link);
+  }
+  if (!ready.empty() && !random_.chance(weather_.tick_chance)) {
     if (random_.chance(weather_.crash_chance)) {
       lose(static_cast<RankId>(random_.below(ranks_.size())), true);
     } else if (random_.chance(weather_.power_loss_chance)) {
       lose_power();
     } else {
-      deliver_one();
+      deliver_one(ready[random_.below(ready.size())]);
     }
     return true;
   }
@@ -113,20 +115,12 @@ bool Cluster::step() {
   return true;
 }
 
-// Delivers the first message of a link chosen at random among those whose
-// first message may arrive now.
-void Cluster::deliver_one() {
-  std::vector<std::deque<InFlight>*> ready;
-  std::vector<RankId> receivers;
-  for (auto& [link, queue] : links_) {
-    if (queue.empty() || queue.front().arrives_at > now_) continue;
-    ready.push_back(&queue);
-    receivers.push_back(link.second);
-  }
-  const std::size_t pick = random_.below(ready.size());
-  EngineMessage message = std::move(ready[pick]->front().message);
-  ready[pick]->pop_front();
-  accord::deliver(driver_, receivers[pick], message, [&](RankId r) -> RankNode& { return *ranks_[r]->node; });
+// Delivers the first message of `link`.
+void Cluster::deliver_one(const Link& link) {
+  auto& queue = links_.at(link);
+  EngineMessage message = std::move(queue.front().message);
+  queue.pop_front();
+  accord::deliver(driver_, link.second, message, [&](RankId r) -> RankNode& { return *ranks_[r]->node; });
 }
 
 void Cluster::pass_time() {

@@ -85,7 +85,7 @@ class Cluster {
   bool settled() const;
   // One event: a delivery, a crash, or a tick.
   bool step();
-  void deliver_one();
+  void deliver_one(const Link& link);
   void pass_time();
   void lose(RankId rank, bool crash);
   void lose_power();

@@ -18,14 +18,23 @@ Error io_error(const std::string& what, const std::filesystem::path& path) {
 
 }  // namespace
 
-Status sync_folder(const std::filesystem::path& folder) {
-  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return io_error("cannot open folder", folder);
+namespace {
+
+// fsync through a descriptor of its own, opened with `flags`.
+Status sync_path(const std::filesystem::path& path, int flags, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | flags);
+  if (fd < 0) return io_error("cannot open " + what, path);
   const int rc = ::fsync(fd);
   ::close(fd);
-  if (rc != 0) return io_error("cannot fsync folder", folder);
+  if (rc != 0) return io_error("cannot fsync " + what, path);
   return {};
 }
+
+}  // namespace
+
+Status sync_file(const std::filesystem::path& path) { return sync_path(path, O_NOFOLLOW, "file"); }
+
+Status sync_folder(const std::filesystem::path& folder) { return sync_path(folder, O_DIRECTORY, "folder"); }
 
 Status write_atomically(const std::filesystem::path& path, const std::function<void(std::ostream&)>& body) {
   std::filesystem::path temporary = path;
@@ -42,11 +51,7 @@ Status write_atomically(const std::filesystem::path& path, const std::function<v
     if (!out) return io_error("cannot write", temporary);
   }
   // std::ofstream cannot fsync; a second descriptor on the same file can.
-  const int fd = ::open(temporary.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return io_error("cannot open", temporary);
-  const int synced = ::fsync(fd);
-  ::close(fd);
-  if (synced != 0) return io_error("cannot fsync", temporary);
+  if (Status synced = sync_file(temporary); !synced) return synced;
   if (::rename(temporary.c_str(), path.c_str()) != 0) return io_error("cannot rename over", path);
   const std::filesystem::path folder = path.has_parent_path() ? path.parent_path() : ".";
   return sync_folder(folder);

@@ -18,6 +18,9 @@
 
 namespace accord {
 
+// fsync on a file (never through a link), so that its bytes are durable.
+Status sync_file(const std::filesystem::path& path);
+
 // fsync on a folder, so that renames and creations inside it are durable.
 Status sync_folder(const std::filesystem::path& folder);
 

@@ -70,14 +70,7 @@ class PosixEnv final : public Env {
     return {};
   }
 
-  Status sync_file(const fs::path& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return io_error("cannot open", path);
-    const int rc = ::fsync(fd);
-    ::close(fd);
-    if (rc != 0) return io_error("cannot fsync", path);
-    return {};
-  }
+  Status sync_file(const fs::path& path) override { return accord::sync_file(path); }
 
   Status sync_folder(const fs::path& folder) override { return accord::sync_folder(folder); }
 
