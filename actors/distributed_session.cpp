@@ -12,6 +12,7 @@
 #include "runtime/engine/session_requests.hpp"
 #include "runtime/engine/transaction_driver.hpp"
 #include "actors/message_registry.hpp"
+#include "actors/node_port.hpp"
 #include "actors/rank_actors.hpp"
 #include "messages/node_api.hpp"
 #include "messages/session_api.hpp"
@@ -36,8 +37,8 @@ class SessionConfig : public caf::actor_system_config {
 
 // How long a node may take to load the model, hash it and spawn its rank.
 constexpr std::chrono::seconds kNodeSetupTimeout{60};
-// Connection attempts per node; see reach().
-constexpr int kConnectAttempts = 3;
+// How long connecting to a node and both handshakes may take.
+constexpr std::chrono::seconds kConnectTimeout{10};
 
 std::string describe_node(const NodeAddress& node, int rank) {
   return "node " + node.to_string() + " (rank " + std::to_string(rank) + ")";
@@ -139,6 +140,7 @@ struct DistributedSession::Impl {
   std::vector<RankActor> ranks;  // every rank's actor, in rank order (a remote one's proxy)
   std::shared_ptr<cpu::ThreadPool> pool;             // shared by the in-process ranks
   std::vector<NodeAddress> nodes;  // rank r runs on nodes[r]; empty: every rank in process
+  std::optional<Secret> secret;    // what connect() proves to the nodes
   CoordinatorActor coordinator;
   // The caller's side of every transaction, made once: creating a scoped
   // actor per call costs a registration and a teardown each time.
@@ -232,7 +234,7 @@ struct DistributedSession::Impl {
     assignment.session = session_id;
     assignment.rank = static_cast<RankId>(r);
     for (int q = 0; q < layout->partition.ranks(); ++q) assignment.unit_counts.push_back(layout->partition.range(q).count);
-    assignment.model_path = model->path();
+    assignment.model_name = std::filesystem::path(model->path()).filename().string();
     assignment.model_identity = layout->identity;
     assignment.threads = layout->threads;
     assignment.phase_timeout_ms = static_cast<std::int32_t>(options.phase_timeout.count());
@@ -240,24 +242,11 @@ struct DistributedSession::Impl {
     return assignment;
   }
 
-  // The node actor at `address`. CAF 0.17.6's BASP broker starts a new
-  // outgoing connection's last-seen time at zero, so a heartbeat tick that
-  // falls into the handshake drops it with connection_timeout; another
-  // attempt then succeeds. Other errors (nothing listens) are final.
-  caf::expected<NodeActor> reach(const NodeAddress& address) const {
-    for (int attempt = 1;; ++attempt) {
-      auto node = system->middleman().remote_actor<NodeActor>(address.host, address.port);
-      if (node || node.error() != caf::sec::connection_timeout || attempt == kConnectAttempts) return node;
-    }
-  }
-
   // Connects to rank r's node and has it start the rank (actors/node.hpp).
   Status assign_node(int r, const RankOptions& options) {
     const NodeAddress& address = nodes[static_cast<std::size_t>(r)];
-    auto node = reach(address);
-    if (!node) {
-      return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + system->render(node.error()));
-    }
+    auto node = dial_node_actor(*system, address, secret, kConnectTimeout);
+    if (!node) return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + node.error().message());
     std::optional<Error> failure;
     (*caller)->request(*node, kNodeSetupTimeout, assign_atom::value, assignment_for(r, options),
                        caf::actor_cast<caf::actor>(coordinator))
@@ -308,7 +297,8 @@ struct DistributedSession::Impl {
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       if (!exited[r]) continue;
       if (nodes.empty()) await_exit(ranks[r]);
-      if (Status ok = start_rank(static_cast<int>(r), RankOptions{{}, layout->options.phase_timeout}); !ok) {
+      const RankOptions fresh{{}, layout->options.phase_timeout, std::nullopt};
+      if (Status ok = start_rank(static_cast<int>(r), fresh); !ok) {
         return std::move(Error(ok.error()).mark_before_state_mutation());
       }
       (*caller)->send(coordinator, restart_atom::value, static_cast<RankId>(r), caf::actor_cast<caf::actor>(ranks[r]));
@@ -428,6 +418,9 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::connect(const st
   if (Status ok = check_distinct_nodes(peers); !ok) return ok.error();
   auto impl = std::make_unique<Impl>();
   impl->nodes = peers;
+  auto secret = secret_from(options.secret_file);
+  if (!secret) return secret.error();
+  impl->secret = std::move(*secret);
   impl->own_config = std::make_unique<SessionConfig>(true);
   impl->own_system = std::make_unique<caf::actor_system>(*impl->own_config);
   impl->system = impl->own_system.get();
@@ -580,12 +573,17 @@ Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
   std::optional<Error> failure;
   for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
     (*impl_->caller)->request(impl_->ranks[r], std::chrono::seconds(5), faults_atom::value, plan)
-        .receive([](bool) {},
-                 [&](caf::error& e) {
-                   if (failure) return;
-                   failure = Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " did not take the fault plan: " +
-                                                             impl_->system->render(e));
-                 });
+        .receive(
+            [&](bool taken) {
+              if (taken || failure) return;
+              failure = Error(ErrorCode::contract, "rank " + std::to_string(r) + "'s node does not take fault plans " +
+                                                       "(start it with --allow-faults)");
+            },
+            [&](caf::error& e) {
+              if (failure) return;
+              failure = Error(ErrorCode::mechanism,
+                              "rank " + std::to_string(r) + " did not take the fault plan: " + impl_->system->render(e));
+            });
   }
   if (failure) return *failure;
   return {};

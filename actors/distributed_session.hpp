@@ -50,6 +50,11 @@ struct DistributedOptions {
   // the ACCORD_FAULTS environment variable, so a service that embeds accord
   // runs the same scenarios as `accord generate --fault`.
   std::vector<Fault> faults;
+  // connect(): the file of the cluster's secret, which the nodes must prove
+  // and this coordinator proves to them (docs/protocol.md, "Node
+  // security"). Empty: the ACCORD_SECRET_FILE environment variable, else
+  // none, and only nodes on loopback admit the coordinator.
+  std::string secret_file;
 };
 
 struct DistributedStep {

@@ -8,7 +8,7 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "messages/node_api.hpp"
 #include "runtime/fault/fault_plan.hpp"
-#include "runtime/model/identity.hpp"
+#include "runtime/io/env.hpp"
 #include "runtime/session/partition.hpp"
 #include "runtime/session/rank_worker.hpp"
 
@@ -22,9 +22,9 @@ using AssignReply = std::tuple<std::string, caf::actor>;
 
 struct NodeState {
   NodeOptions options;
-  std::string identity;  // of options.model, once loaded
-  RankActor rank;        // the rank this node runs, or none
-  caf::actor coordinator;
+  std::shared_ptr<const Model> model;  // the one its rank runs, or the last loaded
+  RankActor rank;                      // the rank this node runs, or none
+  caf::actor coordinator;              // the rank's session's, while it lives
 };
 
 using NodePointer = NodeActor::stateful_pointer<NodeState>;
@@ -39,22 +39,44 @@ void release_rank(NodePointer self) {
   s.coordinator = caf::actor{};
 }
 
-// Loads the model the assignment names unless the node has one; compares
-// identities either way.
-Status ensure_model(NodePointer self, const NodeAssignment& assignment) {
+// Another session's coordinator may not take the rank of a running one.
+Status check_not_taken(const NodeState& s, const caf::actor& coordinator) {
+  if (!s.rank || coordinator == s.coordinator) return {};
+  return Error(ErrorCode::state, s.options.name + " runs a rank of another session; it takes a new one when that "
+                                                  "session's coordinator is gone");
+}
+
+// The model of the session: the node's --model, or the file of its
+// --model-dir the assignment names, loaded unless it is the one the node
+// holds. The coordinator hears only what concerns the model it named; why
+// a file failed to load goes to the node's log.
+Result<std::shared_ptr<const Model>> session_model(NodePointer self, const NodeAssignment& assignment) {
   auto& s = self->state;
-  if (!s.options.model) {
-    auto loaded = Model::load(assignment.model_path);
-    if (!loaded) return Error(loaded.error().code(), s.options.name + " cannot load the model: " + loaded.error().message());
-    s.options.model = std::make_shared<const Model>(std::move(*loaded));
-  }
-  if (s.identity.empty()) s.identity = model_identity(*s.options.model);
-  if (s.identity != assignment.model_identity) {
-    return Error(ErrorCode::architecture, s.options.name + " has another model (" + s.options.model->path() +
-                                              ", identity " + s.identity + ") than the session (identity " +
+  auto current = s.options.model ? s.options.model : s.model;
+  if (current && current->identity() == assignment.model_identity) return current;
+  if (s.options.model) {
+    return Error(ErrorCode::architecture, s.options.name + " serves another model (identity " +
+                                              current->identity() + ") than the session's (identity " +
                                               assignment.model_identity + ")");
   }
-  return {};
+  auto path = entry_in(s.options.model_dir, assignment.model_name, "the session's model file name");
+  if (!path) return Error(ErrorCode::contract, s.options.name + ": " + path.error().message());
+  auto loaded = Model::load(path->string());
+  if (!loaded) {
+    spdlog::warn("{}: cannot load {}: {}", s.options.name, printable(path->string()),
+                 printable(loaded.error().message()));
+    return Error(loaded.error().code(), s.options.name + " cannot load '" + printable(assignment.model_name) +
+                                            "' from its model directory (its log says why)");
+  }
+  if (loaded->identity() != assignment.model_identity) {
+    return Error(ErrorCode::architecture, s.options.name + " has another model named '" +
+                                              printable(assignment.model_name) + "' (identity " + loaded->identity() +
+                                              ") than the session's (identity " + assignment.model_identity + ")");
+  }
+  s.model.reset();  // the old one goes before the new one is kept
+  s.model = std::make_shared<const Model>(std::move(*loaded));
+  spdlog::info("{}: loaded {} (identity {})", s.options.name, printable(path->string()), s.model->identity());
+  return s.model;
 }
 
 // The threads of the rank's pool: the coordinator's count, which knows
@@ -69,32 +91,40 @@ int node_threads(const NodeState& s, int requested) {
 
 // The rank's worker; it keeps the model it reads alive, since the rank's
 // actor may outlive the node actor at shutdown.
-Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, const NodeAssignment& assignment) {
+Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, std::shared_ptr<const Model> model,
+                                                const NodeAssignment& assignment) {
   const std::vector<int> counts(assignment.unit_counts.begin(), assignment.unit_counts.end());
-  auto partition = Partition::from_counts(s.options.model->config().n_layers, counts);
+  auto partition = Partition::from_counts(model->config().n_layers, counts);
   if (!partition) return partition.error();
   if (assignment.rank >= static_cast<RankId>(partition->ranks())) {
     return Error(ErrorCode::contract, "rank " + std::to_string(assignment.rank) + " is outside the partition");
   }
   if (assignment.threads < 1) return Error(ErrorCode::contract, "each rank needs at least one thread");
-  auto model = s.options.model;
   const int threads = node_threads(s, assignment.threads);
-  return std::shared_ptr<RankWorker>(
-      new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition,
-                     static_cast<int>(assignment.rank), s.identity),
-      [model](RankWorker* worker) { delete worker; });
+  return std::shared_ptr<RankWorker>(new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition,
+                                                    static_cast<int>(assignment.rank), model->identity()),
+                                     [model](RankWorker* worker) { delete worker; });
+}
+
+Status check_faults_allowed(const NodeState& s, const NodeAssignment& assignment) {
+  if (assignment.faults.empty() || s.options.allow_faults) return {};
+  return Error(ErrorCode::contract, s.options.name + " does not take fault plans (start it with --allow-faults)");
 }
 
 Result<RankActor> start_rank(NodePointer self, const NodeAssignment& assignment, const caf::actor& coordinator) {
-  if (Status ok = ensure_model(self, assignment); !ok) return ok.error();
-  auto worker = make_worker(self->state, assignment);
-  if (!worker) return worker.error();
+  const NodeState& s = self->state;
+  if (Status ok = check_faults_allowed(s, assignment); !ok) return ok.error();
   if (Status ok = check_fault_plan(assignment.faults, static_cast<int>(assignment.unit_counts.size())); !ok) {
     return ok.error();
   }
+  auto model = session_model(self, assignment);
+  if (!model) return model.error();
+  auto worker = make_worker(s, std::move(*model), assignment);
+  if (!worker) return worker.error();
   RankOptions options;
   options.faults = assignment.faults;
   options.phase_timeout = std::chrono::milliseconds(assignment.phase_timeout_ms);
+  options.confinement = NodeConfinement{s.options.prompt_cache_dir, s.options.allow_faults};
   return spawn_rank(self->system(), std::move(*worker), assignment.session,
                     static_cast<RankId>(assignment.unit_counts.size()), caf::actor_cast<CoordinatorActor>(coordinator),
                     options);
@@ -120,6 +150,10 @@ NodeActor::behavior_type node_actor(NodePointer self, NodeOptions options) {
       [=](name_atom, std::string& name) { self->state.options.name = std::move(name); },
       [=](assign_atom, const NodeAssignment& assignment, caf::actor coordinator) -> AssignReply {
         auto& s = self->state;
+        if (Status free = check_not_taken(s, coordinator); !free) {
+          spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, free.error().message());
+          return {free.error().message(), caf::actor{}};
+        }
         release_rank(self);
         auto rank = start_rank(self, assignment, coordinator);
         if (!rank) {

@@ -11,14 +11,24 @@
 // in its middleman at shutdown, and the actor system then waits for the
 // actor's thread forever (node.cpp, front_actor).
 //
-// A node serves one session at a time: a new assignment replaces the rank
-// it runs, and the rank goes when its coordinator does (the client exited
-// or its connection broke). A node loads one model over its life; an
-// assignment for a model of another identity is refused.
+// A node serves one session at a time. While its coordinator lives, the
+// rank is that session's: an assignment from another coordinator is
+// refused, one from the same (a reset) replaces it; the rank goes when its
+// coordinator does (the client exited or its connection broke).
+//
+// What touches the node's machine is the node's own setting, never the
+// coordinator's: the model is its --model, or a file of its --model-dir
+// named by the assignment (a plain name, never a path); prompt caches are
+// names under its --prompt-cache-dir; fault plans only with
+// --allow-faults. A node with --model-dir loads the model each session
+// asks for and drops the one before; a model that fails to load, or is not
+// the session's, is not kept.
 #pragma once
 
 #include <caf/actor_system.hpp>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "actors/interfaces.hpp"
@@ -28,7 +38,10 @@ namespace accord {
 
 struct NodeOptions {
   std::string name;                    // how errors and logs name the node: "node HOST:PORT"
-  std::shared_ptr<const Model> model;  // loaded at start (--model), or none: the first assignment's
+  std::shared_ptr<const Model> model;  // --model, loaded at start: the only model it serves
+  std::filesystem::path model_dir;     // --model-dir, without --model: serves its files by name
+  std::optional<std::filesystem::path> prompt_cache_dir;  // --prompt-cache-dir; none: no prompt cache
+  bool allow_faults = false;                              // --allow-faults
 };
 
 // Spawns the node actor and returns its front, the actor to publish. It

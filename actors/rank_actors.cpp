@@ -60,6 +60,8 @@ RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self,
   s.outbox = std::make_unique<ActorOutbox>(self, std::move(coordinator),
                                            options.phase_timeout + options.phase_timeout / 2);
   s.node = std::make_unique<RankNode>(std::move(worker), session, rank_count, options.faults, *s.outbox);
+  if (options.confinement) s.node->confine_prompt_caches(options.confinement->prompt_cache_folder);
+  const bool takes_faults = !options.confinement || options.confinement->allow_faults;
   return {
       [=](const PhaseBegin& begin) { self->state.node->receive(begin); },
       [=](const PhaseDecision& decision) { self->state.node->receive(decision); },
@@ -70,6 +72,7 @@ RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self,
       [=](const LentObserver& lent) { self->state.node->lend_observer(lent.observer); },
       [=](rank_state_atom) -> RankStateReport { return self->state.node->state_report(); },
       [=](faults_atom, const std::vector<Fault>& plan) -> bool {
+        if (!takes_faults) return false;
         self->state.node->set_faults(plan);
         return true;
       },

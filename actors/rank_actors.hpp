@@ -17,7 +17,9 @@
 
 #include <caf/actor_system.hpp>
 #include <chrono>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "actors/interfaces.hpp"
@@ -28,9 +30,18 @@
 
 namespace accord {
 
+// What a node (`accord node`) decides for the ranks it runs, not their
+// coordinator: where their prompt caches live, and whether they take fault
+// plans.
+struct NodeConfinement {
+  std::optional<std::filesystem::path> prompt_cache_folder;  // none: no prompt cache
+  bool allow_faults = false;
+};
+
 struct RankOptions {
   std::vector<Fault> faults;  // the session's plan; the rank keeps its own entries
   std::chrono::milliseconds phase_timeout{5000};
+  std::optional<NodeConfinement> confinement;  // a node's rank; in process none
 };
 
 // Spawns the rank actor (RankActor, actors/interfaces.hpp) over `worker`,

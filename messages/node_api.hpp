@@ -17,7 +17,7 @@ struct NodeAssignment {
   SessionId session = 0;
   RankId rank = 0;
   std::vector<std::int32_t> unit_counts;  // the partition: units per rank, rank 0 first
-  std::string model_path;                 // loaded when the node was started without a model
+  std::string model_name;                 // the model's file name, which a node with --model-dir loads
   std::string model_identity;             // the node refuses a model of another identity
   std::int32_t threads = 1;               // the rank's compute threads
   std::int32_t phase_timeout_ms = 5000;   // as DistributedOptions::phase_timeout_ms
@@ -28,7 +28,7 @@ struct NodeAssignment {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeAssignment& x) {
-  return f(x.session, x.rank, x.unit_counts, x.model_path, x.model_identity, x.threads, x.phase_timeout_ms, x.faults);
+  return f(x.session, x.rank, x.unit_counts, x.model_name, x.model_identity, x.threads, x.phase_timeout_ms, x.faults);
 }
 
 }  // namespace accord

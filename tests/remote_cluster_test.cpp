@@ -7,15 +7,11 @@
 // reset_distributed; a node stops on SIGTERM, every time, after serving a
 // session; a node with another model and bad addresses are refused with
 // clear errors.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -24,112 +20,31 @@
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/model/sampler.hpp"
+#include "tests/node_process.hpp"
 #include "tests/support.hpp"
 
 namespace accord {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using test::NodeProcess;
 
-constexpr auto kNodeStartTimeout = std::chrono::seconds(30);
 constexpr int kPhaseTimeoutMs = 2000;
-
-// One `accord node` process, killed (SIGKILL) and reaped when the object
-// goes away, whatever the test did.
-class NodeProcess {
- public:
-  // Starts a node on 127.0.0.1:port (0: any free port) and waits until it
-  // prints the port it listens on.
-  explicit NodeProcess(const test::TempDir& logs, std::uint16_t port = 0, const std::string& model = {})
-      : log_(logs.file("node-" + std::to_string(counter_++) + ".log")) {
-    std::vector<std::string> args = {ACCORD_BINARY, "node", "--listen", "127.0.0.1:" + std::to_string(port)};
-    if (!model.empty()) args.insert(args.end(), {"--model", model});
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      // Only async-signal-safe calls between fork and exec.
-      const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    port_ = wait_for_port();
-  }
-  ~NodeProcess() { kill_hard(); }
-  NodeProcess(const NodeProcess&) = delete;
-  NodeProcess& operator=(const NodeProcess&) = delete;
-
-  std::uint16_t port() const { return port_; }
-  NodeAddress address() const { return {"127.0.0.1", port_}; }
-  std::string log() const {
-    std::ifstream in(log_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-
-  void freeze() { ::kill(pid_, SIGSTOP); }
-
-  void kill_hard() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
-  // Sends SIGTERM and returns the exit code, or -1 when the node did not
-  // exit within `timeout` (it is then killed).
-  int terminate(std::chrono::milliseconds timeout) {
-    ::kill(pid_, SIGTERM);
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      // Fine-grained, so that the stop time the caller measures is the node's.
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    kill_hard();
-    return -1;
-  }
-
- private:
-  std::uint16_t wait_for_port() {
-    const std::string marker = "listening on 127.0.0.1:";
-    const auto deadline = Clock::now() + kNodeStartTimeout;
-    while (Clock::now() < deadline) {
-      const std::string text = log();
-      if (const auto at = text.find(marker); at != std::string::npos && text.find('\n', at) != std::string::npos) {
-        return static_cast<std::uint16_t>(std::stoi(text.substr(at + marker.size())));
-      }
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << "the node did not start listening:\n" << log();
-    return 0;
-  }
-
-  static inline int counter_ = 0;
-  std::string log_;
-  pid_t pid_ = -1;
-  std::uint16_t port_ = 0;
-};
 
 const std::vector<int> kPrompt = {1, 403, 407, 261};
 
 class RemoteClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int r = 0; r < 3; ++r) nodes_.push_back(std::make_unique<NodeProcess>(logs_));
+    for (int r = 0; r < 3; ++r) nodes_.push_back(std::make_unique<NodeProcess>(logs_, node_options()));
     for (const auto& node : nodes_) ASSERT_NE(node->port(), 0);
+  }
+
+  // The nodes keep their prompt caches in caches_.
+  std::vector<std::string> node_options() const {
+    auto options = test::test_node_options();
+    options.insert(options.end(), {"--prompt-cache-dir", caches_.path().string()});
+    return options;
   }
 
   std::vector<NodeAddress> peers() const {
@@ -186,6 +101,7 @@ class RemoteClusterTest : public ::testing::Test {
   }
 
   test::TempDir logs_;
+  test::TempDir caches_;
   Model model_ = test::load_stories_model();
   std::vector<std::unique_ptr<NodeProcess>> nodes_;
 };
@@ -289,7 +205,7 @@ TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBa
       << unreachable.error().message();
 
   const std::uint16_t port = nodes_[1]->port();
-  nodes_[1] = std::make_unique<NodeProcess>(logs_, port);
+  nodes_[1] = std::make_unique<NodeProcess>(logs_, node_options(), port);
   ASSERT_EQ(nodes_[1]->port(), port);
   const Status reset = session->reset_distributed();
   ASSERT_TRUE(reset) << reset.error().message();
@@ -342,19 +258,21 @@ TEST_F(RemoteClusterTest, AFrozenNodeIsDroppedWhenItsHeartbeatsStop) {
   EXPECT_NE(step.error().message().find("rank 2 is down"), std::string::npos) << step.error().message();
 }
 
+// A coordinator names the cache; each node keeps it in its own folder.
 TEST_F(RemoteClusterTest, APromptCacheSavedOnTheNodesLoadsBackBitForBit) {
   auto session = connect();
   ASSERT_TRUE(session);
-  test::TempDir cache;
+  const std::string cache = "stories";
   const std::vector<int> prefix(kPrompt.begin(), kPrompt.end() - 1);
   ASSERT_TRUE(session->prefill(prefix));
   const PromptCacheDescriptor descriptor{"story", "tests"};
-  auto saved = session->save_prompt_cache_distributed(cache.path(), descriptor, prefix);
+  auto saved = session->save_prompt_cache_distributed(cache, descriptor, prefix);
   ASSERT_TRUE(saved) << saved.error().message();
   const auto cold = session->decode(kPrompt.back());
   ASSERT_TRUE(cold) << cold.error().message();
   ASSERT_TRUE(session->reset_distributed());
-  const Status loaded = session->load_prompt_cache_distributed(cache.path(), descriptor, prefix);
+  EXPECT_TRUE(std::filesystem::is_directory(caches_.path() / cache));
+  const Status loaded = session->load_prompt_cache_distributed(cache, descriptor, prefix);
   ASSERT_TRUE(loaded) << loaded.error().message();
   const auto warm = session->decode(kPrompt.back());
   ASSERT_TRUE(warm) << warm.error().message();
@@ -413,12 +331,12 @@ TEST(RemoteCluster, ANodeWithAnotherModelRefusesNamingItself) {
   SyntheticModelOptions synthetic;
   synthetic.config = test::small_config();
   test::synthetic_model(dir, synthetic, "other.bin");
-  NodeProcess node(dir, 0, dir.file("other.bin"));
+  NodeProcess node(dir, {"--model", dir.file("other.bin")});
   ASSERT_NE(node.port(), 0);
   const Model model = test::load_stories_model();
   auto session = DistributedSession::connect({node.address()}, model, DistributedOptions{});
   ASSERT_FALSE(session);
-  EXPECT_NE(session.error().message().find("node " + node.address().to_string() + " has another model"),
+  EXPECT_NE(session.error().message().find("node " + node.address().to_string() + " serves another model"),
             std::string::npos)
       << session.error().message();
 }

@@ -17,6 +17,7 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/generate/generator.hpp"
+#include "runtime/io/env.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/session/session.hpp"
@@ -38,6 +39,7 @@ struct GenerateArgs {
   std::string prompt_cache;
   int ranks = 1;
   std::vector<NodeAddress> peers;  // --peers: remote nodes, one rank each
+  std::string secret_file;         // --secret-file: the cluster's secret, with --peers
   std::vector<Fault> faults;  // --fault entries; ACCORD_FAULTS is read at run time
   int phase_timeout_ms = DistributedOptions{}.phase_timeout_ms;
   int retries = GenerationOptions{}.retries;
@@ -215,6 +217,11 @@ int run_generate(GenerateArgs args) {
   if (args.peers.empty()) args.threads = capped_threads(args.threads);
   auto faults = fault_plan(args);
   if (!faults) return fail(faults.error().message());
+  // Each node keeps its prompt caches in its own folder, and takes a name.
+  if (!args.peers.empty() && !args.prompt_cache.empty()) {
+    auto named = entry_in({}, args.prompt_cache, "with --peers, --prompt-cache (a cache in each node's folder)");
+    if (!named) return fail(named.error().message());
+  }
   // The header says what the tokenizer must fit, so a tokenizer that does
   // not is refused before a long load.
   auto header = Model::read_header(args.model);
@@ -240,6 +247,7 @@ int run_generate(GenerateArgs args) {
   options.threads = args.threads;
   options.phase_timeout_ms = args.phase_timeout_ms;
   options.faults = args.faults;  // create() adds ACCORD_FAULTS' own
+  options.secret_file = args.secret_file;
   auto session = args.peers.empty() ? DistributedSession::create(*model, options)
                                     : DistributedSession::connect(args.peers, *model, options);
   if (!session) return fail(session.error().message());
@@ -284,7 +292,8 @@ Command add_generate_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--prompt-cache", args->prompt_cache,
-                  "prompt cache folder: reuse a cached prefix of the prompt, or save one (docs/prompt-cache.md)");
+                  "prompt cache folder: reuse a cached prefix of the prompt, or save one (docs/prompt-cache.md). "
+                  "With --peers a name: each node keeps the cache in its --prompt-cache-dir");
   cmd->add_option("--ranks", args->ranks,
                   "in-process ranks, each a group of actors holding a contiguous range of the model's layers")
       ->check(CLI::Range(1, 1024))
@@ -300,6 +309,10 @@ Command add_generate_command(CLI::App& app) {
          "runs the coordinator")
       ->type_name("HOST:PORT,...")
       ->excludes("--ranks");
+  cmd->add_option("--secret-file", args->secret_file,
+                  "with --peers: file of the cluster's shared secret (or ACCORD_SECRET_FILE), which the nodes "
+                  "must prove and this coordinator proves to them")
+      ->needs("--peers");
   cmd->add_option_function<std::vector<std::string>>(
          "--fault", [args](const std::vector<std::string>& entries) { args->faults = parse_faults(entries); },
          "inject a fault (repeatable): rank RANK fails in PHASE the AT-th time it runs it (default 1); KIND is "

@@ -7,6 +7,7 @@
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <memory>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
@@ -17,6 +18,7 @@
 #include "actors/distributed_session.hpp"
 #include "actors/node.hpp"
 #include "actors/node_address.hpp"
+#include "actors/node_port.hpp"
 #include "apps/accord/commands.hpp"
 
 namespace accord::cli {
@@ -26,6 +28,12 @@ namespace {
 struct NodeArgs {
   std::string listen;
   std::string model;
+  std::string model_dir;
+  std::string prompt_cache_dir;
+  bool allow_faults = false;
+  std::string secret_file;
+  int max_connections = GateOptions{}.max_connections;
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
 };
 
 class NodeConfig : public caf::actor_system_config {
@@ -65,40 +73,87 @@ void exit_if_not_stopped_in(std::chrono::seconds limit) {
   }).detach();
 }
 
+// Below this not even a small model's messages would pass.
+constexpr std::size_t kMinFrameBytes = std::size_t{1} << 20;
+
+// A folder the node's option names, which must exist.
+Result<std::filesystem::path> existing_folder(const std::string& path, const std::string& option) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(path, error)) {
+    return Error(ErrorCode::contract, option + " " + printable(path) + " is not a folder");
+  }
+  return std::filesystem::path(path);
+}
+
+// The node's own settings, checked before it listens.
+Result<NodeOptions> node_options(const NodeArgs& args, const NodeAddress& listen) {
+  NodeOptions options;
+  options.name = "node " + listen.to_string();
+  options.allow_faults = args.allow_faults;
+  if (!args.model.empty()) {
+    auto loaded = Model::load(args.model);
+    if (!loaded) return loaded.error();
+    options.model = std::make_shared<const Model>(std::move(*loaded));
+  } else if (!args.model_dir.empty()) {
+    auto folder = existing_folder(args.model_dir, "--model-dir");
+    if (!folder) return folder.error();
+    options.model_dir = std::move(*folder);
+  } else {
+    return Error(ErrorCode::contract, "a node needs --model FILE or --model-dir FOLDER: it never opens a path a "
+                                      "coordinator sends");
+  }
+  if (!args.prompt_cache_dir.empty()) {
+    auto folder = existing_folder(args.prompt_cache_dir, "--prompt-cache-dir");
+    if (!folder) return folder.error();
+    options.prompt_cache_dir = std::move(*folder);
+  }
+  return options;
+}
+
+// Says at start who may connect, so that an operator sees it.
+void log_admission(const NodeAddress& bound, const GateOptions& gate) {
+  if (!gate.secret) {
+    spdlog::warn("accord node: no --secret-file: only peers on this machine (loopback) are admitted");
+  } else if (bound.host == "0.0.0.0" || bound.host == "::") {
+    spdlog::info("accord node: listening on every interface; peers must prove the secret");
+  }
+}
+
 int run_node(const NodeArgs& args) {
   auto listen = parse_node_address(args.listen, true);
   if (!listen) return fail(listen.error().message());
-  std::shared_ptr<const Model> model;
-  if (!args.model.empty()) {
-    auto loaded = Model::load(args.model);
-    if (!loaded) return fail(loaded.error().message());
-    model = std::make_shared<const Model>(std::move(*loaded));
-  }
+  auto options = node_options(args, *listen);
+  if (!options) return fail(options.error().message());
+  auto secret = secret_from(args.secret_file);
+  if (!secret) return fail(secret.error().message());
+  if (args.max_connections < 1) return fail("--max-connections must be at least 1");
+  if (args.max_frame_bytes < kMinFrameBytes) return fail("--max-frame-bytes must be at least 1 MiB");
+  NodePortOptions port_options{GateOptions{std::move(*secret), args.max_connections}, args.max_frame_bytes};
   const sigset_t signals = stop_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   spdlog::flush_on(spdlog::level::info);
   NodeConfig config;
   caf::actor_system system{config};
-  auto node = spawn_node(system, NodeOptions{"node " + listen->to_string(), model});
-  // Only the given address, never every interface; SO_REUSEADDR so that a
-  // restarted node gets its port back while old connections linger.
-  auto port = system.middleman().publish(node, listen->port, listen->host.c_str(), true);
+  auto node = spawn_node(system, std::move(*options));
+  auto log_refusal = [](const std::string& why) { spdlog::warn("accord node: {}", printable(why)); };
+  auto port = NodePort::open(system, node, *listen, port_options, log_refusal);
   if (!port) {
     caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
-    return fail("cannot listen on " + listen->to_string() + ": " + system.render(port.error()));
+    return fail("cannot listen on " + listen->to_string() + ": " + port.error().message());
   }
-  const NodeAddress bound{listen->host, *port};
+  const NodeAddress bound{listen->host, (*port)->port()};
   // With port 0 the node's name is known only now; it is told before the
   // port is printed, so before any coordinator can know where to connect.
   caf::anon_send(node, name_atom::value, "node " + bound.to_string());
+  log_admission(bound, port_options.gate);
   spdlog::info("accord node: listening on {}", bound.to_string());
   int signal = 0;
   sigwait(&signals, &signal);
   spdlog::info("accord node: {} received, stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
   exit_if_not_stopped_in(kStopLimit);
-  // Unpublished first: no coordinator connects while the node stops. The
-  // node stops its rank on exit; ~actor_system waits for every actor.
-  system.middleman().unpublish(node, bound.port);
+  // The port closes first: no coordinator connects while the node stops.
+  // The node stops its rank on exit; ~actor_system waits for every actor.
+  port->reset();
   caf::anon_send_exit(node, caf::exit_reason::user_shutdown);
   return 0;
 }
@@ -110,9 +165,23 @@ Command add_node_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("node", "Run one rank of a remote cluster for a coordinator elsewhere");
   cmd->add_option("--listen", args->listen, "address to listen on, HOST:PORT (port 0: the system picks one)")
       ->required();
-  cmd->add_option("--model", args->model,
-                  "model to load at start (default: the path the coordinator sends); its identity must be the "
-                  "session's");
+  cmd->add_option("--model", args->model, "the model it serves, loaded at start; a session's must be the same");
+  cmd->add_option("--model-dir", args->model_dir,
+                  "without --model: serve the models of this folder, each session's by its file name")
+      ->excludes(cmd->get_option("--model"));
+  cmd->add_option("--prompt-cache-dir", args->prompt_cache_dir,
+                  "folder of its ranks' prompt caches; a coordinator's --prompt-cache names one inside it "
+                  "(default: none, prompt caches are refused)");
+  cmd->add_flag("--allow-faults", args->allow_faults,
+                "take the fault plans coordinators send (test clusters only)");
+  cmd->add_option("--secret-file", args->secret_file,
+                  "file of the cluster's shared secret (or ACCORD_SECRET_FILE); coordinators must prove it. "
+                  "Without one only loopback peers are admitted");
+  cmd->add_option("--max-connections", args->max_connections, "connections open at once, handshaking or admitted")
+      ->capture_default_str();
+  cmd->add_option("--max-frame-bytes", args->max_frame_bytes,
+                  "largest message a connection takes; a larger one closes it")
+      ->capture_default_str();
   return [args] { return run_node(*args); };
 }
 

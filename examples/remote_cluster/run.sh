@@ -13,7 +13,7 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$logs"' EXIT
 
 source "$root/scripts/nodes.sh"
-start_nodes "$accord" "$logs" 3
+start_nodes "$accord" "$logs" 3 --model-dir "$models"
 for rank in 0 1 2; do echo "rank $rank: node ${peers[$rank]}"; done
 
 "$accord" generate --model "$models/stories260K.bin" --tokenizer "$models/tok512.bin" \

@@ -321,11 +321,15 @@ Status RankNode::prompt_cache(const RunPhase& run) {
   switch (run.phase.phase) {
     case PromptCacheSavePreflight:
       return worker_->check_prefix_held(a->prefix);
-    case PromptCacheSavePreparation:
-      return cache_.prepare_save(epoch, to_request(*a), a->save_id,
-                                 worker_->pack_shard(static_cast<int>(a->prefix.size())));
+    case PromptCacheSavePreparation: {
+      auto request = cache_request(*a);
+      if (!request) return request.error();
+      return cache_.prepare_save(epoch, *request, a->save_id, worker_->pack_shard(static_cast<int>(a->prefix.size())));
+    }
     case PromptCacheLoadPreflight: {
-      auto save_id = cache_.begin_load(epoch, to_request(*a));
+      auto request = cache_request(*a);
+      if (!request) return request.error();
+      auto save_id = cache_.begin_load(epoch, *request);
       if (!save_id) return save_id.error();
       outbox_.to_coordinator(PromptCacheReport{session_, epoch, rank_, *save_id});
       return Status{};
@@ -336,6 +340,23 @@ Status RankNode::prompt_cache(const RunPhase& run) {
       return worker_->prepare_load(epoch, a->prefix, std::move(*shard));
     }
   }
+}
+
+void RankNode::confine_prompt_caches(std::optional<std::filesystem::path> folder) {
+  confined_ = true;
+  cache_folder_ = std::move(folder);
+}
+
+Result<PromptCacheRequest> RankNode::cache_request(const PromptCacheArguments& arguments) const {
+  PromptCacheRequest request = to_request(arguments);
+  if (!confined_) return request;
+  if (!cache_folder_) {
+    return Error(ErrorCode::prompt_cache, "this node keeps no prompt cache (start it with --prompt-cache-dir)");
+  }
+  auto root = entry_in(*cache_folder_, arguments.root, "a remote prompt cache");
+  if (!root) return root.error();
+  request.root = std::move(*root);
+  return request;
 }
 
 // --- reports ------------------------------------------------------------------------

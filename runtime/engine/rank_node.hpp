@@ -14,6 +14,7 @@
 // Threading: not thread-safe; one thread at a time (the transport's).
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -80,6 +81,11 @@ class RankNode {
   // Replaces the rank's fault plan; occurrences count from now.
   void set_faults(const std::vector<Fault>& plan);
   void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
+  // From now on a prompt cache's root, as a coordinator names it, is a
+  // plain name of an entry of `folder`, not a path; with no folder the rank
+  // keeps no prompt cache. A node's rank is so confined (its
+  // --prompt-cache-dir); an in-process rank takes its caller's paths.
+  void confine_prompt_caches(std::optional<std::filesystem::path> folder);
   // The observer of the steps that begin from now on (nullptr: none).
   void lend_observer(std::shared_ptr<StepObserver> observer) { worker_->lend_observer(std::move(observer)); }
 
@@ -105,6 +111,7 @@ class RankNode {
   std::optional<Status> capture_publication(const RunPhase& run);
   std::optional<Status> sampling(const RunPhase& run);
   Status prompt_cache(const RunPhase& run);
+  Result<PromptCacheRequest> cache_request(const PromptCacheArguments& arguments) const;
   template <class Message>
   void share_with_every_rank(const Message& message);
   void keep(RouteTransfer transfer) { activations_ = std::move(transfer); }
@@ -122,6 +129,8 @@ class RankNode {
   FaultMarks marks_;  // of the drop and corrupt faults that fired
   PhaseHook hook_;
   bool exited_ = false;
+  bool confined_ = false;
+  std::optional<std::filesystem::path> cache_folder_;  // when confined_
   DroppedMessages dropped_data_;  // data beside the protocol; the machine counts the rest
 
   // What other ranks sent for the open step, and the phase waiting for it.

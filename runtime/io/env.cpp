@@ -168,6 +168,17 @@ Status replace_file_atomically(Env& env, const fs::path& path, const std::string
   return env.sync_folder(path.has_parent_path() ? path.parent_path() : ".");
 }
 
+Result<fs::path> entry_in(const fs::path& folder, std::string_view name, std::string_view what) {
+  constexpr std::size_t kMaxNameBytes = 255;
+  const bool plain = !name.empty() && name != "." && name != ".." && name.size() <= kMaxNameBytes &&
+                     name.find_first_of(std::string_view("/\0", 2)) == std::string_view::npos;
+  if (!plain) {
+    return Error(ErrorCode::contract,
+                 std::string(what) + " must be a plain name, not a path: '" + printable(name) + "'");
+  }
+  return folder / fs::path(std::string(name));
+}
+
 Result<bool> resolves_inside(Env& env, const fs::path& root, const fs::path& path) {
   auto real_root = env.resolve(root);
   if (!real_root) return real_root.error();

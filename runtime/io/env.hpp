@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/error.hpp"
@@ -74,6 +75,12 @@ Status create_folders_synced(Env& env, const std::filesystem::path& path);
 // Writes PATH.partial, syncs it and renames it over `path`, then syncs the
 // folder: readers see the old file or the whole new one.
 Status replace_file_atomically(Env& env, const std::filesystem::path& path, const std::string& text);
+
+// `folder`/`name` when `name` is a plain name: not empty, not "." or "..",
+// without a separator or NUL, at most 255 bytes. Otherwise a contract error
+// that calls it `what` ("the model name").
+Result<std::filesystem::path> entry_in(const std::filesystem::path& folder, std::string_view name,
+                                       std::string_view what);
 
 // Whether `path`, with every link resolved, lies inside `root`.
 Result<bool> resolves_inside(Env& env, const std::filesystem::path& root, const std::filesystem::path& path);
