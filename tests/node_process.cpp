@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,7 +28,7 @@ std::vector<std::string> test_node_options() {
   return {"--model-dir", std::filesystem::path(stories_model()).parent_path().string(), "--allow-faults"};
 }
 
-NodeProcess::NodeProcess(const TempDir& logs, std::vector<std::string> options, std::uint16_t port)
+NodeProcess::NodeProcess(const TempDir& logs, std::vector<std::string> options, std::uint16_t port, int file_limit)
     : log_(logs.file("node-" + std::to_string(counter_++) + ".log")) {
   std::vector<std::string> args = {ACCORD_BINARY, "node", "--listen", "127.0.0.1:" + std::to_string(port)};
   args.insert(args.end(), options.begin(), options.end());
@@ -40,6 +41,10 @@ NodeProcess::NodeProcess(const TempDir& logs, std::vector<std::string> options, 
     const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
+    if (file_limit > 0) {
+      const rlimit limit{static_cast<rlim_t>(file_limit), static_cast<rlim_t>(file_limit)};
+      ::setrlimit(RLIMIT_NOFILE, &limit);
+    }
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }

@@ -24,14 +24,16 @@ class NodeProcess {
  public:
   // Starts a node on 127.0.0.1:port (0: any free port) with `options` and
   // waits until it prints the port it listens on (port() is 0 if it never
-  // does: it refused its options, say).
+  // does: it refused its options, say). A `file_limit` above 0 caps the
+  // descriptors it may open (RLIMIT_NOFILE).
   explicit NodeProcess(const TempDir& logs, std::vector<std::string> options = test_node_options(),
-                       std::uint16_t port = 0);
+                       std::uint16_t port = 0, int file_limit = 0);
   ~NodeProcess() { kill_hard(); }
   NodeProcess(const NodeProcess&) = delete;
   NodeProcess& operator=(const NodeProcess&) = delete;
 
   std::uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
   NodeAddress address() const { return {"127.0.0.1", port_}; }
   std::string log() const;
   // Whether the process still runs.

@@ -26,6 +26,16 @@ UniqueFd open_spare() { return UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC
 
 ConnectionSlot::ConnectionSlot(std::shared_ptr<std::atomic<int>> count) : count_(std::move(count)) { ++*count_; }
 
+// The slot given up is counted off, as by the destructor (a vector's erase
+// moves later slots onto it).
+ConnectionSlot& ConnectionSlot::operator=(ConnectionSlot&& other) noexcept {
+  if (this != &other) {
+    if (count_) --*count_;
+    count_ = std::move(other.count_);
+  }
+  return *this;
+}
+
 ConnectionSlot::~ConnectionSlot() {
   if (count_) --*count_;
 }

@@ -36,7 +36,7 @@ class ConnectionSlot {
  public:
   explicit ConnectionSlot(std::shared_ptr<std::atomic<int>> count);
   ConnectionSlot(ConnectionSlot&&) noexcept = default;
-  ConnectionSlot& operator=(ConnectionSlot&&) noexcept = default;
+  ConnectionSlot& operator=(ConnectionSlot&& other) noexcept;
   ConnectionSlot(const ConnectionSlot&) = delete;
   ConnectionSlot& operator=(const ConnectionSlot&) = delete;
   ~ConnectionSlot();
