@@ -194,6 +194,17 @@ TEST(PlainNames, LoopbackIsTheLoopbackNetworkOnly) {
 
 // --- the gate -------------------------------------------------------------
 
+// A bare TCP connection to 127.0.0.1:port, past no handshake.
+UniqueFd raw_connection(std::uint16_t port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(0x7f000001);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  return fd;
+}
+
 // A gate on 127.0.0.1 that keeps what it admits and what it reports.
 class GateTest : public ::testing::Test {
  protected:
@@ -216,16 +227,7 @@ class GateTest : public ::testing::Test {
     return dial_node("127.0.0.1", gate_->port(), secret, std::chrono::seconds(10));
   }
 
-  // A bare TCP connection that says nothing.
-  UniqueFd idle_connection() {
-    UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(gate_->port());
-    address.sin_addr.s_addr = htonl(0x7f000001);
-    EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    return fd;
-  }
+  UniqueFd idle_connection() { return raw_connection(gate_->port()); }
 
   std::size_t admitted() {
     std::lock_guard lock(mutex_);
@@ -518,12 +520,7 @@ TEST(NodeProcessSecurity, RandomBytesTruncatedAndOversizedFramesLeaveItServing) 
   };
   for (int i = 0; i < 40; ++i) {
     // Before the handshake: the gate reads a hello's worth and refuses it.
-    UniqueFd raw(::socket(AF_INET, SOCK_STREAM, 0));
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(node.port());
-    address.sin_addr.s_addr = htonl(0x7f000001);
-    ASSERT_EQ(::connect(raw.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    UniqueFd raw = raw_connection(node.port());
     const std::string bytes = random_bytes(1 + random() % 4096);
     ::send(raw.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
     // After it: CAF's BASP gets garbage.
@@ -542,15 +539,7 @@ TEST(NodeProcessSecurity, RandomBytesTruncatedAndOversizedFramesLeaveItServing) 
 // node: over its limit at once, the others when their handshake times out.
 void flood_with_idle_connections(const NodeProcess& node) {
   std::vector<UniqueFd> flood;
-  for (int i = 0; i < 100; ++i) {
-    UniqueFd raw(::socket(AF_INET, SOCK_STREAM, 0));
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(node.port());
-    address.sin_addr.s_addr = htonl(0x7f000001);
-    ASSERT_EQ(::connect(raw.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    flood.push_back(std::move(raw));
-  }
+  for (int i = 0; i < 100; ++i) flood.push_back(raw_connection(node.port()));
   for (const UniqueFd& fd : flood) EXPECT_TRUE(closed_by_peer(fd.get()));
 }
 
