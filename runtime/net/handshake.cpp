@@ -94,7 +94,8 @@ std::string describe(Verdict verdict) {
   switch (verdict) {
     case Verdict::admitted: return "admitted";
     case Verdict::needs_secret:
-      return "the node requires the cluster's secret (--secret-file or ACCORD_SECRET_FILE) and the coordinator has none";
+      return "the node requires the cluster's secret (--secret-file or ACCORD_SECRET_FILE) and the coordinator "
+             "has none";
     case Verdict::has_no_secret:
       return "the coordinator has a secret and the node none (start the node with the same --secret-file)";
     case Verdict::wrong_proof: return "the coordinator's secret is not the node's";
