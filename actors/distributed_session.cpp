@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "actors/atoms.hpp"
 #include "actors/coordinator.hpp"
@@ -39,6 +40,9 @@ class SessionConfig : public caf::actor_system_config {
 constexpr std::chrono::seconds kNodeSetupTimeout{60};
 // How long connecting to a node and both handshakes may take.
 constexpr std::chrono::seconds kConnectTimeout{10};
+// How long a node may still see a coordinator that went away: the
+// connection timeout of use_remote_connections, and a margin.
+constexpr std::chrono::seconds kTakenRankPatience{3};
 
 std::string describe_node(const NodeAddress& node, int rank) {
   return "node " + node.to_string() + " (rank " + std::to_string(rank) + ")";
@@ -141,6 +145,7 @@ struct DistributedSession::Impl {
   std::shared_ptr<cpu::ThreadPool> pool;             // shared by the in-process ranks
   std::vector<NodeAddress> nodes;  // rank r runs on nodes[r]; empty: every rank in process
   std::optional<Secret> secret;    // what connect() proves to the nodes
+  std::vector<NodeAddress> spares;  // connect()'s, not yet taken
   CoordinatorActor coordinator;
   // The caller's side of every transaction, made once: creating a scoped
   // actor per call costs a registration and a teardown each time.
@@ -222,7 +227,7 @@ struct DistributedSession::Impl {
   // Starts rank r's actors: in this process, or on its node.
   Status start_rank(int r, const RankOptions& options) {
     const auto index = static_cast<std::size_t>(r);
-    if (!nodes.empty()) return assign_node(r, options);
+    if (!nodes.empty()) return assign_node_or_spare(r, options);
     auto worker = std::make_shared<RankWorker>(*model, pool, layout->partition, r, layout->identity);
     ranks[index] = spawn_rank(*system, std::move(worker), session_id, static_cast<RankId>(layout->partition.ranks()),
                               coordinator, options);
@@ -242,8 +247,38 @@ struct DistributedSession::Impl {
     return assignment;
   }
 
+  // Rank r on its node, or, when that fails, on the first spare that takes
+  // it; a spare that took a rank is a node of the session from then on.
+  Status assign_node_or_spare(int r, const RankOptions& options) {
+    Status assigned = assign_node(r, options);
+    auto& node = nodes[static_cast<std::size_t>(r)];
+    while (!assigned && !spares.empty()) {
+      const NodeAddress lost = node;
+      node = spares.front();
+      spares.erase(spares.begin());
+      if (assign_node(r, options)) return {};
+      node = lost;
+    }
+    return assigned;
+  }
+
   // Connects to rank r's node and has it start the rank (actors/node.hpp).
+  // A node still running the rank of a session whose coordinator just went
+  // away refuses until it sees it gone, within the connection timeout; it
+  // is asked again until then.
   Status assign_node(int r, const RankOptions& options) {
+    const auto give_up = std::chrono::steady_clock::now() + kTakenRankPatience;
+    for (;;) {
+      Status assigned = assign_node_once(r, options);
+      if (assigned || assigned.error().message().find(kRankTakenRefusal) == std::string::npos ||
+          std::chrono::steady_clock::now() > give_up) {
+        return assigned;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  Status assign_node_once(int r, const RankOptions& options) {
     const NodeAddress& address = nodes[static_cast<std::size_t>(r)];
     auto node = dial_node_actor(*system, address, secret, kConnectTimeout);
     if (!node) return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + node.error().message());
@@ -291,9 +326,10 @@ struct DistributedSession::Impl {
   // whose node went away), and tells the coordinator and the other ranks.
   // The reset that follows brings them in. Their fault plan does not come
   // back: it fired.
-  Status restart_exited_ranks() {
+  // How many it started.
+  Result<int> restart_exited_ranks() {
     const std::vector<bool> exited = exited_ranks();
-    bool restarted = false;
+    int restarted = 0;
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       if (!exited[r]) continue;
       if (nodes.empty()) await_exit(ranks[r]);
@@ -302,11 +338,22 @@ struct DistributedSession::Impl {
         return std::move(Error(ok.error()).mark_before_state_mutation());
       }
       (*caller)->send(coordinator, restart_atom::value, static_cast<RankId>(r), caf::actor_cast<caf::actor>(ranks[r]));
-      restarted = true;
+      ++restarted;
     }
-    if (restarted) {
+    if (restarted > 0) {
       for (const auto& rank : ranks) (*caller)->send(rank, topology_atom::value, topology());
     }
+    return restarted;
+  }
+
+  // Every rank back to an empty state.
+  Status reset() {
+    TransactionRequest request;
+    request.kind = TransactionKind::reset;
+    auto reply = call(request);
+    if (!reply) return reply.error();
+    tokens.clear();
+    prepared.clear();
     return {};
   }
 
@@ -415,9 +462,13 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::connect(const st
                                                                         const Model& model,
                                                                         const DistributedOptions& options) {
   if (peers.empty()) return Error(ErrorCode::contract, "a remote session needs at least one node");
-  if (Status ok = check_distinct_nodes(peers); !ok) return ok.error();
+  // A node serves one rank, spares included.
+  std::vector<NodeAddress> every_node = peers;
+  every_node.insert(every_node.end(), options.spares.begin(), options.spares.end());
+  if (Status ok = check_distinct_nodes(every_node); !ok) return ok.error();
   auto impl = std::make_unique<Impl>();
   impl->nodes = peers;
+  impl->spares = options.spares;
   auto secret = secret_from(options.secret_file);
   if (!secret) return secret.error();
   impl->secret = std::move(*secret);
@@ -493,29 +544,28 @@ Status DistributedSession::rollback_distributed(const DistributedCheckpoint& che
   return {};
 }
 
-Status DistributedSession::recover_prediction_target_state_after_failure() {
+Result<HealReport> DistributedSession::heal() {
   // A checkpoint is the cheapest transaction that tells a usable session
   // from a poisoned one.
   auto probe = checkpoint_distributed();
-  if (probe) return {};
+  if (probe) return HealReport{};
   if (probe.error().code() != ErrorCode::commit_indeterminate) return probe.error();
   const std::vector<int> committed = impl_->tokens;
-  if (Status ok = reset_distributed(); !ok) return ok;
-  if (committed.empty()) return {};
-  auto replayed = prefill(committed);
-  if (!replayed) return replayed.error();
-  return {};
+  const auto prompt = committed_prompt_input_identity();
+  auto replaced = impl_->restart_exited_ranks();
+  if (!replaced) return replaced.error();
+  if (Status ok = impl_->reset(); !ok) return ok.error();
+  if (!committed.empty()) {
+    auto replayed = prefill(committed);
+    if (!replayed) return replayed.error();
+    impl_->prepared.restore(prompt);
+  }
+  return HealReport{true, *replaced, static_cast<int>(committed.size())};
 }
 
 Status DistributedSession::reset_distributed() {
-  if (Status ok = impl_->restart_exited_ranks(); !ok) return ok;
-  TransactionRequest request;
-  request.kind = TransactionKind::reset;
-  auto reply = impl_->call(request);
-  if (!reply) return reply.error();
-  impl_->tokens.clear();
-  impl_->prepared.clear();
-  return {};
+  if (auto restarted = impl_->restart_exited_ranks(); !restarted) return restarted.error();
+  return impl_->reset();
 }
 
 Result<DistributedCompleteCheckpoint> DistributedSession::checkpoint_complete_distributed() {

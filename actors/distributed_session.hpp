@@ -55,6 +55,9 @@ struct DistributedOptions {
   // security"). Empty: the ACCORD_SECRET_FILE environment variable, else
   // none, and only nodes on loopback admit the coordinator.
   std::string secret_file;
+  // connect(): nodes that take the rank of a node that cannot be reached,
+  // at the start or when the session heals, in order; each serves once.
+  std::vector<NodeAddress> spares;
 };
 
 struct DistributedStep {
@@ -174,13 +177,15 @@ class DistributedSession {
   Result<DistributedStep> decode_prediction_target(int token);
   Result<DistributedStep> prefill_prediction_target_input(const PredictionTargetInput& input);
   Result<DistributedStep> decode_prediction_target_input(const PredictionTargetInput& input);
-  // After a failed prediction-target step: a step that aborted left every
-  // rank as it was, and there is nothing to do. A poisoned session (a rank
-  // exited or went away) is reset (reset_distributed) and the committed
-  // tokens are prefilled again, so every rank holds the KV rows it held
-  // after the last committed step, bit for bit, under a new state epoch.
-  // The prepared-input identity of a prompt-cache load does not survive.
-  Status recover_prediction_target_state_after_failure();
+  // Heals a poisoned session (docs/healing.md): a session that is usable
+  // (a failed step only aborted) is left as it is. Otherwise every rank
+  // that was lost is started afresh (restarted in process; a remote one
+  // on its node again once it answers, else on the first spare that does),
+  // every rank is reset (reset_distributed) and the committed tokens are
+  // prefilled again, so every rank holds the KV rows it held after the last
+  // committed step, bit for bit, under a new state epoch. The error says
+  // why it could not (a node that does not answer and no spare that does).
+  Result<HealReport> heal();
 
   Result<DistributedCheckpoint> checkpoint_distributed();
   Status rollback_distributed(const DistributedCheckpoint& checkpoint);
@@ -278,9 +283,7 @@ class DistributedTarget final : public GenerationTarget {
                                           std::span<const int> stop_tokens) override;
   Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens) override;
   Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) override;
-  Status recover_prediction_target_state_after_failure() override {
-    return session_.recover_prediction_target_state_after_failure();
-  }
+  Result<HealReport> heal() override { return session_.heal(); }
   Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                            std::span<const int> prefix) override;
   Status save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,

@@ -42,8 +42,8 @@ void release_rank(NodePointer self) {
 // Another session's coordinator may not take the rank of a running one.
 Status check_not_taken(const NodeState& s, const caf::actor& coordinator) {
   if (!s.rank || coordinator == s.coordinator) return {};
-  return Error(ErrorCode::state, s.options.name + " runs a rank of another session; it takes a new one when that "
-                                                  "session's coordinator is gone");
+  return Error(ErrorCode::state, s.options.name + " " + kRankTakenRefusal +
+                                     "; it takes a new one when that session's coordinator is gone");
 }
 
 // The model of the session: the node's --model, or the file of its

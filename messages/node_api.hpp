@@ -26,6 +26,12 @@ struct NodeAssignment {
   bool operator==(const NodeAssignment&) const = default;
 };
 
+// Begins the refusal of a node whose rank belongs to a session whose
+// coordinator it still sees alive. A coordinator that just went away is
+// seen gone within the connection timeout, so a new one tries again until
+// then.
+inline constexpr const char* kRankTakenRefusal = "runs a rank of another session";
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeAssignment& x) {
   return f(x.session, x.rank, x.unit_counts, x.model_name, x.model_identity, x.threads, x.phase_timeout_ms, x.faults);

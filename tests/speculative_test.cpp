@@ -289,14 +289,20 @@ TEST(DistributedSpeculation, RecoveryAfterAPoisonGivesBackTheCommittedState) {
   auto failed = session->decode_prediction_target_input(input);
   ASSERT_FALSE(failed);
   EXPECT_EQ(failed.error().code(), ErrorCode::commit_indeterminate) << failed.error().message();
-  ASSERT_TRUE(session->recover_prediction_target_state_after_failure());
+  auto healed = session->heal();
+  ASSERT_TRUE(healed) << healed.error().message();
+  EXPECT_TRUE(healed->healed);
+  EXPECT_EQ(healed->replaced_ranks, 1);
+  EXPECT_EQ(healed->replayed_tokens, static_cast<int>(kPrompt.size()));
   EXPECT_EQ(session->position(), static_cast<int>(kPrompt.size()));
   auto step = session->decode_prediction_target_input(input);
   ASSERT_TRUE(step) << step.error().message();
   EXPECT_EQ(step->accepted, 1);
   EXPECT_TRUE(test::bit_identical(step->logits, run.logits[2]));
   // A usable session has nothing to recover.
-  EXPECT_TRUE(session->recover_prediction_target_state_after_failure());
+  auto untouched = session->heal();
+  ASSERT_TRUE(untouched);
+  EXPECT_FALSE(untouched->healed);
   EXPECT_EQ(session->position(), static_cast<int>(kPrompt.size()) + 2);
 }
 

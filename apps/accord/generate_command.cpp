@@ -43,6 +43,8 @@ struct GenerateArgs {
   std::vector<Fault> faults;  // --fault entries; ACCORD_FAULTS is read at run time
   int phase_timeout_ms = DistributedOptions{}.phase_timeout_ms;
   int retries = GenerationOptions{}.retries;
+  int heal_attempts = GenerationOptions{}.heal_attempts;
+  std::vector<NodeAddress> spares;  // --spares: nodes that take a lost node's rank
   std::string speculative;  // --speculative: "lookup" or "model:PATH"; empty: plain decoding
   int draft_tokens = GenerationOptions{}.draft_tokens;
 };
@@ -110,6 +112,10 @@ nlohmann::json to_json(const GenerationResult& result, const Model& model, int t
   json["aborted_steps"] = result.aborted_steps;
   json["retries"] = result.retries;
   json["recoveries"] = result.recoveries;
+  json["heals"] = result.heals;
+  json["heal_attempts"] = result.heal_attempts;
+  json["heal_seconds"] = result.heal_seconds;
+  json["replayed_tokens"] = result.replayed_tokens;
   json["poisoned"] = result.poisoned;
   json["poison_cause"] = result.poison_cause;
   json["decode_steps"] = result.decode_steps;
@@ -130,6 +136,10 @@ void print_summary(const GenerationResult& result) {
                result.decode_tokens_per_second(), std::string(to_string(result.stop_reason)).c_str());
   if (result.aborted_steps > 0) {
     std::fprintf(stderr, "accord: %d step attempt(s) aborted, %d retried\n", result.aborted_steps, result.retries);
+  }
+  if (result.heals > 0) {
+    std::fprintf(stderr, "accord: healed %d time(s) in %.3f s, %d committed token(s) replayed\n", result.heals,
+                 result.heal_seconds, result.replayed_tokens);
   }
   if (result.recoveries > 0) {
     std::fprintf(stderr, "accord: %d poisoned speculative step(s) recovered the last committed state\n",
@@ -160,6 +170,7 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
   options.sampler = {args.temperature, args.top_p, args.seed};
   options.prompt_cache = args.prompt_cache;
   options.retries = args.retries;
+  options.heal_attempts = args.heal_attempts;
   PieceSink stream;
   if (!args.json) {
     stream = [](std::string_view piece) {
@@ -248,6 +259,7 @@ int run_generate(GenerateArgs args) {
   options.phase_timeout_ms = args.phase_timeout_ms;
   options.faults = args.faults;  // create() adds ACCORD_FAULTS' own
   options.secret_file = args.secret_file;
+  options.spares = args.spares;
   auto session = args.peers.empty() ? DistributedSession::create(*model, options)
                                     : DistributedSession::connect(args.peers, *model, options);
   if (!session) return fail(session.error().message());
@@ -325,6 +337,21 @@ Command add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--retries", args->retries, "times an aborted step is run again before generation fails")
       ->capture_default_str();
+  cmd->add_option("--heal-attempts", args->heal_attempts,
+                  "times a poisoned session (a rank lost) is healed over a generation: lost ranks started afresh, "
+                  "the committed tokens replayed, the step run again (docs/healing.md); 0: a poison ends generation")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--spares",
+         [args](const std::string& text) {
+           auto spares = parse_peers(text);
+           if (!spares) throw CLI::ValidationError("--spares", spares.error().message());
+           args->spares = std::move(*spares);
+         },
+         "with --peers: `accord node` processes that take the rank of a node that cannot be reached, in order")
+      ->type_name("HOST:PORT,...")
+      ->needs("--peers");
   CLI::Option* speculative = cmd->add_option("--speculative", args->speculative,
                   "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
                   "earlier text (prompt lookup), `model:PATH` from a smaller model with the same vocabulary")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "runtime/io/digest.hpp"
 
@@ -21,6 +22,9 @@ Status check_request(const GenerationTarget& target, const Tokenizer& tokenizer,
   }
   if (options.retries < 0) {
     return Error(ErrorCode::contract, "retries must be at least 0, got " + std::to_string(options.retries));
+  }
+  if (options.heal_attempts < 0) {
+    return Error(ErrorCode::contract, "heal attempts must be at least 0, got " + std::to_string(options.heal_attempts));
   }
   if (Status ok = validate(options.sampler); !ok) return ok;
   if (options.drafter != nullptr) {
@@ -265,30 +269,65 @@ class Generation {
     return SampledToken{token, is_stop_token(token, stop_tokens_)};
   }
 
-  // Whether a poisoned step may run again once the target recovered its
-  // last committed state (recover_prediction_target_state_after_failure):
-  // a speculative step's may.
+  // Whether a poisoned step may run again, within its retries, once the
+  // target recovered its last committed state (heal): a speculative
+  // step's may. Any other poisoned step is healed up to heal_attempts.
   enum class Recovery { none, after_poison };
 
   // Runs a step, and again after each abort, at most options_.retries
-  // times more. An abort left the target and the sampler as they were, so
-  // a retry that succeeds gives what the first attempt would have.
-
+  // times more, and after each poison the target healed. An abort, and a
+  // heal, leave the target and the sampler as they were after the last
+  // committed step, so a step run again that succeeds gives what the first
+  // attempt would have.
   template <class Step>
   auto with_retries(const Step& step, Recovery recovery = Recovery::none) -> decltype(step()) {
     for (int attempt = 0;; ++attempt) {
       auto done = step();
       if (done) return done;
       const bool recoverable = recovery == Recovery::after_poison && is_poisoned(done.error());
+      if (is_poisoned(done.error()) && !recoverable) {
+        if (Status healed = heal(done.error()); !healed) return healed.error();
+        continue;
+      }
       if (!is_aborted(done.error()) && !recoverable) return done;
       ++result_.aborted_steps;
       if (attempt == options_.retries) return done;
       if (recoverable) {
-        if (Status recovered = target_.recover_prediction_target_state_after_failure(); !recovered) return done;
+        if (auto recovered = target_.heal(); !recovered) return done;
         ++result_.recoveries;
       }
       ++result_.retries;
     }
+  }
+
+  // Heals the target after `poison`, trying until the attempts of the
+  // generation run out, with a growing wait after each that failed. The
+  // error keeps the poison's words, which say which rank was lost, and adds
+  // why healing failed.
+  Status heal(const Error& poison) {
+    if (result_.heal_attempts >= options_.heal_attempts) return poison;
+    std::string why;
+    auto wait = options_.heal_backoff;
+    while (result_.heal_attempts < options_.heal_attempts) {
+      ++result_.heal_attempts;
+      const auto start = Clock::now();
+      auto healed = target_.heal();
+      result_.heal_seconds += seconds_since(start);
+      if (healed) {
+        ++result_.heals;
+        result_.replayed_tokens += healed->replayed_tokens;
+        if (warn_) {
+          warn_("healed: " + std::to_string(healed->replaced_ranks) + " rank(s) started afresh, " +
+                std::to_string(healed->replayed_tokens) + " committed tokens replayed, after " + poison.message());
+        }
+        return {};
+      }
+      why = healed.error().message();
+      if (result_.heal_attempts < options_.heal_attempts) std::this_thread::sleep_for(wait);
+      wait *= 2;
+    }
+    return Error(poison.code(), poison.message() + "; healing failed after " +
+                                    std::to_string(result_.heal_attempts) + " attempt(s): " + why);
   }
 
   GenerationTarget& target_;

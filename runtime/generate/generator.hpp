@@ -16,13 +16,16 @@
 //
 // A step that aborts (the target's state is as it was before it) is run
 // again, up to `retries` times per step, and continues exactly where it
-// stopped. A speculative step that poisons the session is retried too,
-// after the target recovers its last committed state
-// (recover_prediction_target_state_after_failure). Any other poisoned
-// step, a step refused before it changed anything, or a step that still
-// fails after its retries ends generation with the error.
+// stopped. A step that poisons the session (a rank was lost) is run again
+// once the target healed (GenerationTarget::heal: the lost ranks started
+// afresh, the committed tokens replayed), up to `heal_attempts` heals over
+// the whole generation; a speculative step's poison is healed so as well,
+// within its retries. A step refused before it changed anything, a poison
+// that could not be healed, or a step that still fails after its retries
+// ends generation with the error (docs/healing.md).
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -47,6 +50,10 @@ struct GenerationOptions {
   int retries = 2;  // >= 0: how often one aborted step is run again
   Drafter* drafter = nullptr;  // speculative decoding with it (not owned), or none
   int draft_tokens = 4;        // >= 1: the most tokens one speculative step verifies
+  int heal_attempts = 3;       // >= 0: attempts to heal a poisoned session, over the whole generation
+  // The wait after a heal attempt that failed, doubled after each: time for
+  // a lost node to come back.
+  std::chrono::milliseconds heal_backoff{500};
 };
 
 // error: generation ended with an error (a GenerationFailure's partial result).
@@ -83,6 +90,10 @@ struct GenerationResult {
   int aborted_steps = 0;  // failed attempts of steps that aborted, retried or not
   int retries = 0;        // attempts made again after an abort
   int recoveries = 0;     // speculative steps whose poisoned target recovered before a retry
+  int heals = 0;          // poisoned steps run again after the target healed
+  int heal_attempts = 0;  // heals tried, successful or not
+  double heal_seconds = 0;  // spent healing, replay included
+  int replayed_tokens = 0;  // committed tokens prefilled again by the heals
   bool poisoned = false;  // generation ended because the session is poisoned
   std::string poison_cause;
 

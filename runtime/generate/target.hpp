@@ -28,6 +28,13 @@ inline PredictionTargetInput draft_input(int token, std::span<const int> draft) 
   return input;
 }
 
+// What healing a poisoned target did (DistributedSession::heal).
+struct HealReport {
+  bool healed = false;      // false: the target was usable, and nothing was done
+  int replaced_ranks = 0;   // ranks started afresh: restarted, reconnected, or on a spare node
+  int replayed_tokens = 0;  // committed tokens prefilled again
+};
+
 class GenerationTarget {
  public:
   virtual ~GenerationTarget() = default;
@@ -57,13 +64,10 @@ class GenerationTarget {
   // prediction-target step (Session::decode_prediction_target_input), which
   // keeps the longest draft prefix greedy decoding would produce.
   virtual Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) = 0;
-  // After a speculative step failed: brings a poisoned target back to its
-  // last committed state, as DistributedSession's operation of that name.
-  // A single-rank session is never poisoned by a forward step, so by
-  // default there is nothing to recover.
-  virtual Status recover_prediction_target_state_after_failure() {
-    return Error(ErrorCode::state, "this target cannot recover a poisoned state");
-  }
+  // Brings a poisoned target back to its last committed state, as
+  // DistributedSession::heal. A single-rank session is never poisoned by a
+  // lost rank, so by default there is nothing to heal.
+  virtual Result<HealReport> heal() { return Error(ErrorCode::state, "this target cannot heal a poisoned state"); }
   // As Session::load_prompt_cache and save_prompt_cache.
   virtual Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                    std::span<const int> prefix) = 0;
