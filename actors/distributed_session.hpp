@@ -283,6 +283,7 @@ class DistributedTarget final : public GenerationTarget {
                                           std::span<const int> stop_tokens) override;
   Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens) override;
   Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) override;
+  bool can_heal() const override { return true; }
   Result<HealReport> heal() override { return session_.heal(); }
   Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                            std::span<const int> prefix) override;

@@ -96,6 +96,12 @@ class Error {
     phase_ = std::move(phase);
     return *this;
   }
+  // Adds to the message what followed the error ("; healing failed ...").
+  Error& append(std::string_view more) {
+    message_ += more;
+    return *this;
+  }
+
   Error& mark_before_state_mutation() {
     before_state_mutation_ = true;
     return *this;

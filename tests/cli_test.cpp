@@ -473,13 +473,30 @@ TEST(Cli, AStepOutOfRetriesFailsWithAJsonReport) {
 // needs fault injection in the actors
 TEST(Cli, APoisonedSessionFailsAtOnceWithAJsonReport) {
   const auto result = run_accord(generate_args({"--prompt", "Once upon a time", "--max-tokens", "5", "--ranks", "2",
-                                                "--fault", "1:Execution:exit", "--json"}));
+                                                "--fault", "1:Execution:exit", "--heal-attempts", "0", "--json"}));
   EXPECT_EQ(result.exit_code, 1) << result.output;
   const auto json = report_in(result.output);
   EXPECT_EQ(json.at("poisoned"), true);
   EXPECT_FALSE(json.at("poison_cause").get<std::string>().empty());
   EXPECT_EQ(json.at("retries"), 0);
   EXPECT_NE(json.at("error").get<std::string>().find("poisoned"), std::string::npos);
+}
+
+TEST(Cli, ALostRankHealsAndTheJsonCountsIt) {
+  const std::vector<std::string> args = {"--prompt", "Once upon a time", "--max-tokens", "12", "--ranks", "3",
+                                         "--temperature", "0", "--json"};
+  const auto plain = run_accord(generate_args(args));
+  auto faulted_args = args;
+  faulted_args.insert(faulted_args.end(), {"--fault", "2:Commit:exit:4"});
+  const auto healed = run_accord(generate_args(faulted_args));
+  ASSERT_EQ(healed.exit_code, 0) << healed.output;
+  const auto json = report_in(healed.output);
+  EXPECT_EQ(json.at("generated_tokens"), report_in(plain.output).at("generated_tokens"));
+  EXPECT_EQ(json.at("heals"), 1);
+  EXPECT_EQ(json.at("heal_attempts"), 1);
+  EXPECT_GT(json.at("replayed_tokens").get<int>(), 0);
+  EXPECT_GT(json.at("heal_seconds").get<double>(), 0.0);
+  EXPECT_NE(healed.output.find("warning: healed: 1 rank(s) started afresh"), std::string::npos) << healed.output;
 }
 
 // --- speculative decoding ---------------------------------------------------

@@ -143,10 +143,14 @@ TEST_F(RemoteHealingTest, ANodeRestartedOnItsAddressTakesItsRankBack) {
   auto session = connect({});
   ASSERT_TRUE(session);
   const std::uint16_t port = nodes_[2]->port();
-  auto outcome = run_losing(*session, 200, [&] {
-    nodes_[2]->kill_hard();
-    nodes_[2] = std::make_unique<NodeProcess>(logs_, test::test_node_options(), port);
-  });
+  // Attempts enough for a node that starts slowly on a loaded machine.
+  auto outcome = run_losing(
+      *session, 200,
+      [&] {
+        nodes_[2]->kill_hard();
+        nodes_[2] = std::make_unique<NodeProcess>(logs_, test::test_node_options(), port);
+      },
+      9);
   ASSERT_TRUE(outcome) << outcome.error().message();
   EXPECT_EQ(outcome->generated_tokens, expected);
 }
@@ -270,7 +274,7 @@ TEST_F(RemoteHealingTest, ChaosNodesKilledFrozenAndResumed) {
           std::this_thread::sleep_for(away);
           nodes_[victim] = std::make_unique<NodeProcess>(logs_, test::test_node_options(), port);
         },
-        5);
+        6);
     tally.count(outcome, expected);
     if (!outcome) std::cout << "run " << i << " failed: " << outcome.error().message() << "\n";
   }

@@ -305,7 +305,7 @@ class Generation {
   // error keeps the poison's words, which say which rank was lost, and adds
   // why healing failed.
   Status heal(const Error& poison) {
-    if (result_.heal_attempts >= options_.heal_attempts) return poison;
+    if (!target_.can_heal() || result_.heal_attempts >= options_.heal_attempts) return poison;
     std::string why;
     auto wait = options_.heal_backoff;
     while (result_.heal_attempts < options_.heal_attempts) {
@@ -326,8 +326,8 @@ class Generation {
       if (result_.heal_attempts < options_.heal_attempts) std::this_thread::sleep_for(wait);
       wait *= 2;
     }
-    return Error(poison.code(), poison.message() + "; healing failed after " +
-                                    std::to_string(result_.heal_attempts) + " attempt(s): " + why);
+    return std::move(Error(poison).append("; healing failed after " + std::to_string(result_.heal_attempts) +
+                                          " attempt(s): " + why));
   }
 
   GenerationTarget& target_;

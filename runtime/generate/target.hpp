@@ -65,8 +65,9 @@ class GenerationTarget {
   // keeps the longest draft prefix greedy decoding would produce.
   virtual Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) = 0;
   // Brings a poisoned target back to its last committed state, as
-  // DistributedSession::heal. A single-rank session is never poisoned by a
-  // lost rank, so by default there is nothing to heal.
+  // DistributedSession::heal, where it can_heal(). A single-rank session is
+  // never poisoned by a lost rank, so by default there is nothing to heal.
+  virtual bool can_heal() const { return false; }
   virtual Result<HealReport> heal() { return Error(ErrorCode::state, "this target cannot heal a poisoned state"); }
   // As Session::load_prompt_cache and save_prompt_cache.
   virtual Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
