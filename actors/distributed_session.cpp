@@ -238,7 +238,9 @@ struct DistributedSession::Impl {
     NodeAssignment assignment;
     assignment.session = session_id;
     assignment.rank = static_cast<RankId>(r);
-    for (int q = 0; q < layout->partition.ranks(); ++q) assignment.unit_counts.push_back(layout->partition.range(q).count);
+    for (int q = 0; q < layout->partition.ranks(); ++q) {
+      assignment.unit_counts.push_back(layout->partition.range(q).count);
+    }
     assignment.model_name = std::filesystem::path(model->path()).filename().string();
     assignment.model_identity = layout->identity;
     assignment.threads = layout->threads;
@@ -631,8 +633,8 @@ Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
             },
             [&](caf::error& e) {
               if (failure) return;
-              failure = Error(ErrorCode::mechanism,
-                              "rank " + std::to_string(r) + " did not take the fault plan: " + impl_->system->render(e));
+              failure = Error(ErrorCode::mechanism, "rank " + std::to_string(r) +
+                                                        " did not take the fault plan: " + impl_->system->render(e));
             });
   }
   if (failure) return *failure;

@@ -277,6 +277,15 @@ int run_generate(GenerateArgs args) {
   });
 }
 
+// Parses "HOST:PORT,..." into `nodes`, or refuses `option`'s value.
+std::function<void(const std::string&)> node_list(std::vector<NodeAddress>& nodes, const std::string& option) {
+  return [&nodes, option](const std::string& text) {
+    auto parsed = parse_peers(text);
+    if (!parsed) throw CLI::ValidationError(option, parsed.error().message());
+    nodes = std::move(*parsed);
+  };
+}
+
 }  // namespace
 
 Command add_generate_command(CLI::App& app) {
@@ -311,12 +320,7 @@ Command add_generate_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option_function<std::string>(
-         "--peers",
-         [args](const std::string& text) {
-           auto peers = parse_peers(text);
-           if (!peers) throw CLI::ValidationError("--peers", peers.error().message());
-           args->peers = std::move(*peers);
-         },
+         "--peers", node_list(args->peers, "--peers"),
          "remote ranks instead of in-process ones: distinct `accord node` processes, rank 0 first; this process "
          "runs the coordinator")
       ->type_name("HOST:PORT,...")
@@ -343,12 +347,7 @@ Command add_generate_command(CLI::App& app) {
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   cmd->add_option_function<std::string>(
-         "--spares",
-         [args](const std::string& text) {
-           auto spares = parse_peers(text);
-           if (!spares) throw CLI::ValidationError("--spares", spares.error().message());
-           args->spares = std::move(*spares);
-         },
+         "--spares", node_list(args->spares, "--spares"),
          "with --peers: `accord node` processes that take the rank of a node that cannot be reached, in order")
       ->type_name("HOST:PORT,...")
       ->needs("--peers");
