@@ -146,6 +146,14 @@ struct DistributedSession::Impl {
   std::vector<NodeAddress> nodes;  // rank r runs on nodes[r]; empty: every rank in process
   std::optional<Secret> secret;    // what connect() proves to the nodes
   std::vector<NodeAddress> spares;  // connect()'s, not yet taken
+  // The prompt cache last saved or loaded, which heal() loads again.
+  struct CacheMark {
+    std::filesystem::path root;
+    PromptCacheDescriptor descriptor;
+    std::vector<int> prefix;
+    std::string prepared_input;
+  };
+  std::optional<CacheMark> cache_mark;
   CoordinatorActor coordinator;
   // The caller's side of every transaction, made once: creating a scoped
   // actor per call costs a registration and a teardown each time.
@@ -430,6 +438,7 @@ struct DistributedSession::Impl {
         cache_request(TransactionKind::prompt_cache_save, root, descriptor, prefix, prepared_input);
     auto reply = call(request);
     if (!reply) return reply.error();
+    cache_mark = CacheMark{root, descriptor, {prefix.begin(), prefix.end()}, prepared_input};
     return save_result(model->config(), request, *reply);
   }
 
@@ -443,7 +452,29 @@ struct DistributedSession::Impl {
     tokens.assign(prefix.begin(), prefix.end());
     prepared.clear();
     if (!prepared_input.empty()) prepared.set(prepared_input, static_cast<int>(prefix.size()));
+    cache_mark = CacheMark{root, expected, {prefix.begin(), prefix.end()}, prepared_input};
     return {};
+  }
+
+  // After a reset: the committed tokens again, from the prompt cache this
+  // session last saved or loaded where it holds a prefix of them (a rank on
+  // a spare node has no shard of it; the load then aborts and changes
+  // nothing), and the rest prefilled. How many came from the cache.
+  Result<int> rebuild(const std::vector<int>& committed) {
+    int cached = 0;
+    if (cache_mark && cache_mark->prefix.size() <= committed.size() &&
+        std::equal(cache_mark->prefix.begin(), cache_mark->prefix.end(), committed.begin())) {
+      const CacheMark mark = *cache_mark;
+      if (load_cache(mark.root, mark.descriptor, mark.prefix, mark.prepared_input)) {
+        cached = static_cast<int>(mark.prefix.size());
+      }
+    }
+    const auto rest = std::span<const int>(committed).subspan(static_cast<std::size_t>(cached));
+    if (!rest.empty()) {
+      auto replayed = step(rest, logits_step(false));
+      if (!replayed) return replayed.error();
+    }
+    return cached;
   }
 };
 
@@ -557,12 +588,10 @@ Result<HealReport> DistributedSession::heal() {
   auto replaced = impl_->restart_exited_ranks();
   if (!replaced) return replaced.error();
   if (Status ok = impl_->reset(); !ok) return ok.error();
-  if (!committed.empty()) {
-    auto replayed = prefill(committed);
-    if (!replayed) return replayed.error();
-    impl_->prepared.restore(prompt);
-  }
-  return HealReport{true, *replaced, static_cast<int>(committed.size())};
+  auto cached = impl_->rebuild(committed);
+  if (!cached) return cached.error();
+  impl_->prepared.restore(prompt);
+  return HealReport{true, *replaced, static_cast<int>(committed.size()) - *cached, *cached};
 }
 
 Status DistributedSession::reset_distributed() {

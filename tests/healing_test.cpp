@@ -80,6 +80,23 @@ TEST_F(HealingTest, AnExitedRankIsRestartedAndTheTokensAreThoseOfARunWithoutIt) 
   EXPECT_GT(outcome->heal_seconds, 0.0);
 }
 
+// The generator saved the prompt's prefix; the heal loads it rather than
+// replay it.
+TEST_F(HealingTest, AHealLoadsThePromptCacheTheSessionSaved) {
+  const auto expected = reference_tokens(model_, tokenizer_, 40);
+  test::TempDir cache;
+  auto session = in_process(model_, {parse_fault("1:Execution:exit:9").value()});
+  GenerationOptions options = sampled(40);
+  options.prompt_cache = cache.path();
+  auto outcome = run(*session, model_, tokenizer_, options);
+  ASSERT_TRUE(outcome) << outcome.error().message();
+  EXPECT_EQ(outcome->prompt_cache, PromptCacheOutcome::saved);
+  EXPECT_EQ(outcome->generated_tokens, expected);
+  EXPECT_EQ(outcome->heals, 1);
+  // 12 committed tokens: the prompt's first 4 from the cache, 8 replayed.
+  EXPECT_EQ(outcome->replayed_tokens, 8);
+}
+
 TEST_F(HealingTest, WithoutHealAttemptsAPoisonEndsGeneration) {
   auto session = in_process(model_, {parse_fault("1:Execution:exit:9").value()});
   auto outcome = run(*session, model_, tokenizer_, sampled(40, 0));

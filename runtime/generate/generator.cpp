@@ -318,7 +318,8 @@ class Generation {
         result_.replayed_tokens += healed->replayed_tokens;
         if (warn_) {
           warn_("healed: " + std::to_string(healed->replaced_ranks) + " rank(s) started afresh, " +
-                std::to_string(healed->replayed_tokens) + " committed tokens replayed, after " + poison.message());
+                std::to_string(healed->cached_tokens) + " committed tokens loaded from the prompt cache and " +
+                std::to_string(healed->replayed_tokens) + " replayed, after " + poison.message());
         }
         return {};
       }
