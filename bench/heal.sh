@@ -41,8 +41,9 @@ for run in $(seq "$runs"); do
   spare=${peers[3]}
   nodes=$(IFS=,; echo "${peers[*]:0:3}")
   (sleep "$(python3 -c "print($delay_ms / 1000)")"; kill -9 "$victim") &
+  killer=$!
   generate --peers "$nodes" --spares "$spare" >"$work/healed.json" 2>"$work/healed.err" || true
-  wait
+  wait "$killer"
   python3 - "$work/reference.json" "$work/healed.json" "$run" <<'EOF'
 import json, sys
 reference, healed = (json.load(open(path)) for path in sys.argv[1:3])
