@@ -16,9 +16,8 @@ work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
-"$accord" synth --dim 768 --hidden 2048 --layers 12 --heads 12 --vocab 32000 --seq 1024 \
-  --out "$work/110M.bin" >/dev/null
 source "$root/scripts/nodes.sh"
+synth_shape "$accord" 110M "$work/110M.bin"
 
 # A longer prompt, so that the reference run's prefill rate is that of a
 # batch like the replay's.

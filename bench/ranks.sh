@@ -18,11 +18,9 @@ work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
-"$accord" synth --dim 288 --hidden 768 --layers 6 --heads 6 --vocab 32000 --seq 256 \
-  --out "$work/15M.bin" >/dev/null
-"$accord" synth --dim 768 --hidden 2048 --layers 12 --heads 12 --vocab 32000 --seq 1024 \
-  --out "$work/110M.bin" >/dev/null
 source "$root/scripts/nodes.sh"
+synth_shape "$accord" 15M "$work/15M.bin"
+synth_shape "$accord" 110M "$work/110M.bin"
 
 # One generation: "tok/s protocol_us_per_token" (0 for a plain session).
 run() {

@@ -1,4 +1,5 @@
-# Sourced, not run: starts `accord node` processes on loopback.
+# Sourced, not run: starts `accord node` processes on loopback, and writes
+# the synthetic models the benchmarks run them on.
 #   start_nodes ACCORD LOG_DIR COUNT [node options...]
 # Each node listens on 127.0.0.1 port 0 (it picks a free port and prints
 # it); on return `peers` holds their HOST:PORT in rank order and `pids`
@@ -20,4 +21,15 @@ start_nodes() {
     [ -n "$address" ] || { cat "$logs/node-$rank.log"; return 1; }
     peers+=("$address")
   done
+}
+
+# Writes the synthetic model of llama2.c's 15M or 110M shape to OUT.
+#   synth_shape ACCORD 15M|110M OUT
+synth_shape() {
+  local accord=$1 shape=$2 out=$3
+  case $shape in
+    15M) "$accord" synth --dim 288 --hidden 768 --layers 6 --heads 6 --vocab 32000 --seq 256 --out "$out" ;;
+    110M) "$accord" synth --dim 768 --hidden 2048 --layers 12 --heads 12 --vocab 32000 --seq 1024 --out "$out" ;;
+    *) echo "synth_shape: no shape $shape" >&2; return 1 ;;
+  esac >/dev/null
 }
