@@ -68,12 +68,16 @@ Result<std::unique_ptr<NodePort>> NodePort::open(caf::actor_system& system, Node
   const std::size_t max_frame_bytes = options.max_frame_bytes;
   // The gate's thread hands each admitted connection to the BASP broker,
   // which writes its server handshake, naming `node`, as for a connection
-  // its own doorman had accepted.
-  auto admit = [&system, node, port, max_frame_bytes, report](UniqueFd fd, ConnectionSlot slot) {
+  // its own doorman had accepted. What every connection needs is looked up
+  // once, here, not on the gate's thread per connection.
+  auto& mx = multiplexer(system);
+  auto broker = basp_broker(system);
+  auto published = caf::actor_cast<caf::strong_actor_ptr>(node);
+  auto interface = system.message_types<NodeActor>();
+  auto admit = [&mx, broker, published, interface, port, max_frame_bytes, report](UniqueFd fd, ConnectionSlot slot) {
     caf::io::scribe_ptr scribe =
-        caf::make_counted<BoundedScribe>(multiplexer(system), std::move(fd), max_frame_bytes, std::move(slot), report);
-    caf::anon_send(basp_broker(system), caf::publish_atom::value, std::move(scribe), port,
-                   caf::actor_cast<caf::strong_actor_ptr>(node), system.message_types<NodeActor>());
+        caf::make_counted<BoundedScribe>(mx, std::move(fd), max_frame_bytes, std::move(slot), report);
+    caf::anon_send(broker, caf::publish_atom::value, std::move(scribe), port, published, interface);
   };
   auto gate = std::make_unique<NodeGate>(std::move(*listener), std::move(options.gate), std::move(admit), report);
   return std::unique_ptr<NodePort>(new NodePort(std::move(gate)));
@@ -83,6 +87,7 @@ Result<NodeActor> dial_node_actor(caf::actor_system& system, const NodeAddress& 
                                   const std::optional<Secret>& secret, std::chrono::milliseconds timeout,
                                   std::size_t max_frame_bytes) {
   caf::scoped_actor self{system};
+  const auto broker = basp_broker(system);
   for (int attempt = 1;; ++attempt) {
     auto fd = dial_node(address.host, address.port, secret, timeout);
     if (!fd) return fd.error();
@@ -90,7 +95,7 @@ Result<NodeActor> dial_node_actor(caf::actor_system& system, const NodeAddress& 
         caf::make_counted<BoundedScribe>(multiplexer(system), std::move(*fd), max_frame_bytes, std::nullopt, nullptr);
     std::optional<Result<NodeActor>> reached;
     caf::error failure;
-    self->request(basp_broker(system), timeout, caf::connect_atom::value, std::move(scribe), address.port)
+    self->request(broker, timeout, caf::connect_atom::value, std::move(scribe), address.port)
         .receive(
             [&](caf::node_id&, caf::strong_actor_ptr& actor, std::set<std::string>& interface) {
               if (!actor || !system.assignable<NodeActor>(interface)) {

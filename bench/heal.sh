@@ -12,11 +12,8 @@ accord=${1:-$root/build}/apps/accord
 runs=${2:-3}
 delay_ms=${3:-3000}
 threads=${4:-2}
-work=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
-
 source "$root/scripts/nodes.sh"
+use_scratch_folder
 synth_shape "$accord" 110M "$work/110M.bin"
 
 # A longer prompt, so that the reference run's prefill rate is that of a

@@ -14,11 +14,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 accord=${1:-$root/build}/apps/accord
 runs=${2:-3}
 threads=${3:-2}
-work=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
-
 source "$root/scripts/nodes.sh"
+use_scratch_folder
 synth_shape "$accord" 15M "$work/15M.bin"
 synth_shape "$accord" 110M "$work/110M.bin"
 

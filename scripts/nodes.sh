@@ -23,6 +23,14 @@ start_nodes() {
   done
 }
 
+# Sets `work` to a new scratch folder and `pids` to none; on exit the nodes
+# in `pids` are stopped and the folder removed.
+use_scratch_folder() {
+  work=$(mktemp -d)
+  pids=()
+  trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+}
+
 # Writes the synthetic model of llama2.c's 15M or 110M shape to OUT.
 #   synth_shape ACCORD 15M|110M OUT
 synth_shape() {
