@@ -14,6 +14,7 @@ using rank_state_atom = caf::atom_constant<caf::atom("rankstate")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using topology_atom = caf::atom_constant<caf::atom("topology")>;
 using assign_atom = caf::atom_constant<caf::atom("assign")>;
+using shard_atom = caf::atom_constant<caf::atom("shard")>;
 using name_atom = caf::atom_constant<caf::atom("name")>;
 using down_atom = caf::atom_constant<caf::atom("down")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;

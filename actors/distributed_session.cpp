@@ -4,6 +4,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <random>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "messages/session_api.hpp"
 #include "runtime/io/digest.hpp"
 #include "runtime/model/identity.hpp"
+#include "runtime/model/residency.hpp"
 #include "runtime/model/transformer.hpp"
 #include "runtime/session/partition.hpp"
 #include "runtime/session/rank_worker.hpp"
@@ -163,6 +165,7 @@ struct DistributedSession::Impl {
     Partition partition;
     int threads = 1;
     std::string identity;
+    std::vector<std::string> tensor_digests;  // the model's, in canonical order (identity.hpp)
     RankOptions options;
   };
   std::optional<RankLayout> layout;
@@ -196,7 +199,7 @@ struct DistributedSession::Impl {
     model = &m;
     const int units = m.config().n_layers;
     const int rank_count = nodes.empty() ? options.ranks : static_cast<int>(nodes.size());
-    auto partition = options.unit_counts.empty() ? Partition::balanced(units, rank_count)
+    auto partition = options.unit_counts.empty() ? Partition::by_weight(m, rank_count)
                                                  : Partition::from_counts(units, options.unit_counts);
     if (!partition) return partition.error();
     if (options.threads < 1) return Error(ErrorCode::contract, "a session needs at least one thread");
@@ -207,15 +210,24 @@ struct DistributedSession::Impl {
     if (!environment) return environment.error();
     rank_options.faults = options.faults;
     rank_options.faults.insert(rank_options.faults.end(), environment->begin(), environment->end());
+    rank_options.max_resident_bytes = options.max_resident_bytes;
     if (Status ok = check_fault_plan(rank_options.faults, partition->ranks()); !ok) return ok;
+    if (Status ok = check_local_residency(*partition, options.max_resident_bytes); !ok) return ok;
     CoordinatorOptions coordination;
     const auto deadline = static_cast<std::uint32_t>(
         std::max<std::int64_t>(1, options.phase_timeout_ms / coordination.tick.count()));
     coordination.agreement = {deadline, deadline};
     coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
-    layout.emplace(RankLayout{*partition, options.threads, model_identity(m), std::move(rank_options)});
+    layout.emplace(RankLayout{*partition, options.threads, model_identity(m), m.tensor_digests(),
+                              std::move(rank_options)});
     if (nodes.empty()) pool = std::make_shared<cpu::ThreadPool>(options.threads);
     caller.emplace(*system);
+    if (layout->identity.empty() && nodes.empty()) {
+      return Error(ErrorCode::contract, "in-process ranks run on this process's model, which must be loaded whole");
+    }
+    if (layout->identity.empty()) {
+      if (Status ok = identify_from_shards(); !ok) return ok;
+    }
     ranks.resize(static_cast<std::size_t>(partition->ranks()));
     for (int r = 0; r < partition->ranks(); ++r) {
       if (Status ok = start_rank(r, layout->options); !ok) return ok;
@@ -236,7 +248,8 @@ struct DistributedSession::Impl {
   Status start_rank(int r, const RankOptions& options) {
     const auto index = static_cast<std::size_t>(r);
     if (!nodes.empty()) return assign_node_or_spare(r, options);
-    auto worker = std::make_shared<RankWorker>(*model, pool, layout->partition, r, layout->identity);
+    auto worker = std::make_shared<RankWorker>(*model, pool, layout->partition, r, layout->identity,
+                                               options.max_resident_bytes);
     ranks[index] = spawn_rank(*system, std::move(worker), session_id, static_cast<RankId>(layout->partition.ranks()),
                               coordinator, options);
     return {};
@@ -251,25 +264,89 @@ struct DistributedSession::Impl {
     }
     assignment.model_name = std::filesystem::path(model->path()).filename().string();
     assignment.model_identity = layout->identity;
+    assignment.tensor_digests = layout->tensor_digests;
+    assignment.max_resident_bytes = options.max_resident_bytes;
     assignment.threads = layout->threads;
     assignment.phase_timeout_ms = static_cast<std::int32_t>(options.phase_timeout.count());
     assignment.faults = options.faults;
     return assignment;
   }
 
-  // Rank r on its node, or, when that fails, on the first spare that takes
-  // it; a spare that took a rank is a node of the session from then on.
-  Status assign_node_or_spare(int r, const RankOptions& options) {
-    Status assigned = assign_node(r, options);
+  // `attempt` on rank r's node, or, when that fails, on the first spare on
+  // which it succeeds; a spare that took a rank is a node of the session
+  // from then on.
+  Status on_node_or_spare(int r, const std::function<Status()>& attempt) {
+    Status done = attempt();
     auto& node = nodes[static_cast<std::size_t>(r)];
-    while (!assigned && !spares.empty()) {
+    while (!done && !spares.empty()) {
       const NodeAddress lost = node;
       node = spares.front();
       spares.erase(spares.begin());
-      if (assign_node(r, options)) return {};
+      if (attempt()) return {};
       node = lost;
     }
-    return assigned;
+    return done;
+  }
+
+  Status assign_node_or_spare(int r, const RankOptions& options) {
+    return on_node_or_spare(r, [&] { return assign_node(r, options); });
+  }
+
+  // In-process ranks share this process's one copy of the model, so their
+  // budgets are checked here; a node checks its own.
+  Status check_local_residency(const Partition& partition, std::uint64_t budget) const {
+    if (budget == 0 || !nodes.empty()) return {};
+    for (int r = 0; r < partition.ranks(); ++r) {
+      auto plan = plan_residency(*model, partition.scope(r), budget);
+      if (!plan) return Error(plan.error().code(), "rank " + std::to_string(r) + ": " + plan.error().message());
+    }
+    return {};
+  }
+
+  // The identity of a model this process read no weights of: the digests of
+  // the nodes' shards put together (identity.hpp). Two nodes that read the
+  // same tensor must agree on it.
+  Status identify_from_shards() {
+    const ModelConfig& config = model->config();
+    std::vector<std::string> digests(tensor_count(config));
+    for (int r = 0; r < layout->partition.ranks(); ++r) {
+      std::vector<std::string> shard;
+      Status read = on_node_or_spare(r, [&] { return shard_digests(r, shard); });
+      if (!read) return read;
+      const std::string node = describe_node(nodes[static_cast<std::size_t>(r)], r);
+      if (shard.size() != digests.size()) {
+        return Error(ErrorCode::architecture, node + " has a model of another shape than " + model->path());
+      }
+      if (auto differs = merge_digests(digests, shard)) {
+        return Error(ErrorCode::architecture, node + " has another model than the nodes before it: its " +
+                                                  weight_name(weight_at(config, *differs)) + " differs");
+      }
+    }
+    auto identity = combine_identity(config, digests);
+    if (!identity) return Error(ErrorCode::architecture, "the nodes' shards do not make the whole model: " +
+                                                             identity.error().message());
+    layout->identity = std::move(*identity);
+    layout->tensor_digests = std::move(digests);
+    return {};
+  }
+
+  // Asks rank r's node for the digests of the rank's shard.
+  Status shard_digests(int r, std::vector<std::string>& digests) {
+    const NodeAddress& address = nodes[static_cast<std::size_t>(r)];
+    auto node = dial_node_actor(*system, address, secret, kConnectTimeout);
+    if (!node) return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + node.error().message());
+    std::optional<Error> failure;
+    (*caller)->request(*node, kNodeSetupTimeout, shard_atom::value, assignment_for(r, layout->options))
+        .receive(
+            [&](std::string& refusal, std::vector<std::string>& shard) {
+              if (!refusal.empty()) failure = Error(ErrorCode::architecture, refusal);
+              digests = std::move(shard);
+            },
+            [&](caf::error& e) {
+              failure = Error(ErrorCode::io, describe_node(address, r) + " did not answer: " + system->render(e));
+            });
+    if (failure) return *failure;
+    return {};
   }
 
   // Connects to rank r's node and has it start the rank (actors/node.hpp).
@@ -718,10 +795,21 @@ Result<std::vector<std::string>> DistributedSession::rank_digests() const {
   return digests;
 }
 
+namespace {
+
+std::vector<WeightShare> weight_shares_of(const std::vector<RankStateReport>& states) {
+  std::vector<WeightShare> shares;
+  for (const RankStateReport& state : states) shares.push_back(state.weights);
+  return shares;
+}
+
+}  // namespace
+
 Result<SessionReport> DistributedSession::report() const {
   auto states = rank_states();
   if (!states) return states.error();
   SessionReport r = report_of(*impl_->model, impl_->layout->identity, impl_->record);
+  add_weight_shares(r, weight_shares_of(*states));
   FastDigest digests;
   for (const RankStateReport& state : *states) {
     r.kv_bytes_used += state.kv_bytes_used;
@@ -739,7 +827,7 @@ Result<MaterializationReport> DistributedSession::materialization_report() const
   if (!states) return states.error();
   MaterializationReport r;
   r.weights_mapped_bytes = impl_->model->file_bytes();
-  r.weights_resident_bytes = impl_->model->resident_bytes();
+  add_weight_shares(r, weight_shares_of(*states));
   for (const RankStateReport& state : *states) {
     r.kv_allocated_bytes += state.kv_bytes_capacity;
     r.kv_materialized_bytes += state.kv_materialized_bytes;

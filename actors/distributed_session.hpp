@@ -39,7 +39,7 @@ namespace accord {
 
 struct DistributedOptions {
   int ranks = 1;                 // in-process ranks; connect() has one per node
-  std::vector<int> unit_counts;  // units per rank; empty: balanced
+  std::vector<int> unit_counts;  // units per rank; empty: Partition::by_weight
   // Threads of the compute pool. In-process ranks share one pool of this
   // many: a pipeline with one sequence runs one rank at a time, so the rank
   // whose turn it is uses them all. A remote rank's node makes a pool of
@@ -58,6 +58,10 @@ struct DistributedOptions {
   // connect(): nodes that take the rank of a node that cannot be reached,
   // at the start or when the session heals, in order; each serves once.
   std::vector<NodeAddress> spares;
+  // Each rank keeps at most this many bytes of its weights in memory and
+  // streams the rest each step (runtime/model/residency.hpp); 0: all
+  // resident. A node's own --max-resident-bytes wins over it.
+  std::uint64_t max_resident_bytes = 0;
 };
 
 struct DistributedStep {
@@ -125,8 +129,11 @@ class DistributedSession {
                                                             const DistributedOptions& options);
   // Over remote nodes (`accord node`, actors/node.hpp), rank r on peers[r],
   // with an actor system of its own in which the coordinator runs. Every
-  // node loads the model (its own --model, or model.path()) and must hold
-  // one of model's identity. A node that cannot be reached, does not
+  // node reads its rank's shard of the model (its own --model, or
+  // model.path()'s file name in its --model-dir) and checks its tensors'
+  // digests against the model's. `model` may hold no weights at all
+  // (WeightScope::nothing()): the nodes' shards then make its identity,
+  // and two nodes that read a tensor both must agree on it. A node that cannot be reached, does not
   // answer or refuses fails the call, naming the node. A rank whose node
   // goes away (its connection breaks, or its heartbeats stop) poisons the
   // session naming the rank; reset_distributed() connects to its address

@@ -57,9 +57,12 @@ using CoordinatorActor = caf::typed_actor<
     caf::replies_to<deadline_atom, std::int32_t>::with<bool>>;
 
 // A node (actors/node.hpp), as other processes see it: an assignment and
-// the coordinator in, (failure, the rank's actor) out; a name for its logs.
+// the coordinator in, (failure, the rank's actor) out; an assignment
+// without digests in, (failure, its shard's tensor digests) out; a name for
+// its logs.
 using NodeActor = caf::typed_actor<
     caf::replies_to<assign_atom, NodeAssignment, caf::actor>::with<std::string, caf::actor>,
+    caf::replies_to<shard_atom, NodeAssignment>::with<std::string, std::vector<std::string>>,
     caf::reacts_to<name_atom, std::string>>;
 
 }  // namespace accord

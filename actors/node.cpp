@@ -9,6 +9,8 @@
 #include "messages/node_api.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/io/env.hpp"
+#include "runtime/model/identity.hpp"
+#include "runtime/model/residency.hpp"
 #include "runtime/session/partition.hpp"
 #include "runtime/session/rank_worker.hpp"
 
@@ -19,6 +21,9 @@ namespace {
 // The reply to an assignment: an empty failure and the rank's actor, or why
 // the node refused.
 using AssignReply = std::tuple<std::string, caf::actor>;
+// The reply to a request for a shard's digests: an empty failure and the
+// digests, or why the node cannot read the shard.
+using ShardReply = std::tuple<std::string, std::vector<std::string>>;
 
 struct NodeState {
   NodeOptions options;
@@ -46,39 +51,6 @@ Status check_not_taken(const NodeState& s, const caf::actor& coordinator) {
                                      "; it takes a new one when that session's coordinator is gone");
 }
 
-// The model of the session: the node's --model, or the file of its
-// --model-dir the assignment names, loaded unless it is the one the node
-// holds. The coordinator hears only what concerns the model it named; why
-// a file failed to load goes to the node's log.
-Result<std::shared_ptr<const Model>> session_model(NodePointer self, const NodeAssignment& assignment) {
-  auto& s = self->state;
-  auto current = s.options.model ? s.options.model : s.model;
-  if (current && current->identity() == assignment.model_identity) return current;
-  if (s.options.model) {
-    return Error(ErrorCode::architecture, s.options.name + " serves another model (identity " +
-                                              current->identity() + ") than the session's (identity " +
-                                              assignment.model_identity + ")");
-  }
-  auto path = entry_in(s.options.model_dir, assignment.model_name, "the session's model file name");
-  if (!path) return Error(ErrorCode::contract, s.options.name + ": " + path.error().message());
-  auto loaded = Model::load(path->string());
-  if (!loaded) {
-    spdlog::warn("{}: cannot load {}: {}", s.options.name, printable(path->string()),
-                 printable(loaded.error().message()));
-    return Error(loaded.error().code(), s.options.name + " cannot load '" + printable(assignment.model_name) +
-                                            "' from its model directory (its log says why)");
-  }
-  if (loaded->identity() != assignment.model_identity) {
-    return Error(ErrorCode::architecture, s.options.name + " has another model named '" +
-                                              printable(assignment.model_name) + "' (identity " + loaded->identity() +
-                                              ") than the session's (identity " + assignment.model_identity + ")");
-  }
-  s.model.reset();  // the old one goes before the new one is kept
-  s.model = std::make_shared<const Model>(std::move(*loaded));
-  spdlog::info("{}: loaded {} (identity {})", s.options.name, printable(path->string()), s.model->identity());
-  return s.model;
-}
-
 // The threads of the rank's pool: the coordinator's count, which knows
 // nothing of this machine's cores, capped at cpu::max_useful_threads().
 int node_threads(const NodeState& s, int requested) {
@@ -89,20 +61,98 @@ int node_threads(const NodeState& s, int requested) {
   return limit;
 }
 
-// The rank's worker; it keeps the model it reads alive, since the rank's
-// actor may outlive the node actor at shutdown.
-Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, std::shared_ptr<const Model> model,
-                                                const NodeAssignment& assignment) {
+// The partition of an assignment, checked.
+Result<Partition> assigned_partition(const ModelConfig& config, const NodeAssignment& assignment) {
   const std::vector<int> counts(assignment.unit_counts.begin(), assignment.unit_counts.end());
-  auto partition = Partition::from_counts(model->config().n_layers, counts);
+  auto partition = Partition::from_counts(config.n_layers, counts);
   if (!partition) return partition.error();
   if (assignment.rank >= static_cast<RankId>(partition->ranks())) {
     return Error(ErrorCode::contract, "rank " + std::to_string(assignment.rank) + " is outside the partition");
   }
+  return partition;
+}
+
+// The file of the session's model: the node's --model, or the file of its
+// --model-dir the assignment names.
+Result<std::filesystem::path> model_file(const NodeState& s, const NodeAssignment& assignment) {
+  if (!s.options.model.empty()) return s.options.model;
+  auto path = entry_in(s.options.model_dir, assignment.model_name, "the session's model file name");
+  if (!path) return Error(ErrorCode::contract, s.options.name + ": " + path.error().message());
+  return *path;
+}
+
+// How a refusal of a model that is not the session's begins.
+std::string another_model(const NodeState& s, const std::filesystem::path& file, const NodeAssignment& assignment) {
+  const std::string identity =
+      assignment.model_identity.empty() ? "" : " (identity " + assignment.model_identity + ")";
+  return s.options.name + " has another model named '" + printable(file.filename().string()) +
+         "' than the session's" + identity + ": ";
+}
+
+// The rank's shard of the session's model: only the tensors of its units,
+// and the embedding or the head where it has them, read and digested
+// (docs/residency.md); the one the node holds when it is that shard of
+// that file. The coordinator hears only what concerns the model it named;
+// why a file failed to load goes to the node's log.
+Result<std::shared_ptr<const Model>> shard_model(NodePointer self, const NodeAssignment& assignment) {
+  auto& s = self->state;
+  auto path = model_file(s, assignment);
+  if (!path) return path.error();
+  auto cannot_load = [&](const Error& why) {
+    spdlog::warn("{}: cannot load {}: {}", s.options.name, printable(path->string()), printable(why.message()));
+    return Error(why.code(), s.options.name + " cannot load '" + printable(path->filename().string()) +
+                                 "' from its model " + (s.options.model.empty() ? "directory" : "file") +
+                                 " (its log says why)");
+  };
+  auto header = Model::read_header(path->string());
+  if (!header) return cannot_load(header.error());
+  auto partition = assigned_partition(header->config, assignment);
+  if (!partition) {
+    return Error(ErrorCode::architecture, another_model(s, *path, assignment) + partition.error().message());
+  }
+  const WeightScope scope = partition->scope(static_cast<int>(assignment.rank));
+  if (s.model && s.model->path() == path->string() && s.model->scope() == scope) return s.model;
+  s.model.reset();  // the old shard goes before the new one is read
+  auto loaded = Model::load(path->string(), {scope, node_threads(s, assignment.threads)});
+  if (!loaded) return cannot_load(loaded.error());
+  s.model = std::make_shared<const Model>(std::move(*loaded));
+  spdlog::info("{}: read rank {}'s shard of {}", s.options.name, assignment.rank, printable(path->string()));
+  return s.model;
+}
+
+// Whether the shard's tensors are the session's: the digests the
+// assignment lists, with the shard's configuration, must make the
+// session's identity, and those of the shard's tensors must be its own.
+Status check_shard(const NodeState& s, const Model& shard, const NodeAssignment& assignment) {
+  const std::string model = another_model(s, shard.path(), assignment);
+  auto identity = combine_identity(shard.config(), assignment.tensor_digests);
+  if (!identity || *identity != assignment.model_identity) {
+    return Error(ErrorCode::architecture, model + "its configuration or tensor count differs");
+  }
+  std::vector<std::string> session = assignment.tensor_digests;
+  if (auto differs = merge_digests(session, shard.tensor_digests())) {
+    return Error(ErrorCode::architecture, model + weight_name(weight_at(shard.config(), *differs)) + " differs");
+  }
+  return {};
+}
+
+// The rank's worker; it keeps the model it reads alive, since the rank's
+// actor may outlive the node actor at shutdown.
+Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, std::shared_ptr<const Model> model,
+                                                const NodeAssignment& assignment) {
+  auto partition = assigned_partition(model->config(), assignment);
+  if (!partition) return partition.error();
   if (assignment.threads < 1) return Error(ErrorCode::contract, "each rank needs at least one thread");
+  const int rank = static_cast<int>(assignment.rank);
+  const std::uint64_t budget = s.options.max_resident_bytes != 0 ? s.options.max_resident_bytes
+                                                                 : assignment.max_resident_bytes;
+  if (budget != 0) {
+    auto plan = plan_residency(*model, partition->scope(rank), budget);
+    if (!plan) return Error(plan.error().code(), s.options.name + ": " + plan.error().message());
+  }
   const int threads = node_threads(s, assignment.threads);
   return std::shared_ptr<RankWorker>(new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition,
-                                                    static_cast<int>(assignment.rank), model->identity()),
+                                                    rank, assignment.model_identity, budget),
                                      [model](RankWorker* worker) { delete worker; });
 }
 
@@ -117,8 +167,12 @@ Result<RankActor> start_rank(NodePointer self, const NodeAssignment& assignment,
   if (Status ok = check_fault_plan(assignment.faults, static_cast<int>(assignment.unit_counts.size())); !ok) {
     return ok.error();
   }
-  auto model = session_model(self, assignment);
+  auto model = shard_model(self, assignment);
   if (!model) return model.error();
+  if (Status ok = check_shard(s, **model, assignment); !ok) {
+    self->state.model.reset();  // not the session's: not kept
+    return ok.error();
+  }
   auto worker = make_worker(s, std::move(*model), assignment);
   if (!worker) return worker.error();
   RankOptions options;
@@ -168,6 +222,11 @@ NodeActor::behavior_type node_actor(NodePointer self, NodeOptions options) {
                      assignment.unit_counts.size(), assignment.session);
         return {std::string(), caf::actor_cast<caf::actor>(s.rank)};
       },
+      [=](shard_atom, const NodeAssignment& assignment) -> ShardReply {
+        auto shard = shard_model(self, assignment);
+        if (!shard) return {shard.error().message(), {}};
+        return {std::string(), (*shard)->tensor_digests()};
+      },
   };
 }
 
@@ -202,6 +261,16 @@ NodeActor::behavior_type front_actor(NodeActor::pointer self, NodeActor node) {
         };
         auto fail = [=](caf::error& error) mutable { reply.deliver(std::move(error)); };
         self->request(node, caf::infinite, assign, std::move(assignment), std::move(coordinator)).then(answer, fail);
+        return reply;
+      },
+      [=](shard_atom shard, NodeAssignment& assignment)
+          -> caf::typed_response_promise<std::string, std::vector<std::string>> {
+        auto reply = self->make_response_promise<std::string, std::vector<std::string>>();
+        auto answer = [=](std::string& failure, std::vector<std::string>& digests) mutable {
+          reply.deliver(std::move(failure), std::move(digests));
+        };
+        auto fail = [=](caf::error& error) mutable { reply.deliver(std::move(error)); };
+        self->request(node, caf::infinite, shard, std::move(assignment)).then(answer, fail);
         return reply;
       },
   };

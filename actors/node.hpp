@@ -1,9 +1,10 @@
 // A node of a remote cluster (`accord node`): a process that runs one rank
 // of a session whose coordinator lives elsewhere (DESIGN.md, "Ranks as
 // actors"). Its node actor, published with CAF's middleman, waits for an
-// assignment (messages/node_api.hpp), loads the model, checks its
-// identity, spawns the rank's actors (actors/rank_actors.hpp) and answers
-// with the rank's actor.
+// assignment (messages/node_api.hpp), loads its shard of the model (only
+// the tensors of its rank: docs/residency.md), checks their digests against
+// the session's, spawns the rank's actors (actors/rank_actors.hpp) and
+// answers with the rank's actor.
 //
 // The actor to publish is a scheduled front; the work runs in a detached
 // actor behind it that never leaves the process. No other node may hold a
@@ -22,7 +23,8 @@
 // names under its --prompt-cache-dir; fault plans only with
 // --allow-faults. A node with --model-dir loads the model each session
 // asks for and drops the one before; a model that fails to load, or is not
-// the session's, is not kept.
+// the session's, is not kept. A node keeps the shard it loaded while the
+// next session asks for the same one.
 #pragma once
 
 #include <caf/actor_system.hpp>
@@ -37,17 +39,23 @@
 namespace accord {
 
 struct NodeOptions {
-  std::string name;                    // how errors and logs name the node: "node HOST:PORT"
-  std::shared_ptr<const Model> model;  // --model, loaded at start: the only model it serves
-  std::filesystem::path model_dir;     // --model-dir, without --model: serves its files by name
+  std::string name;                 // how errors and logs name the node: "node HOST:PORT"
+  std::filesystem::path model;      // --model, its header checked at start: the only model it serves
+  std::filesystem::path model_dir;  // --model-dir, without --model: serves its files by name
   std::optional<std::filesystem::path> prompt_cache_dir;  // --prompt-cache-dir; none: no prompt cache
   bool allow_faults = false;                              // --allow-faults
+  // --max-resident-bytes: the rank's weights budget (runtime/model/residency.hpp);
+  // 0: the coordinator's, if any
+  std::uint64_t max_resident_bytes = 0;
 };
 
 // Spawns the node actor and returns its front, the actor to publish. It
 // answers (assign_atom, NodeAssignment, coordinator) with (failure, rank
 // actor): an empty failure and the rank's actor, or why the node refused
-// and no actor; (name_atom, name) renames it. It logs with
+// and no actor; (shard_atom, NodeAssignment) with (failure, the digests of
+// the rank's tensors, empty for the others), which a coordinator that
+// read no weights puts together into the model's identity; (name_atom,
+// name) renames it. It logs with
 // spdlog. Exiting it stops the node and the rank it runs.
 NodeActor spawn_node(caf::actor_system& system, NodeOptions options);
 

@@ -18,10 +18,16 @@ struct NodeAssignment {
   RankId rank = 0;
   std::vector<std::int32_t> unit_counts;  // the partition: units per rank, rank 0 first
   std::string model_name;                 // the model's file name, which a node with --model-dir loads
-  std::string model_identity;             // the node refuses a model of another identity
+  // The model's identity and the digest of each of its tensors in canonical
+  // order (runtime/model/identity.hpp): the node checks those of its own
+  // shard against them and refuses a model that differs. Empty when the
+  // coordinator asks for the shard's digests (shard_atom).
+  std::string model_identity;
+  std::vector<std::string> tensor_digests;
   std::int32_t threads = 1;               // the rank's compute threads
   std::int32_t phase_timeout_ms = 5000;   // as DistributedOptions::phase_timeout_ms
   std::vector<Fault> faults;              // the session's fault plan; the rank keeps its own entries
+  std::uint64_t max_resident_bytes = 0;   // as DistributedOptions's; a node's own --max-resident-bytes wins
 
   bool operator==(const NodeAssignment&) const = default;
 };
@@ -34,7 +40,8 @@ inline constexpr const char* kRankTakenRefusal = "runs a rank of another session
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeAssignment& x) {
-  return f(x.session, x.rank, x.unit_counts, x.model_name, x.model_identity, x.threads, x.phase_timeout_ms, x.faults);
+  return f(x.session, x.rank, x.unit_counts, x.model_name, x.model_identity, x.tensor_digests, x.threads,
+           x.phase_timeout_ms, x.faults, x.max_resident_bytes);
 }
 
 }  // namespace accord

@@ -20,6 +20,7 @@
 
 #include "messages/phase.hpp"
 #include "messages/phase_arguments.hpp"
+#include "messages/weights.hpp"
 
 namespace accord {
 
@@ -347,6 +348,7 @@ struct RankStateReport {
   std::int32_t high_water = 0;           // the highest row ever written, plus one
   std::uint64_t kv_materialized_bytes = 0;  // of the rows ever written
   double compute_seconds = 0;               // in the rank's units and head so far
+  WeightShare weights;                      // what the rank holds of the model's weights
 
   bool operator==(const RankStateReport&) const = default;
 };
@@ -354,7 +356,7 @@ struct RankStateReport {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankStateReport& x) {
   return f(x.digest, x.position, x.state_epoch, x.kv_bytes_used, x.kv_bytes_capacity, x.high_water,
-           x.kv_materialized_bytes, x.compute_seconds);
+           x.kv_materialized_bytes, x.compute_seconds, x.weights);
 }
 
 // The save a rank's live prompt-cache generation belongs to

@@ -302,7 +302,8 @@ TEST(Cli, JsonCarriesTheSessionReportOnOneRankOrSeveral) {
     const auto report = nlohmann::json::parse(result.output).at("report");
     EXPECT_EQ(report.at("position"), 8) << ranks;  // 6 prompt tokens + 2 decode steps
     EXPECT_EQ(report.at("last_outcome"), "committed");
-    EXPECT_EQ(report.at("weights_bytes"), 1056540);
+    EXPECT_EQ(report.at("weights_bytes"), 1040128);
+    EXPECT_EQ(report.at("weight_shares").size(), std::stoul(ranks));
     EXPECT_EQ(report.at("state_digest").get<std::string>().size(), 32u);
     EXPECT_EQ(report.at("kv_bytes_capacity"), 512 * 5 * 32 * 2 * 4) << "every rank's together";
   }

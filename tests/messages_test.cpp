@@ -188,7 +188,16 @@ TEST_F(MessagesTest, SamplingAndCapturesTravelWithTheirFields) {
 TEST_F(MessagesTest, NodeAssignmentRoundTrips) {
   const std::vector<Fault> plan = {{1, Execution, {}, FaultKind::error, 2},
                                    {0, BoundarySourceReady, {0, 1}, FaultKind::drop, 1}};
-  expect_round_trip(NodeAssignment{7, 2, {2, 2, 1}, "/models/m.bin", "0123abcd", 4, 2000, plan});
+  expect_round_trip(
+      NodeAssignment{7, 2, {2, 2, 1}, "/models/m.bin", "0123abcd", {"aa", "", "bb"}, 4, 2000, plan, 1 << 20});
+}
+
+TEST_F(MessagesTest, RankStateReportRoundTripsWithItsWeightShare) {
+  RankStateReport report;
+  report.digest = "0123456789abcdef0123456789abcdef";
+  report.position = 5;
+  report.weights = {{{"F32", 1024}, {"Q8_0", 4096}}, 5120, 4096, "layered", 8192, 2048, 6144};
+  expect_round_trip(report);
 }
 
 TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {

@@ -343,6 +343,7 @@ class NodeActorTest : public ::testing::Test {
     assignment.unit_counts = {model.config().n_layers};
     assignment.model_name = std::filesystem::path(model.path()).filename().string();
     assignment.model_identity = model.identity();
+    assignment.tensor_digests = model.tensor_digests();
     return assignment;
   }
 
@@ -365,7 +366,7 @@ class NodeActorTest : public ::testing::Test {
 };
 
 TEST_F(NodeActorTest, LoadsOnlyPlainNamesOfItsModelFolder) {
-  start(NodeOptions{{}, nullptr, models_.path(), std::nullopt, false});
+  start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
   SyntheticModelOptions synthetic;
   synthetic.config = test::small_config();
   const Model model = test::synthetic_model(models_, synthetic, "small.bin");
@@ -384,7 +385,7 @@ TEST_F(NodeActorTest, LoadsOnlyPlainNamesOfItsModelFolder) {
 }
 
 TEST_F(NodeActorTest, ServesSuccessiveModelsAndKeepsNoRefusedOne) {
-  start(NodeOptions{{}, nullptr, models_.path(), std::nullopt, false});
+  start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
   SyntheticModelOptions synthetic;
   synthetic.config = test::small_config();
   const Model first = test::synthetic_model(models_, synthetic, "first.bin");
@@ -409,7 +410,7 @@ TEST_F(NodeActorTest, ServesSuccessiveModelsAndKeepsNoRefusedOne) {
 }
 
 TEST_F(NodeActorTest, ARunningSessionsRankIsNotTakenOver) {
-  start(NodeOptions{{}, nullptr, models_.path(), std::nullopt, false});
+  start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
   SyntheticModelOptions synthetic;
   synthetic.config = test::small_config();
   const Model model = test::synthetic_model(models_, synthetic, "small.bin");
@@ -425,7 +426,7 @@ TEST_F(NodeActorTest, ARunningSessionsRankIsNotTakenOver) {
 }
 
 TEST_F(NodeActorTest, FaultPlansNeedAllowFaults) {
-  start(NodeOptions{{}, nullptr, models_.path(), std::nullopt, false});
+  start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
   SyntheticModelOptions synthetic;
   synthetic.config = test::small_config();
   const Model model = test::synthetic_model(models_, synthetic, "small.bin");

@@ -133,6 +133,28 @@ TEST_F(RemoteClusterTest, ThreeNodesGiveTheLogitsOfThreeInProcessRanks) {
   EXPECT_EQ(digests->size(), 3u);
 }
 
+TEST_F(RemoteClusterTest, AClientThatReadsNoWeightsTakesItsIdentityFromTheNodesShards) {
+  const Model client = Model::load(test::stories_model(), {WeightScope::nothing(), 1}).value();
+  EXPECT_TRUE(client.identity().empty());
+  DistributedOptions options;
+  options.phase_timeout_ms = kPhaseTimeoutMs;
+  auto session = DistributedSession::connect(peers(), client, options);
+  ASSERT_TRUE(session) << session.error().message();
+  EXPECT_TRUE(test::bit_identical(greedy_trace(**session, 10), in_process_trace(model_, 10)));
+  auto report = (*session)->report();
+  ASSERT_TRUE(report) << report.error().message();
+  EXPECT_EQ(report->model_identity, model_.identity());
+  ASSERT_EQ(report->weight_shares.size(), 3u);
+  std::uint64_t held = 0;
+  for (const WeightShare& share : report->weight_shares) {
+    EXPECT_LT(share.bytes, report->weights_bytes) << "a node holds its share only";
+    EXPECT_GT(share.resident_bytes, 0u);
+    held += share.bytes;
+  }
+  EXPECT_GE(held, report->weights_bytes);
+  EXPECT_EQ(client.resident_bytes(), 0u) << "the client maps no weight";
+}
+
 // `accord generate --json` with greedy decoding, 24 tokens of "Once upon a time".
 nlohmann::json generate_json(std::vector<std::string> extra) {
   std::vector<std::string> args = {"generate",     "--model",  test::stories_model(), "--tokenizer",
@@ -336,7 +358,8 @@ TEST(RemoteCluster, ANodeWithAnotherModelRefusesNamingItself) {
   const Model model = test::load_stories_model();
   auto session = DistributedSession::connect({node.address()}, model, DistributedOptions{});
   ASSERT_FALSE(session);
-  EXPECT_NE(session.error().message().find("node " + node.address().to_string() + " serves another model"),
+  EXPECT_NE(session.error().message().find("node " + node.address().to_string() +
+                                           " has another model named 'other.bin'"),
             std::string::npos)
       << session.error().message();
 }

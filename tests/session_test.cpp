@@ -302,8 +302,11 @@ TEST_F(SessionTest, ReportTellsPositionEpochsAndOutcome) {
   EXPECT_EQ(initial.position, 0);
   EXPECT_EQ(initial.last_outcome, "none");
   EXPECT_EQ(initial.context, 512);
-  EXPECT_EQ(initial.weights_bytes, 1056540u);
-  EXPECT_EQ(initial.weights_residency, "memory-mapped");
+  EXPECT_EQ(initial.weights_bytes, 1040128u) << "the weights, not the file with its header and RoPE tables";
+  EXPECT_EQ(initial.weights_residency, "resident");
+  ASSERT_EQ(initial.weight_shares.size(), 1u);
+  EXPECT_EQ(initial.weight_shares[0].bytes, initial.weights_bytes);
+  EXPECT_EQ(initial.weight_shares[0].bytes_by_type, initial.weights_bytes_by_type);
   EXPECT_EQ(initial.model_identity.size(), 32u);
   ASSERT_TRUE(session_.prefill(kPrompt));
   auto r = session_.report();

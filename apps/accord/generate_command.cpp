@@ -19,6 +19,7 @@
 #include "runtime/generate/generator.hpp"
 #include "runtime/io/env.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/residency.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/session/session.hpp"
 
@@ -47,6 +48,7 @@ struct GenerateArgs {
   std::vector<NodeAddress> spares;  // --spares: nodes that take a lost node's rank
   std::string speculative;  // --speculative: "lookup" or "model:PATH"; empty: plain decoding
   int draft_tokens = GenerationOptions{}.draft_tokens;
+  std::uint64_t max_resident_bytes = 0;  // --max-resident-bytes: each rank's weights budget
 };
 
 constexpr std::string_view kDraftModelPrefix = "model:";
@@ -72,13 +74,28 @@ Result<Speculation> load_speculation(const GenerateArgs& args, const Model& targ
   return speculation;
 }
 
+nlohmann::json to_json(const WeightShare& share) {
+  return {
+      {"bytes", share.bytes},
+      {"bytes_by_type", share.bytes_by_type},
+      {"resident_bytes", share.resident_bytes},
+      {"residency", share.residency},
+      {"budget_bytes", share.budget_bytes},
+      {"streamed_bytes_per_step", share.streamed_bytes_per_step},
+      {"streamed_bytes", share.streamed_bytes},
+  };
+}
+
 nlohmann::json to_json(const SessionReport& r) {
+  nlohmann::json shares = nlohmann::json::array();
+  for (const WeightShare& share : r.weight_shares) shares.push_back(to_json(share));
   return {
       {"model_identity", r.model_identity},
       {"weights_bytes", r.weights_bytes},
       {"weights_resident_bytes", r.weights_resident_bytes},
       {"weights_residency", r.weights_residency},
       {"weights_bytes_by_type", r.weights_bytes_by_type},
+      {"weight_shares", shares},
       {"kv_bytes_used", r.kv_bytes_used},
       {"kv_bytes_capacity", r.kv_bytes_capacity},
       {"position", r.position},
@@ -239,7 +256,9 @@ int run_generate(GenerateArgs args) {
   if (!header) return fail(header.error().message());
   auto tokenizer = find_tokenizer(args.tokenizer, args.model, *header);
   if (!tokenizer) return fail(tokenizer.error().message());
-  auto model = Model::load(args.model);
+  // A coordinator of nodes reads no weights: each node reads its shard.
+  const ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
+  auto model = Model::load(args.model, load);
   if (!model) return fail(model.error().message());
   auto speculation = load_speculation(args, *model);
   if (!speculation) return fail(speculation.error().message());
@@ -247,8 +266,12 @@ int run_generate(GenerateArgs args) {
 
   // Faults are injected into rank actors, which a single-rank Session has not.
   if (args.ranks == 1 && args.peers.empty() && faults->empty()) {
+    if (args.max_resident_bytes != 0) {
+      auto plan = plan_residency(*model, WeightScope::everything(), args.max_resident_bytes);
+      if (!plan) return fail(plan.error().message());
+    }
     cpu::ThreadPool pool(args.threads);
-    Session session(*model, pool);
+    Session session(*model, pool, args.max_resident_bytes);
     SessionTarget target(session);
     return generate_and_print(args, target, *model, *tokenizer, drafter,
                               [&](nlohmann::json& json) { json["report"] = to_json(session.report()); });
@@ -260,6 +283,7 @@ int run_generate(GenerateArgs args) {
   options.faults = args.faults;  // create() adds ACCORD_FAULTS' own
   options.secret_file = args.secret_file;
   options.spares = args.spares;
+  options.max_resident_bytes = args.max_resident_bytes;
   auto session = args.peers.empty() ? DistributedSession::create(*model, options)
                                     : DistributedSession::connect(args.peers, *model, options);
   if (!session) return fail(session.error().message());
@@ -351,6 +375,9 @@ Command add_generate_command(CLI::App& app) {
          "with --peers: `accord node` processes that take the rank of a node that cannot be reached, in order")
       ->type_name("HOST:PORT,...")
       ->needs("--peers");
+  cmd->add_option("--max-resident-bytes", args->max_resident_bytes,
+                  "each rank keeps at most this many bytes of its weights in memory and streams its other layers "
+                  "every step, the outputs unchanged (docs/residency.md; default 0: all resident)");
   CLI::Option* speculative = cmd->add_option("--speculative", args->speculative,
                   "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
                   "earlier text (prompt lookup), `model:PATH` from a smaller model with the same vocabulary")

@@ -34,6 +34,7 @@ struct NodeArgs {
   std::string secret_file;
   int max_connections = GateOptions{}.max_connections;
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  std::uint64_t max_resident_bytes = 0;
 };
 
 class NodeConfig : public caf::actor_system_config {
@@ -90,10 +91,12 @@ Result<NodeOptions> node_options(const NodeArgs& args, const NodeAddress& listen
   NodeOptions options;
   options.name = "node " + listen.to_string();
   options.allow_faults = args.allow_faults;
+  options.max_resident_bytes = args.max_resident_bytes;
   if (!args.model.empty()) {
-    auto loaded = Model::load(args.model);
-    if (!loaded) return loaded.error();
-    options.model = std::make_shared<const Model>(std::move(*loaded));
+    // Only the header: the node reads the tensors of the rank it is given.
+    auto header = Model::read_header(args.model);
+    if (!header) return header.error();
+    options.model = args.model;
   } else if (!args.model_dir.empty()) {
     auto folder = existing_folder(args.model_dir, "--model-dir");
     if (!folder) return folder.error();
@@ -165,7 +168,9 @@ Command add_node_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("node", "Run one rank of a remote cluster for a coordinator elsewhere");
   cmd->add_option("--listen", args->listen, "address to listen on, HOST:PORT (port 0: the system picks one)")
       ->required();
-  cmd->add_option("--model", args->model, "the model it serves, loaded at start; a session's must be the same");
+  cmd->add_option("--model", args->model,
+                  "the model it serves (its header checked at start; a rank reads only its own tensors); "
+                  "a session's must be the same");
   cmd->add_option("--model-dir", args->model_dir,
                   "without --model: serve the models of this folder, each session's by its file name")
       ->excludes(cmd->get_option("--model"));
@@ -182,6 +187,9 @@ Command add_node_command(CLI::App& app) {
   cmd->add_option("--max-frame-bytes", args->max_frame_bytes,
                   "largest message a connection takes; a larger one closes it")
       ->capture_default_str();
+  cmd->add_option("--max-resident-bytes", args->max_resident_bytes,
+                  "keep at most this many bytes of the rank's weights in memory, streaming the other layers each "
+                  "step (default 0: all resident, or the coordinator's budget)");
   return [args] { return run_node(*args); };
 }
 

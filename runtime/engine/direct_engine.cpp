@@ -62,7 +62,9 @@ struct DirectEngine::State {
 
   std::unique_ptr<Rank> make_rank(int r, const std::vector<Fault>& faults) {
     auto rank = std::make_unique<Rank>(*this, static_cast<RankId>(r),
-                                       std::make_shared<RankWorker>(model, pool, partition, r, model_identity), faults);
+                                       std::make_shared<RankWorker>(model, pool, partition, r, model_identity,
+                                                                    options.max_resident_bytes),
+                                       faults);
     rank->node.lend_observer(observer);
     rank->node.set_phase_hook(hook);
     return rank;

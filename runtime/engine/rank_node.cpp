@@ -373,6 +373,7 @@ RankStateReport RankNode::state_report() const {
   report.high_water = state.high_water();
   report.kv_materialized_bytes = kv.position_bytes() * static_cast<std::uint64_t>(state.high_water());
   report.compute_seconds = worker_->compute_seconds();
+  report.weights = worker_->weight_share();
   return report;
 }
 

@@ -23,6 +23,7 @@ using gguf::ValueType;
 // matrix (kept in its stored type). The reader and the writer both walk
 // this list, so they cannot disagree.
 struct Slot {
+  WeightId id;
   std::string name;
   std::vector<std::uint64_t> shape;
   const float** norm = nullptr;
@@ -41,22 +42,25 @@ std::vector<Slot> llama_slots(const ModelConfig& c, ModelWeights& w, bool with_o
   const auto D = static_cast<std::uint64_t>(c.dim), H = static_cast<std::uint64_t>(c.hidden_dim);
   const auto KV = static_cast<std::uint64_t>(c.kv_dim()), V = static_cast<std::uint64_t>(c.vocab_size);
   using K = WeightKind;
-  std::vector<Slot> slots = {{tensor_name({K::token_embedding}), {D, V}, nullptr, &w.token_embedding}};
+  auto slot = [](WeightId id, std::vector<std::uint64_t> shape, const float** norm, cpu::Matrix* matrix) {
+    return Slot{id, tensor_name(id), std::move(shape), norm, matrix};
+  };
+  std::vector<Slot> slots = {slot({K::token_embedding}, {D, V}, nullptr, &w.token_embedding)};
   for (std::size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& layer = w.layers[l];
-    auto name = [&](WeightKind kind) { return tensor_name({kind, static_cast<int>(l)}); };
-    slots.push_back({name(K::rms_att), {D}, &layer.rms_att});
-    slots.push_back({name(K::wq), {D, D}, nullptr, &layer.wq});
-    slots.push_back({name(K::wk), {D, KV}, nullptr, &layer.wk});
-    slots.push_back({name(K::wv), {D, KV}, nullptr, &layer.wv});
-    slots.push_back({name(K::wo), {D, D}, nullptr, &layer.wo});
-    slots.push_back({name(K::rms_ffn), {D}, &layer.rms_ffn});
-    slots.push_back({name(K::w1), {D, H}, nullptr, &layer.w1});
-    slots.push_back({name(K::w2), {H, D}, nullptr, &layer.w2});
-    slots.push_back({name(K::w3), {D, H}, nullptr, &layer.w3});
+    const int i = static_cast<int>(l);
+    slots.push_back(slot({K::rms_att, i}, {D}, &layer.rms_att, nullptr));
+    slots.push_back(slot({K::wq, i}, {D, D}, nullptr, &layer.wq));
+    slots.push_back(slot({K::wk, i}, {D, KV}, nullptr, &layer.wk));
+    slots.push_back(slot({K::wv, i}, {D, KV}, nullptr, &layer.wv));
+    slots.push_back(slot({K::wo, i}, {D, D}, nullptr, &layer.wo));
+    slots.push_back(slot({K::rms_ffn, i}, {D}, &layer.rms_ffn, nullptr));
+    slots.push_back(slot({K::w1, i}, {D, H}, nullptr, &layer.w1));
+    slots.push_back(slot({K::w2, i}, {H, D}, nullptr, &layer.w2));
+    slots.push_back(slot({K::w3, i}, {D, H}, nullptr, &layer.w3));
   }
-  slots.push_back({tensor_name({K::rms_final}), {D}, &w.rms_final});
-  if (with_output) slots.push_back({tensor_name({K::classifier}), {D, V}, nullptr, &w.classifier});
+  slots.push_back(slot({K::rms_final}, {D}, &w.rms_final, nullptr));
+  if (with_output) slots.push_back(slot({K::classifier}, {D, V}, nullptr, &w.classifier));
   return slots;
 }
 
@@ -244,7 +248,7 @@ Result<ModelHeader> read_gguf_header(const gguf::File& file, const std::string& 
 }
 
 Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes,
-                                      const std::string& name) {
+                                      const std::string& name, const ModelLoad& load) {
   auto header = read_gguf_header(file, name);
   if (!header) return header.error();
   const ModelConfig& config = header->config;
@@ -254,12 +258,17 @@ Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const st
   contents.weights.layers.resize(static_cast<std::size_t>(config.n_layers));
   const auto slots = llama_slots(config, contents.weights, !config.shared_classifier);
 
+  // A norm outside the scope is never read: it stays null, and it is not
+  // decoded, which would touch its page of the file.
+  auto decoded = [&](const Slot& slot, const gguf::TensorInfo& t) {
+    return slot.norm != nullptr && !read_in_place(t, bytes) && load.scope.holds(config, slot.id);
+  };
   // The owned buffer is sized first, so pointers into it stay valid. Its
   // size is bounded by the tensors' bytes, which parse() found in the file.
   std::size_t owned = 0;
   for (const Slot& slot : slots) {
     const gguf::TensorInfo& t = *file.tensor(slot.name);
-    if (slot.norm != nullptr && !read_in_place(t, bytes)) owned += static_cast<std::size_t>(t.elements);
+    if (decoded(slot, t)) owned += static_cast<std::size_t>(t.elements);
   }
   contents.owned.resize(owned);
   std::size_t next = 0;
@@ -270,7 +279,7 @@ Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const st
                       static_cast<int>(t.shape[0])};
     } else if (read_in_place(t, bytes)) {
       *slot.norm = reinterpret_cast<const float*>(bytes.data() + t.offset);
-    } else {
+    } else if (decoded(slot, t)) {
       decode(contents.owned.data() + next, bytes.data() + t.offset, t.type, static_cast<std::size_t>(t.elements));
       *slot.norm = contents.owned.data() + next;
       next += static_cast<std::size_t>(t.elements);
@@ -280,7 +289,7 @@ Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const st
   for (const auto& t : file.tensors) {
     contents.tensors.push_back({t.name, std::string(gguf::to_string(t.type)), t.shape, t.offset, t.bytes});
   }
-  if (Status ok = identify(contents, name, tensor_name); !ok) return ok.error();
+  if (Status ok = identify(contents, bytes, name, tensor_name, load); !ok) return ok.error();
   return contents;
 }
 

@@ -22,7 +22,7 @@ namespace accord {
 // owned buffer. Every weight must be finite (identity.hpp). `name`
 // prefixes error messages.
 Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes,
-                                      const std::string& name);
+                                      const std::string& name, const ModelLoad& load = {});
 
 // The llama configuration of a parsed GGUF file and its tensors' names
 // and shapes, checked as read_gguf_model() checks them, reading no tensor

@@ -1,10 +1,11 @@
 #include "runtime/model/identity.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <optional>
+#include <thread>
 
 #include "runtime/io/digest.hpp"
 
@@ -15,6 +16,9 @@ namespace {
 // Weights are digested and checked a chunk at a time, so the check reads
 // what the digest just brought into the cache: one pass over memory.
 constexpr std::size_t kChunk = 4096;
+
+// Tensors of a block, from rms_att to w3.
+constexpr std::size_t kBlockTensors = 9;
 
 // Whether any of `data[0..n)`, n <= kChunk, is NaN or infinite. Counting
 // instead of stopping at the first lets the loop vectorize (twice as fast
@@ -34,32 +38,159 @@ Error non_finite_error(const std::string& name, const std::string& tensor, const
                                       "; a model's weights must be finite numbers");
 }
 
-}  // namespace
-
-Status identify(ModelContents& contents, const std::string& name, const TensorNamer& tensor_name) {
-  const ModelConfig& c = contents.config;
-  FastDigest digest;
-  digest.update("accord-model-identity-1", 23);
-  for (int field : {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len}) {
-    digest.update_value(field);
+std::size_t canonical_index(const ModelConfig& config, WeightId id) {
+  const auto blocks = static_cast<std::size_t>(config.n_layers) * kBlockTensors;
+  switch (id.kind) {
+    case WeightKind::token_embedding: return 0;
+    case WeightKind::rms_final: return 1 + blocks;
+    case WeightKind::classifier: return 2 + blocks;
+    default:
+      return 1 + static_cast<std::size_t>(id.layer) * kBlockTensors + static_cast<std::size_t>(id.kind) -
+             static_cast<std::size_t>(WeightKind::rms_att);
   }
-  digest.update_value(c.rope_theta).update_value(c.norm_eps).update_value(c.shared_classifier);
+}
 
-  std::optional<Error> failed;
-  for_each_weight(c, contents.weights, [&](const WeightPiece& piece) {
-    if (failed) return;
+// One tensor's digest, or the error of its first weight that is not finite.
+struct TensorResult {
+  std::string digest;
+  std::optional<Error> failure;
+};
+
+// Unmaps the rows of `matrix` up to the end of `piece` (release_mapped_pages).
+void release_rows_read(const cpu::Matrix& matrix, const WeightPiece& piece) {
+  const std::size_t row_bytes = matrix.bytes() / static_cast<std::size_t>(matrix.rows);
+  const std::size_t rows_read = (piece.first + piece.count) / static_cast<std::size_t>(matrix.cols);
+  release_mapped_pages(static_cast<const std::byte*>(matrix.data), rows_read * row_bytes);
+}
+
+// `release`: the tensor lies in a file mapping and steps use only a few of
+// its rows, so its pages go as soon as they are digested.
+TensorResult digest_tensor(const WeightTensor& tensor, int dim, bool release, const std::string& name,
+                           const TensorNamer& tensor_name) {
+  FastDigest digest;
+  std::vector<float> scratch;
+  TensorResult result;
+  for_each_piece(tensor, dim, scratch, [&](const WeightPiece& piece) {
+    if (result.failure) return;
     for (std::size_t start = 0; start < piece.count; start += kChunk) {
       const std::size_t n = std::min(kChunk, piece.count - start);
       digest.update(piece.data + start, n * sizeof(float));
       if (any_non_finite(piece.data + start, n)) {
-        failed = non_finite_error(name, tensor_name(piece.id), piece);
+        result.failure = non_finite_error(name, tensor_name(piece.id), piece);
         return;
       }
     }
+    if (release) release_rows_read(*tensor.matrix, piece);
   });
-  if (failed) return *failed;
-  contents.identity = digest.hex();
+  if (!result.failure) result.digest = digest.hex();
+  return result;
+}
+
+// Digests `tensors` on `threads` threads, each taking the next tensor not
+// yet taken.
+std::vector<TensorResult> digest_tensors(const ModelContents& contents, const std::vector<WeightTensor>& tensors,
+                                         const ModelLoad& load, const std::string& name,
+                                         const TensorNamer& tensor_name) {
+  // Rank 0 looks up a few rows of the embedding each step; unless it is
+  // also the classifier, nothing else reads it.
+  const ModelConfig& c = contents.config;
+  const bool lookup_only = !(load.scope.head && c.shared_classifier);
+  std::vector<TensorResult> results(tensors.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < tensors.size(); i = next++) {
+      const bool release = load.mapped && lookup_only && tensors[i].id.kind == WeightKind::token_embedding;
+      results[i] = digest_tensor(tensors[i], c.dim, release, name, tensor_name);
+    }
+  };
+  std::vector<std::thread> helpers;
+  const auto extra = std::min<std::size_t>(static_cast<std::size_t>(std::max(load.threads, 1)) - 1, tensors.size());
+  for (std::size_t t = 0; t < extra; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& helper : helpers) helper.join();
+  return results;
+}
+
+// Where `tensors` lie in `bytes`.
+std::vector<ByteRange> held_ranges(const std::vector<WeightTensor>& tensors, int dim, std::span<const std::byte> bytes) {
+  std::vector<ByteRange> ranges;
+  for (const WeightTensor& t : tensors) {
+    if (auto range = tensor_range(t, dim, bytes)) ranges.push_back(*range);
+  }
+  return ranges;
+}
+
+}  // namespace
+
+std::size_t tensor_count(const ModelConfig& config) {
+  return 2 + static_cast<std::size_t>(config.n_layers) * kBlockTensors + (config.shared_classifier ? 0 : 1);
+}
+
+WeightId weight_at(const ModelConfig& config, std::size_t index) {
+  const auto blocks = static_cast<std::size_t>(config.n_layers) * kBlockTensors;
+  if (index == 0) return {WeightKind::token_embedding};
+  if (index == 1 + blocks) return {WeightKind::rms_final};
+  if (index == 2 + blocks) return {WeightKind::classifier};
+  const std::size_t within = index - 1;
+  return {static_cast<WeightKind>(static_cast<std::size_t>(WeightKind::rms_att) + within % kBlockTensors),
+          static_cast<int>(within / kBlockTensors)};
+}
+
+std::string weight_name(WeightId id) {
+  static const char* const names[] = {"the token embedding", "rms_att", "wq", "wk", "wv", "wo", "rms_ffn",
+                                      "w1", "w2", "w3", "the final norm", "the classifier"};
+  const std::string kind = names[static_cast<std::size_t>(id.kind)];
+  return id.layer < 0 ? kind : kind + " of layer " + std::to_string(id.layer);
+}
+
+Status identify(ModelContents& contents, std::span<const std::byte> bytes, const std::string& name,
+                const TensorNamer& tensor_name, const ModelLoad& load) {
+  const ModelConfig& c = contents.config;
+  contents.scope = load.scope;
+  const auto tensors = weight_tensors(c, contents.weights, contents.scope);
+  if (load.mapped && !load.scope.holds_everything(c)) confine_mapping(bytes, held_ranges(tensors, c.dim, bytes));
+  auto results = digest_tensors(contents, tensors, load, name, tensor_name);
+  contents.tensor_digests.assign(tensor_count(c), std::string());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (results[i].failure) return *results[i].failure;
+    contents.tensor_digests[canonical_index(c, tensors[i].id)] = std::move(results[i].digest);
+  }
+  if (!contents.scope.holds_everything(c)) return {};
+  auto identity = combine_identity(c, contents.tensor_digests);
+  if (!identity) return identity.error();
+  contents.identity = std::move(*identity);
   return {};
+}
+
+Result<std::string> combine_identity(const ModelConfig& c, const std::vector<std::string>& digests) {
+  if (digests.size() != tensor_count(c)) {
+    return Error(ErrorCode::contract, "a model of this shape has " + std::to_string(tensor_count(c)) +
+                                          " tensors, not " + std::to_string(digests.size()));
+  }
+  FastDigest digest;
+  digest.update("accord-model-identity-2", 23);
+  for (int field : {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len}) {
+    digest.update_value(field);
+  }
+  digest.update_value(c.rope_theta).update_value(c.norm_eps).update_value(c.shared_classifier);
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    if (digests[i].size() != 32) {
+      return Error(ErrorCode::contract, "no digest of " + weight_name(weight_at(c, i)) + " was given");
+    }
+    digest.update(digests[i].data(), digests[i].size());
+  }
+  return digest.hex();
+}
+
+std::optional<std::size_t> merge_digests(std::vector<std::string>& into, const std::vector<std::string>& shard) {
+  const std::size_t n = std::min(into.size(), shard.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!shard[i].empty() && !into[i].empty() && shard[i] != into[i]) return i;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!shard[i].empty()) into[i] = shard[i];
+  }
+  return std::nullopt;
 }
 
 std::string model_identity(const Model& model) { return model.identity(); }

@@ -1,11 +1,21 @@
-// A model's identity: a digest of its configuration and every weight, in a
+// A model's identity: a digest over the digests of its tensors, in a
 // canonical order that does not depend on the file layout, so the same
-// model in two formats has one identity. Prompt caches record it and
-// refuse to load into any other model.
+// model in two formats has one identity (docs/residency.md). Prompt caches
+// record it and refuse to load into any other model; nodes check it.
+//
+// Each tensor's digest covers its values as floats. The identity covers
+// the configuration and the list of tensor digests, so a rank that reads
+// only its own tensors can check them against the list without reading the
+// rest, and the list of a whole model can be put together from the shards
+// of its ranks.
 #pragma once
 
+#include <cstddef>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "runtime/error.hpp"
 #include "runtime/model/model.hpp"
@@ -15,12 +25,38 @@ namespace accord {
 // How a file names one of its weights, for errors.
 using TensorNamer = std::function<std::string(WeightId id)>;
 
-// Sets contents.identity, 32 hex digits (XXH3-128), in one pass over every
-// weight that also refuses (format error) a weight that is NaN or infinite:
-// the file is damaged, and the model would generate garbage. The readers
-// call it last; it reads every weight once, about 25 ms per 100M
-// parameters here. `name` (a path) and `tensor_name` make the error.
-Status identify(ModelContents& contents, const std::string& name, const TensorNamer& tensor_name);
+// How many tensors a model shaped like `config` has: the length of its
+// digest list.
+std::size_t tensor_count(const ModelConfig& config);
+
+// The tensor at `index` of the canonical order; index < tensor_count.
+WeightId weight_at(const ModelConfig& config, std::size_t index);
+
+// How errors name a weight whatever the format: "wq of layer 3".
+std::string weight_name(WeightId id);
+
+// Sets contents.tensor_digests (32 hex digits, XXH3-128, per tensor the
+// scope holds; empty for the others) and, when the scope holds every
+// tensor, contents.identity, in one pass over the weights read that also
+// refuses (format error) a weight that is NaN or infinite: the file is
+// damaged, and the model would generate garbage. The scope and the number
+// of tensors digested at once are `load`'s. The readers call it last; it
+// reads each weight of the scope once, about 25 ms per 100M parameters and
+// thread here. `name` (a path) and `tensor_name` make the error.
+// When load.mapped and the scope holds less than everything, the rest of
+// the mapping `bytes` is confined first (confine_mapping), so the pass maps
+// only the shard into the process.
+Status identify(ModelContents& contents, std::span<const std::byte> bytes, const std::string& name,
+                const TensorNamer& tensor_name, const ModelLoad& load);
+
+// The identity of a model shaped like `config` whose tensors have
+// `digests`, in canonical order; a contract error when one is missing.
+Result<std::string> combine_identity(const ModelConfig& config, const std::vector<std::string>& digests);
+
+// Adds the digests `shard` holds (empty elsewhere) to `into`, a list of
+// the same length. Where both hold a tensor's digest and they differ,
+// changes nothing and returns that tensor's index.
+std::optional<std::size_t> merge_digests(std::vector<std::string>& into, const std::vector<std::string>& shard);
 
 // The identity load computed; costs nothing.
 std::string model_identity(const Model& model);

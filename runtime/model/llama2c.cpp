@@ -183,7 +183,7 @@ std::string tensor_name(Tensor tensor) {
 }
 
 // How a checkpoint names a weight of a block: its stacked tensor and the layer.
-std::string weight_name(WeightId id) {
+std::string tensor_weight_name(WeightId id) {
   // The two enums agree up to rms_final; the RoPE tables sit between it and the classifier.
   static_assert(static_cast<int>(WeightKind::rms_final) == static_cast<int>(Tensor::rms_final));
   const Tensor tensor = id.kind == WeightKind::classifier ? Tensor::classifier : static_cast<Tensor>(id.kind);
@@ -220,7 +220,7 @@ Result<ModelHeader> read_header(std::span<const std::byte> bytes, const std::str
   return ModelHeader{header->first, format_name(header->second)};
 }
 
-Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name) {
+Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name, const ModelLoad& load) {
   if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(float) != 0) {
     return Error(ErrorCode::contract, name + ": the bytes of a llama2.c checkpoint must be aligned for floats");
   }
@@ -243,7 +243,7 @@ Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& 
   }
   if (config.shared_classifier) contents.weights.classifier = contents.weights.token_embedding;
   contents.format = format_name(layout);
-  if (Status ok = identify(contents, name, weight_name); !ok) return ok.error();
+  if (Status ok = identify(contents, bytes, name, tensor_weight_name, load); !ok) return ok.error();
   return contents;
 }
 

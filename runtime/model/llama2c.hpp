@@ -27,7 +27,7 @@ enum class Layout { legacy, v1 };
 // messages. A file without the "ak42" magic is read as a legacy
 // checkpoint; when that header makes no sense, the error says the file is
 // neither GGUF nor llama2.c, since the callers have ruled GGUF out.
-Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name);
+Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name, const ModelLoad& load = {});
 
 // The configuration in the header of `bytes` (a whole file, or its start),
 // validated as read() validates it. Whether the file holds the weights the

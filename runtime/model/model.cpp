@@ -24,38 +24,28 @@ Status check_range(const char* name, long long value, long long max) {
 
 }  // namespace
 
-namespace {
-
-// Floats dequantized at a time: 256 KiB, whole rows.
-constexpr std::size_t kPieceFloats = 1 << 16;
-
-// Hands m to fn: where it lies for aligned F32, else in pieces of whole rows.
-void matrix_pieces(WeightId id, const cpu::Matrix& m, const std::function<void(const WeightPiece&)>& fn,
-                   std::vector<float>& scratch) {
-  const auto cols = static_cast<std::size_t>(m.cols);
-  const std::size_t total = static_cast<std::size_t>(m.rows) * cols;
-  if (m.type == cpu::WeightType::f32 && reinterpret_cast<std::uintptr_t>(m.data) % alignof(float) == 0) {
-    fn({id, reinterpret_cast<const float*>(m.data), total, 0, total});
-    return;
-  }
-  const int rows_per_piece = static_cast<int>(std::max<std::size_t>(1, kPieceFloats / cols));
-  for (int row = 0; row < m.rows; row += rows_per_piece) {
-    const int rows = std::min(rows_per_piece, m.rows - row);
-    scratch.resize(static_cast<std::size_t>(rows) * cols);
-    for (int r = 0; r < rows; ++r) cpu::dequantize_row(m, row + r, scratch.data() + static_cast<std::size_t>(r) * cols);
-    fn({id, scratch.data(), scratch.size(), static_cast<std::size_t>(row) * cols, total});
+bool WeightScope::holds(const ModelConfig& config, WeightId id) const {
+  switch (id.kind) {
+    case WeightKind::token_embedding: return embedding || (head && config.shared_classifier);
+    case WeightKind::rms_final:
+    case WeightKind::classifier: return head;
+    default: return id.layer >= first_unit && id.layer - first_unit < units;
   }
 }
 
-}  // namespace
+bool WeightScope::holds_everything(const ModelConfig& config) const {
+  return embedding && head && first_unit == 0 && units >= config.n_layers;
+}
 
-void for_each_weight(const ModelConfig& c, const ModelWeights& w,
-                     const std::function<void(const WeightPiece& piece)>& fn) {
-  const std::size_t D = c.dim;
+std::vector<WeightTensor> weight_tensors(const ModelConfig& c, const ModelWeights& w, const WeightScope& scope) {
   using K = WeightKind;
-  std::vector<float> scratch;
-  auto matrix = [&](WeightId id, const cpu::Matrix& m) { matrix_pieces(id, m, fn, scratch); };
-  auto norm = [&](WeightId id, const float* data) { fn({id, data, D, 0, D}); };
+  std::vector<WeightTensor> tensors;
+  auto matrix = [&](WeightId id, const cpu::Matrix& m) {
+    if (scope.holds(c, id)) tensors.push_back({id, &m, nullptr});
+  };
+  auto norm = [&](WeightId id, const float* data) {
+    if (scope.holds(c, id)) tensors.push_back({id, nullptr, data});
+  };
   matrix({K::token_embedding}, w.token_embedding);
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
@@ -72,20 +62,90 @@ void for_each_weight(const ModelConfig& c, const ModelWeights& w,
   }
   norm({K::rms_final}, w.rms_final);
   if (!c.shared_classifier) matrix({K::classifier}, w.classifier);
+  return tensors;
 }
 
-std::map<std::string, std::uint64_t> Model::weight_bytes_by_type() const {
-  std::map<std::string, std::uint64_t> bytes;
-  const ModelWeights& w = weights();
-  auto add = [&](const cpu::Matrix& m) { bytes[cpu::to_string(m.type)] += m.bytes(); };
-  add(w.token_embedding);
-  for (const LayerWeights& l : w.layers) {
-    for (const cpu::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) add(*m);
+namespace {
+
+// Floats dequantized at a time: 256 KiB, whole rows.
+constexpr std::size_t kPieceFloats = 1 << 16;
+
+}  // namespace
+
+void for_each_piece(const WeightTensor& tensor, int dim, std::vector<float>& scratch,
+                    const std::function<void(const WeightPiece& piece)>& fn) {
+  if (tensor.matrix == nullptr) {
+    const auto D = static_cast<std::size_t>(dim);
+    fn({tensor.id, tensor.norm, D, 0, D});
+    return;
   }
-  if (!config().shared_classifier) add(w.classifier);
-  const auto norms = static_cast<std::uint64_t>(2 * config().n_layers + 1) * config().dim;
-  bytes["F32"] += norms * sizeof(float);
+  const cpu::Matrix& m = *tensor.matrix;
+  const auto cols = static_cast<std::size_t>(m.cols);
+  const std::size_t total = static_cast<std::size_t>(m.rows) * cols;
+  const bool in_place =
+      m.type == cpu::WeightType::f32 && reinterpret_cast<std::uintptr_t>(m.data) % alignof(float) == 0;
+  const int rows_per_piece = static_cast<int>(std::max<std::size_t>(1, kPieceFloats / cols));
+  for (int row = 0; row < m.rows; row += rows_per_piece) {
+    const int rows = std::min(rows_per_piece, m.rows - row);
+    const std::size_t first = static_cast<std::size_t>(row) * cols, count = static_cast<std::size_t>(rows) * cols;
+    if (in_place) {
+      fn({tensor.id, reinterpret_cast<const float*>(m.data) + first, count, first, total});
+      continue;
+    }
+    scratch.resize(count);
+    for (int r = 0; r < rows; ++r) cpu::dequantize_row(m, row + r, scratch.data() + static_cast<std::size_t>(r) * cols);
+    fn({tensor.id, scratch.data(), count, first, total});
+  }
+}
+
+void for_each_weight(const ModelConfig& c, const ModelWeights& w,
+                     const std::function<void(const WeightPiece& piece)>& fn) {
+  std::vector<float> scratch;
+  for (const WeightTensor& tensor : weight_tensors(c, w)) for_each_piece(tensor, c.dim, scratch, fn);
+}
+
+std::map<std::string, std::uint64_t> Model::weight_bytes_by_type(const WeightScope& scope) const {
+  std::map<std::string, std::uint64_t> bytes;
+  for (const WeightTensor& t : weight_tensors(config(), weights(), scope)) {
+    if (t.matrix != nullptr) {
+      bytes[cpu::to_string(t.matrix->type)] += t.matrix->bytes();
+    } else {
+      bytes["F32"] += static_cast<std::uint64_t>(config().dim) * sizeof(float);
+    }
+  }
   return bytes;
+}
+
+std::optional<ByteRange> tensor_range(const WeightTensor& tensor, int dim, std::span<const std::byte> bytes) {
+  const auto* data = tensor.matrix != nullptr ? static_cast<const std::byte*>(tensor.matrix->data)
+                                              : reinterpret_cast<const std::byte*>(tensor.norm);
+  const std::size_t length =
+      tensor.matrix != nullptr ? tensor.matrix->bytes() : static_cast<std::size_t>(dim) * sizeof(float);
+  const std::byte* begin = bytes.data();
+  if (data == nullptr || begin == nullptr || data < begin || data + length > begin + bytes.size()) return std::nullopt;
+  return ByteRange{static_cast<std::size_t>(data - begin), length};
+}
+
+std::optional<ByteRange> Model::file_range(const WeightTensor& tensor) const {
+  return tensor_range(tensor, config().dim, file_.bytes());
+}
+
+std::size_t Model::resident_bytes() const {
+  const ByteRange whole{0, file_.size()};
+  return file_.resident_bytes({&whole, 1}) + contents_.owned.size() * sizeof(float);
+}
+
+std::size_t Model::resident_bytes(const WeightScope& scope) const {
+  std::vector<ByteRange> ranges;
+  std::size_t owned = 0;
+  for (const WeightTensor& t : weight_tensors(config(), weights(), scope)) {
+    if (auto range = file_range(t)) {
+      ranges.push_back(*range);
+    } else {
+      owned += static_cast<std::size_t>(config().dim) * sizeof(float);
+    }
+  }
+  return file_.resident_bytes(ranges) + owned;
 }
 
 Status validate(const ModelConfig& c) {
@@ -122,11 +182,11 @@ Status validate(const ModelConfig& c) {
   return {};
 }
 
-Result<ModelContents> Model::read(std::span<const std::byte> bytes, const std::string& name) {
-  if (!gguf::has_magic(bytes)) return llama2c::read(bytes, name);
+Result<ModelContents> Model::read(std::span<const std::byte> bytes, const std::string& name, const ModelLoad& load) {
+  if (!gguf::has_magic(bytes)) return llama2c::read(bytes, name, load);
   auto file = gguf::parse(bytes, name);
   if (!file) return file.error();
-  return read_gguf_model(*file, bytes, name);
+  return read_gguf_model(*file, bytes, name, load);
 }
 
 Result<ModelHeader> Model::read_header(const std::string& path) {
@@ -139,10 +199,12 @@ Result<ModelHeader> Model::read_header(const std::string& path) {
   return read_gguf_header(*parsed, path);
 }
 
-Result<Model> Model::load(const std::string& path) {
+Result<Model> Model::load(const std::string& path, const ModelLoad& load) {
   auto file = MappedFile::open(path);
   if (!file) return file.error();
-  auto contents = read(file->bytes(), path);
+  ModelLoad mapped = load;
+  mapped.mapped = true;
+  auto contents = read(file->bytes(), path, mapped);
   if (!contents) return contents.error();
   return Model(std::move(*contents), std::move(*file));
 }

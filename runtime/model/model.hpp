@@ -12,8 +12,9 @@
 
 #include <cstddef>
 #include <functional>
-#include <map>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -74,6 +75,35 @@ struct WeightId {
   int layer = -1;  // -1: not a block's weight
 };
 
+// Which of a model's weights a process reads and keeps: a rank's share
+// (docs/residency.md). The rest of the file is mapped but never touched, so
+// it takes no memory.
+struct WeightScope {
+  static constexpr int kAllUnits = 1 << 30;
+  bool embedding = true;   // the token embedding (the first rank)
+  int first_unit = 0;      // the blocks [first_unit, first_unit + units)
+  int units = kAllUnits;
+  bool head = true;        // the final norm and the classifier (the output owner)
+
+  static WeightScope everything() { return {}; }
+  static WeightScope nothing() { return {false, 0, 0, false}; }
+  // Whether the scope holds `id` of a model shaped like `config`. A shared
+  // classifier is the embedding, so the head holds the embedding then.
+  bool holds(const ModelConfig& config, WeightId id) const;
+  bool holds_everything(const ModelConfig& config) const;
+  bool operator==(const WeightScope&) const = default;
+};
+
+// How Model::load reads a file.
+struct ModelLoad {
+  WeightScope scope;
+  int threads = 1;  // tensors digested at once; each is one thread's
+  // The bytes are a read-only private file mapping (Model::load says so),
+  // so pages of a tensor that steps use only a few rows of (the embedding
+  // where it is not the classifier) are let go as they are digested.
+  bool mapped = false;
+};
+
 // A piece of a weight tensor as floats: values [first, first + count) of
 // its total.
 struct WeightPiece {
@@ -84,12 +114,31 @@ struct WeightPiece {
   std::size_t total;
 };
 
-// Calls fn for every weight tensor in one canonical order (embedding; per
+// One weight tensor where it lies: a matrix, or a norm's floats.
+struct WeightTensor {
+  WeightId id;
+  const cpu::Matrix* matrix = nullptr;
+  const float* norm = nullptr;  // (dim), when matrix is null
+};
+
+// Every weight tensor `scope` holds, in one canonical order (embedding; per
 // layer rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3; final norm; the
-// classifier when it is not shared), whatever the file layout. A tensor
-// stored as floats comes in one piece; any other matrix is dequantized a
-// few rows at a time into a buffer that lives until fn returns, so a
-// quantized model never exists whole as floats.
+// classifier when it is not shared), whatever the file layout. The
+// index of a tensor in the list of everything is its canonical index.
+std::vector<WeightTensor> weight_tensors(const ModelConfig& config, const ModelWeights& weights,
+                                         const WeightScope& scope = WeightScope::everything());
+
+// Calls fn for every piece of `tensor`, a few whole rows at a time: where
+// they lie for floats, else dequantized into `scratch`, so a quantized
+// model never exists whole as floats.
+void for_each_piece(const WeightTensor& tensor, int dim, std::vector<float>& scratch,
+                    const std::function<void(const WeightPiece& piece)>& fn);
+
+// Where `tensor` lies in `bytes` (a model file's), as offsets; nullopt
+// when it lies elsewhere (a norm the Model owns).
+std::optional<ByteRange> tensor_range(const WeightTensor& tensor, int dim, std::span<const std::byte> bytes);
+
+// for_each_piece over weight_tensors(config, weights), in order.
 void for_each_weight(const ModelConfig& config, const ModelWeights& weights,
                      const std::function<void(const WeightPiece& piece)>& fn);
 
@@ -116,20 +165,26 @@ struct ModelContents {
   std::vector<float> owned;  // norm weights not stored as aligned F32; the buffer keeps its address when moved
   std::vector<StoredTensor> tensors;
   std::string format;    // e.g. "llama2c-legacy", "gguf-v3"
-  std::string identity;  // identity.hpp; the readers set it as they check every weight is finite
+  WeightScope scope;     // the weights read; the others point into the file but were never touched
+  // identity.hpp; the readers set them as they check every weight read is
+  // finite. identity is empty unless the scope holds every weight.
+  std::vector<std::string> tensor_digests;
+  std::string identity;
 };
 
 class Model {
  public:
   // Opens a model file; the format is recognised from its first bytes
   // (GGUF magic, llama2.c "ak42" magic, else the legacy llama2.c header),
-  // never from its name. Reads every weight once, to compute the identity
-  // and refuse a weight that is NaN or infinite.
-  static Result<Model> load(const std::string& path);
+  // never from its name. Reads every weight of load.scope once, to digest
+  // it (identity.hpp) and refuse a weight that is NaN or infinite; a weight
+  // outside the scope is mapped but not read, and must not be used.
+  static Result<Model> load(const std::string& path, const ModelLoad& load = {});
 
   // Reads the model in `bytes` (a whole file) without keeping it: for
   // fuzzers and checks. `name` prefixes error messages.
-  static Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name);
+  static Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& name,
+                                    const ModelLoad& load = {});
 
   // Reads only the header of the model file at `path` (for GGUF also the
   // metadata and tensor table), validated as load() validates it but
@@ -145,17 +200,32 @@ class Model {
   const ModelWeights& weights() const { return contents_.weights; }
   const std::string& path() const { return file_.path(); }
   std::size_t file_bytes() const { return file_.size(); }
-  std::size_t resident_bytes() const { return file_.resident_bytes(); }
+  // Bytes of the file mapped into this process now, and of `scope`'s
+  // tensors among them, plus the floats the Model owns (pagemap: what this
+  // process holds, not what the page cache does).
+  std::size_t resident_bytes() const;
+  std::size_t resident_bytes(const WeightScope& scope) const;
+  // Where `tensor` lies in the file's mapping, as bytes from its start;
+  // nullopt for a norm the Model owns.
+  std::optional<ByteRange> file_range(const WeightTensor& tensor) const;
   // A short name of the on-disk format, e.g. "llama2c-legacy" or "gguf-v3".
   const std::string& format() const { return contents_.format; }
-  // The identity of identity.hpp, computed at load.
+  // The identity of identity.hpp, computed at load; empty unless the
+  // scope holds every weight.
   const std::string& identity() const { return contents_.identity; }
+  // The digest of each tensor of the canonical order; empty for those
+  // outside the scope.
+  const std::vector<std::string>& tensor_digests() const { return contents_.tensor_digests; }
+  const WeightScope& scope() const { return contents_.scope; }
+  const MappedFile& file() const { return file_; }
   // The tensors of the file in file order.
   const std::vector<StoredTensor>& tensors() const { return contents_.tensors; }
   // Floats held in memory the Model owns (0 when every weight is mapped).
   std::size_t owned_floats() const { return contents_.owned.size(); }
-  // The bytes of the weights as held in memory, by type ("F32", "Q8_0", ...).
-  std::map<std::string, std::uint64_t> weight_bytes_by_type() const;
+  // The bytes of `scope`'s weights as held in memory, by type ("F32",
+  // "Q8_0", ...).
+  std::map<std::string, std::uint64_t> weight_bytes_by_type(const WeightScope& scope) const;
+  std::map<std::string, std::uint64_t> weight_bytes_by_type() const { return weight_bytes_by_type(scope()); }
 
  private:
   ModelContents contents_;

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/ops.hpp"
+#include "runtime/model/residency.hpp"
 
 namespace accord {
 
@@ -55,6 +56,7 @@ void Transformer::embed(std::span<const int> tokens) {
   for (std::size_t t = 0; t < tokens.size(); ++t) {
     cpu::dequantize_row(model_.weights().token_embedding, tokens[t], x_.data() + t * dim);
   }
+  if (residency_ != nullptr) residency_->after_embedding();
 }
 
 void Transformer::load_hidden(std::span<const float> rows) {
@@ -68,6 +70,12 @@ std::span<float> Transformer::hidden() {
 }
 
 void Transformer::run_unit(int unit, int pos, KvCache& kv) {
+  if (residency_ != nullptr) residency_->before_unit(unit);
+  compute_unit(unit, pos, kv);
+  if (residency_ != nullptr) residency_->after_unit(unit);
+}
+
+void Transformer::compute_unit(int unit, int pos, KvCache& kv) {
   const ModelConfig& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
   const int dim = c.dim, kv_dim = c.kv_dim(), hs = c.head_size(), batch = batch_;
@@ -100,6 +108,13 @@ void Transformer::run_unit(int unit, int pos, KvCache& kv) {
 }
 
 std::span<float> Transformer::head(Rows rows) {
+  if (residency_ != nullptr) residency_->before_head();
+  compute_head(rows);
+  if (residency_ != nullptr) residency_->after_head();
+  return logits_;
+}
+
+void Transformer::compute_head(Rows rows) {
   const ModelConfig& c = model_.config();
   const int first = rows == Rows::all ? 0 : batch_ - 1;
   const int count = batch_ - first;
@@ -109,7 +124,6 @@ std::span<float> Transformer::head(Rows rows) {
   }
   logits_.resize(static_cast<std::size_t>(count) * c.vocab_size);
   cpu::matmul(pool_, logits_.data(), xb_.data(), model_.weights().classifier, count);
-  return logits_;
 }
 
 Result<std::span<const float>> Transformer::forward(std::span<const int> tokens, int pos, KvCache& kv) {

@@ -16,6 +16,8 @@
 
 namespace accord {
 
+class WeightResidency;
+
 // Checks that every id is in the vocabulary and that positions
 // [pos, pos + tokens.size()) fit the context. Contract error otherwise.
 Status check_tokens(const ModelConfig& config, std::span<const int> tokens, int pos);
@@ -46,8 +48,14 @@ class Transformer {
   std::span<float> head(Rows rows);  // (rows, vocab) logits, valid until the next call
   int batch() const { return batch_; }
 
+  // From now on the steps tell `residency` (which must outlive the
+  // Transformer, or be replaced) which weights they use; nullptr: none.
+  void set_residency(WeightResidency* residency) { residency_ = residency; }
+
  private:
   void resize_scratch(int batch);
+  void compute_unit(int unit, int pos, KvCache& kv);
+  void compute_head(Rows rows);
 
   const Model& model_;
   cpu::ThreadPool& pool_;
@@ -64,6 +72,7 @@ class Transformer {
   cpu::AlignedVector<float> hb2_;     // (B, hidden_dim) up
   cpu::AlignedVector<float> logits_;  // (rows, vocab)
   int batch_ = 0;
+  WeightResidency* residency_ = nullptr;
 };
 
 }  // namespace accord

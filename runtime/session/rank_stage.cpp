@@ -4,16 +4,41 @@
 
 namespace accord {
 
-RankStage::RankStage(const Model& model, cpu::ThreadPool& pool, const Partition& partition, int rank)
+RankStage::RankStage(const Model& model, cpu::ThreadPool& pool, const Partition& partition, int rank,
+                     std::uint64_t max_resident_bytes)
     : model_(model),
       rank_(rank),
       units_(partition.range(rank)),
       first_(partition.is_first(rank)),
       output_owner_(partition.is_output_owner(rank)),
       transformer_(model, pool),
-      state_(model.config(), units_.first, units_.count) {}
+      state_(model.config(), units_.first, units_.count) {
+  if (max_resident_bytes == 0) return;
+  auto plan = plan_residency(model, scope(), max_resident_bytes);
+  if (!plan) {
+    residency_error_ = plan.error();
+    return;
+  }
+  residency_ = std::make_unique<WeightResidency>(model, std::move(*plan), units_.first);
+  transformer_.set_residency(residency_.get());
+}
+
+WeightShare RankStage::weight_share() const {
+  WeightShare share;
+  share.bytes_by_type = model_.weight_bytes_by_type(scope());
+  for (const auto& [type, bytes] : share.bytes_by_type) share.bytes += bytes;
+  share.resident_bytes = model_.resident_bytes(scope());
+  if (residency_) {
+    share.residency = "layered";
+    share.budget_bytes = residency_->budget_bytes();
+    share.streamed_bytes_per_step = residency_->streamed_bytes_per_step();
+    share.streamed_bytes = residency_->streamed_bytes();
+  }
+  return share;
+}
 
 Status RankStage::check_step(std::span<const int> tokens, std::span<const float> activations) const {
+  if (residency_error_) return *residency_error_;
   if (Status ok = check_tokens(tokens, state_.position()); !ok) return ok;
   if (!first_ && activations.size() != tokens.size() * static_cast<std::size_t>(model_.config().dim)) {
     return Error(ErrorCode::contract, "rank " + std::to_string(rank_) + " expected activations of " +

@@ -11,11 +11,15 @@
 // Not thread-safe; the model and the pool must outlive it.
 #pragma once
 
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/error.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/residency.hpp"
 #include "runtime/model/transformer.hpp"
 #include "runtime/session/observer.hpp"
 #include "runtime/session/partition.hpp"
@@ -25,13 +29,21 @@ namespace accord {
 
 class RankStage {
  public:
-  RankStage(const Model& model, cpu::ThreadPool& pool, const Partition& partition, int rank);
+  // With a budget (bytes; 0: none), the rank's weights are layered under
+  // it (residency.hpp); a budget too small fails every step, so callers
+  // check it first with plan_residency(model, scope, budget).
+  RankStage(const Model& model, cpu::ThreadPool& pool, const Partition& partition, int rank,
+            std::uint64_t max_resident_bytes = 0);
 
   int rank() const { return rank_; }
   const ModelConfig& config() const { return model_.config(); }
   const UnitRange& units() const { return units_; }
   bool is_first() const { return first_; }
   bool is_output_owner() const { return output_owner_; }
+  // The weights this rank reads.
+  WeightScope scope() const { return {first_, units_.first, units_.count, output_owner_}; }
+  // What it holds of them now.
+  WeightShare weight_share() const;
   SessionState& state() { return state_; }
   const SessionState& state() const { return state_; }
 
@@ -71,6 +83,8 @@ class RankStage {
   bool output_owner_;
   Transformer transformer_;
   SessionState state_;
+  std::unique_ptr<WeightResidency> residency_;  // with a budget
+  std::optional<Error> residency_error_;        // a budget too small
 };
 
 }  // namespace accord

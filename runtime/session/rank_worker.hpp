@@ -59,9 +59,10 @@ struct RankCheckpoint {
 class RankWorker {
  public:
   // `model_identity` is the model's (runtime/model/identity.hpp), computed
-  // once for all ranks.
+  // once for all ranks. `max_resident_bytes` layers the rank's weights
+  // (RankStage; 0: all resident).
   RankWorker(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const Partition& partition, int rank,
-             const std::string& model_identity);
+             const std::string& model_identity, std::uint64_t max_resident_bytes = 0);
 
   int rank() const { return stage_.rank(); }
   bool is_first() const { return stage_.is_first(); }
@@ -71,6 +72,8 @@ class RankWorker {
   const SessionState& state() const { return stage_.state(); }
   // What this rank's prompt-cache shard records and must match.
   const ShardIdentity& shard_identity() const { return shard_identity_; }
+  // What the rank holds of the model's weights now.
+  WeightShare weight_share() const { return stage_.weight_share(); }
 
   // --- forward steps -------------------------------------------------------
   // StateCheckpoint: checks the tokens against the context and saves the

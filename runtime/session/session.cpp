@@ -26,12 +26,12 @@ std::shared_ptr<cpu::ThreadPool> borrowed(cpu::ThreadPool& pool) {
 
 }  // namespace
 
-Session::Session(const Model& model, cpu::ThreadPool& pool)
+Session::Session(const Model& model, cpu::ThreadPool& pool, std::uint64_t max_resident_bytes)
     : model_(model),
       model_identity_(accord::model_identity(model)),
       session_id_(random_u64()),
       engine_(model, borrowed(pool), Partition::balanced(model.config().n_layers, 1).value(), model_identity_,
-              session_id_) {}
+              session_id_, DirectEngineOptions{{}, {}, nullptr, max_resident_bytes}) {}
 
 void Session::set_failure_hook(FailureHook hook) {
   if (!hook) return engine_.set_phase_hook({});
@@ -213,10 +213,8 @@ std::optional<PromptInputIdentity> Session::committed_prompt_input_identity() co
 SessionReport report_of(const Model& model, const std::string& model_identity, const TransactionRecord& record) {
   SessionReport r;
   r.model_identity = model_identity;
-  r.weights_bytes = model.file_bytes();
-  r.weights_resident_bytes = model.resident_bytes();
-  r.weights_residency = "memory-mapped";
-  r.weights_bytes_by_type = model.weight_bytes_by_type();
+  r.weights_bytes_by_type = model.weight_bytes_by_type(WeightScope::everything());
+  for (const auto& [type, bytes] : r.weights_bytes_by_type) r.weights_bytes += bytes;
   r.kernel_path = cpu::to_string(cpu::active_isa());
   r.context = model.config().seq_len;
   r.last_epoch = record.last_epoch;
@@ -228,8 +226,29 @@ SessionReport report_of(const Model& model, const std::string& model_identity, c
   return r;
 }
 
+void add_weight_shares(SessionReport& report, std::vector<WeightShare> shares) {
+  report.weights_residency = "resident";
+  for (const WeightShare& share : shares) {
+    report.weights_resident_bytes += share.resident_bytes;
+    if (share.residency != "resident") report.weights_residency = share.residency;
+  }
+  report.weight_shares = std::move(shares);
+}
+
+void add_weight_shares(MaterializationReport& report, std::vector<WeightShare> shares) {
+  for (const WeightShare& share : shares) report.weights_resident_bytes += share.resident_bytes;
+  report.weight_shares = std::move(shares);
+}
+
+std::vector<WeightShare> Session::weight_shares() const {
+  std::vector<WeightShare> shares;
+  for (int r = 0; r < engine_.ranks(); ++r) shares.push_back(engine_.worker(r).weight_share());
+  return shares;
+}
+
 SessionReport Session::report() const {
   SessionReport r = report_of(model_, model_identity_, record_);
+  add_weight_shares(r, weight_shares());
   r.kv_bytes_used = state().used_bytes();
   r.kv_bytes_capacity = state().kv().capacity_bytes();
   r.position = state().position();
@@ -242,7 +261,7 @@ MaterializationReport Session::materialization_report() const {
   const KvCache& kv = state().kv();
   MaterializationReport r;
   r.weights_mapped_bytes = model_.file_bytes();
-  r.weights_resident_bytes = model_.resident_bytes();
+  add_weight_shares(r, weight_shares());
   r.kv_allocated_bytes = kv.capacity_bytes();
   r.kv_materialized_bytes = static_cast<std::uint64_t>(state().high_water()) * kv.position_bytes();
   r.high_water_position = state().high_water();

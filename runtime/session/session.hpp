@@ -77,10 +77,11 @@ struct CompleteCheckpoint {
 
 struct SessionReport {
   std::string model_identity;
-  std::uint64_t weights_bytes = 0;
-  std::uint64_t weights_resident_bytes = 0;
-  std::string weights_residency;  // "memory-mapped"
-  std::map<std::string, std::uint64_t> weights_bytes_by_type;  // as held in memory: "F32", "Q8_0", ...
+  std::uint64_t weights_bytes = 0;           // the model's weights as held in memory
+  std::map<std::string, std::uint64_t> weights_bytes_by_type;  // the same by type: "F32", "Q8_0", ...
+  std::uint64_t weights_resident_bytes = 0;  // the sum of the ranks' measured resident bytes
+  std::string weights_residency;             // "resident", or "layered" when a rank has a budget
+  std::vector<WeightShare> weight_shares;    // what each rank holds, in rank order
   std::string kernel_path;  // the CPU kernels' path (kernels/cpu/isa.hpp)
   std::uint64_t kv_bytes_used = 0;
   std::uint64_t kv_bytes_capacity = 0;
@@ -97,8 +98,9 @@ struct SessionReport {
 };
 
 struct MaterializationReport {
-  std::uint64_t weights_mapped_bytes = 0;
-  std::uint64_t weights_resident_bytes = 0;
+  std::uint64_t weights_mapped_bytes = 0;    // the model file, mapped whole in each process that reads it
+  std::uint64_t weights_resident_bytes = 0;  // the sum of the ranks' measured resident bytes
+  std::vector<WeightShare> weight_shares;    // what each rank holds, in rank order
   std::uint64_t kv_allocated_bytes = 0;
   std::uint64_t kv_materialized_bytes = 0;  // rows ever written
   int high_water_position = 0;
@@ -109,9 +111,15 @@ struct MaterializationReport {
 // session fills in.
 SessionReport report_of(const Model& model, const std::string& model_identity, const TransactionRecord& record);
 
+// Adds the ranks' weight shares, in rank order, to a report.
+void add_weight_shares(SessionReport& report, std::vector<WeightShare> shares);
+void add_weight_shares(MaterializationReport& report, std::vector<WeightShare> shares);
+
 class Session {
  public:
-  Session(const Model& model, cpu::ThreadPool& pool);
+  // `max_resident_bytes` layers the weights under that budget
+  // (runtime/model/residency.hpp; 0: all resident).
+  Session(const Model& model, cpu::ThreadPool& pool, std::uint64_t max_resident_bytes = 0);
 
   // Runs tokens at the current position; returns the logits of every row.
   Result<StepResult> forward(std::span<const int> tokens);
@@ -178,6 +186,7 @@ class Session {
   Status inject_faults(const std::vector<Fault>& plan) { return engine_.inject_faults(plan); }
 
  private:
+  std::vector<WeightShare> weight_shares() const;
   const SessionState& state() const { return engine_.worker(0).state(); }
   // A forward step; a prediction-target step when draft_tokens >= 0.
   Result<StepResult> run_step(std::span<const int> tokens, bool all_rows, StepObserver* observer,
