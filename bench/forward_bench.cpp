@@ -28,7 +28,7 @@
 namespace {
 
 using accord::bench::Shape;
-using accord::bench::make_shape;
+using accord::bench::bench_shapes;
 using accord::bench::model_or_skip;
 using accord::bench::ModelStore;
 
@@ -226,10 +226,7 @@ void BM_session_round(benchmark::State& state, const Shape& shape) {
 }
 
 bool register_forward_benchmarks() {
-  std::vector<Shape> shapes = {make_shape("15M", 288, 768, 6, 6, 6, 32000, 256)};
-  if (const char* v = std::getenv("ACCORD_BENCH_110M"); v != nullptr && std::string_view(v) == "1") {
-    shapes.push_back(make_shape("110M", 768, 2048, 12, 12, 12, 32000, 1024));
-  }
+  const std::vector<Shape> shapes = bench_shapes();
   // Real time, not CPU time: CPU time counts the calling thread only.
   for (const Shape& shape : shapes) {
     benchmark::RegisterBenchmark(("forward_decode/" + shape.name).c_str(), BM_decode, shape)

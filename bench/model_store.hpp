@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
@@ -31,6 +33,15 @@ inline Shape make_shape(std::string name, int dim, int hidden_dim, int n_layers,
   c.vocab_size = vocab_size;
   c.seq_len = seq_len;
   return {std::move(name), c};
+}
+
+// "15M" (dim 288), and "110M" (dim 768) when ACCORD_BENCH_110M=1.
+inline std::vector<Shape> bench_shapes() {
+  std::vector<Shape> shapes = {make_shape("15M", 288, 768, 6, 6, 6, 32000, 256)};
+  if (const char* v = std::getenv("ACCORD_BENCH_110M"); v != nullptr && std::string_view(v) == "1") {
+    shapes.push_back(make_shape("110M", 768, 2048, 12, 12, 12, 32000, 1024));
+  }
+  return shapes;
 }
 
 // Loaded synthetic models by shape name; their files live in one temporary

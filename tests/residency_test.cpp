@@ -218,6 +218,18 @@ TEST_F(LayeredResidencyTest, ABudgetGivesTheLogitsOfFullResidency) {
   EXPECT_LE(share.resident_bytes, budget + 64 * page());
 }
 
+TEST_F(LayeredResidencyTest, EveryRowsLogitsUnderABudgetAreThoseOfFullResidency) {
+  Session resident(model_, pool_);
+  auto expected = resident.forward(kPrompt);
+  ASSERT_TRUE(expected) << expected.error().message();
+  const std::vector<float> all_rows = test::to_vector(expected->logits);
+  Session layered(model_, pool_, weights() / 2);
+  auto got = layered.forward(kPrompt);
+  ASSERT_TRUE(got) << got.error().message();
+  EXPECT_EQ(got->rows, static_cast<int>(kPrompt.size()));
+  EXPECT_TRUE(test::bit_identical(got->logits, all_rows));
+}
+
 TEST_F(LayeredResidencyTest, ABudgetBelowTwoLayersIsAClearError) {
   auto plan = plan_residency(model_, WeightScope::everything(), 1000);
   ASSERT_FALSE(plan);
@@ -236,7 +248,7 @@ TEST_F(LayeredResidencyTest, ABudgetOfEverythingStreamsNothing) {
   ASSERT_TRUE(plan) << plan.error().message();
   EXPECT_EQ(plan->resident_bytes, weights());
   for (const WeightSegment& unit : plan->units) EXPECT_FALSE(unit.streamed);
-  EXPECT_FALSE(plan->head.streamed);
+  for (const WeightSegment& part : plan->head) EXPECT_FALSE(part.streamed);
 }
 
 TEST_F(LayeredResidencyTest, InProcessRanksUnderABudgetGiveTheLogitsOfResidentOnes) {

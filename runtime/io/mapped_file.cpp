@@ -103,6 +103,20 @@ std::size_t present_pages(int pagemap, PageSpan span) {
 
 }  // namespace
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14; older kernels refuse it, and pages are touched instead
+#endif
+
+void map_pages_in(const std::byte* begin, std::size_t length) {
+  const std::uintptr_t page = page_size();
+  const auto start = reinterpret_cast<std::uintptr_t>(begin) / page * page;
+  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(begin) + length + page - 1) / page * page;
+  auto* first = reinterpret_cast<std::byte*>(start);
+  if (end <= start || ::madvise(first, end - start, MADV_POPULATE_READ) == 0) return;
+  // A volatile read is never optimized away.
+  for (std::uintptr_t at = 0; at < end - start; at += page) (void)*reinterpret_cast<volatile const char*>(first + at);
+}
+
 void release_mapped_pages(const std::byte* begin, std::size_t length) {
   const std::uintptr_t page = page_size();
   const auto start = reinterpret_cast<std::uintptr_t>(begin);

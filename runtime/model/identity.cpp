@@ -94,7 +94,7 @@ std::vector<TensorResult> digest_tensors(const ModelContents& contents, const st
   // Rank 0 looks up a few rows of the embedding each step; unless it is
   // also the classifier, nothing else reads it.
   const ModelConfig& c = contents.config;
-  const bool lookup_only = !(load.scope.head && c.shared_classifier);
+  const bool lookup_only = embedding_is_lookup_only(c, load.scope);
   std::vector<TensorResult> results(tensors.size());
   std::atomic<std::size_t> next{0};
   auto work = [&] {

@@ -94,6 +94,13 @@ struct WeightScope {
   bool operator==(const WeightScope&) const = default;
 };
 
+// Whether steps read only a few rows of the embedding (by token id), which
+// is so unless the scope's head uses it as the classifier. Such rows are
+// let go once read (their pages unmapped from the process).
+inline bool embedding_is_lookup_only(const ModelConfig& config, const WeightScope& scope) {
+  return !(scope.head && config.shared_classifier);
+}
+
 // How Model::load reads a file.
 struct ModelLoad {
   WeightScope scope;

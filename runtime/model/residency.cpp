@@ -1,21 +1,10 @@
 #include "runtime/model/residency.hpp"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <numeric>
 
 namespace accord {
 
 namespace {
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22  // Linux 5.14; older kernels refuse it, and pages are touched instead
-#endif
-
-std::uintptr_t page_size() { return static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE)); }
 
 // The file ranges of `scope`'s tensors, and their bytes; a norm the Model
 // owns has none (it is always resident).
@@ -45,18 +34,8 @@ WeightSegment segment_of(const Model& model, const WeightScope& scope) {
 
 // Maps every page `segment` touches into this process.
 void populate(const MappedFile& file, const WeightSegment& segment) {
-  const std::uintptr_t page = page_size();
   for (const ByteRange& range : segment.ranges) {
-    const auto begin = reinterpret_cast<std::uintptr_t>(file.bytes().data() + range.offset);
-    const auto end = reinterpret_cast<std::uintptr_t>(file.bytes().data() + std::min(file.size(), range.offset + range.length));
-    auto* first = reinterpret_cast<std::byte*>(begin / page * page);
-    const std::size_t length = (end + page - 1) / page * page - begin / page * page;
-    if (length == 0 || ::madvise(first, length, MADV_POPULATE_READ) == 0) continue;
-    // A kernel without MADV_POPULATE_READ: fault each page in by reading it
-    // (a volatile read is never optimized away).
-    for (std::size_t at = 0; at < length; at += page) {
-      (void)*reinterpret_cast<volatile const unsigned char*>(first + at);
-    }
+    map_pages_in(file.bytes().data() + range.offset, std::min(range.length, file.size() - range.offset));
   }
 }
 
@@ -66,49 +45,84 @@ void drop(const MappedFile& file, const ByteRange& range) {
 
 }  // namespace
 
+namespace {
+
+// The classifier (the embedding when shared) of a model, where it lies.
+const cpu::Matrix& classifier(const Model& model) {
+  return model.config().shared_classifier ? model.weights().token_embedding : model.weights().classifier;
+}
+
+// The head's parts: the classifier's rows, in parts of at most `part_bytes`.
+void plan_head(const Model& model, std::uint64_t part_bytes, ResidencyPlan& plan) {
+  const cpu::Matrix& m = classifier(model);
+  const auto row_bytes = static_cast<std::uint64_t>(m.row_bytes());
+  const int rows_per_part = static_cast<int>(std::clamp<std::uint64_t>(part_bytes / row_bytes, 1, m.rows));
+  const auto start = static_cast<std::size_t>(m.data - model.file().bytes().data());
+  for (int first = 0; first < m.rows; first += rows_per_part) {
+    const int count = std::min(rows_per_part, m.rows - first);
+    WeightSegment part;
+    part.ranges.push_back({start + static_cast<std::size_t>(first) * row_bytes, count * row_bytes});
+    part.bytes = count * row_bytes;
+    plan.head.push_back(part);
+    plan.head_rows.push_back({first, count});
+  }
+}
+
+// Keeps the largest segments resident as long as they and two of the
+// largest streamed ones fit `budget`, with at least two streamed (one
+// streamed segment would never leave memory). False when nothing fits.
+bool choose_streamed(std::vector<WeightSegment*> all, std::uint64_t budget, std::uint64_t& resident) {
+  std::stable_sort(all.begin(), all.end(),
+                   [](const WeightSegment* a, const WeightSegment* b) { return a->bytes > b->bytes; });
+  std::uint64_t kept = 0;
+  for (const WeightSegment* s : all) kept += s->bytes;
+  if (kept <= budget) {
+    resident += kept;
+    return true;
+  }
+  for (std::size_t k = all.size(); k-- > 0;) {
+    kept -= all[k]->bytes;
+    if (all.size() - k < 2 || kept + 2 * all[k]->bytes > budget) continue;
+    for (std::size_t i = k; i < all.size(); ++i) all[i]->streamed = true;
+    resident += kept;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Result<ResidencyPlan> plan_residency(const Model& model, const WeightScope& scope, std::uint64_t budget) {
   const ModelConfig& c = model.config();
   ResidencyPlan plan;
   plan.budget_bytes = budget;
   const int end = static_cast<int>(std::min<long long>(c.n_layers, static_cast<long long>(scope.first_unit) + scope.units));
+  std::uint64_t largest_unit = 0;
   for (int unit = scope.first_unit; unit < end; ++unit) {
     plan.units.push_back(segment_of(model, WeightScope{false, unit, 1, false}));
+    largest_unit = std::max(largest_unit, plan.units.back().bytes);
   }
-  if (scope.head) plan.head = segment_of(model, WeightScope{false, 0, 0, true});
+  if (scope.head) {
+    plan_head(model, largest_unit, plan);
+    plan.resident_bytes = static_cast<std::uint64_t>(c.dim) * sizeof(float);  // the final norm
+  }
   std::vector<WeightSegment*> all;
   for (WeightSegment& s : plan.units) all.push_back(&s);
-  if (plan.head.bytes > 0) all.push_back(&plan.head);
-  std::stable_sort(all.begin(), all.end(), [](const WeightSegment* a, const WeightSegment* b) { return a->bytes > b->bytes; });
-  const std::uint64_t total =
-      std::accumulate(all.begin(), all.end(), std::uint64_t{0}, [](std::uint64_t sum, const WeightSegment* s) { return sum + s->bytes; });
-  if (total <= budget) {
-    plan.resident_bytes = total;
+  for (WeightSegment& s : plan.head) all.push_back(&s);
+  if (choose_streamed(all, budget > plan.resident_bytes ? budget - plan.resident_bytes : 0, plan.resident_bytes)) {
     return plan;
   }
-  // Keep the k largest resident, k as large as fits, with at least two
-  // segments streamed (one streamed segment would never leave memory).
-  std::uint64_t kept = total;
-  for (std::size_t k = all.size(); k-- > 0;) {
-    kept -= all[k]->bytes;
-    if (all.size() - k < 2) continue;
-    if (kept + 2 * all[k]->bytes <= budget) {
-      for (std::size_t i = k; i < all.size(); ++i) all[i]->streamed = true;
-      plan.resident_bytes = kept;
-      return plan;
-    }
-  }
-  const std::uint64_t least = all.empty() ? 0 : 2 * all.front()->bytes;
   return Error(ErrorCode::contract, "--max-resident-bytes " + std::to_string(budget) +
                                         " is too small for this rank: a step needs two of its largest layers "
-                                        "resident at once, " + std::to_string(least) + " bytes");
+                                        "resident at once, " + std::to_string(2 * largest_unit) + " bytes");
 }
 
 WeightResidency::WeightResidency(const Model& model, ResidencyPlan plan, int first_unit)
     : model_(model),
       plan_(std::move(plan)),
       first_unit_(first_unit),
-      requested_(plan_.units.size() + 1, false),
-      mapped_(plan_.units.size() + 1, false),
+      requested_(segments(), false),
+      mapped_(segments(), false),
       helper_([this] { prefetch_loop(); }) {}
 
 WeightResidency::~WeightResidency() {
@@ -121,34 +135,28 @@ WeightResidency::~WeightResidency() {
 }
 
 WeightSegment& WeightResidency::segment(std::size_t index) {
-  return index == head_index() ? plan_.head : plan_.units[index];
+  return index < plan_.units.size() ? plan_.units[index] : plan_.head[index - plan_.units.size()];
 }
 
 std::uint64_t WeightResidency::streamed_bytes_per_step() const {
-  std::uint64_t bytes = plan_.head.streamed ? plan_.head.bytes : 0;
-  for (const WeightSegment& s : plan_.units) bytes += s.streamed ? s.bytes : 0;
+  std::uint64_t bytes = 0;
+  for (const auto* list : {&plan_.units, &plan_.head}) {
+    for (const WeightSegment& s : *list) bytes += s.streamed ? s.bytes : 0;
+  }
   return bytes;
 }
 
 void WeightResidency::before_unit(int unit) { use(static_cast<std::size_t>(unit - first_unit_)); }
 void WeightResidency::after_unit(int unit) { release(static_cast<std::size_t>(unit - first_unit_)); }
-void WeightResidency::before_head() { use(head_index()); }
-void WeightResidency::after_head() { release(head_index()); }
+void WeightResidency::before_head_part(int part) { use(plan_.units.size() + static_cast<std::size_t>(part)); }
+void WeightResidency::after_head_part(int part) { release(plan_.units.size() + static_cast<std::size_t>(part)); }
 
-void WeightResidency::after_embedding() {
-  if (plan_.head.bytes > 0 && !plan_.head.streamed && model_.config().shared_classifier) return;
-  for (const WeightTensor& tensor : weight_tensors(model_.config(), model_.weights(), WeightScope{true, 0, 0, false})) {
-    if (auto range = model_.file_range(tensor)) drop(model_.file(), *range);
-  }
-}
-
-// The segment after `index` in the order of a step, wrapping to the next.
-std::size_t WeightResidency::next_streamed(std::size_t index) const {
-  const std::size_t count = plan_.units.size() + 1;
-  for (std::size_t step = 1; step <= count; ++step) {
-    const std::size_t next = (index + step) % count;
-    const WeightSegment& s = next == head_index() ? plan_.head : plan_.units[next];
-    if (s.streamed) return next;
+// The streamed segment after `index` in the order of a step, wrapping to
+// the next step's.
+std::size_t WeightResidency::next_streamed(std::size_t index) {
+  for (std::size_t step = 1; step <= segments(); ++step) {
+    const std::size_t next = (index + step) % segments();
+    if (segment(next).streamed) return next;
   }
   return index;
 }

@@ -56,7 +56,12 @@ void Transformer::embed(std::span<const int> tokens) {
   for (std::size_t t = 0; t < tokens.size(); ++t) {
     cpu::dequantize_row(model_.weights().token_embedding, tokens[t], x_.data() + t * dim);
   }
-  if (residency_ != nullptr) residency_->after_embedding();
+  // The pages of the rows read; without this they would pile up, and a
+  // recent kernel maps a whole large folio (up to 2 MiB) per fault.
+  if (embedding_is_lookup_only(model_.config(), model_.scope())) {
+    const cpu::Matrix& embedding = model_.weights().token_embedding;
+    release_mapped_pages(embedding.data, embedding.bytes());
+  }
 }
 
 void Transformer::load_hidden(std::span<const float> rows) {
@@ -108,13 +113,6 @@ void Transformer::compute_unit(int unit, int pos, KvCache& kv) {
 }
 
 std::span<float> Transformer::head(Rows rows) {
-  if (residency_ != nullptr) residency_->before_head();
-  compute_head(rows);
-  if (residency_ != nullptr) residency_->after_head();
-  return logits_;
-}
-
-void Transformer::compute_head(Rows rows) {
   const ModelConfig& c = model_.config();
   const int first = rows == Rows::all ? 0 : batch_ - 1;
   const int count = batch_ - first;
@@ -123,7 +121,34 @@ void Transformer::compute_head(Rows rows) {
     cpu::rmsnorm(&xb_[t * dim], &x_[(first + t) * dim], model_.weights().rms_final, c.dim, c.norm_eps);
   }
   logits_.resize(static_cast<std::size_t>(count) * c.vocab_size);
-  cpu::matmul(pool_, logits_.data(), xb_.data(), model_.weights().classifier, count);
+  if (residency_ == nullptr) {
+    cpu::matmul(pool_, logits_.data(), xb_.data(), model_.weights().classifier, count);
+    return logits_;
+  }
+  const auto& parts = residency_->head_parts();
+  for (std::size_t part = 0; part < parts.size(); ++part) {
+    residency_->before_head_part(static_cast<int>(part));
+    classify_rows(parts[part], count);
+    residency_->after_head_part(static_cast<int>(part));
+  }
+  return logits_;
+}
+
+void Transformer::classify_rows(RowSpan rows, int count) {
+  const cpu::Matrix& w = model_.weights().classifier;
+  const cpu::Matrix part{w.type, w.row(rows.first), rows.count, w.cols};
+  const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
+  if (count == 1) {
+    cpu::matmul(pool_, logits_.data() + rows.first, xb_.data(), part, 1);
+    return;
+  }
+  // Each row of logits is (vocab) wide; the part's rows land in its columns.
+  part_logits_.resize(static_cast<std::size_t>(count) * rows.count);
+  cpu::matmul(pool_, part_logits_.data(), xb_.data(), part, count);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(count); ++t) {
+    std::copy_n(part_logits_.begin() + static_cast<std::ptrdiff_t>(t * rows.count), rows.count,
+                logits_.begin() + static_cast<std::ptrdiff_t>(t * vocab + rows.first));
+  }
 }
 
 Result<std::span<const float>> Transformer::forward(std::span<const int> tokens, int pos, KvCache& kv) {

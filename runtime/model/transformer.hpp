@@ -17,6 +17,7 @@
 namespace accord {
 
 class WeightResidency;
+struct RowSpan;
 
 // Checks that every id is in the vocabulary and that positions
 // [pos, pos + tokens.size()) fit the context. Contract error otherwise.
@@ -55,7 +56,9 @@ class Transformer {
  private:
   void resize_scratch(int batch);
   void compute_unit(int unit, int pos, KvCache& kv);
-  void compute_head(Rows rows);
+  // Logits of `count` normed rows against the classifier's `rows` (a part
+  // the residency streams).
+  void classify_rows(RowSpan rows, int count);
 
   const Model& model_;
   cpu::ThreadPool& pool_;
@@ -71,6 +74,7 @@ class Transformer {
   cpu::AlignedVector<float> hb_;      // (B, hidden_dim) gate
   cpu::AlignedVector<float> hb2_;     // (B, hidden_dim) up
   cpu::AlignedVector<float> logits_;  // (rows, vocab)
+  cpu::AlignedVector<float> part_logits_;  // (rows, part's rows), under a residency
   int batch_ = 0;
   WeightResidency* residency_ = nullptr;
 };
