@@ -310,6 +310,27 @@ TEST(Cli, JsonCarriesTheSessionReportOnOneRankOrSeveral) {
 }
 
 
+TEST(Cli, ABudgetOfResidentWeightsKeepsTheTokensAndTooSmallABudgetIsAClearError) {
+  const auto args = [](std::vector<std::string> extra) {
+    std::vector<std::string> all = {"--prompt", "The cat sat", "--temperature", "0", "--max-tokens", "8", "--json"};
+    all.insert(all.end(), extra.begin(), extra.end());
+    return generate_args(all);
+  };
+  const auto resident = run_accord(args({}));
+  ASSERT_EQ(resident.exit_code, 0) << resident.output;
+  for (const std::string ranks : {"1", "2"}) {
+    const auto layered = run_accord(args({"--max-resident-bytes", "500000", "--ranks", ranks}));
+    ASSERT_EQ(layered.exit_code, 0) << layered.output;
+    const auto json = nlohmann::json::parse(layered.output);
+    EXPECT_EQ(json.at("generated_tokens"), nlohmann::json::parse(resident.output).at("generated_tokens")) << ranks;
+    EXPECT_EQ(json.at("report").at("weights_residency"), "layered") << ranks;
+    for (const auto& share : json.at("report").at("weight_shares")) EXPECT_EQ(share.at("budget_bytes"), 500000);
+  }
+  const auto refused = run_accord(args({"--max-resident-bytes", "1000"}));
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.output.find("--max-resident-bytes 1000 is too small"), std::string::npos) << refused.output;
+}
+
 TEST(Cli, SeveralRanksGiveRunCsTokens) {
   for (const auto& c : test::greedy_cases()) {
     for (int ranks = 2; ranks <= 3; ++ranks) {

@@ -134,6 +134,22 @@ TEST(ShardLoad, TheEmbeddingRankZeroOnlyLooksUpIsLetGoOnceDigested) {
   EXPECT_FALSE(shard->tensor_digests()[0].empty()) << "yet it was digested";
 }
 
+TEST(ShardLoad, AnEmbeddingThatIsNotTheClassifierKeepsNoRowsItLookedUp) {
+  test::TempDir dir;
+  SyntheticModelOptions synthetic;
+  synthetic.config = paged_config();
+  synthetic.config.shared_classifier = false;
+  const Model model = test::synthetic_model(dir, synthetic);
+  cpu::ThreadPool pool(1);
+  Session session(model, pool);
+  ASSERT_TRUE(session.prefill(std::vector<int>{1, 100, 200, 300, 400}));
+  ASSERT_TRUE(session.decode(5));
+  const WeightScope embedding{true, 0, 0, false};
+  EXPECT_LE(model.resident_bytes(embedding), 2 * page()) << "the pages it shares with the header and the norms";
+  EXPECT_GE(model.resident_bytes({false, 0, 0, true}), total(model.weight_bytes_by_type({false, 0, 0, true})))
+      << "the classifier stays";
+}
+
 TEST(ShardLoad, ADamagedWeightFailsOnlyTheShardThatHoldsIt) {
   test::TempDir dir;
   SyntheticModelOptions synthetic;
