@@ -35,7 +35,8 @@ generate() {
 }
 peak_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 
-weights=$("$accord" generate --model "$model" --max-tokens 1 --json | python3 -c "import json,sys; print(json.load(sys.stdin)['report']['weights_bytes'])")
+weights=$("$accord" generate --model "$model" --max-tokens 1 --json |
+  python3 -c "import json,sys; print(json.load(sys.stdin)['report']['weights_bytes'])")
 budget=$((weights / 4))
 for run in $(seq "$runs"); do
   generate "$work/one.$run"

@@ -26,17 +26,18 @@ const std::vector<int> kPrompt = {1, 403, 407, 261, 30};
 
 std::size_t page() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
 
-// A model whose tensors span many pages, so what is mapped shows.
-ModelConfig paged_config() {
-  ModelConfig c;
-  c.dim = 256;
-  c.hidden_dim = 512;
-  c.n_layers = 4;
-  c.n_heads = 4;
-  c.n_kv_heads = 4;
-  c.vocab_size = 512;
-  c.seq_len = 64;
-  return c;
+// Writes dir/m.bin: a model whose tensors span many pages, so what is
+// mapped shows. Returns it loaded whole.
+Model paged_model(const test::TempDir& dir, bool shared_classifier = true) {
+  SyntheticModelOptions synthetic;
+  synthetic.config = test::small_config();
+  synthetic.config.dim = 256;
+  synthetic.config.hidden_dim = 512;
+  synthetic.config.n_layers = 4;
+  synthetic.config.n_heads = synthetic.config.n_kv_heads = 4;
+  synthetic.config.vocab_size = 512;
+  synthetic.config.shared_classifier = shared_classifier;
+  return test::synthetic_model(dir, synthetic);
 }
 
 std::uint64_t total(const std::map<std::string, std::uint64_t>& bytes_by_type) {
@@ -100,9 +101,7 @@ TEST(ShardIdentity, AMissingOrDisagreeingDigestIsRefused) {
 
 TEST(ShardLoad, ReadsOnlyItsOwnTensors) {
   test::TempDir dir;
-  SyntheticModelOptions synthetic;
-  synthetic.config = paged_config();
-  test::synthetic_model(dir, synthetic);
+  paged_model(dir);
   const WeightScope layer2{false, 2, 1, false};
   auto shard = Model::load(dir.file("m.bin"), {layer2, 1});
   ASSERT_TRUE(shard) << shard.error().message();
@@ -122,9 +121,7 @@ TEST(ShardLoad, ReadsOnlyItsOwnTensors) {
 
 TEST(ShardLoad, TheEmbeddingRankZeroOnlyLooksUpIsLetGoOnceDigested) {
   test::TempDir dir;
-  SyntheticModelOptions synthetic;
-  synthetic.config = paged_config();
-  test::synthetic_model(dir, synthetic);
+  paged_model(dir);
   const WeightScope first{true, 0, 1, false};
   auto shard = Model::load(dir.file("m.bin"), {first, 1});
   ASSERT_TRUE(shard) << shard.error().message();
@@ -136,10 +133,7 @@ TEST(ShardLoad, TheEmbeddingRankZeroOnlyLooksUpIsLetGoOnceDigested) {
 
 TEST(ShardLoad, AnEmbeddingThatIsNotTheClassifierKeepsNoRowsItLookedUp) {
   test::TempDir dir;
-  SyntheticModelOptions synthetic;
-  synthetic.config = paged_config();
-  synthetic.config.shared_classifier = false;
-  const Model model = test::synthetic_model(dir, synthetic);
+  const Model model = paged_model(dir, false);
   cpu::ThreadPool pool(1);
   Session session(model, pool);
   ASSERT_TRUE(session.prefill(std::vector<int>{1, 100, 200, 300, 400}));
@@ -152,9 +146,7 @@ TEST(ShardLoad, AnEmbeddingThatIsNotTheClassifierKeepsNoRowsItLookedUp) {
 
 TEST(ShardLoad, ADamagedWeightFailsOnlyTheShardThatHoldsIt) {
   test::TempDir dir;
-  SyntheticModelOptions synthetic;
-  synthetic.config = paged_config();
-  const Model model = test::synthetic_model(dir, synthetic);
+  const Model model = paged_model(dir);
   std::uint64_t wq_offset = 0;
   for (const StoredTensor& t : model.tensors()) {
     if (t.name == "wq") wq_offset = t.offset;

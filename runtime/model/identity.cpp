@@ -112,7 +112,8 @@ std::vector<TensorResult> digest_tensors(const ModelContents& contents, const st
 }
 
 // Where `tensors` lie in `bytes`.
-std::vector<ByteRange> held_ranges(const std::vector<WeightTensor>& tensors, int dim, std::span<const std::byte> bytes) {
+std::vector<ByteRange> held_ranges(const std::vector<WeightTensor>& tensors, int dim,
+                                   std::span<const std::byte> bytes) {
   std::vector<ByteRange> ranges;
   for (const WeightTensor& t : tensors) {
     if (auto range = tensor_range(t, dim, bytes)) ranges.push_back(*range);

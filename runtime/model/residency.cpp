@@ -43,18 +43,10 @@ void drop(const MappedFile& file, const ByteRange& range) {
   release_mapped_pages(file.bytes().data() + range.offset, std::min(range.length, file.size() - range.offset));
 }
 
-}  // namespace
-
-namespace {
-
-// The classifier (the embedding when shared) of a model, where it lies.
-const cpu::Matrix& classifier(const Model& model) {
-  return model.config().shared_classifier ? model.weights().token_embedding : model.weights().classifier;
-}
-
-// The head's parts: the classifier's rows, in parts of at most `part_bytes`.
+// The head's parts: the classifier's rows (the embedding's, when shared),
+// in parts of at most `part_bytes`.
 void plan_head(const Model& model, std::uint64_t part_bytes, ResidencyPlan& plan) {
-  const cpu::Matrix& m = classifier(model);
+  const cpu::Matrix& m = model.weights().classifier;
   const auto row_bytes = static_cast<std::uint64_t>(m.row_bytes());
   const int rows_per_part = static_cast<int>(std::clamp<std::uint64_t>(part_bytes / row_bytes, 1, m.rows));
   const auto start = static_cast<std::size_t>(m.data - model.file().bytes().data());
@@ -96,7 +88,8 @@ Result<ResidencyPlan> plan_residency(const Model& model, const WeightScope& scop
   const ModelConfig& c = model.config();
   ResidencyPlan plan;
   plan.budget_bytes = budget;
-  const int end = static_cast<int>(std::min<long long>(c.n_layers, static_cast<long long>(scope.first_unit) + scope.units));
+  const int end =
+      static_cast<int>(std::min<long long>(c.n_layers, static_cast<long long>(scope.first_unit) + scope.units));
   std::uint64_t largest_unit = 0;
   for (int unit = scope.first_unit; unit < end; ++unit) {
     plan.units.push_back(segment_of(model, WeightScope{false, unit, 1, false}));

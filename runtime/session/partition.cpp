@@ -29,7 +29,8 @@ std::optional<std::vector<int>> split_within(const std::vector<std::uint64_t>& u
   for (int r = 0; r + 1 < ranks; ++r) {
     std::uint64_t bytes = 0;
     int take = 0;
-    while (unit + take < units - (ranks - 1 - r) && bytes + unit_bytes[static_cast<std::size_t>(unit + take)] <= limit) {
+    const int last_allowed = units - (ranks - 1 - r);  // one unit left for each later rank
+    while (unit + take < last_allowed && bytes + unit_bytes[static_cast<std::size_t>(unit + take)] <= limit) {
       bytes += unit_bytes[static_cast<std::size_t>(unit + take)];
       ++take;
     }
