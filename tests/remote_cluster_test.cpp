@@ -424,6 +424,34 @@ TEST(RemoteCluster, ANodeNamedTwiceIsRefusedBeforeConnecting) {
   EXPECT_NE(cli.output.find("--peers: the node h:1 is named twice"), std::string::npos) << cli.output;
 }
 
+// A node's own budget wins over the coordinator's, and changes no logit.
+TEST(RemoteCluster, ANodesWeightsBudgetLayersItsRankWithTheSameLogits) {
+  test::TempDir logs;
+  const Model model = test::load_stories_model();
+  DistributedOptions options;
+  options.max_resident_bytes = 450000;  // the coordinator's, which the second node overrides
+  NodeProcess first(logs);
+  auto own = test::test_node_options();
+  own.insert(own.end(), {"--max-resident-bytes", "400000"});
+  NodeProcess second(logs, own);
+  auto session = DistributedSession::connect({first.address(), second.address()}, model, options);
+  ASSERT_TRUE(session) << session.error().message();
+  DistributedOptions in_process;
+  in_process.ranks = 2;
+  auto resident = DistributedSession::create(model, in_process);
+  ASSERT_TRUE(resident) << resident.error().message();
+  EXPECT_TRUE(test::bit_identical(greedy_trace(**session, 6), greedy_trace(**resident, 6)));
+  auto report = (*session)->report();
+  ASSERT_TRUE(report) << report.error().message();
+  ASSERT_EQ(report->weight_shares.size(), 2u);
+  EXPECT_EQ(report->weight_shares[0].budget_bytes, 450000u);
+  EXPECT_EQ(report->weight_shares[1].budget_bytes, 400000u);
+  for (const WeightShare& share : report->weight_shares) {
+    EXPECT_EQ(share.residency, "layered");
+    EXPECT_GT(share.streamed_bytes, 0u);
+  }
+}
+
 // The coordinator's --threads knows nothing of a node's cores.
 TEST(RemoteCluster, ANodeCapsTheThreadsItIsAskedFor) {
   test::TempDir logs;
