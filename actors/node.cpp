@@ -61,15 +61,16 @@ int node_threads(const NodeState& s, int requested) {
   return limit;
 }
 
-// The partition of an assignment, checked.
+Status check_rank_in_partition(const NodeAssignment& assignment) {
+  if (assignment.rank < assignment.unit_counts.size()) return {};
+  return Error(ErrorCode::contract, "rank " + std::to_string(assignment.rank) + " is outside the partition");
+}
+
+// The partition of an assignment, checked against a model of `config`.
 Result<Partition> assigned_partition(const ModelConfig& config, const NodeAssignment& assignment) {
+  if (Status ok = check_rank_in_partition(assignment); !ok) return ok.error();
   const std::vector<int> counts(assignment.unit_counts.begin(), assignment.unit_counts.end());
-  auto partition = Partition::from_counts(config.n_layers, counts);
-  if (!partition) return partition.error();
-  if (assignment.rank >= static_cast<RankId>(partition->ranks())) {
-    return Error(ErrorCode::contract, "rank " + std::to_string(assignment.rank) + " is outside the partition");
-  }
-  return partition;
+  return Partition::from_counts(config.n_layers, counts);
 }
 
 // The file of the session's model: the node's --model, or the file of its
@@ -96,6 +97,7 @@ std::string another_model(const NodeState& s, const std::filesystem::path& file,
 // why a file failed to load goes to the node's log.
 Result<std::shared_ptr<const Model>> shard_model(NodePointer self, const NodeAssignment& assignment) {
   auto& s = self->state;
+  if (Status ok = check_rank_in_partition(assignment); !ok) return ok.error();
   auto path = model_file(s, assignment);
   if (!path) return path.error();
   auto cannot_load = [&](const Error& why) {
@@ -106,6 +108,7 @@ Result<std::shared_ptr<const Model>> shard_model(NodePointer self, const NodeAss
   };
   auto header = Model::read_header(path->string());
   if (!header) return cannot_load(header.error());
+  // The rank is in the partition: a partition that does not fit is the model's doing.
   auto partition = assigned_partition(header->config, assignment);
   if (!partition) {
     return Error(ErrorCode::architecture, another_model(s, *path, assignment) + partition.error().message());
