@@ -109,7 +109,7 @@ class RemoteClusterTest : public ::testing::Test {
 
 // Logits of the prefill of kPrompt and of `steps` greedy decode steps.
 std::vector<float> greedy_trace(DistributedSession& session, int steps) {
-  return test::distributed_trace(session, kPrompt, steps);
+  return test::greedy_trace(session, kPrompt, steps);
 }
 
 std::vector<float> in_process_trace(const Model& model, int steps) {

@@ -186,19 +186,6 @@ TEST(WeightPartition, BalancesTheBytesEachRankKeeps) {
 
 // --- layered residency ---------------------------------------------------------
 
-// The logits of the prefill of kPrompt and of `steps` greedy decode steps.
-std::vector<float> session_trace(Session& session, int steps) {
-  std::vector<float> trace;
-  auto step = session.prefill(kPrompt);
-  for (int i = 0;; ++i) {
-    EXPECT_TRUE(step) << step.error().message();
-    if (!step) return trace;
-    trace.insert(trace.end(), step->logits.begin(), step->logits.end());
-    if (i == steps) return trace;
-    step = session.decode(argmax(step->logits));
-  }
-}
-
 class LayeredResidencyTest : public ::testing::Test {
  protected:
   std::uint64_t weights() const { return total(model_.weight_bytes_by_type()); }
@@ -209,10 +196,10 @@ class LayeredResidencyTest : public ::testing::Test {
 
 TEST_F(LayeredResidencyTest, ABudgetGivesTheLogitsOfFullResidency) {
   Session resident(model_, pool_);
-  const auto expected = session_trace(resident, 12);
+  const auto expected = test::greedy_trace(resident, kPrompt, 12);
   const std::uint64_t budget = weights() / 2;
   Session layered(model_, pool_, budget);
-  EXPECT_TRUE(test::bit_identical(session_trace(layered, 12), expected));
+  EXPECT_TRUE(test::bit_identical(test::greedy_trace(layered, kPrompt, 12), expected));
   const SessionReport report = layered.report();
   EXPECT_EQ(report.weights_residency, "layered");
   ASSERT_EQ(report.weight_shares.size(), 1u);
@@ -264,11 +251,11 @@ TEST_F(LayeredResidencyTest, InProcessRanksUnderABudgetGiveTheLogitsOfResidentOn
   options.ranks = 2;
   auto resident = DistributedSession::create(model_, options);
   ASSERT_TRUE(resident) << resident.error().message();
-  const auto expected = test::distributed_trace(**resident, kPrompt, 8);
+  const auto expected = test::greedy_trace(**resident, kPrompt, 8);
   options.max_resident_bytes = weights() * 2 / 5;  // rank 0's three layers stream
   auto layered = DistributedSession::create(model_, options);
   ASSERT_TRUE(layered) << layered.error().message();
-  EXPECT_TRUE(test::bit_identical(test::distributed_trace(**layered, kPrompt, 8), expected));
+  EXPECT_TRUE(test::bit_identical(test::greedy_trace(**layered, kPrompt, 8), expected));
   auto report = (*layered)->report();
   ASSERT_TRUE(report) << report.error().message();
   ASSERT_EQ(report->weight_shares.size(), 2u);

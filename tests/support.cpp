@@ -42,18 +42,6 @@ Tokenizer load_stories_tokenizer() {
 
 std::vector<float> to_vector(std::span<const float> values) { return {values.begin(), values.end()}; }
 
-std::vector<float> distributed_trace(DistributedSession& session, std::span<const int> prompt, int steps) {
-  std::vector<float> trace;
-  auto step = session.prefill(prompt);
-  for (int i = 0;; ++i) {
-    EXPECT_TRUE(step) << step.error().message();
-    if (!step) return trace;
-    trace.insert(trace.end(), step->logits.begin(), step->logits.end());
-    if (i == steps) return trace;
-    step = session.decode(argmax(step->logits));
-  }
-}
-
 bool bit_identical(std::span<const float> a, std::span<const float> b) {
   // memcmp may not see a null pointer, which an empty vector's data() can be.
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);

@@ -9,9 +9,12 @@
 
 #include <span>
 
+#include <gtest/gtest.h>
+
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/sampler.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/session/session.hpp"
@@ -33,8 +36,19 @@ std::vector<float> to_vector(std::span<const float> values);
 std::vector<float> random_floats(std::size_t n, unsigned seed);
 
 // The logits of the prefill of `prompt` and of `steps` greedy decode steps
-// after it, one after another.
-std::vector<float> distributed_trace(DistributedSession& session, std::span<const int> prompt, int steps);
+// after it, one after another, of a Session or a DistributedSession.
+template <class AnySession>
+std::vector<float> greedy_trace(AnySession& session, std::span<const int> prompt, int steps) {
+  std::vector<float> trace;
+  auto step = session.prefill(prompt);
+  for (int i = 0;; ++i) {
+    EXPECT_TRUE(step) << step.error().message();
+    if (!step) return trace;
+    trace.insert(trace.end(), step->logits.begin(), step->logits.end());
+    if (i == steps) return trace;
+    step = session.decode(argmax(step->logits));
+  }
+}
 bool bit_identical(std::span<const float> a, std::span<const float> b);
 
 // The prompt and descriptor the prompt-cache tests save and load, one
