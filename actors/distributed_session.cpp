@@ -330,23 +330,33 @@ struct DistributedSession::Impl {
     return {};
   }
 
-  // Asks rank r's node for the digests of the rank's shard.
-  Status shard_digests(int r, std::vector<std::string>& digests) {
+  // Dials rank r's node and sends it `request...`; its reply, a refusal
+  // (empty: none) and a `Reply`, goes to `take`. A refusal, or no reply, is
+  // the call's error.
+  template <class Reply, class... Request>
+  Status ask_node(int r, const std::function<void(Reply&)>& take, Request&&... request) {
     const NodeAddress& address = nodes[static_cast<std::size_t>(r)];
     auto node = dial_node_actor(*system, address, secret, kConnectTimeout);
     if (!node) return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + node.error().message());
     std::optional<Error> failure;
-    (*caller)->request(*node, kNodeSetupTimeout, shard_atom::value, assignment_for(r, layout->options))
+    (*caller)->request(*node, kNodeSetupTimeout, std::forward<Request>(request)...)
         .receive(
-            [&](std::string& refusal, std::vector<std::string>& shard) {
+            [&](std::string& refusal, Reply& reply) {
               if (!refusal.empty()) failure = Error(ErrorCode::architecture, refusal);
-              digests = std::move(shard);
+              take(reply);
             },
             [&](caf::error& e) {
               failure = Error(ErrorCode::io, describe_node(address, r) + " did not answer: " + system->render(e));
             });
     if (failure) return *failure;
     return {};
+  }
+
+  // Asks rank r's node for the digests of the rank's shard.
+  Status shard_digests(int r, std::vector<std::string>& digests) {
+    return ask_node<std::vector<std::string>>(
+        r, [&](std::vector<std::string>& shard) { digests = std::move(shard); }, shard_atom::value,
+        assignment_for(r, layout->options));
   }
 
   // Connects to rank r's node and has it start the rank (actors/node.hpp).
@@ -366,22 +376,9 @@ struct DistributedSession::Impl {
   }
 
   Status assign_node_once(int r, const RankOptions& options) {
-    const NodeAddress& address = nodes[static_cast<std::size_t>(r)];
-    auto node = dial_node_actor(*system, address, secret, kConnectTimeout);
-    if (!node) return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + node.error().message());
-    std::optional<Error> failure;
-    (*caller)->request(*node, kNodeSetupTimeout, assign_atom::value, assignment_for(r, options),
-                       caf::actor_cast<caf::actor>(coordinator))
-        .receive(
-            [&](std::string& refusal, caf::actor& rank) {
-              if (!refusal.empty()) failure = Error(ErrorCode::architecture, refusal);
-              ranks[static_cast<std::size_t>(r)] = caf::actor_cast<RankActor>(rank);
-            },
-            [&](caf::error& e) {
-              failure = Error(ErrorCode::io, describe_node(address, r) + " did not answer: " + system->render(e));
-            });
-    if (failure) return *failure;
-    return {};
+    return ask_node<caf::actor>(
+        r, [&](caf::actor& rank) { ranks[static_cast<std::size_t>(r)] = caf::actor_cast<RankActor>(rank); },
+        assign_atom::value, assignment_for(r, options), caf::actor_cast<caf::actor>(coordinator));
   }
 
   // Which ranks are gone. A local rank is asked: a request to an exited

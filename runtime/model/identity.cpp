@@ -111,16 +111,6 @@ std::vector<TensorResult> digest_tensors(const ModelContents& contents, const st
   return results;
 }
 
-// Where `tensors` lie in `bytes`.
-std::vector<ByteRange> held_ranges(const std::vector<WeightTensor>& tensors, int dim,
-                                   std::span<const std::byte> bytes) {
-  std::vector<ByteRange> ranges;
-  for (const WeightTensor& t : tensors) {
-    if (auto range = tensor_range(t, dim, bytes)) ranges.push_back(*range);
-  }
-  return ranges;
-}
-
 }  // namespace
 
 std::size_t tensor_count(const ModelConfig& config) {
@@ -149,7 +139,7 @@ Status identify(ModelContents& contents, std::span<const std::byte> bytes, const
   const ModelConfig& c = contents.config;
   contents.scope = load.scope;
   const auto tensors = weight_tensors(c, contents.weights, contents.scope);
-  if (load.mapped && !load.scope.holds_everything(c)) confine_mapping(bytes, held_ranges(tensors, c.dim, bytes));
+  if (load.mapped && !load.scope.holds_everything(c)) confine_mapping(bytes, tensor_ranges(tensors, c.dim, bytes));
   auto results = digest_tensors(contents, tensors, load, name, tensor_name);
   contents.tensor_digests.assign(tensor_count(c), std::string());
   for (std::size_t i = 0; i < tensors.size(); ++i) {

@@ -126,8 +126,27 @@ std::optional<ByteRange> tensor_range(const WeightTensor& tensor, int dim, std::
   return ByteRange{static_cast<std::size_t>(data - begin), length};
 }
 
-std::optional<ByteRange> Model::file_range(const WeightTensor& tensor) const {
-  return tensor_range(tensor, config().dim, file_.bytes());
+std::vector<ByteRange> tensor_ranges(const std::vector<WeightTensor>& tensors, int dim,
+                                     std::span<const std::byte> bytes) {
+  std::vector<ByteRange> ranges;
+  for (const WeightTensor& t : tensors) {
+    if (auto range = tensor_range(t, dim, bytes)) ranges.push_back(*range);
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+  std::vector<ByteRange> merged;
+  for (const ByteRange& r : ranges) {
+    const std::size_t end = r.offset + r.length;
+    if (!merged.empty() && r.offset <= merged.back().offset + merged.back().length) {
+      merged.back().length = std::max(merged.back().offset + merged.back().length, end) - merged.back().offset;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+std::vector<ByteRange> Model::file_ranges(const WeightScope& scope) const {
+  return tensor_ranges(weight_tensors(config(), weights(), scope), config().dim, file_.bytes());
 }
 
 std::size_t Model::resident_bytes() const {
@@ -136,16 +155,11 @@ std::size_t Model::resident_bytes() const {
 }
 
 std::size_t Model::resident_bytes(const WeightScope& scope) const {
-  std::vector<ByteRange> ranges;
-  std::size_t owned = 0;
+  std::size_t owned = 0;  // norms the Model holds, not the file
   for (const WeightTensor& t : weight_tensors(config(), weights(), scope)) {
-    if (auto range = file_range(t)) {
-      ranges.push_back(*range);
-    } else {
-      owned += static_cast<std::size_t>(config().dim) * sizeof(float);
-    }
+    if (!tensor_range(t, config().dim, file_.bytes())) owned += static_cast<std::size_t>(config().dim) * sizeof(float);
   }
-  return file_.resident_bytes(ranges) + owned;
+  return file_.resident_bytes(file_ranges(scope)) + owned;
 }
 
 Status validate(const ModelConfig& c) {

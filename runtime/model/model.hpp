@@ -145,6 +145,10 @@ void for_each_piece(const WeightTensor& tensor, int dim, std::vector<float>& scr
 // when it lies elsewhere (a norm the Model owns).
 std::optional<ByteRange> tensor_range(const WeightTensor& tensor, int dim, std::span<const std::byte> bytes);
 
+// Where `tensors` lie in `bytes`, sorted by offset, touching ranges merged.
+std::vector<ByteRange> tensor_ranges(const std::vector<WeightTensor>& tensors, int dim,
+                                     std::span<const std::byte> bytes);
+
 // for_each_piece over weight_tensors(config, weights), in order.
 void for_each_weight(const ModelConfig& config, const ModelWeights& weights,
                      const std::function<void(const WeightPiece& piece)>& fn);
@@ -212,9 +216,9 @@ class Model {
   // process holds, not what the page cache does).
   std::size_t resident_bytes() const;
   std::size_t resident_bytes(const WeightScope& scope) const;
-  // Where `tensor` lies in the file's mapping, as bytes from its start;
-  // nullopt for a norm the Model owns.
-  std::optional<ByteRange> file_range(const WeightTensor& tensor) const;
+  // Where `scope`'s tensors lie in the file (tensor_ranges); a norm the
+  // Model owns lies elsewhere.
+  std::vector<ByteRange> file_ranges(const WeightScope& scope) const;
   // A short name of the on-disk format, e.g. "llama2c-legacy" or "gguf-v3".
   const std::string& format() const { return contents_.format; }
   // The identity of identity.hpp, computed at load; empty unless the

@@ -6,29 +6,13 @@ namespace accord {
 
 namespace {
 
-// The file ranges of `scope`'s tensors, and their bytes; a norm the Model
-// owns has none (it is always resident).
+// The file ranges of `scope`'s tensors, merged, so that dropping a segment
+// keeps no page inside it; a norm the Model owns has none (it is always
+// resident).
 WeightSegment segment_of(const Model& model, const WeightScope& scope) {
   WeightSegment segment;
-  for (const WeightTensor& tensor : weight_tensors(model.config(), model.weights(), scope)) {
-    if (auto range = model.file_range(tensor)) {
-      segment.ranges.push_back(*range);
-      segment.bytes += range->length;
-    }
-  }
-  // Sorted and merged, so that dropping a segment keeps no page inside it.
-  std::sort(segment.ranges.begin(), segment.ranges.end(),
-            [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
-  std::vector<ByteRange> merged;
-  for (const ByteRange& r : segment.ranges) {
-    if (!merged.empty() && r.offset <= merged.back().offset + merged.back().length) {
-      const std::size_t end = std::max(merged.back().offset + merged.back().length, r.offset + r.length);
-      merged.back().length = end - merged.back().offset;
-    } else {
-      merged.push_back(r);
-    }
-  }
-  segment.ranges = std::move(merged);
+  segment.ranges = model.file_ranges(scope);
+  for (const ByteRange& range : segment.ranges) segment.bytes += range.length;
   return segment;
 }
 
