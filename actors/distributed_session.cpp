@@ -269,6 +269,7 @@ struct DistributedSession::Impl {
     assignment.threads = layout->threads;
     assignment.phase_timeout_ms = static_cast<std::int32_t>(options.phase_timeout.count());
     assignment.faults = options.faults;
+    for (const NodeAddress& node : nodes) assignment.rank_nodes.push_back(node.to_string());
     return assignment;
   }
 

@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/atoms.hpp"
+#include "actors/node_address.hpp"
+#include "actors/node_port.hpp"
 #include "actors/rank_actors.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "messages/node_api.hpp"
@@ -30,6 +32,7 @@ struct NodeState {
   std::shared_ptr<const Model> model;  // the one its rank runs, or the last loaded
   RankActor rank;                      // the rank this node runs, or none
   caf::actor coordinator;              // the rank's session's, while it lives
+  std::vector<NodeActor> later_nodes;  // those the node connected to (connect_to_later_ranks)
 };
 
 using NodePointer = NodeActor::stateful_pointer<NodeState>;
@@ -42,6 +45,35 @@ void release_rank(NodePointer self) {
   self->demonitor(s.coordinator);
   s.rank = RankActor{};
   s.coordinator = caf::actor{};
+  s.later_nodes.clear();
+}
+
+// How long a node waits for another node of its session to answer.
+constexpr auto kPeerConnectTimeout = std::chrono::seconds(2);
+
+// Connects to the nodes of the ranks after this one (each pair of nodes
+// once), so that CAF routes what the ranks send each other over those
+// connections instead of through the coordinator's process: BASP takes a
+// direct connection over an indirect route for every message. A node it
+// cannot reach is only slower to reach (through the coordinator), so that
+// is a warning, not a refusal.
+void connect_to_later_ranks(NodePointer self, const NodeAssignment& assignment) {
+  auto& s = self->state;
+  const auto& nodes = assignment.rank_nodes;
+  if (assignment.rank >= nodes.size()) return;
+  const std::string& own = nodes[assignment.rank];
+  for (std::size_t r = assignment.rank + 1; r < nodes.size(); ++r) {
+    if (nodes[r] == own) continue;
+    auto address = parse_node_address(nodes[r]);
+    auto node = address ? dial_node_actor(self->system(), *address, s.options.secret, kPeerConnectTimeout)
+                        : Result<NodeActor>(address.error());
+    if (node) {
+      s.later_nodes.push_back(std::move(*node));
+    } else {
+      spdlog::warn("{}: cannot connect to rank {}'s node {} ({}); its data goes through the coordinator",
+                   s.options.name, r, printable(nodes[r]), printable(node.error().message()));
+    }
+  }
 }
 
 // Another session's coordinator may not take the rank of a running one.
@@ -221,6 +253,7 @@ NodeActor::behavior_type node_actor(NodePointer self, NodeOptions options) {
         s.rank = *rank;
         s.coordinator = std::move(coordinator);
         self->monitor(s.coordinator);
+        connect_to_later_ranks(self, assignment);
         spdlog::info("{}: runs rank {} of {} of session {:x}", s.options.name, assignment.rank,
                      assignment.unit_counts.size(), assignment.session);
         return {std::string(), caf::actor_cast<caf::actor>(s.rank)};

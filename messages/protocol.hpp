@@ -28,6 +28,20 @@ using SessionId = std::uint64_t;
 // A transaction's number; only grows within a session.
 using Epoch = std::uint64_t;
 
+// A phase that begins with another and runs right after it
+// (runtime/agreement/transaction_plan.hpp), with its arguments.
+struct Rider {
+  PhaseId phase;
+  PhaseArguments arguments;
+
+  bool operator==(const Rider&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Rider& x) {
+  return f(x.phase, x.arguments);
+}
+
 // Starts a rank's local part of one phase of transaction `epoch`.
 struct PhaseBegin {
   SessionId session = 0;
@@ -36,9 +50,9 @@ struct PhaseBegin {
   // The phase's input (token ids, cache paths, ...; phase_arguments.hpp);
   // NoArguments when the phase takes none.
   PhaseArguments arguments;
-  // Phases without arguments that ride with this one (runtime/agreement/
+  // The phases that ride with this one (runtime/agreement/
   // transaction_plan.hpp): the rank runs and reports each right after it.
-  std::vector<PhaseId> riders;
+  std::vector<Rider> riders;
 
   bool operator==(const PhaseBegin&) const = default;
 };

@@ -503,16 +503,17 @@ TEST(CoordinatorAgreementTest, AResetCommitsOnEveryRankAfterARestoreFailed) {
 
 const PhaseId kPublication = phase_id(OutputPublication);
 const PhaseId kCommit = phase_id(Commit);
+const std::vector<Rider> kRiders{{kPublication, {}}, {kCommit, {}}};
 
 // Two ranks in the round Execution + [OutputPublication, Commit], begun.
 CoordinatorAgreement begun_round() {
   CoordinatorAgreement coordinator{kSession, 2, kOptions};
-  EXPECT_TRUE(coordinator.begin(1, kExecution, PhasePosition::last, kArguments, {kPublication, kCommit}).ok());
+  EXPECT_TRUE(coordinator.begin(1, kExecution, PhasePosition::last, kArguments, kRiders).ok());
   const CoordinatorReady ready = coordinator.take_ready();
   EXPECT_EQ(ready.messages.size(), 2u);
   for (const auto& message : ready.messages) {
     EXPECT_EQ(message.message, (std::variant<PhaseBegin, PhaseDecision>{
-                                   PhaseBegin{kSession, 1, kExecution, kArguments, {kPublication, kCommit}}}));
+                                   PhaseBegin{kSession, 1, kExecution, kArguments, kRiders}}));
   }
   return coordinator;
 }
@@ -612,7 +613,7 @@ TEST_F(RankAgreementTest, RunsEachPhaseReportsItAndCommitsOnTheDecision) {
 }
 
 TEST_F(RankAgreementTest, RunsARoundsRidersRightAfterItsPhaseAndTakesTheirDecisionsInOrder) {
-  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, {kPublication, kCommit}});
+  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, kRiders});
   EXPECT_EQ(ready().actions, (std::vector<RankAction>{RunPhase{1, kExecution, kArguments}}));
   rank_.phase_done(1, kExecution);
   RankReady out = ready();
@@ -639,7 +640,7 @@ TEST_F(RankAgreementTest, RunsARoundsRidersRightAfterItsPhaseAndTakesTheirDecisi
 }
 
 TEST_F(RankAgreementTest, AFailedPhaseRunsNoneOfItsRiders) {
-  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, {kPublication, kCommit}});
+  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, kRiders});
   ready();
   rank_.phase_failed(1, kExecution, FailureCode::mechanism, failure_text(1));
   RankReady out = ready();
@@ -650,7 +651,7 @@ TEST_F(RankAgreementTest, AFailedPhaseRunsNoneOfItsRiders) {
 }
 
 TEST_F(RankAgreementTest, AnAbortNamingALaterPhaseOfTheRoundWaitsForTheRiderThatRuns) {
-  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, {kPublication, kCommit}});
+  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, kRiders});
   rank_.phase_done(1, kExecution);
   ready();
   // Another rank failed the round's last phase while this one runs a rider.
@@ -666,7 +667,7 @@ TEST_F(RankAgreementTest, AnAbortNamingALaterPhaseOfTheRoundWaitsForTheRiderThat
 }
 
 TEST_F(RankAgreementTest, AProceedForARiderNotYetReportedIsOutOfOrder) {
-  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, {kPublication, kCommit}});
+  rank_.step(PhaseBegin{kSession, 1, kExecution, kArguments, kRiders});
   rank_.step(decide(Decision::proceed, 1, kPublication));
   EXPECT_EQ(rank_.dropped().of(DropReason::out_of_order), 1u);
 }
@@ -882,8 +883,8 @@ class LoopbackCluster {
     PhaseDecision last;
     for (std::size_t i = 0; i < rounds.size(); ++i) {
       const PhasePosition position = i + 1 == rounds.size() ? PhasePosition::last : PhasePosition::intermediate;
-      std::vector<PhaseId> riders;
-      for (std::size_t r = 1; r < rounds[i].size(); ++r) riders.push_back(phase_id(rounds[i][r]));
+      std::vector<Rider> riders;
+      for (std::size_t r = 1; r < rounds[i].size(); ++r) riders.push_back({phase_id(rounds[i][r]), {}});
       EXPECT_TRUE(coordinator_.begin(epoch, phase_id(rounds[i][0]), position, {}, riders).ok());
       deliver_until_quiet();
       last = settled_.back();

@@ -74,7 +74,8 @@ const PhaseId kRoute12 = boundary_phase_id(BoundarySourceReady, 1, 2);
 
 TEST_F(MessagesTest, PhaseBeginRoundTrips) {
   expect_round_trip(PhaseBegin{7, 12, phase_id(Execution), ExecutionArguments{true},
-                               {phase_id(OutputPublication), phase_id(Commit)}});
+                               {{phase_id(OutputPublication), {}},
+                                {phase_id(SamplingSynchronization), SamplingArguments{0.5f, 0.9f, 42, {2}}}}});
   expect_round_trip(PhaseBegin{7, 13, kRoute12, {}, {}});
 }
 
@@ -189,7 +190,8 @@ TEST_F(MessagesTest, NodeAssignmentRoundTrips) {
   const std::vector<Fault> plan = {{1, Execution, {}, FaultKind::error, 2},
                                    {0, BoundarySourceReady, {0, 1}, FaultKind::drop, 1}};
   expect_round_trip(
-      NodeAssignment{7, 2, {2, 2, 1}, "/models/m.bin", "0123abcd", {"aa", "", "bb"}, 4, 2000, plan, 1 << 20});
+      NodeAssignment{7, 2, {2, 2, 1}, "/models/m.bin", "0123abcd", {"aa", "", "bb"}, 4, 2000, plan, 1 << 20,
+                     {"10.0.0.1:7001", "10.0.0.2:7001", "10.0.0.3:7001"}});
 }
 
 TEST_F(MessagesTest, RankStateReportRoundTripsWithItsWeightShare) {

@@ -83,11 +83,16 @@ struct RankLog {
 };
 
 caf::behavior scripted_rank(caf::event_based_actor* self, std::shared_ptr<RankLog> log) {
-  // Data between ranks (activations, samples) is not what these tests watch.
+  // Data between ranks (activations, samples) is not what these tests
+  // watch. It is taken, not left to the default handler: CAF's `drop`
+  // answers the sender with an error, which ends a rank's actor.
   self->set_default_handler(caf::drop);
   return {
       [=](const PhaseBegin& begin) { log->begins.push_back(begin); },
       [=](const PhaseDecision& decision) { log->decisions.push_back(decision); },
+      [](const RouteTransfer&) {},
+      [](const SamplingResult&) {},
+      [](const PredictionTargetHidden&) {},
   };
 }
 
@@ -179,7 +184,7 @@ class ScriptedCluster {
   PhaseId phase() const {
     const PhaseBegin& begin = newest_begin();
     std::vector<PhaseId> round{begin.phase};
-    round.insert(round.end(), begin.riders.begin(), begin.riders.end());
+    for (const Rider& rider : begin.riders) round.push_back(rider.phase);
     std::size_t decided = 0;
     for (const PhaseDecision& d : logs_.at(0)->decisions) {
       if (d.epoch == begin.epoch && decided < round.size() && d.phase == round[decided]) ++decided;
@@ -438,12 +443,13 @@ TEST_P(CoordinatorOrderTest, TheLogitsReachTheReplyWhetherTheyArriveBeforeOrAfte
 TEST_P(CoordinatorOrderTest, ASecondRequestWhileOneIsOpenIsRefusedAndTheFirstCompletes) {
   ScriptedCluster cluster(GetParam());
   cluster.request(forward_step());
-  cluster.answer_all();  // the first transaction is between phases
+  cluster.answer_all();  // the first transaction's first phase is decided
+  const std::size_t begun = cluster.seen_by(0).begins.size();
   cluster.request(forward_step());
   ASSERT_EQ(cluster.replies().size(), 1u);
   EXPECT_EQ(cluster.replies()[0].outcome, TransactionOutcome::refused);
   EXPECT_EQ(cluster.replies()[0].message, "the session is running another transaction");
-  EXPECT_EQ(cluster.seen_by(0).begins.size(), 2u);  // the refused one began nothing
+  EXPECT_EQ(cluster.seen_by(0).begins.size(), begun);  // the refused one began nothing
   cluster.agree_until(Commit);
   cluster.answer_all();
   ASSERT_EQ(cluster.replies().size(), 2u);
@@ -494,7 +500,7 @@ TEST_P(CoordinatorDropTest, StatusesAfterTheDecisionOrForAnotherEpochPhaseOrRank
   PhaseStatus future = cluster.status(0);
   future.epoch = 3;
   PhaseStatus other_phase = cluster.status(0);
-  other_phase.phase = phase_id(Execution);
+  other_phase.phase = phase_id(SessionCheckpoint);  // not a phase of a forward step
   PhaseStatus unknown_rank = cluster.status(0);
   unknown_rank.rank = ranks;
   PhaseStatus other_session = cluster.status(0);
@@ -550,9 +556,12 @@ struct CoordinatorLog {
 };
 
 caf::behavior scripted_coordinator(caf::event_based_actor* self, std::shared_ptr<CoordinatorLog> log) {
-  // The logits and samples a rank publishes are not what these tests watch.
+  // The logits and samples a rank publishes are not what these tests watch
+  // (taken, as scripted_rank takes data).
   self->set_default_handler(caf::drop);
   return {
+      [](const StepOutput&) {},
+      [](const SamplingResult&) {},
       [=](const PhaseStatus& status) { log->statuses.push_back(status); },
       [=](const AbortAcknowledgement& acknowledgement) { log->acknowledgements.push_back(acknowledgement); },
   };
@@ -729,6 +738,33 @@ TEST_F(RankOrderTest, ARouteTransferBeforeOrAfterItsReadyBeginIsAccepted) {
     EXPECT_EQ(rank.statuses().back(), ok_from(1, 1, kReady01)) << rank.statuses().back().error_message;
     expect_dropped(rank.dropped(), {});
   }
+}
+
+TEST_F(RankOrderTest, ARouteTransferOfTheNextStepThatOvertakesThisStepsCommitIsKept) {
+  // Node to node, rank 0's transfer of step 2 may come before the
+  // coordinator's commit of step 1: rank 0 runs step 2 as soon as its
+  // begin came, and its link to this rank is not the coordinator's. Rank 1
+  // of 3 owns no output, which the scripted coordinator would refuse.
+  RankUnderTest rank(model(), 1, 3);
+  const PhaseId completion12 = boundary_phase_id(BoundarySourceCompletion, 1, 2);
+  const PhaseId ready12 = boundary_phase_id(BoundarySourceReady, 1, 2);
+  agree(rank, 1, 1, phase_id(StateCheckpoint), StepTokens{kTokens});
+  agree(rank, 1, 1, kCompletion01);
+  rank.send(activations(1));
+  agree(rank, 1, 1, kReady01);
+  agree(rank, 1, 1, completion12);
+  agree(rank, 1, 1, ready12);
+  agree(rank, 1, 1, phase_id(Execution), ExecutionArguments{false});
+  for (auto phase : {OutputObservation, OutputPublication, MechanismCompletion}) agree(rank, 1, 1, phase_id(phase));
+  rank.send(begin(1, phase_id(Commit)));
+  rank.send(activations(2));
+  rank.send(decision(1, phase_id(Commit), Decision::commit));
+
+  agree(rank, 1, 2, phase_id(StateCheckpoint), StepTokens{kTokens});
+  agree(rank, 1, 2, kCompletion01);
+  rank.send(begin(2, kReady01));
+  EXPECT_EQ(rank.statuses().back(), ok_from(1, 2, kReady01)) << "the transfer of step 2 was forgotten";
+  expect_dropped(rank.dropped(), {});
 }
 
 TEST_F(RankOrderTest, AStaleOrForeignRouteTransferIsCountedAndCompletesNothing) {

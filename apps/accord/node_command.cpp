@@ -129,6 +129,7 @@ int run_node(const NodeArgs& args) {
   if (!options) return fail(options.error().message());
   auto secret = secret_from(args.secret_file);
   if (!secret) return fail(secret.error().message());
+  options->secret = *secret;
   if (args.max_connections < 1) return fail("--max-connections must be at least 1");
   if (args.max_frame_bytes < kMinFrameBytes) return fail("--max-frame-bytes must be at least 1 MiB");
   NodePortOptions port_options{GateOptions{std::move(*secret), args.max_connections}, args.max_frame_bytes};

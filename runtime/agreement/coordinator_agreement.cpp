@@ -13,7 +13,7 @@ CoordinatorAgreement::CoordinatorAgreement(SessionId session, RankId rank_count,
 }
 
 Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition position,
-                                   PhaseArguments arguments, std::vector<PhaseId> riders) {
+                                   PhaseArguments arguments, std::vector<Rider> riders) {
   if (stage_ != Stage::idle) {
     return Error(ErrorCode::contract, "phase " + to_string(phase_) + " of epoch " + std::to_string(epoch_) +
                                           " is still being agreed on");
@@ -28,7 +28,7 @@ Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition pos
 }
 
 Status CoordinatorAgreement::begin_reset(Epoch epoch, PhaseArguments arguments,
-                                         std::vector<PhaseId> riders, PhasePosition position) {
+                                         std::vector<Rider> riders, PhasePosition position) {
   if (stage_ != Stage::idle) {
     return Error(ErrorCode::contract, "cannot reset while phase " + to_string(phase_) + " of epoch " +
                                           std::to_string(epoch_) + " is being agreed on");
@@ -63,13 +63,13 @@ Status CoordinatorAgreement::check_can_open(Epoch epoch) const {
 }
 
 void CoordinatorAgreement::start_round(Epoch epoch, PhaseId phase, PhasePosition position,
-                                       PhaseArguments arguments, std::vector<PhaseId> riders) {
+                                       PhaseArguments arguments, std::vector<Rider> riders) {
   stage_ = Stage::collecting_statuses;
   epoch_ = epoch;
   phase_ = phase;
   position_ = position;
   round_.assign(1, phase);
-  round_.insert(round_.end(), riders.begin(), riders.end());
+  for (const Rider& rider : riders) round_.push_back(rider.phase);
   current_ = 0;
   early_.assign(round_.size(), std::vector<bool>(rank_count_, false));
   answered_.assign(rank_count_, false);
@@ -196,6 +196,7 @@ void CoordinatorAgreement::decide_success() {
   if (!round_ends) {
     // The next rider's turn, with the statuses that came early.
     phase_ = round_[++current_];
+    ticks_in_stage_ = 0;
     answered_ = early_[current_];
     unanswered_ = static_cast<RankId>(std::count(answered_.begin(), answered_.end(), false));
     if (unanswered_ == 0) decide_success();

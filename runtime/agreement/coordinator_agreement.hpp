@@ -82,14 +82,14 @@ class CoordinatorAgreement {
   // `riders` begin with the phase; `position` is the last rider's, the
   // others are intermediate.
   Status begin(Epoch epoch, PhaseId phase, PhasePosition position, PhaseArguments arguments = {},
-               std::vector<PhaseId> riders = {});
+               std::vector<Rider> riders = {});
 
   // Starts a reset transaction: its first phase, SessionResetPreparation;
   // continue it with begin() and the same epoch. Allowed while poisoned;
   // its commit clears the poison. Refused (ErrorCode::state) while a rank
   // is down: a reset needs the complete topology.
   // `position` is the round's last phase's, as for begin().
-  Status begin_reset(Epoch epoch, PhaseArguments arguments = {}, std::vector<PhaseId> riders = {},
+  Status begin_reset(Epoch epoch, PhaseArguments arguments = {}, std::vector<Rider> riders = {},
                      PhasePosition position = PhasePosition::intermediate);
 
   void step(const PhaseStatus& status);
@@ -127,7 +127,7 @@ class CoordinatorAgreement {
 
   Status check_can_open(Epoch epoch) const;
   void start_round(Epoch epoch, PhaseId phase, PhasePosition position, PhaseArguments arguments,
-                   std::vector<PhaseId> riders);
+                   std::vector<Rider> riders);
   void record_early_status(std::size_t index, const PhaseStatus& status);
   std::optional<std::size_t> index_in_round(const PhaseId& phase) const;
   bool accept_reply(SessionId session, Epoch epoch, RankId rank);

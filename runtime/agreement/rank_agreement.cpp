@@ -48,7 +48,11 @@ void RankAgreement::open_transaction(const PhaseBegin& begin) {
 
 void RankAgreement::start_round(const PhaseBegin& begin) {
   round_.assign(1, begin.phase);
-  round_.insert(round_.end(), begin.riders.begin(), begin.riders.end());
+  rider_arguments_.clear();
+  for (const Rider& rider : begin.riders) {
+    round_.push_back(rider.phase);
+    rider_arguments_.push_back(rider.arguments);
+  }
   reported_ok_ = 0;
   decided_ = 0;
   next_rider_ = 1;
@@ -110,8 +114,8 @@ void RankAgreement::report_local_result(Epoch epoch, const PhaseId& phase, bool 
   ready_.messages.push_back(PhaseStatus{session_, epoch, phase, rank_, ok, code, std::move(message)});
   if (ok) ++reported_ok_;
   if (ok && next_rider_ < round_.size()) {
-    const PhaseId rider = round_[next_rider_++];
-    start_work(rider, {});
+    const std::size_t rider = next_rider_++;
+    start_work(round_[rider], std::move(rider_arguments_[rider - 1]));
   } else {
     next_rider_ = round_.size();  // a failed phase ends the round's work
     stage_ = Stage::awaiting_decision;

@@ -124,6 +124,7 @@ class RankAgreement {
   // `reported_ok_` of them were reported ok, the first `decided_` decided;
   // `next_rider_` is the index of the next one to run.
   std::vector<PhaseId> round_;
+  std::vector<PhaseArguments> rider_arguments_;  // round_[i + 1]'s
   std::size_t reported_ok_ = 0;
   std::size_t decided_ = 0;
   std::size_t next_rider_ = 0;

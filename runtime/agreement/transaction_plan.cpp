@@ -1,7 +1,5 @@
 #include "runtime/agreement/transaction_plan.hpp"
 
-#include <variant>
-
 namespace accord {
 
 namespace {
@@ -13,14 +11,27 @@ struct PlannedPhase {
   PhaseArguments arguments;
 };
 
-// Whether `phase` may ride with the phase before it: no arguments, and on
-// every rank a local part that is immediate and uses only what the rank's
-// own earlier phases left (docs/protocol.md, "Rounds").
+// Whether `phase` may ride with the phase before it (docs/protocol.md,
+// "Rounds"): its local part on every rank needs nothing from the others
+// but data they send it (activations, the sampled token, the capture),
+// which the rank waits for, and no argument the coordinator learns only
+// from an earlier phase's statuses. Every phase of a forward step
+// after its checkpoint rides, as do MechanismCompletion and Commit. A
+// prompt cache's phases do not: a shard is published only once every rank
+// prepared its own, and a load's preparation names rank 0's save, which
+// the preflight's statuses tell.
 bool rides(const PlannedPhase& phase) {
-  if (!std::holds_alternative<NoArguments>(phase.arguments)) return false;
   switch (phase.id.phase) {
+    case BoundarySourceCompletion:
+    case BoundarySourceReady:
+    case Execution:
     case OutputObservation:
+    case PredictionTargetCapture:
+    case PredictionTargetCapturePublication:
+    case PredictionTargetStatePreparation:
+    case PredictionExtensionExecution:
     case OutputPublication:
+    case SamplingSynchronization:
     case MechanismCompletion:
     case Commit:
       return true;
@@ -90,7 +101,7 @@ std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, Ra
   std::vector<PlannedRound> rounds;
   for (auto& phase : phases_for(request, ranks)) {
     if (!rounds.empty() && rides(phase)) {
-      rounds.back().riders.push_back(phase.id);
+      rounds.back().riders.push_back({phase.id, std::move(phase.arguments)});
     } else {
       rounds.push_back({phase.id, std::move(phase.arguments), {}});
     }

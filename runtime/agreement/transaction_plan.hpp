@@ -25,7 +25,7 @@ namespace accord {
 struct PlannedRound {
   PhaseId phase;
   PhaseArguments arguments;
-  std::vector<PhaseId> riders;  // in order; they take no arguments
+  std::vector<Rider> riders;  // in order
 };
 
 // The rounds of the transaction `request` asks for on `ranks` ranks.

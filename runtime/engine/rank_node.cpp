@@ -82,13 +82,13 @@ void RankNode::carry_out(const RankAction& action) {
   if (const auto* run = std::get_if<RunPhase>(&action)) {
     run_phase(*run);
   } else if (const auto* commit = std::get_if<CommitTransaction>(&action)) {
-    forget_step();
+    forget_step(commit->epoch);
     worker_->commit(commit->epoch);
     cache_.commit(commit->epoch);
   } else if (const auto* restore = std::get_if<RestoreCheckpoint>(&action)) {
     this->restore(restore->epoch);
   } else if (std::holds_alternative<MarkPoisoned>(action)) {
-    forget_step();
+    forget_step(machine_.epoch());
     worker_->forget_open_transaction();
     cache_.forget();
   }
@@ -97,7 +97,7 @@ void RankNode::carry_out(const RankAction& action) {
 // Abort: the state, then the cache's publication; the rank has restored
 // only when both have.
 void RankNode::restore(Epoch epoch) {
-  forget_step();
+  forget_step(epoch);
   const Status state = worker_->restore(epoch);
   const Status cache = cache_.revert(epoch);
   if (state && cache) {
@@ -108,11 +108,17 @@ void RankNode::restore(Epoch epoch) {
   pump();
 }
 
-void RankNode::forget_step() {
-  activations_.reset();
-  sampled_.reset();
-  capture_.reset();
-  waiting_.reset();
+// What came for a later step stays: another rank that already runs it
+// may send its data over a link that overtakes this step's decision (node
+// to node, where the decision comes from the coordinator's process).
+void RankNode::forget_step(Epoch epoch) {
+  const auto forget = [epoch](auto& data) {
+    if (data && data->epoch <= epoch) data.reset();
+  };
+  forget(activations_);
+  forget(sampled_);
+  forget(capture_);
+  forget(waiting_);
 }
 
 // An abort or a poison ends a phase waiting for another rank's data (which

@@ -101,7 +101,8 @@ class RankNode {
   void pump();
   void carry_out(const RankAction& action);
   void restore(Epoch epoch);
-  void forget_step();
+  // Forgets the data and the wait of transaction `epoch` and those before.
+  void forget_step(Epoch epoch);
   void stop_waiting(Epoch epoch);
   void run_phase(const RunPhase& run);
   void run_guarded(const RunPhase& run, const std::string& injected = {});

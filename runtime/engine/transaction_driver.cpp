@@ -55,7 +55,7 @@ void TransactionDriver::begin_next() {
   const auto position = next_round_ + 1 == plan_.size() ? PhasePosition::last : PhasePosition::intermediate;
   ++next_round_;
   reply_.phases_run += 1 + round.riders.size();
-  round_end_ = round.riders.empty() ? round.phase : round.riders.back();
+  round_end_ = round.riders.empty() ? round.phase : round.riders.back().phase;
   Status begun = next_round_ == 1 && round.phase.phase == SessionResetPreparation
                      ? agreement_.begin_reset(reply_.epoch, std::move(round.arguments), std::move(round.riders),
                                               position)
