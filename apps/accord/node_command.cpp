@@ -181,8 +181,8 @@ Command add_node_command(CLI::App& app) {
   cmd->add_flag("--allow-faults", args->allow_faults,
                 "take the fault plans coordinators send (test clusters only)");
   cmd->add_option("--secret-file", args->secret_file,
-                  "file of the cluster's shared secret (or ACCORD_SECRET_FILE); coordinators must prove it. "
-                  "Without one only loopback peers are admitted");
+                  "file of the cluster's shared secret (or ACCORD_SECRET_FILE); coordinators and the "
+                  "session's other nodes must prove it. Without one only loopback peers are admitted");
   cmd->add_option("--max-connections", args->max_connections, "connections open at once, handshaking or admitted")
       ->capture_default_str();
   cmd->add_option("--max-frame-bytes", args->max_frame_bytes,
