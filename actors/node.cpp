@@ -68,6 +68,7 @@ void connect_to_later_ranks(NodePointer self, const NodeAssignment& assignment) 
     auto node = address ? dial_node_actor(self->system(), *address, s.options.secret, kPeerConnectTimeout)
                         : Result<NodeActor>(address.error());
     if (node) {
+      spdlog::info("{}: connected to rank {}'s node {}", s.options.name, r, nodes[r]);
       s.later_nodes.push_back(std::move(*node));
     } else {
       spdlog::warn("{}: cannot connect to rank {}'s node {} ({}); its data goes through the coordinator",

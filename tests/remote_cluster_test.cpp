@@ -133,6 +133,21 @@ TEST_F(RemoteClusterTest, ThreeNodesGiveTheLogitsOfThreeInProcessRanks) {
   EXPECT_EQ(digests->size(), 3u);
 }
 
+TEST_F(RemoteClusterTest, EachNodeConnectsToTheNodesOfTheRanksAfterItsOwn) {
+  auto session = connect();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(session->prefill(kPrompt));
+  const auto connected = [&](int from, int to) {
+    return nodes_[from]->log().find("connected to rank " + std::to_string(to) + "'s node " +
+                                    nodes_[to]->address().to_string()) != std::string::npos;
+  };
+  EXPECT_TRUE(connected(0, 1)) << nodes_[0]->log();
+  EXPECT_TRUE(connected(0, 2)) << nodes_[0]->log();
+  EXPECT_TRUE(connected(1, 2)) << nodes_[1]->log();
+  EXPECT_FALSE(connected(2, 0)) << "each pair of nodes connects once";
+  for (const auto& node : nodes_) EXPECT_EQ(node->log().find("cannot connect"), std::string::npos) << node->log();
+}
+
 TEST_F(RemoteClusterTest, AClientThatReadsNoWeightsTakesItsIdentityFromTheNodesShards) {
   const Model client = Model::load(test::stories_model(), {WeightScope::nothing(), 1}).value();
   EXPECT_TRUE(client.identity().empty());
