@@ -12,7 +12,8 @@
 //   it and that every rank runs and reports right after it. Their statuses
 //   may arrive before their turn; each is still decided in order, once
 //   every rank's status for it is in, and an error status for any of them
-//   aborts at once. The round's deadline runs from its begin.
+//   aborts at once. A phase's status deadline runs from the decision of the
+//   phase before it (the round's begin for the first).
 // - The first error status, or the status deadline passing: abort, sent to
 //   every rank; then every rank must acknowledge. All restored: the
 //   transaction is aborted and the session stays usable.

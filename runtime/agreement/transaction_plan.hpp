@@ -3,15 +3,16 @@
 // "Phase sequences"). CAF-free: the coordinator actor runs it over
 // CoordinatorAgreement, and tests and the fault matrix walk it.
 //
-// A round is one phase that carries work or arguments, followed by the
-// phases that ride with it: those whose local part on every rank is
-// immediate and depends on nothing but the rank's own earlier phases
-// (OutputObservation, OutputPublication, MechanismCompletion, Commit).
+// A round is one phase followed by the phases that ride with it, with their
+// arguments: those whose local part on every rank needs nothing from the
+// other ranks but the data they send it, and no argument known only from
+// an earlier phase's statuses. A forward step is one round (its checkpoint,
+// then every other phase); a prompt cache's phases take a round each.
 // Every phase of a round is still run, reported and decided on every rank
-// in order (DESIGN.md: phases without work of their own may ride in one
-// message with their neighbour); a round only saves the round trip between
-// them: a rank runs the riders right after the phase and sends their
-// statuses without waiting for the decisions in between.
+// in order; a round only saves the round trips between them: a rank runs
+// each rider as soon as its data is here and sends its status without
+// waiting for the decisions in between (docs/protocol.md, "Rounds", and
+// where that goes beyond DESIGN.md's wording).
 #pragma once
 
 #include <vector>
