@@ -568,6 +568,20 @@ TEST(CoordinatorAgreementTest, ARoundsDeadlineNamesThePhaseInTurnAndItsSilentRan
                  decision(Decision::abort, cause_of(CauseKind::status_timeout, 1), 1, kPublication), {0, 1});
 }
 
+TEST(CoordinatorAgreementTest, ARidersDeadlineRunsFromTheDecisionOfThePhaseBeforeIt) {
+  CoordinatorAgreement coordinator = begun_round();
+  // Execution takes all but the last tick of its deadline...
+  for (std::uint32_t tick = 1; tick < kOptions.status_deadline_ticks; ++tick) coordinator.tick();
+  coordinator.step(status(0, true, 1, kExecution));
+  coordinator.step(status(1, true, 1, kExecution));
+  EXPECT_EQ(coordinator.take_ready().settled,
+            std::vector<PhaseDecision>{decision(Decision::proceed, {}, 1, kExecution)});
+  // ...and the publication still has a whole deadline of its own.
+  tick_through_deadline(coordinator, kOptions.status_deadline_ticks);
+  expect_sent_to(coordinator.take_ready().messages,
+                 decision(Decision::abort, cause_of(CauseKind::status_timeout, 0), 1, kPublication), {0, 1});
+}
+
 TEST(CoordinatorAgreementTest, ADuplicateEarlyStatusIsDroppedAndCounted) {
   CoordinatorAgreement coordinator = begun_round();
   coordinator.step(status(1, true, 1, kPublication));
