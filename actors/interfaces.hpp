@@ -36,8 +36,8 @@ namespace accord {
 // One rank (actors/rank_actors.hpp). The topology lists every rank's actor
 // in rank order.
 using RankActor = caf::typed_actor<
-    caf::reacts_to<PhaseBegin>, caf::reacts_to<PhaseDecision>, caf::reacts_to<RouteTransfer>,
-    caf::reacts_to<SamplingResult>, caf::reacts_to<PredictionTargetHidden>,
+    caf::reacts_to<PhaseBegin>, caf::reacts_to<PhaseDecision>, caf::reacts_to<RankInstructions>,
+    caf::reacts_to<RouteTransfer>, caf::reacts_to<SamplingResult>, caf::reacts_to<PredictionTargetHidden>,
     caf::reacts_to<topology_atom, std::vector<caf::actor>>, caf::reacts_to<LentObserver>,
     caf::replies_to<rank_state_atom>::with<RankStateReport>,
     caf::replies_to<faults_atom, std::vector<Fault>>::with<bool>, caf::reacts_to<delayed_atom, Epoch>,
@@ -48,8 +48,9 @@ using RankActor = caf::typed_actor<
 // the counters and every rank's state; a new phase timeout (milliseconds).
 using CoordinatorActor = caf::typed_actor<
     caf::replies_to<TransactionRequest>::with<TransactionReply>, caf::reacts_to<PhaseStatus>,
-    caf::reacts_to<AbortAcknowledgement>, caf::reacts_to<StepOutput>, caf::reacts_to<SamplingResult>,
-    caf::reacts_to<PredictionTargetHidden>, caf::reacts_to<RankCheckpointReport>, caf::reacts_to<PromptCacheReport>,
+    caf::reacts_to<AbortAcknowledgement>, caf::reacts_to<RankReports>, caf::reacts_to<StepOutput>,
+    caf::reacts_to<SamplingResult>, caf::reacts_to<PredictionTargetHidden>, caf::reacts_to<RankCheckpointReport>,
+    caf::reacts_to<PromptCacheReport>,
     caf::reacts_to<topology_atom, std::vector<caf::actor>>, caf::reacts_to<restart_atom, RankId, caf::actor>,
     caf::replies_to<dropped_atom>::with<std::vector<std::uint64_t>>,
     caf::replies_to<down_atom>::with<std::vector<RankId>>,

@@ -16,6 +16,8 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<PhaseStatus>("accord.PhaseStatus");
   config.add_message_type<PhaseDecision>("accord.PhaseDecision");
   config.add_message_type<AbortAcknowledgement>("accord.AbortAcknowledgement");
+  config.add_message_type<RankInstructions>("accord.RankInstructions");
+  config.add_message_type<RankReports>("accord.RankReports");
   config.add_message_type<WireTensor>("accord.WireTensor");
   config.add_message_type<RouteTransfer>("accord.RouteTransfer");
   config.add_message_type<StepOutput>("accord.StepOutput");

@@ -21,8 +21,18 @@ class ActorOutbox final : public RankOutbox {
     for (const auto& rank : ranks) ranks_.push_back(caf::actor_cast<RankActor>(rank));
   }
 
-  void to_coordinator(RankReport report) override {
-    std::visit([&](auto& message) { self_->send(coordinator_, std::move(message)); }, report);
+  // Held until the handler that reported it ends (flush).
+  void to_coordinator(RankReport report) override { held_.push_back(std::move(report)); }
+
+  // What one handler reported goes to the coordinator as one message: a
+  // rank that runs several riders in one go reports them at once.
+  void flush() {
+    if (held_.size() == 1) {
+      std::visit([&](auto& message) { self_->send(coordinator_, std::move(message)); }, held_.front());
+    } else if (!held_.empty()) {
+      self_->send(coordinator_, RankReports{std::move(held_)});
+    }
+    held_.clear();
   }
 
   // Before the topology came there is no one to send to; the phase then
@@ -36,14 +46,19 @@ class ActorOutbox final : public RankOutbox {
     self_->delayed_send(self_, fault_delay_, delayed_atom::value, epoch);
   }
 
-  // The coordinator's monitor sees the rank go down.
-  void exit() override { self_->quit(caf::exit_reason::kill); }
+  // The coordinator's monitor sees the rank go down, after what the rank
+  // reported before.
+  void exit() override {
+    flush();
+    self_->quit(caf::exit_reason::kill);
+  }
 
  private:
   RankActor::pointer self_;
   CoordinatorActor coordinator_;
   std::chrono::milliseconds fault_delay_;
   std::vector<RankActor> ranks_;  // every rank's actor, in rank order
+  std::vector<RankReport> held_;  // for the coordinator, in order
 };
 
 struct RankState {
@@ -62,12 +77,23 @@ RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self,
   s.node = std::make_unique<RankNode>(std::move(worker), session, rank_count, options.faults, *s.outbox);
   if (options.confinement) s.node->confine_prompt_caches(options.confinement->prompt_cache_folder);
   const bool takes_faults = !options.confinement || options.confinement->allow_faults;
+  // Hands what arrived to the node, then sends what it reported.
+  auto to_node = [=](auto&& message) {
+    self->state.node->receive(std::forward<decltype(message)>(message));
+    self->state.outbox->flush();
+  };
   return {
-      [=](const PhaseBegin& begin) { self->state.node->receive(begin); },
-      [=](const PhaseDecision& decision) { self->state.node->receive(decision); },
-      [=](RouteTransfer& transfer) { self->state.node->receive(PeerData(std::move(transfer))); },
-      [=](const SamplingResult& sampled) { self->state.node->receive(PeerData(sampled)); },
-      [=](PredictionTargetHidden& capture) { self->state.node->receive(PeerData(std::move(capture))); },
+      [=](const PhaseBegin& begin) { to_node(begin); },
+      [=](const PhaseDecision& decision) { to_node(decision); },
+      [=](const RankInstructions& instructions) {
+        for (const auto& item : instructions.items) {
+          std::visit([&](const auto& instruction) { self->state.node->receive(instruction); }, item);
+        }
+        self->state.outbox->flush();
+      },
+      [=](RouteTransfer& transfer) { to_node(PeerData(std::move(transfer))); },
+      [=](const SamplingResult& sampled) { to_node(PeerData(sampled)); },
+      [=](PredictionTargetHidden& capture) { to_node(PeerData(std::move(capture))); },
       [=](topology_atom, const std::vector<caf::actor>& ranks) { self->state.outbox->set_ranks(ranks); },
       [=](const LentObserver& lent) { self->state.node->lend_observer(lent.observer); },
       [=](rank_state_atom) -> RankStateReport { return self->state.node->state_report(); },
@@ -76,7 +102,10 @@ RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self,
         self->state.node->set_faults(plan);
         return true;
       },
-      [=](delayed_atom, Epoch epoch) { self->state.node->run_held_back(epoch); },
+      [=](delayed_atom, Epoch epoch) {
+        self->state.node->run_held_back(epoch);
+        self->state.outbox->flush();
+      },
       [=](dropped_atom) -> std::vector<std::uint64_t> { return self->state.node->dropped().counts(); },
   };
 }

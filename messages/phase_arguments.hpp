@@ -13,6 +13,8 @@
 #include <variant>
 #include <vector>
 
+#include "messages/variant_wire.hpp"
+
 namespace accord {
 
 struct NoArguments {
@@ -112,39 +114,9 @@ typename Inspector::result_type inspect(Inspector& f, SamplingArguments& x) {
 using PhaseArguments = std::variant<NoArguments, StepTokens, ExecutionArguments, DraftTokens, RollbackTarget,
                                     PromptCacheArguments, SamplingArguments>;
 
-namespace detail {
-
-// Makes `x` hold its alternative number `index` (NoArguments when none has
-// that number), default-constructed.
-template <std::size_t I = 0>
-void emplace_alternative(PhaseArguments& x, std::size_t index) {
-  if constexpr (I < std::variant_size_v<PhaseArguments>) {
-    if (index == I) {
-      x.template emplace<I>();
-    } else {
-      emplace_alternative<I + 1>(x, index);
-    }
-  } else {
-    x.template emplace<NoArguments>();
-  }
-}
-
-}  // namespace detail
-
-// The alternative's index, then the alternative. An inspector that writes
-// the value (a deserializer) reads the index first, then the alternative
-// in place.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, PhaseArguments& x) {
-  if constexpr (Inspector::reads_state) {
-    auto index = static_cast<std::uint8_t>(x.index());
-    return std::visit([&](auto& alternative) { return f(index, alternative); }, x);
-  } else {
-    std::uint8_t index = 0;
-    if (auto failure = f(index)) return failure;
-    detail::emplace_alternative(x, index);
-    return std::visit([&](auto& alternative) { return f(alternative); }, x);
-  }
-}
+// PhaseArguments travel as every std::variant of the wire does
+// (messages/variant_wire.hpp): an index that names no kind arrives as its
+// first alternative, NoArguments.
+static_assert(std::is_same_v<std::variant_alternative_t<0, PhaseArguments>, NoArguments>);
 
 }  // namespace accord

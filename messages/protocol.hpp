@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "messages/phase.hpp"
@@ -388,6 +389,41 @@ struct PromptCacheReport {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PromptCacheReport& x) {
   return f(x.session, x.epoch, x.rank, x.save_id);
+}
+
+// What the coordinator sends a rank: a phase's begin or its decision.
+using RankInstruction = std::variant<PhaseBegin, PhaseDecision>;
+// What a rank sends the coordinator: its statuses and acknowledgements, and
+// what goes beside them.
+using RankReport = std::variant<PhaseStatus, AbortAcknowledgement, StepOutput, SamplingResult,
+                                PredictionTargetHidden, RankCheckpointReport, PromptCacheReport>;
+
+// Several instructions for one rank, or several reports of one rank, that
+// were ready at once, sent as one message and taken in order. A batch is
+// the transport's, not the protocol's: every phase keeps its own status and
+// decision (actors/: a forward step's statuses and decisions would
+// otherwise cost a message each). The items travel as messages/
+// variant_wire.hpp says.
+struct RankInstructions {
+  std::vector<RankInstruction> items;
+
+  bool operator==(const RankInstructions&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RankInstructions& x) {
+  return f(x.items);
+}
+
+struct RankReports {
+  std::vector<RankReport> items;
+
+  bool operator==(const RankReports&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RankReports& x) {
+  return f(x.items);
 }
 
 }  // namespace accord

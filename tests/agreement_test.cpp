@@ -89,7 +89,7 @@ void expect_sent_to(const std::vector<CoordinatorMessage>& messages, const Phase
   ASSERT_EQ(messages.size(), recipients.size());
   for (std::size_t i = 0; i < messages.size(); ++i) {
     EXPECT_EQ(messages[i].to, recipients[i]);
-    EXPECT_EQ(messages[i].message, (std::variant<PhaseBegin, PhaseDecision>{expected})) << describe(expected);
+    EXPECT_EQ(messages[i].message, (RankInstruction{expected})) << describe(expected);
   }
 }
 
@@ -98,7 +98,7 @@ void expect_begins(const CoordinatorReady& ready, RankId ranks, Epoch epoch, Pha
   for (RankId rank = 0; rank < ranks; ++rank) {
     EXPECT_EQ(ready.messages[rank].to, rank);
     EXPECT_EQ(ready.messages[rank].message,
-              (std::variant<PhaseBegin, PhaseDecision>{PhaseBegin{kSession, epoch, phase, {}, {}}}));
+              (RankInstruction{PhaseBegin{kSession, epoch, phase, {}, {}}}));
   }
   EXPECT_TRUE(ready.settled.empty());
 }
@@ -512,7 +512,7 @@ CoordinatorAgreement begun_round() {
   const CoordinatorReady ready = coordinator.take_ready();
   EXPECT_EQ(ready.messages.size(), 2u);
   for (const auto& message : ready.messages) {
-    EXPECT_EQ(message.message, (std::variant<PhaseBegin, PhaseDecision>{
+    EXPECT_EQ(message.message, (RankInstruction{
                                    PhaseBegin{kSession, 1, kExecution, kArguments, kRiders}}));
   }
   return coordinator;

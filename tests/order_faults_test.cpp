@@ -80,6 +80,10 @@ struct DeterministicSystem {
 struct RankLog {
   std::vector<PhaseBegin> begins;
   std::vector<PhaseDecision> decisions;
+  std::size_t batches = 0;  // RankInstructions among them
+
+  void record(const PhaseBegin& begin) { begins.push_back(begin); }
+  void record(const PhaseDecision& decision) { decisions.push_back(decision); }
 };
 
 caf::behavior scripted_rank(caf::event_based_actor* self, std::shared_ptr<RankLog> log) {
@@ -88,8 +92,12 @@ caf::behavior scripted_rank(caf::event_based_actor* self, std::shared_ptr<RankLo
   // answers the sender with an error, which ends a rank's actor.
   self->set_default_handler(caf::drop);
   return {
-      [=](const PhaseBegin& begin) { log->begins.push_back(begin); },
-      [=](const PhaseDecision& decision) { log->decisions.push_back(decision); },
+      [=](const PhaseBegin& begin) { log->record(begin); },
+      [=](const PhaseDecision& decision) { log->record(decision); },
+      [=](const RankInstructions& instructions) {
+        ++log->batches;
+        for (const auto& item : instructions.items) std::visit([&](const auto& m) { log->record(m); }, item);
+      },
       [](const RouteTransfer&) {},
       [](const SamplingResult&) {},
       [](const PredictionTargetHidden&) {},
@@ -180,7 +188,9 @@ class ScriptedCluster {
 
   // The phase and epoch being agreed on: in the newest round the ranks
   // began, the first phase not yet decided (runtime/agreement/
-  // transaction_plan.hpp: a round's riders are decided in order).
+  // transaction_plan.hpp: a round's riders are decided in order). The
+  // coordinator holds a proceed back until the round ends (actors/
+  // coordinator.cpp), so a phase every rank answered ok counts as decided.
   PhaseId phase() const {
     const PhaseBegin& begin = newest_begin();
     std::vector<PhaseId> round{begin.phase};
@@ -189,6 +199,7 @@ class ScriptedCluster {
     for (const PhaseDecision& d : logs_.at(0)->decisions) {
       if (d.epoch == begin.epoch && decided < round.size() && d.phase == round[decided]) ++decided;
     }
+    while (decided < round.size() && every_rank_answered_ok(begin.epoch, round[decided])) ++decided;
     return round[std::min(decided, round.size() - 1)];
   }
   Epoch epoch() const { return newest_begin().epoch; }
@@ -203,6 +214,9 @@ class ScriptedCluster {
   // Delivers `message` to the coordinator as if rank `from` sent it.
   template <class Message>
   void send_as(RankId from, Message message) {
+    if constexpr (std::is_same_v<Message, PhaseStatus>) {
+      if (message.ok && message.rank == from) answered_ok_.push_back(message);
+    }
     caf::send_as(ranks_.at(from), coordinator_, std::move(message));
     sys_.deliver();
   }
@@ -240,6 +254,14 @@ class ScriptedCluster {
   }
 
  private:
+  bool every_rank_answered_ok(Epoch epoch, const PhaseId& phase) const {
+    std::vector<bool> answered(rank_count(), false);
+    for (const PhaseStatus& status : answered_ok_) {
+      if (status.session == kSession && status.epoch == epoch && status.phase == phase) answered.at(status.rank) = true;
+    }
+    return std::all_of(answered.begin(), answered.end(), [](bool ok) { return ok; });
+  }
+
   const PhaseBegin& newest_begin() const {
     if (logs_.at(0)->begins.empty()) throw std::logic_error("no phase has begun");
     return logs_.at(0)->begins.back();
@@ -252,6 +274,7 @@ class ScriptedCluster {
   caf::actor caller_;
   std::vector<std::shared_ptr<RankLog>> logs_;
   std::shared_ptr<CallerLog> caller_log_ = std::make_shared<CallerLog>();
+  std::vector<PhaseStatus> answered_ok_;  // every ok status a rank sent
 };
 
 PhaseDecision decision(Epoch epoch, PhaseId phase, Decision kind, DecisionCause cause = {}) {
@@ -272,6 +295,22 @@ void expect_every_rank_decided(const ScriptedCluster& cluster, const std::vector
 }
 
 std::size_t decisions_so_far(const ScriptedCluster& cluster) { return cluster.seen_by(0).decisions.size(); }
+
+// The decisions rank 0 got for `phase` of `epoch`.
+std::vector<PhaseDecision> decisions_of(const ScriptedCluster& cluster, Epoch epoch, const PhaseId& phase) {
+  std::vector<PhaseDecision> found;
+  for (const PhaseDecision& d : cluster.seen_by(0).decisions) {
+    if (d.epoch == epoch && d.phase == phase) found.push_back(d);
+  }
+  return found;
+}
+
+// Every rank answers ok until the forward step's round ends: the
+// coordinator sends the proceeds it held back with the commit.
+void finish_round(ScriptedCluster& cluster) {
+  cluster.agree_until(Commit);
+  cluster.answer_all();
+}
 
 // Every counter zero except those named.
 void expect_dropped(const DroppedMessages& dropped, std::vector<std::pair<DropReason, std::uint64_t>> expected) {
@@ -329,6 +368,37 @@ TEST_P(CoordinatorOrderTest, EveryArrivalOrderOfTheStatusesCommitsTheSameWay) {
     EXPECT_EQ(cluster.replies()[0].phases_run, plan.size());
     expect_dropped(cluster.dropped(), {});
   }
+}
+
+TEST_P(CoordinatorOrderTest, TheProceedsOfARoundReachEachRankWithItsCommitInOneMessage) {
+  const RankId ranks = GetParam();
+  const std::vector<PhaseId> plan = phases_of(forward_step(), ranks);
+  ScriptedCluster cluster(ranks);
+  cluster.request(forward_step());
+  for (std::size_t i = 0; i + 1 < plan.size(); ++i) cluster.answer_all();
+  // Every phase but the last is decided, and no rank has been told yet:
+  // it runs the riders without waiting for their decisions.
+  EXPECT_EQ(decisions_so_far(cluster), 0u);
+  cluster.answer_all();
+  std::vector<PhaseDecision> expected;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    expected.push_back(decision(1, plan[i], i + 1 == plan.size() ? Decision::commit : Decision::proceed));
+  }
+  expect_every_rank_decided(cluster, expected);
+  for (RankId r = 0; r < ranks; ++r) EXPECT_EQ(cluster.seen_by(r).batches, 1u) << "rank " << r;
+}
+
+TEST_P(CoordinatorOrderTest, AnAbortReachesEachRankAfterTheProceedsHeldBeforeIt) {
+  const RankId ranks = GetParam();
+  ScriptedCluster cluster(ranks);
+  cluster.request(forward_step());
+  const PhaseId first = cluster.phase();
+  cluster.answer_all();
+  const PhaseId second = cluster.phase();
+  ASSERT_NE(second, first);
+  cluster.answer(0, false);
+  expect_every_rank_decided(cluster, {decision(1, first, Decision::proceed),
+                                      decision(1, second, Decision::abort, rank_error(0))});
 }
 
 TEST_P(CoordinatorOrderTest, EveryArrivalOrderWithOneFailingRankAbortsNamingIt) {
@@ -477,10 +547,12 @@ TEST_P(CoordinatorDropTest, ADuplicatedStatusIsCountedAndDecidesOnce) {
   cluster.answer(0);
   // A duplicated error after an ok changes nothing either: the first answer counts.
   cluster.answer(0, false);
-  EXPECT_EQ(decisions_so_far(cluster), 0u);
   for (RankId rank = 1; rank < cluster.rank_count(); ++rank) cluster.answer(rank);
-  expect_every_rank_decided(cluster, {decision(1, phase, Decision::proceed)});
+  finish_round(cluster);
+  EXPECT_EQ(decisions_of(cluster, 1, phase), std::vector{decision(1, phase, Decision::proceed)});
   expect_dropped(cluster.dropped(), {{DropReason::duplicate, 2}});
+  ASSERT_EQ(cluster.replies().size(), 1u);
+  EXPECT_EQ(cluster.replies()[0].outcome, TransactionOutcome::committed);
 }
 
 TEST_P(CoordinatorDropTest, StatusesAfterTheDecisionOrForAnotherEpochPhaseOrRankAreDropped) {
@@ -508,17 +580,19 @@ TEST_P(CoordinatorDropTest, StatusesAfterTheDecisionOrForAnotherEpochPhaseOrRank
   for (const auto& status : {stale, future, other_phase, unknown_rank, other_session}) cluster.send_as(0, status);
   EXPECT_EQ(decisions_so_far(cluster), decided);
 
-  // None of them counted as rank 0's answer: the phase still needs it.
+  // None of them counted as rank 0's answer: its own is no duplicate, and
+  // the phase is decided once.
   for (RankId rank = 1; rank < ranks; ++rank) cluster.answer(rank);
-  EXPECT_EQ(decisions_so_far(cluster), decided);
   cluster.answer(0);
-  EXPECT_EQ(cluster.seen_by(0).decisions.back(), decision(2, phase_id(StateCheckpoint), Decision::proceed));
+  finish_round(cluster);
+  const PhaseId checkpoint = phase_id(StateCheckpoint);
+  EXPECT_EQ(decisions_of(cluster, 2, checkpoint), std::vector{decision(2, checkpoint, Decision::proceed)});
   expect_dropped(cluster.dropped(), {{DropReason::late, 2},
                                      {DropReason::stale_epoch, 1},
                                      {DropReason::future_epoch, 1},
                                      {DropReason::unknown_rank, 1},
                                      {DropReason::other_session, 1}});
-  EXPECT_EQ(cluster.replies().size(), 1u);  // the late status made no second reply
+  EXPECT_EQ(cluster.replies().size(), 2u);  // the late status made no reply of its own
 }
 
 TEST_P(CoordinatorDropTest, AcknowledgementsBeforeTheAbortDuplicatedOrAfterItAreDropped) {
@@ -553,6 +627,11 @@ TEST_P(CoordinatorDropTest, AcknowledgementsBeforeTheAbortDuplicatedOrAfterItAre
 struct CoordinatorLog {
   std::vector<PhaseStatus> statuses;
   std::vector<AbortAcknowledgement> acknowledgements;
+  std::vector<std::size_t> batch_sizes;  // of the RankReports among them
+
+  void record(const PhaseStatus& status) { statuses.push_back(status); }
+  void record(const AbortAcknowledgement& acknowledgement) { acknowledgements.push_back(acknowledgement); }
+  void record(const auto&) {}  // what goes beside the statuses
 };
 
 caf::behavior scripted_coordinator(caf::event_based_actor* self, std::shared_ptr<CoordinatorLog> log) {
@@ -562,8 +641,12 @@ caf::behavior scripted_coordinator(caf::event_based_actor* self, std::shared_ptr
   return {
       [](const StepOutput&) {},
       [](const SamplingResult&) {},
-      [=](const PhaseStatus& status) { log->statuses.push_back(status); },
-      [=](const AbortAcknowledgement& acknowledgement) { log->acknowledgements.push_back(acknowledgement); },
+      [=](const PhaseStatus& status) { log->record(status); },
+      [=](const AbortAcknowledgement& acknowledgement) { log->record(acknowledgement); },
+      [=](const RankReports& reports) {
+        log->batch_sizes.push_back(reports.items.size());
+        for (const auto& item : reports.items) std::visit([&](const auto& m) { log->record(m); }, item);
+      },
   };
 }
 
@@ -604,6 +687,7 @@ class RankUnderTest {
 
   const std::vector<PhaseStatus>& statuses() const { return log_->statuses; }
   const std::vector<AbortAcknowledgement>& acknowledgements() const { return log_->acknowledgements; }
+  const std::vector<std::size_t>& report_batch_sizes() const { return log_->batch_sizes; }
 
   // Sends `message` as the coordinator's and runs everything that follows.
   template <class Message>
@@ -674,6 +758,23 @@ class RankOrderTest : public ::testing::Test {
                                                std::vector<float>(kTokens.size() * static_cast<std::size_t>(dim), 0.25f)}};
   }
 };
+
+TEST_F(RankOrderTest, WhatOneMessageLetsTheRankReportGoesAsOneMessageInOrder) {
+  RankUnderTest rank(model(), 0, 2);
+  PhaseBegin round = begin(1, phase_id(StateCheckpoint), StepTokens{kTokens});
+  round.riders = {Rider{kCompletion01, {}}, Rider{kReady01, {}}};
+  rank.send(round);
+  EXPECT_EQ(rank.statuses(), (std::vector{ok_from(0, 1, phase_id(StateCheckpoint)), ok_from(0, 1, kCompletion01),
+                                          ok_from(0, 1, kReady01)}));
+  EXPECT_EQ(rank.report_batch_sizes(), std::vector<std::size_t>{3});
+  // The round's decisions and the next round's begin, as the coordinator
+  // batches them, are taken in order.
+  rank.send(RankInstructions{{decision(1, phase_id(StateCheckpoint), Decision::proceed),
+                              decision(1, kCompletion01, Decision::proceed), decision(1, kReady01, Decision::proceed),
+                              begin(1, phase_id(Execution), ExecutionArguments{})}});
+  EXPECT_EQ(rank.statuses().back(), ok_from(0, 1, phase_id(Execution)));
+  expect_dropped(rank.dropped(), {});
+}
 
 TEST_F(RankOrderTest, AnAbortWhileTheLocalWorkRunsRestoresOnlyAfterTheWorkFinished) {
   RankUnderTest rank(model(), 0, 2, {*parse_fault("0:BoundarySourceCompletion(0->1):delay")});

@@ -52,11 +52,11 @@ enum class PhasePosition { intermediate, last };
 struct CoordinatorMessage {
   // A constructor rather than an aggregate: clang 14 (the fuzz build) has
   // no parenthesised aggregate initialisation for emplace_back.
-  CoordinatorMessage(RankId recipient, std::variant<PhaseBegin, PhaseDecision> content)
+  CoordinatorMessage(RankId recipient, RankInstruction content)
       : to(recipient), message(std::move(content)) {}
 
   RankId to = kNoRank;
-  std::variant<PhaseBegin, PhaseDecision> message;
+  RankInstruction message;
 
   bool operator==(const CoordinatorMessage&) const = default;
 };

@@ -34,10 +34,6 @@ namespace accord {
 
 // What one rank sends another beside the protocol, for one step.
 using PeerData = std::variant<RouteTransfer, SamplingResult, PredictionTargetHidden>;
-// What a rank sends the coordinator: its statuses and acknowledgements, and
-// what goes beside them.
-using RankReport = std::variant<PhaseStatus, AbortAcknowledgement, StepOutput, SamplingResult,
-                                PredictionTargetHidden, RankCheckpointReport, PromptCacheReport>;
 
 // Called on a rank after its local part of a phase succeeded; an error (or
 // an exception) fails the phase as if the work had. Tests and fault
