@@ -20,8 +20,10 @@ struct CoordinatorState {
   std::vector<RankActor> ranks;
   std::vector<std::vector<RankInstruction>> held;  // for each rank, in order (send_to_ranks)
   // A tick is on its way. The timer runs only while a phase or an abort is
-  // being agreed on, so an idle session wakes no thread.
+  // being agreed on, so an idle session wakes no thread. Each tick carries
+  // its number: one armed before the period changed is not counted.
   bool ticking = false;
+  std::uint64_t tick_number = 0;          // of the tick on its way
   caf::actor_clock::time_point tick_due;  // when the tick on its way is due
   caf::typed_response_promise<TransactionReply> promise;  // the open transaction's, while the driver is busy
 };
@@ -56,6 +58,17 @@ void send_to_ranks(CoordinatorPointer self, std::vector<CoordinatorMessage>& mes
   }
 }
 
+// Arms the next tick, unless one is on its way within a period (one
+// armed under a longer period is replaced).
+void arm_tick(CoordinatorPointer self) {
+  auto& s = self->state;
+  const auto due = self->clock().now() + s.options.tick;
+  if (s.ticking && s.tick_due <= due) return;
+  s.ticking = true;
+  s.tick_due = due;
+  self->delayed_send(caf::actor_cast<CoordinatorActor>(self), s.options.tick, tick_atom::value, ++s.tick_number);
+}
+
 // Sends what the driver has for the ranks and the caller; true when there
 // was anything.
 bool pump(CoordinatorPointer self) {
@@ -64,11 +77,7 @@ bool pump(CoordinatorPointer self) {
   const bool anything = !ready.messages.empty() || ready.reply.has_value();
   send_to_ranks(self, ready.messages);
   if (ready.reply) s.promise.deliver(std::move(*ready.reply));
-  if (!s.ticking && s.driver->agreeing()) {
-    s.ticking = true;
-    s.tick_due = self->clock().now() + s.options.tick;
-    self->delayed_send(caf::actor_cast<CoordinatorActor>(self), s.options.tick, tick_atom::value);
-  }
+  if (s.driver->agreeing()) arm_tick(self);
   return anything;
 }
 
@@ -86,8 +95,9 @@ void take_report(CoordinatorPointer self, Report&& report) {
 
 // A loaded machine delivers ticks late; counting the periods that really
 // passed keeps the deadlines in wall time rather than in ticks received.
-void on_tick(CoordinatorPointer self) {
+void on_tick(CoordinatorPointer self, std::uint64_t number) {
   auto& s = self->state;
+  if (!s.ticking || number != s.tick_number) return;
   s.ticking = false;
   const auto late = self->clock().now() - s.tick_due;
   const auto periods = 1 + std::max<std::int64_t>(0, late / s.options.tick);
@@ -192,17 +202,27 @@ CoordinatorActor::behavior_type coordinator_actor(CoordinatorPointer self, Sessi
         collect_rank_states(self);
         return caf::delegated<std::vector<RankStateReport>>();
       },
-      [=](tick_atom) { on_tick(self); },
+      [=](tick_atom, std::uint64_t number) { on_tick(self, number); },
       [=](deadline_atom, std::int32_t timeout_ms) -> bool {
         auto& st = self->state;
-        const auto ticks = static_cast<std::uint32_t>(std::max<std::int64_t>(1, timeout_ms / st.options.tick.count()));
-        st.driver->set_deadlines({ticks, ticks});
+        const auto clock = CoordinatorOptions::for_phase_timeout(std::chrono::milliseconds(timeout_ms));
+        st.options.tick = clock.tick;
+        st.driver->set_deadlines(clock.agreement);
+        if (st.driver->agreeing()) arm_tick(self);
         return true;
       },
   };
 }
 
 }  // namespace
+
+CoordinatorOptions CoordinatorOptions::for_phase_timeout(std::chrono::milliseconds timeout) {
+  CoordinatorOptions options;
+  options.tick = std::max(options.tick, timeout / 20);
+  const auto ticks = static_cast<std::uint32_t>(std::max<std::int64_t>(1, timeout / options.tick));
+  options.agreement = {ticks, ticks};
+  return options;
+}
 
 CoordinatorActor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
                                    CoordinatorOptions options) {

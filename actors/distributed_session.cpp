@@ -213,10 +213,7 @@ struct DistributedSession::Impl {
     rank_options.max_resident_bytes = options.max_resident_bytes;
     if (Status ok = check_fault_plan(rank_options.faults, partition->ranks()); !ok) return ok;
     if (Status ok = check_local_residency(*partition, options.max_resident_bytes); !ok) return ok;
-    CoordinatorOptions coordination;
-    const auto deadline = static_cast<std::uint32_t>(
-        std::max<std::int64_t>(1, options.phase_timeout_ms / coordination.tick.count()));
-    coordination.agreement = {deadline, deadline};
+    const auto coordination = CoordinatorOptions::for_phase_timeout(std::chrono::milliseconds(options.phase_timeout_ms));
     coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
     layout.emplace(RankLayout{*partition, options.threads, model_identity(m), m.tensor_digests(),
                               std::move(rank_options)});

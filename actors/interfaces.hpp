@@ -54,7 +54,7 @@ using CoordinatorActor = caf::typed_actor<
     caf::reacts_to<topology_atom, std::vector<caf::actor>>, caf::reacts_to<restart_atom, RankId, caf::actor>,
     caf::replies_to<dropped_atom>::with<std::vector<std::uint64_t>>,
     caf::replies_to<down_atom>::with<std::vector<RankId>>,
-    caf::replies_to<rank_state_atom>::with<std::vector<RankStateReport>>, caf::reacts_to<tick_atom>,
+    caf::replies_to<rank_state_atom>::with<std::vector<RankStateReport>>, caf::reacts_to<tick_atom, std::uint64_t>,
     caf::replies_to<deadline_atom, std::int32_t>::with<bool>>;
 
 // A node (actors/node.hpp), as other processes see it: an assignment and

@@ -14,11 +14,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <numeric>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "actors/atoms.hpp"
@@ -130,6 +132,9 @@ caf::behavior caller(caf::event_based_actor* self, caf::actor target, std::share
         self->request(target, caf::infinite, rank_state_atom::value).then([=](RankStateReport& state) {
           log->state = std::move(state);
         });
+      },
+      [=](deadline_atom, std::int32_t timeout_ms) {
+        self->request(target, caf::infinite, deadline_atom::value, timeout_ms).then([](bool) {});
       },
   };
 }
@@ -243,6 +248,19 @@ class ScriptedCluster {
     const auto almost = options_.tick - std::chrono::nanoseconds(1);
     EXPECT_EQ(sys_.scheduler.advance_time(almost), 0u) << "a timer fired before a whole tick passed";
     const std::size_t fired = sys_.scheduler.advance_time(std::chrono::nanoseconds(1));
+    sys_.deliver();
+    return fired;
+  }
+
+  // The session's set_phase_timeout.
+  void set_phase_timeout(std::int32_t timeout_ms) {
+    caf::anon_send(caller_, deadline_atom::value, timeout_ms);
+    sys_.deliver();
+  }
+
+  // Advances the clock by `by` and runs what the timers that fired sent.
+  std::size_t advance(std::chrono::milliseconds by) {
+    const std::size_t fired = sys_.scheduler.advance_time(by);
     sys_.deliver();
     return fired;
   }
@@ -483,6 +501,35 @@ TEST_P(CoordinatorOrderTest, TheTimerTicksOnlyWhileAPhaseIsBeingAgreedOn) {
   // The tick armed during the transaction fires once more and is not renewed.
   EXPECT_EQ(cluster.tick(), 1u);
   EXPECT_FALSE(cluster.scheduler().has_pending_timeout());
+}
+
+TEST(CoordinatorOptionsTest, APhaseTimeoutTicksATwentiethOfItselfAndNeverUnder5Milliseconds) {
+  using std::chrono::milliseconds;
+  for (const auto& [timeout, tick, ticks] : {std::tuple{5000, 250, 20u}, {2000, 100, 20u}, {100, 5, 20u},
+                                             {101, 5, 20u}, {7, 5, 1u}, {1, 5, 1u}}) {
+    const auto options = CoordinatorOptions::for_phase_timeout(milliseconds(timeout));
+    EXPECT_EQ(options.tick, milliseconds(tick)) << timeout << " ms";
+    EXPECT_EQ(options.agreement.status_deadline_ticks, ticks) << timeout << " ms";
+    EXPECT_EQ(options.agreement.acknowledgement_deadline_ticks, ticks) << timeout << " ms";
+  }
+}
+
+// While a step is agreed the timer wakes the coordinator once a tick; a
+// new phase timeout sets the tick and the deadline at once, and the periods
+// that pass are counted in wall time, however late the tick comes.
+TEST_P(CoordinatorOrderTest, ANewPhaseTimeoutSetsTheTickAndTheDeadline) {
+  using std::chrono::milliseconds;
+  ScriptedCluster cluster(GetParam());
+  cluster.request(forward_step());
+  cluster.set_phase_timeout(2000);  // 20 ticks of 100 ms
+  const PhaseId phase = cluster.phase();
+  EXPECT_EQ(cluster.advance(milliseconds(5)), 1u);  // the tick armed before: the first of the 20
+  EXPECT_EQ(cluster.advance(milliseconds(99)), 0u);
+  EXPECT_EQ(cluster.advance(milliseconds(1)), 1u);
+  EXPECT_EQ(cluster.advance(milliseconds(1600)), 1u);  // one late tick counts the 16 periods that passed
+  EXPECT_EQ(decisions_so_far(cluster), 0u);
+  EXPECT_EQ(cluster.advance(milliseconds(200)), 1u);
+  expect_every_rank_decided(cluster, {decision(1, phase, Decision::abort, status_timeout(0))});
 }
 
 TEST_P(CoordinatorOrderTest, TheLogitsReachTheReplyWhetherTheyArriveBeforeOrAfterTheOwnersStatus) {
