@@ -28,7 +28,9 @@ start_nodes() {
 use_scratch_folder() {
   work=$(mktemp -d)
   pids=()
-  trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+  # A node stopped (SIGSTOP) takes the TERM only once it runs again.
+  trap 'kill "${pids[@]}" 2>/dev/null || true; kill -CONT "${pids[@]}" 2>/dev/null || true
+        wait 2>/dev/null || true; rm -rf "$work"' EXIT
 }
 
 # Writes the synthetic model of llama2.c's 15M or 110M shape to OUT.
