@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "actors/atoms.hpp"
+#include "actors/batched_send.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/engine/transaction_driver.hpp"
 
@@ -35,8 +36,7 @@ bool is_proceed(const RankInstruction& instruction) {
   return decision != nullptr && decision->decision == Decision::proceed;
 }
 
-// What a rank has to take goes as one message: as it is when it is one
-// instruction, as RankInstructions, in order, when it is several. A
+// What a rank has to take goes as one message (send_batched). A
 // proceed waits for the next other instruction to its rank or for the
 // round's end: a rank runs a round's riders without waiting for their
 // decisions, so the wait costs no time and saves a message per phase,
@@ -48,13 +48,9 @@ void send_to_ranks(CoordinatorPointer self, std::vector<CoordinatorMessage>& mes
   const bool round_over = !self->state.driver->agreeing();
   for (RankId r = 0; r < held.size(); ++r) {
     auto& items = held[r];
-    if (items.empty() || (!round_over && std::all_of(items.begin(), items.end(), is_proceed))) continue;
-    if (items.size() == 1) {
-      std::visit([&](auto& m) { self->send(self->state.ranks[r], std::move(m)); }, items.front());
-    } else {
-      self->send(self->state.ranks[r], RankInstructions{std::move(items)});
+    if (round_over || !std::all_of(items.begin(), items.end(), is_proceed)) {
+      send_batched<RankInstructions>(self, self->state.ranks[r], items);
     }
-    items.clear();
   }
 }
 

@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.hpp"
+#include "actors/batched_send.hpp"
 #include "runtime/engine/rank_node.hpp"
 
 namespace accord {
@@ -26,14 +27,7 @@ class ActorOutbox final : public RankOutbox {
 
   // What one handler reported goes to the coordinator as one message: a
   // rank that runs several riders in one go reports them at once.
-  void flush() {
-    if (held_.size() == 1) {
-      std::visit([&](auto& message) { self_->send(coordinator_, std::move(message)); }, held_.front());
-    } else if (!held_.empty()) {
-      self_->send(coordinator_, RankReports{std::move(held_)});
-    }
-    held_.clear();
-  }
+  void flush() { send_batched<RankReports>(self_, coordinator_, held_); }
 
   // Before the topology came there is no one to send to; the phase then
   // waits for nothing that could arrive, and its deadline aborts it.

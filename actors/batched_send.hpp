@@ -1,0 +1,23 @@
+// Several messages for one receiver, ready at once, as one CAF message:
+// the message itself when there is one, a batch (RankInstructions,
+// RankReports; messages/protocol.hpp) when there are several.
+#pragma once
+
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace accord {
+
+// Sends `items` to `to` from `self` and empties `items`.
+template <class Batch, class Self, class Receiver, class Item>
+void send_batched(Self self, const Receiver& to, std::vector<Item>& items) {
+  if (items.size() == 1) {
+    std::visit([&](auto& message) { self->send(to, std::move(message)); }, items.front());
+  } else if (!items.empty()) {
+    self->send(to, Batch{std::move(items)});
+  }
+  items.clear();
+}
+
+}  // namespace accord
