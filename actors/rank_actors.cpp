@@ -25,15 +25,28 @@ class ActorOutbox final : public RankOutbox {
   // Held until the handler that reported it ends (flush).
   void to_coordinator(RankReport report) override { held_.push_back(std::move(report)); }
 
-  // What one handler reported goes to the coordinator as one message: a
-  // rank that runs several riders in one go reports them at once.
-  void flush() { send_batched<RankReports>(self_, coordinator_, held_); }
-
-  // Before the topology came there is no one to send to; the phase then
-  // waits for nothing that could arrive, and its deadline aborts it.
+  // Data for a rank of this process is held too, and goes after the
+  // reports (flush): a CAF worker runs the actor it scheduled last first,
+  // so the rank whose turn it is in the pipeline computes before the
+  // coordinator takes the reports, which no rank waits for. Data for a
+  // remote rank crosses the network and goes at once. Before the topology
+  // came there is no one to send to; the phase then waits for nothing that
+  // could arrive, and its deadline aborts it.
   void to_rank(RankId rank, PeerData data) override {
     if (rank >= ranks_.size()) return;
-    std::visit([&](auto& message) { self_->send(ranks_[rank], std::move(message)); }, data);
+    if (ranks_[rank].node() == self_->node()) {
+      held_data_.emplace_back(rank, std::move(data));
+    } else {
+      send_data(rank, data);
+    }
+  }
+
+  // What one handler reported goes to the coordinator as one message: a
+  // rank that runs several riders in one go reports them at once.
+  void flush() {
+    send_batched<RankReports>(self_, coordinator_, held_);
+    for (auto& [rank, data] : held_data_) send_data(rank, data);
+    held_data_.clear();
   }
 
   void hold_back(Epoch epoch) override {
@@ -48,11 +61,16 @@ class ActorOutbox final : public RankOutbox {
   }
 
  private:
+  void send_data(RankId rank, PeerData& data) {
+    std::visit([&](auto& message) { self_->send(ranks_[rank], std::move(message)); }, data);
+  }
+
   RankActor::pointer self_;
   CoordinatorActor coordinator_;
   std::chrono::milliseconds fault_delay_;
   std::vector<RankActor> ranks_;  // every rank's actor, in rank order
   std::vector<RankReport> held_;  // for the coordinator, in order
+  std::vector<std::pair<RankId, PeerData>> held_data_;  // for ranks of this process, in order
 };
 
 struct RankState {

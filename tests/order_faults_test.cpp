@@ -83,6 +83,9 @@ struct RankLog {
   std::vector<PhaseBegin> begins;
   std::vector<PhaseDecision> decisions;
   std::size_t batches = 0;  // RankInstructions among them
+  // Where a test watches the order of arrivals across actors: "data" for
+  // each RouteTransfer this rank takes.
+  std::shared_ptr<std::vector<std::string>> arrivals;
 
   void record(const PhaseBegin& begin) { begins.push_back(begin); }
   void record(const PhaseDecision& decision) { decisions.push_back(decision); }
@@ -100,7 +103,9 @@ caf::behavior scripted_rank(caf::event_based_actor* self, std::shared_ptr<RankLo
         ++log->batches;
         for (const auto& item : instructions.items) std::visit([&](const auto& m) { log->record(m); }, item);
       },
-      [](const RouteTransfer&) {},
+      [=](const RouteTransfer&) {
+        if (log->arrivals) log->arrivals->push_back("data");
+      },
       [](const SamplingResult&) {},
       [](const PredictionTargetHidden&) {},
   };
@@ -675,6 +680,7 @@ struct CoordinatorLog {
   std::vector<PhaseStatus> statuses;
   std::vector<AbortAcknowledgement> acknowledgements;
   std::vector<std::size_t> batch_sizes;  // of the RankReports among them
+  std::shared_ptr<std::vector<std::string>> arrivals;  // "reports" for each RankReports, as RankLog's
 
   void record(const PhaseStatus& status) { statuses.push_back(status); }
   void record(const AbortAcknowledgement& acknowledgement) { acknowledgements.push_back(acknowledgement); }
@@ -691,6 +697,7 @@ caf::behavior scripted_coordinator(caf::event_based_actor* self, std::shared_ptr
       [=](const PhaseStatus& status) { log->record(status); },
       [=](const AbortAcknowledgement& acknowledgement) { log->record(acknowledgement); },
       [=](const RankReports& reports) {
+        if (log->arrivals) log->arrivals->push_back("reports");
         log->batch_sizes.push_back(reports.items.size());
         for (const auto& item : reports.items) std::visit([&](const auto& m) { log->record(m); }, item);
       },
@@ -707,6 +714,7 @@ class RankUnderTest {
     auto worker = std::make_shared<RankWorker>(model, std::make_shared<cpu::ThreadPool>(1),
                                                *Partition::balanced(model.config().n_layers, ranks), rank,
                                                model_identity(model));
+    log_->arrivals = arrivals_;
     coordinator_ = sys_.system.spawn(scripted_coordinator, log_);
     RankOptions options;
     options.faults = std::move(faults);
@@ -714,8 +722,9 @@ class RankUnderTest {
                         caf::actor_cast<CoordinatorActor>(coordinator_), options);
     std::vector<caf::actor> topology;
     for (int r = 0; r < ranks; ++r) {
-      topology.push_back(r == rank ? caf::actor_cast<caf::actor>(actor_)
-                                   : sys_.system.spawn(scripted_rank, std::make_shared<RankLog>()));
+      auto other = std::make_shared<RankLog>();
+      other->arrivals = arrivals_;
+      topology.push_back(r == rank ? caf::actor_cast<caf::actor>(actor_) : sys_.system.spawn(scripted_rank, other));
     }
     others_ = topology;
     caf::anon_send(actor_, topology_atom::value, std::move(topology));
@@ -735,6 +744,9 @@ class RankUnderTest {
   const std::vector<PhaseStatus>& statuses() const { return log_->statuses; }
   const std::vector<AbortAcknowledgement>& acknowledgements() const { return log_->acknowledgements; }
   const std::vector<std::size_t>& report_batch_sizes() const { return log_->batch_sizes; }
+  // What reached the scripted coordinator and ranks, in the order the
+  // deterministic scheduler ran it, which is the order it was sent in.
+  const std::vector<std::string>& arrivals() const { return *arrivals_; }
 
   // Sends `message` as the coordinator's and runs everything that follows.
   template <class Message>
@@ -764,6 +776,7 @@ class RankUnderTest {
  private:
   DeterministicSystem sys_;
   std::shared_ptr<CoordinatorLog> log_ = std::make_shared<CoordinatorLog>();
+  std::shared_ptr<std::vector<std::string>> arrivals_ = std::make_shared<std::vector<std::string>>();
   caf::actor coordinator_;
   RankActor actor_;
   std::vector<caf::actor> others_;  // the scripted ranks, and the rank's actor in its place
@@ -814,6 +827,10 @@ TEST_F(RankOrderTest, WhatOneMessageLetsTheRankReportGoesAsOneMessageInOrder) {
   EXPECT_EQ(rank.statuses(), (std::vector{ok_from(0, 1, phase_id(StateCheckpoint)), ok_from(0, 1, kCompletion01),
                                           ok_from(0, 1, kReady01)}));
   EXPECT_EQ(rank.report_batch_sizes(), std::vector<std::size_t>{3});
+  // The activations for rank 1 go after the reports: a CAF worker runs the
+  // actor it scheduled last first, so rank 1 computes before the
+  // coordinator takes reports that no rank waits for.
+  EXPECT_EQ(rank.arrivals(), (std::vector<std::string>{"reports", "data"}));
   // The round's decisions and the next round's begin, as the coordinator
   // batches them, are taken in order.
   rank.send(RankInstructions{{decision(1, phase_id(StateCheckpoint), Decision::proceed),
