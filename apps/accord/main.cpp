@@ -30,11 +30,12 @@ int main(int argc, char** argv) {
   const accord::cli::Command convert = accord::cli::add_convert_command(app);
   const accord::cli::Command node = accord::cli::add_node_command(app);
   const accord::cli::Command bench = accord::cli::add_bench_command(app);
+  const accord::cli::Command serve = accord::cli::add_serve_command(app);
   if (argc > 1 && argv[1][0] != '-') {
     const auto known = app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; });
     if (known.empty()) {
       std::cerr << "accord: error: unknown command '" << accord::printable(argv[1])
-                << "' (commands: generate, synth, inspect, convert, node, bench)" << std::endl;
+                << "' (commands: generate, synth, inspect, convert, node, bench, serve)" << std::endl;
       return 2;
     }
   }
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("generate")) return generate();
+    if (app.got_subcommand("serve")) return serve();
     if (app.got_subcommand("inspect")) return inspect();
     if (app.got_subcommand("convert")) return convert();
     if (app.got_subcommand("node")) return node();

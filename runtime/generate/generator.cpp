@@ -159,14 +159,16 @@ class Generation {
                                             " tokens long, past the model's context of " + std::to_string(context) +
                                             " tokens");
     }
-    for (int i = 1; i < prompt_length; ++i) emit(result_.prompt_tokens[i - 1], result_.prompt_tokens[i]);
+    for (int i = 1; i < prompt_length; ++i) {
+      emit(result_.prompt_tokens[i - 1], result_.prompt_tokens[i], options_.emit_prompt);
+    }
     return {};
   }
 
-  void emit(int previous, int token) {
+  void emit(int previous, int token, bool to_sink = true) {
     const std::string piece = tokenizer_.decode(previous, token);
     result_.text += piece;
-    if (sink_ && !piece.empty()) sink_(piece);
+    if (to_sink && sink_ && !piece.empty()) sink_(piece);
   }
 
   // Loads a cached prefix when there is one, then prefills the rest and
@@ -215,6 +217,10 @@ class Generation {
       }
       const int next = sampled.token;
       keep(next);
+      if (options_.stop_requested && options_.stop_requested()) {
+        result_.stop_reason = StopReason::stopped;
+        return {};
+      }
       if (generated() >= options_.max_tokens) return {};
       if (target_.position() >= context) {
         result_.stop_reason = StopReason::context_full;
@@ -352,6 +358,8 @@ std::string_view to_string(StopReason reason) {
       return "end_of_sequence";
     case StopReason::context_full:
       return "context_full";
+    case StopReason::stopped:
+      return "stopped";
     case StopReason::error:
       return "error";
   }

@@ -54,10 +54,18 @@ struct GenerationOptions {
   // The wait after a heal attempt that failed, doubled after each: time for
   // a lost node to come back.
   std::chrono::milliseconds heal_backoff{500};
+  // Whether the prompt's pieces go to the sink before the generated ones
+  // (they are in GenerationResult::text either way).
+  bool emit_prompt = true;
+  // Asked after each step's tokens were emitted: true ends generation
+  // there, with stop reason `stopped` (a service's stop string, or a client
+  // that went away). Empty: never.
+  std::function<bool()> stop_requested;
 };
 
-// error: generation ended with an error (a GenerationFailure's partial result).
-enum class StopReason { max_tokens, end_of_sequence, context_full, error };
+// stopped: options.stop_requested said so. error: generation ended with an
+// error (a GenerationFailure's partial result).
+enum class StopReason { max_tokens, end_of_sequence, context_full, stopped, error };
 std::string_view to_string(StopReason reason);
 
 // What happened with the prompt cache.

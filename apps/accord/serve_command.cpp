@@ -1,0 +1,234 @@
+// accord serve: an OpenAI-compatible HTTP service over K sessions.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "actors/distributed_session.hpp"
+#include "apps/accord/commands.hpp"
+#include "apps/accord/model_files.hpp"
+#include "apps/accord/options.hpp"
+#include "apps/accord/serve_http.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/fault/fault_plan.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/serve/chat_template.hpp"
+#include "runtime/serve/scheduler.hpp"
+#include "runtime/serve/service.hpp"
+#include "runtime/session/session.hpp"
+
+namespace accord::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string tokenizer;
+  std::string listen = "127.0.0.1:8080";
+  int parallel = 1;
+  int queue_limit = 64;
+  int ranks = 1;
+  std::vector<NodeAddress> peers;
+  std::string secret_file;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::string prompt_cache;
+  std::string chat_template;
+  std::string log_level = "info";
+  std::size_t max_body_bytes = 1 << 20;
+  int request_timeout_ms = 30000;
+  int retries = GenerationOptions{}.retries;
+  int heal_attempts = GenerationOptions{}.heal_attempts;
+  int phase_timeout_ms = DistributedOptions{}.phase_timeout_ms;
+};
+
+// A slot on a single-rank session with a compute pool of its own.
+class LocalSlot final : public serve::SlotSession {
+ public:
+  LocalSlot(const Model& model, int threads) : pool_(threads), session_(model, pool_), target_(session_) {}
+  GenerationTarget& target() override { return target_; }
+  Status reset() override { return session_.reset(); }
+
+ private:
+  cpu::ThreadPool pool_;
+  Session session_;
+  SessionTarget target_;
+};
+
+// A slot on a distributed session: in-process ranks, or remote nodes.
+class DistributedSlot final : public serve::SlotSession {
+ public:
+  DistributedSlot(std::unique_ptr<DistributedSession> session, const Model& model)
+      : session_(std::move(session)), target_(*session_, model) {}
+  GenerationTarget& target() override { return target_; }
+  Status reset() override { return session_->reset_distributed(); }
+
+ private:
+  std::unique_ptr<DistributedSession> session_;
+  DistributedTarget target_;
+};
+
+Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model, bool faults) {
+  const int threads = std::max(1, args.threads / args.parallel);
+  if (args.ranks == 1 && args.peers.empty() && !faults) {
+    return std::unique_ptr<serve::SlotSession>(std::make_unique<LocalSlot>(model, threads));
+  }
+  DistributedOptions options;
+  options.ranks = args.ranks;
+  options.threads = threads;
+  options.phase_timeout_ms = args.phase_timeout_ms;
+  options.secret_file = args.secret_file;
+  auto session = args.peers.empty() ? DistributedSession::create(model, options)
+                                    : DistributedSession::connect(args.peers, model, options);
+  if (!session) return session.error();
+  return std::unique_ptr<serve::SlotSession>(std::make_unique<DistributedSlot>(std::move(*session), model));
+}
+
+// The chat template: --chat-template, else the GGUF's own, else `plain`.
+Result<serve::ChatTemplate> chat_template(const ServeArgs& args) {
+  if (!args.chat_template.empty()) return serve::chat_template_from_option(args.chat_template);
+  auto jinja = serve::gguf_chat_template(args.model);
+  if (!jinja) return jinja.error();
+  if (jinja->empty()) {
+    spdlog::info("the model has no chat template: chat uses `plain` (--chat-template chooses another)");
+    return serve::ChatTemplate{serve::ChatFormat::plain};
+  }
+  auto recognised = serve::recognise_chat_template(*jinja);
+  if (!recognised) return Error(recognised.error().code(), args.model + ": " + recognised.error().message());
+  return recognised;
+}
+
+Result<HttpOptions> http_options(const ServeArgs& args) {
+  const auto colon = args.listen.rfind(':');
+  HttpOptions options;
+  int port = -1;
+  if (colon != std::string::npos) {
+    try {
+      std::size_t used = 0;
+      port = std::stoi(args.listen.substr(colon + 1), &used);
+      if (used != args.listen.size() - colon - 1) port = -1;
+    } catch (const std::exception&) {
+      port = -1;
+    }
+  }
+  if (port < 0 || port > 65535) {
+    return Error(ErrorCode::contract, "--listen: expected HOST:PORT with a port in 0..65535, got '" + args.listen + "'");
+  }
+  options.host = args.listen.substr(0, colon);
+  options.port = static_cast<unsigned short>(port);
+  options.body_limit = args.max_body_bytes;
+  options.request_timeout = std::chrono::milliseconds(args.request_timeout_ms);
+  return options;
+}
+
+int run_serve(ServeArgs args) {
+  spdlog::set_level(spdlog::level::from_str(args.log_level));
+  if (args.peers.empty()) args.threads = capped_threads(args.threads);
+  if (!args.peers.empty() && args.parallel != 1) {
+    return fail("--peers serves one sequence at a time: each node holds one session (--parallel 1)");
+  }
+  auto http = http_options(args);
+  if (!http) return fail(http.error().message());
+  auto faults = faults_from_environment();
+  if (!faults) return fail(faults.error().message());
+  auto header = Model::read_header(args.model);
+  if (!header) return fail(header.error().message());
+  auto tokenizer = find_tokenizer(args.tokenizer, args.model, *header);
+  if (!tokenizer) return fail(tokenizer.error().message());
+  auto chat = chat_template(args);
+  if (!chat) return fail(chat.error().message());
+  spdlog::info("loading {}", args.model);
+  const ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
+  auto model = Model::load(args.model, load);
+  if (!model) return fail(model.error().message());
+
+  // Declared first, so that it outlives the slots, whose answers it posts.
+  HttpServer server(*http);
+  auto bound = server.listen();
+  if (!bound) return fail(bound.error().message());
+  std::vector<std::unique_ptr<serve::SlotSession>> slots;
+  for (int i = 0; i < args.parallel; ++i) {
+    auto slot = make_slot(args, *model, !faults->empty());
+    if (!slot) return fail(slot.error().message());
+    slots.push_back(std::move(*slot));
+  }
+  serve::Metrics metrics;
+  metrics.set_load(0, 0, args.parallel);
+  serve::Scheduler scheduler(*tokenizer, std::move(slots), args.queue_limit,
+                             [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); });
+  serve::ServiceOptions options;
+  options.model_id = std::filesystem::path(args.model).stem().string();
+  options.context = model->config().seq_len;
+  options.chat_template = *chat;
+  options.prompt_cache = args.prompt_cache;
+  options.retries = args.retries;
+  options.heal_attempts = args.heal_attempts;
+  serve::Service service(*tokenizer, scheduler, metrics, options);
+  spdlog::info("model '{}', chat template {}, {} slot(s)", options.model_id, chat->name(), args.parallel);
+  // One line on stdout that scripts wait for.
+  std::printf("accord: serving on http://%s\n", bound->c_str());
+  std::fflush(stdout);
+  server.run(service);
+  return 0;
+}
+
+}  // namespace
+
+Command add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve an OpenAI-compatible HTTP API (docs/serve.md)");
+  cmd->add_option("--model", args->model, "GGUF model (llama) or llama2.c checkpoint (.bin)")->required();
+  cmd->add_option("--tokenizer", args->tokenizer, "tokenizer file, as for `accord generate`");
+  cmd->add_option("--listen", args->listen, "HOST:PORT to listen on; port 0 picks a free one")->capture_default_str();
+  cmd->add_option("--parallel", args->parallel, "requests generated at once, each on a session of its own")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--queue-limit", args->queue_limit,
+                  "requests that may wait for a free slot; more are answered 429")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--ranks", args->ranks, "in-process ranks of each slot's session")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--peers",
+         [args](const std::string& text) {
+           auto parsed = parse_peers(text);
+           if (!parsed) throw CLI::ValidationError("--peers", parsed.error().message());
+           args->peers = std::move(*parsed);
+         },
+         "remote ranks: `accord node` processes, rank 0 first (with --parallel 1)")
+      ->type_name("HOST:PORT,...")
+      ->excludes("--ranks");
+  cmd->add_option("--secret-file", args->secret_file, "with --peers: the cluster's shared secret")->needs("--peers");
+  cmd->add_option("--threads", args->threads, "CPU threads in all, shared out among the slots")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--prompt-cache", args->prompt_cache, "prompt cache folder: requests reuse cached prefixes");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "chatml, llama2, llama3, zephyr or plain, or a Jinja file recognised as one (default: the GGUF's "
+                  "tokenizer.chat_template, else plain)");
+  cmd->add_option("--log-level", args->log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", args->max_body_bytes, "larger request bodies are answered 413")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
+      ->capture_default_str();
+  cmd->add_option("--request-timeout-ms", args->request_timeout_ms,
+                  "a request must arrive whole within it (else 408), and each write of an answer complete")
+      ->check(CLI::Range(1, 3600 * 1000))
+      ->capture_default_str();
+  cmd->add_option("--retries", args->retries, "times an aborted step is run again")->capture_default_str();
+  cmd->add_option("--heal-attempts", args->heal_attempts, "times a poisoned session is healed within a request")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  cmd->add_option("--phase-timeout-ms", args->phase_timeout_ms, "a rank that does not report within it aborts the step")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  return [args] { return run_serve(*args); };
+}
+
+}  // namespace accord::cli

@@ -1,0 +1,118 @@
+#include "runtime/serve/metrics.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace accord::serve {
+
+namespace {
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+std::string header(const std::string& name, const std::string& type, const std::string& help) {
+  return "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+std::string sample(const std::string& name, std::uint64_t value) {
+  return name + " " + std::to_string(value) + "\n";
+}
+
+std::string counter(const std::string& name, const std::string& help, std::uint64_t value) {
+  return header(name, "counter", help) + sample(name, value);
+}
+
+std::string gauge(const std::string& name, const std::string& help, int value) {
+  return header(name, "gauge", help) + name + " " + std::to_string(value) + "\n";
+}
+
+}  // namespace
+
+void Histogram::observe(double seconds) {
+  const auto bucket = std::lower_bound(kBounds.begin(), kBounds.end(), seconds) - kBounds.begin();
+  if (bucket < static_cast<std::ptrdiff_t>(kBounds.size())) ++buckets_[static_cast<std::size_t>(bucket)];
+  ++count_;
+  sum_ += seconds;
+}
+
+std::string Histogram::text(const std::string& name, const std::string& labels) const {
+  const std::string prefix = labels.empty() ? "{" : "{" + labels + ",";
+  std::string out;
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < kBounds.size(); ++i) {
+    cumulative += buckets_[i];
+    out += name + "_bucket" + prefix + "le=\"" + number(kBounds[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_bucket" + prefix + "le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  const std::string plain = labels.empty() ? "" : "{" + labels + "}";
+  out += name + "_sum" + plain + " " + number(sum_) + "\n";
+  out += name + "_count" + plain + " " + std::to_string(count_) + "\n";
+  return out;
+}
+
+void Metrics::count_request(const std::string& endpoint, int http_status) {
+  std::lock_guard lock(mutex_);
+  ++requests_[{endpoint, http_status}];
+}
+
+void Metrics::count_generation(const GenerationCounts& counts) {
+  std::lock_guard lock(mutex_);
+  prompt_tokens_ += static_cast<std::uint64_t>(counts.prompt_tokens);
+  generated_tokens_ += static_cast<std::uint64_t>(counts.generated_tokens);
+  steps_ += static_cast<std::uint64_t>(counts.steps);
+  aborted_steps_ += static_cast<std::uint64_t>(counts.aborted_steps);
+  retries_ += static_cast<std::uint64_t>(counts.retries);
+  heals_ += static_cast<std::uint64_t>(counts.heals);
+  poisons_ += counts.poisoned ? 1 : 0;
+  if (counts.steps > 0) prefill_.observe(counts.prefill_seconds);
+}
+
+void Metrics::observe_decode_step(double seconds) {
+  std::lock_guard lock(mutex_);
+  decode_step_.observe(seconds);
+}
+
+void Metrics::observe_request(const std::string& endpoint, double seconds) {
+  std::lock_guard lock(mutex_);
+  request_seconds_[endpoint].observe(seconds);
+}
+
+void Metrics::set_load(int queued, int active, int slots) {
+  std::lock_guard lock(mutex_);
+  queued_ = queued;
+  active_ = active;
+  slots_ = slots;
+}
+
+std::string Metrics::prometheus_text() const {
+  std::lock_guard lock(mutex_);
+  std::string out = header("accord_requests_total", "counter", "HTTP requests answered, by endpoint and status");
+  for (const auto& [key, count] : requests_) {
+    out += "accord_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
+           std::to_string(count) + "\n";
+  }
+  out += counter("accord_prompt_tokens_total", "prompt tokens prefilled, BOS included", prompt_tokens_);
+  out += counter("accord_generated_tokens_total", "tokens generated", generated_tokens_);
+  out += counter("accord_steps_total", "forward steps committed (prefills and decode steps)", steps_);
+  out += counter("accord_aborted_steps_total", "step attempts that aborted, every rank restored", aborted_steps_);
+  out += counter("accord_retries_total", "aborted steps run again", retries_);
+  out += counter("accord_heals_total", "poisoned steps run again after the session healed", heals_);
+  out += counter("accord_poisons_total", "generations ended by a poisoned session", poisons_);
+  out += gauge("accord_queued_requests", "requests waiting for a slot", queued_);
+  out += gauge("accord_active_requests", "requests generating", active_);
+  out += gauge("accord_slots", "sequences generated at once (--parallel)", slots_);
+  out += header("accord_prefill_seconds", "histogram", "time of a prompt's prefill phase, prompt cache included");
+  out += prefill_.text("accord_prefill_seconds", "");
+  out += header("accord_decode_step_seconds", "histogram", "time of one decode step, its transaction included");
+  out += decode_step_.text("accord_decode_step_seconds", "");
+  out += header("accord_request_seconds", "histogram", "time from a request read to its last byte queued");
+  for (const auto& [endpoint, histogram] : request_seconds_) {
+    out += histogram.text("accord_request_seconds", "endpoint=\"" + endpoint + "\"");
+  }
+  return out;
+}
+
+}  // namespace accord::serve

@@ -1,0 +1,69 @@
+// What `accord serve` counts, written as Prometheus text for /metrics.
+// Every method may be called from any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace accord::serve {
+
+// A latency histogram in seconds, with fixed bucket bounds.
+class Histogram {
+ public:
+  static constexpr std::array<double, 14> kBounds{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                   0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+  void observe(double seconds);
+  // The text of one series: NAME_bucket{LABELS,le=...}, NAME_sum, NAME_count.
+  std::string text(const std::string& name, const std::string& labels) const;
+
+ private:
+  std::array<std::uint64_t, kBounds.size()> buckets_{};  // not cumulative
+  std::uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+// What one finished generation adds.
+struct GenerationCounts {
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  int steps = 0;  // forward steps committed: the prefill and each decode
+  int aborted_steps = 0;
+  int retries = 0;
+  int heals = 0;
+  bool poisoned = false;
+  double prefill_seconds = 0;
+};
+
+class Metrics {
+ public:
+  void count_request(const std::string& endpoint, int http_status);
+  void count_generation(const GenerationCounts& counts);
+  void observe_decode_step(double seconds);
+  void observe_request(const std::string& endpoint, double seconds);
+  void set_load(int queued, int active, int slots);
+
+  std::string prometheus_text() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, std::uint64_t> requests_;
+  std::uint64_t prompt_tokens_ = 0;
+  std::uint64_t generated_tokens_ = 0;
+  std::uint64_t steps_ = 0;
+  std::uint64_t aborted_steps_ = 0;
+  std::uint64_t retries_ = 0;
+  std::uint64_t heals_ = 0;
+  std::uint64_t poisons_ = 0;
+  Histogram prefill_;
+  Histogram decode_step_;
+  std::map<std::string, Histogram> request_seconds_;
+  int queued_ = 0;
+  int active_ = 0;
+  int slots_ = 0;
+};
+
+}  // namespace accord::serve

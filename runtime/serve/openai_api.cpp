@@ -1,0 +1,312 @@
+#include "runtime/serve/openai_api.hpp"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace accord::serve {
+
+namespace {
+
+using nlohmann::json;
+
+// Text cut from a multi-byte character is replaced, never a failed reply.
+std::string dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string event(const json& value) { return "data: " + dump(value) + "\n\n"; }
+
+// 'name', for messages. Built by appending: GCC 12 warns falsely
+// (-Wrestrict) on "'" + std::string.
+std::string in_quotes(std::string_view name) {
+  std::string text = "'";
+  text.append(name).append("'");
+  return text;
+}
+
+std::string type_name(const json& value) {
+  if (value.is_string()) return "a string";
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_number()) return "a number";
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  return "null";
+}
+
+ApiError wrong_type(const std::string& field, const json& value, std::string_view expected) {
+  return bad_request(in_quotes(field) + " must be " + std::string(expected) + ", got " + type_name(value), field);
+}
+
+// The reader of one request object: each field read is checked, and the
+// first error is kept.
+class Fields {
+ public:
+  explicit Fields(const json& object) : object_(object) {}
+
+  const json* find(const std::string& name) const {
+    auto it = object_.find(name);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  void read_bool(const std::string& name, bool& out) {
+    const json* value = find(name);
+    if (value == nullptr) return;
+    if (!value->is_boolean()) return fail(wrong_type(name, *value, "a boolean"));
+    out = value->get<bool>();
+  }
+
+  // A number in [low, high].
+  void read_float(const std::string& name, float& out, double low, double high) {
+    const json* value = find(name);
+    if (value == nullptr) return;
+    if (!value->is_number()) return fail(wrong_type(name, *value, "a number"));
+    const double number = value->get<double>();
+    if (!(number >= low && number <= high)) {
+      return fail(bad_request(in_quotes(name) + " must be between " + format(low) + " and " + format(high) + ", got " +
+                                  format(number),
+                              name));
+    }
+    out = static_cast<float>(number);
+  }
+
+  void read_max_tokens(std::optional<int>& out) {
+    for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+      const json* value = find(name);
+      if (value == nullptr) continue;
+      if (!value->is_number_integer()) return fail(wrong_type(name, *value, "an integer"));
+      const auto count = value->get<std::int64_t>();
+      if (count < 1) {
+        return fail(bad_request(in_quotes(name) + " must be at least 1, got " + std::to_string(count), name));
+      }
+      out = static_cast<int>(std::min<std::int64_t>(count, std::numeric_limits<int>::max()));
+    }
+  }
+
+  void read_seed(std::optional<std::uint64_t>& out) {
+    const json* value = find("seed");
+    if (value == nullptr) return;
+    if (!value->is_number_integer()) return fail(wrong_type("seed", *value, "an integer"));
+    // A negative seed is taken as its two's complement, as numpy does.
+    out = value->is_number_unsigned() ? value->get<std::uint64_t>()
+                                      : static_cast<std::uint64_t>(value->get<std::int64_t>());
+  }
+
+  void read_stop(std::vector<std::string>& out) {
+    const json* value = find("stop");
+    if (value == nullptr) return;
+    if (value->is_string()) {
+      out = {value->get<std::string>()};
+    } else if (value->is_array()) {
+      for (const json& item : *value) {
+        if (!item.is_string()) return fail(wrong_type("stop", item, "a string or an array of strings"));
+        out.push_back(item.get<std::string>());
+      }
+    } else {
+      return fail(wrong_type("stop", *value, "a string or an array of strings"));
+    }
+    if (out.size() > 4) return fail(bad_request("'stop' holds at most 4 sequences", "stop"));
+    for (const std::string& stop : out) {
+      if (stop.empty()) return fail(bad_request("'stop' sequences must not be empty", "stop"));
+    }
+  }
+
+  // n, best_of and logprobs ask for what one sequence per request cannot give.
+  void refuse_unsupported() {
+    for (const char* name : {"n", "best_of"}) {
+      const json* value = find(name);
+      if (value != nullptr && *value != 1) {
+        fail(bad_request(in_quotes(name) + " other than 1 is not supported", name, "unsupported_value"));
+      }
+    }
+  }
+
+  void fail(ApiError error) {
+    if (!error_) error_ = std::move(error);
+  }
+  const std::optional<ApiError>& error() const { return error_; }
+
+ private:
+  static std::string format(double number) {
+    json value = number;
+    return value.dump();
+  }
+
+  const json& object_;
+  std::optional<ApiError> error_;
+};
+
+// `prompt`: a string, or an array of one string.
+void read_prompt(Fields& fields, CompletionRequest& request) {
+  const json* prompt = fields.find("prompt");
+  if (prompt == nullptr) return fields.fail(bad_request("'prompt' is required", "prompt"));
+  if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) prompt = &(*prompt)[0];
+  if (prompt->is_array()) {
+    return fields.fail(bad_request("'prompt' must be one string: a batch of prompts is not supported", "prompt",
+                                   "unsupported_value"));
+  }
+  if (!prompt->is_string()) return fields.fail(wrong_type("prompt", *prompt, "a string"));
+  request.prompt = prompt->get<std::string>();
+}
+
+// A message's content: a string, or an array of text parts.
+std::optional<std::string> content_text(const json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return std::nullopt;
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+      return std::nullopt;
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+void read_messages(Fields& fields, CompletionRequest& request) {
+  const json* messages = fields.find("messages");
+  if (messages == nullptr) return fields.fail(bad_request("'messages' is required", "messages"));
+  if (!messages->is_array()) return fields.fail(wrong_type("messages", *messages, "an array"));
+  if (messages->empty()) return fields.fail(bad_request("'messages' must not be empty", "messages"));
+  for (std::size_t i = 0; i < messages->size(); ++i) {
+    const json& message = (*messages)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!message.is_object()) return fields.fail(wrong_type(where, message, "an object"));
+    const auto role = message.find("role");
+    if (role == message.end() || !role->is_string()) {
+      return fields.fail(bad_request(where + ".role must be a string", where + ".role"));
+    }
+    const std::string name = role->get<std::string>();
+    if (name != "system" && name != "user" && name != "assistant" && name != "developer") {
+      return fields.fail(bad_request(where + ".role must be system, developer, user or assistant, got '" + name + "'",
+                                     where + ".role"));
+    }
+    const auto content = message.find("content");
+    auto text = content == message.end() ? std::nullopt : content_text(*content);
+    if (!text) {
+      return fields.fail(
+          bad_request(where + ".content must be a string or an array of text parts", where + ".content"));
+    }
+    request.messages.push_back({name == "developer" ? "system" : name, std::move(*text)});
+  }
+}
+
+json usage(const CompletionOutcome& outcome) {
+  return {{"prompt_tokens", outcome.prompt_tokens},
+          {"completion_tokens", outcome.completion_tokens},
+          {"total_tokens", outcome.prompt_tokens + outcome.completion_tokens}};
+}
+
+json reply_head(const ReplyHeader& header, bool chunk) {
+  const bool chat = header.endpoint == Endpoint::chat_completions;
+  const char* object = chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return {{"id", header.id}, {"object", object}, {"created", header.created}, {"model", header.model}};
+}
+
+json choice(const ReplyHeader& header, std::string_view text, const json& finish_reason, bool chunk) {
+  json entry = {{"index", 0}, {"finish_reason", finish_reason}};
+  if (header.endpoint == Endpoint::completions) {
+    entry["text"] = text;
+    entry["logprobs"] = nullptr;
+  } else if (chunk) {
+    entry["delta"] = text.empty() ? json::object() : json{{"content", text}};
+  } else {
+    entry["message"] = {{"role", "assistant"}, {"content", text}};
+  }
+  return entry;
+}
+
+json chunk_with(const ReplyHeader& header, json entry) {
+  json reply = reply_head(header, /*chunk=*/true);
+  reply["choices"] = json::array({std::move(entry)});
+  return reply;
+}
+
+}  // namespace
+
+std::string ApiError::body() const {
+  json error = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) error["param"] = param;
+  if (!code.empty()) error["code"] = code;
+  return dump({{"error", error}});
+}
+
+ApiError bad_request(std::string message, std::string param, std::string code) {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), std::move(code)};
+}
+
+Result<CompletionRequest, ApiError> parse_request(std::string_view body, Endpoint endpoint) {
+  json object = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded()) return bad_request("the request body is not valid JSON");
+  if (!object.is_object()) return bad_request("the request body must be a JSON object, got " + type_name(object));
+  CompletionRequest request;
+  request.endpoint = endpoint;
+  Fields fields(object);
+  if (const json* model = fields.find("model"); model == nullptr) {
+    fields.fail(bad_request("'model' is required", "model"));
+  } else if (!model->is_string()) {
+    fields.fail(wrong_type("model", *model, "a string"));
+  } else {
+    request.model = model->get<std::string>();
+  }
+  if (endpoint == Endpoint::completions) {
+    read_prompt(fields, request);
+    fields.read_bool("echo", request.echo);
+  } else {
+    read_messages(fields, request);
+  }
+  fields.read_max_tokens(request.max_tokens);
+  fields.read_float("temperature", request.temperature, 0.0, 2.0);
+  fields.read_float("top_p", request.top_p, 0.0, 1.0);
+  if (fields.error() == std::nullopt && request.top_p == 0.0f) {
+    fields.fail(bad_request("'top_p' must be greater than 0", "top_p"));
+  }
+  fields.read_seed(request.seed);
+  fields.read_stop(request.stop);
+  fields.read_bool("stream", request.stream);
+  fields.refuse_unsupported();
+  if (const json* options = fields.find("stream_options"); options != nullptr) {
+    if (!options->is_object()) {
+      fields.fail(wrong_type("stream_options", *options, "an object"));
+    } else {
+      Fields(*options).read_bool("include_usage", request.include_usage);
+    }
+  }
+  if (fields.error()) return *fields.error();
+  if (endpoint == Endpoint::completions && !request.max_tokens) request.max_tokens = 16;
+  return request;
+}
+
+std::string completion_body(const ReplyHeader& header, const CompletionOutcome& outcome) {
+  json reply = reply_head(header, /*chunk=*/false);
+  reply["choices"] = json::array({choice(header, outcome.text, outcome.finish_reason, /*chunk=*/false)});
+  reply["usage"] = usage(outcome);
+  return dump(reply);
+}
+
+std::string stream_role_event(const ReplyHeader& header) {
+  json entry = {{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}};
+  return event(chunk_with(header, std::move(entry)));
+}
+
+std::string stream_text_event(const ReplyHeader& header, std::string_view text) {
+  return event(chunk_with(header, choice(header, text, nullptr, /*chunk=*/true)));
+}
+
+std::string stream_finish_event(const ReplyHeader& header, std::string_view finish_reason) {
+  return event(chunk_with(header, choice(header, "", finish_reason, /*chunk=*/true)));
+}
+
+std::string stream_usage_event(const ReplyHeader& header, const CompletionOutcome& outcome) {
+  json reply = reply_head(header, /*chunk=*/true);
+  reply["choices"] = json::array();
+  reply["usage"] = usage(outcome);
+  return event(reply);
+}
+
+std::string stream_error_event(const ApiError& error) { return "data: " + error.body() + "\n\n"; }
+
+std::string models_body(std::string_view model, std::int64_t created) {
+  json entry = {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "accord"}};
+  return dump({{"object", "list"}, {"data", json::array({entry})}});
+}
+
+}  // namespace accord::serve

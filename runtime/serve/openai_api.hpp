@@ -1,0 +1,90 @@
+// The OpenAI-compatible wire format of `accord serve`: requests of
+// /v1/completions and /v1/chat/completions read into one CompletionRequest,
+// checked as OpenAI checks them, and the replies (whole, or streamed as
+// server-sent events) and errors written in OpenAI's shapes. No HTTP here:
+// apps/accord/serve_http.cpp moves the bytes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/error.hpp"
+
+namespace accord::serve {
+
+enum class Endpoint { completions, chat_completions };
+
+// An error as OpenAI reports it: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the offending field, or empty
+  std::string code;   // a machine-readable code, or empty
+
+  std::string body() const;
+};
+
+ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
+
+struct ChatMessage {
+  std::string role;  // system, user or assistant
+  std::string content;
+};
+
+// One request of either endpoint, every default filled in.
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::completions;
+  std::string model;
+  std::string prompt;                 // completions
+  std::vector<ChatMessage> messages;  // chat completions
+  // Completions default to 16 as OpenAI's do; chat to the rest of the context.
+  std::optional<int> max_tokens;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  std::optional<std::uint64_t> seed;  // none: the server picks one
+  std::vector<std::string> stop;      // at most four
+  bool stream = false;
+  bool echo = false;  // completions: the prompt before the completion
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with the counts
+};
+
+// Reads and checks a request body: malformed JSON, a field of the wrong
+// type or out of range, or a missing prompt is an ApiError naming the field.
+Result<CompletionRequest, ApiError> parse_request(std::string_view body, Endpoint endpoint);
+
+// What the reply says of a finished completion.
+struct CompletionOutcome {
+  std::string text;
+  std::string finish_reason;  // "stop" or "length"
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+// The reply's identity, shared by a stream's chunks.
+struct ReplyHeader {
+  std::string id;  // "cmpl-..." or "chatcmpl-..."
+  std::int64_t created = 0;  // Unix seconds
+  std::string model;
+  Endpoint endpoint = Endpoint::completions;
+};
+
+std::string completion_body(const ReplyHeader& header, const CompletionOutcome& outcome);
+
+// One server-sent event of a stream ("data: {...}\n\n"): a piece of text,
+// or with `finish_reason` the last chunk. Chat streams open with a chunk
+// that gives the role.
+std::string stream_role_event(const ReplyHeader& header);
+std::string stream_text_event(const ReplyHeader& header, std::string_view text);
+std::string stream_finish_event(const ReplyHeader& header, std::string_view finish_reason);
+std::string stream_usage_event(const ReplyHeader& header, const CompletionOutcome& outcome);
+std::string stream_error_event(const ApiError& error);
+inline constexpr std::string_view kStreamDone = "data: [DONE]\n\n";
+
+// GET /v1/models: the one model served.
+std::string models_body(std::string_view model, std::int64_t created);
+
+}  // namespace accord::serve

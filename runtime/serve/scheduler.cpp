@@ -1,0 +1,107 @@
+#include "runtime/serve/scheduler.hpp"
+
+#include <algorithm>
+
+namespace accord::serve {
+
+Scheduler::Scheduler(const Tokenizer& tokenizer, std::vector<std::unique_ptr<SlotSession>> slots, int queue_limit,
+                     LoadSink load)
+    : tokenizer_(tokenizer), queue_limit_(static_cast<std::size_t>(std::max(0, queue_limit))), load_(std::move(load)) {
+  for (auto& session : slots) {
+    slots_.push_back(std::make_unique<Slot>());
+    slots_.back()->session = std::move(session);
+  }
+  for (auto& slot : slots_) workers_.emplace_back([this, &slot] { work(*slot); });
+}
+
+bool Scheduler::ready() const {
+  for (const auto& slot : slots_) {
+    if (!slot->ready.load()) return false;
+  }
+  return true;
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+}
+
+bool Scheduler::submit(Job job) {
+  {
+    std::lock_guard lock(mutex_);
+    if (queue_.size() >= queue_limit_) return false;
+    queue_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+  report_load();
+  return true;
+}
+
+void Scheduler::report_load() {
+  if (!load_) return;
+  int queued = 0;
+  int active = 0;
+  {
+    std::lock_guard lock(mutex_);
+    queued = static_cast<int>(queue_.size());
+    active = active_;
+  }
+  load_(queued, active);
+}
+
+bool Scheduler::next_job(Job& job) {
+  std::unique_lock lock(mutex_);
+  wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+  if (stopping_) return false;
+  job = std::move(queue_.front());
+  queue_.pop_front();
+  ++active_;
+  return true;
+}
+
+void Scheduler::work(Slot& slot) {
+  Job job;
+  while (next_job(job)) {
+    report_load();
+    run(slot, job);
+    {
+      std::lock_guard lock(mutex_);
+      --active_;
+    }
+    report_load();
+  }
+}
+
+// A session that cannot be reset is as unusable as a poisoned one: the job
+// fails so, and the slot stays unready until a later reset succeeds.
+void Scheduler::run(Slot& slot, Job& job) {
+  const auto abandoned = [&job] { return job.abandoned && job.abandoned(); };
+  if (abandoned()) {
+    job.on_done(GenerationFailure{Error(ErrorCode::contract, "the client went away before generation began"), {}});
+    return;
+  }
+  Status reset = slot.session->reset();
+  slot.ready = static_cast<bool>(reset);
+  if (!reset) {
+    GenerationFailure failure{reset.error(), {}};
+    failure.partial.stop_reason = StopReason::error;
+    failure.partial.poisoned = true;
+    failure.partial.poison_cause = reset.error().message();
+    job.on_done(failure);
+    return;
+  }
+  auto asked = std::move(job.options.stop_requested);
+  job.options.stop_requested = [&asked, &abandoned] { return abandoned() || (asked && asked()); };
+  const GenerationOutcome outcome =
+      generate(slot.session->target(), tokenizer_, job.prompt, job.options, job.on_piece, /*warn=*/{});
+  if (!outcome && outcome.error().partial.poisoned) slot.ready = false;
+  job.on_done(outcome);
+  // Heal now, so that the next request does not wait for it.
+  if (!slot.ready) slot.ready = static_cast<bool>(slot.session->reset());
+}
+
+}  // namespace accord::serve

@@ -1,0 +1,241 @@
+#include "runtime/serve/service.hpp"
+
+#include <random>
+
+#include "runtime/serve/stop_filter.hpp"
+
+namespace accord::serve {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::string_view kCompletionsPath = "/v1/completions";
+constexpr std::string_view kChatPath = "/v1/chat/completions";
+// The status nginx logs for a client that closed its connection before the
+// answer: nobody receives it, but the metrics say what happened.
+constexpr int kClientClosed = 499;
+
+std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+HttpResponse json_response(int status, std::string body) { return {status, "application/json", std::move(body)}; }
+
+ApiError server_error(int status, std::string message) {
+  return ApiError{status, std::move(message), "server_error", "", ""};
+}
+
+// The finish reason OpenAI gives for how generation ended.
+std::string finish_reason(StopReason reason) {
+  return reason == StopReason::max_tokens || reason == StopReason::context_full ? "length" : "stop";
+}
+
+// One completion in flight: what its callbacks share, on the slot's thread.
+struct Exchange {
+  Exchange(std::string endpoint, ReplyHeader reply, std::shared_ptr<Responder> client,
+           const CompletionRequest& wanted, std::vector<std::string> stops)
+      : path(std::move(endpoint)),
+        header(std::move(reply)),
+        responder(std::move(client)),
+        stream(wanted.stream),
+        include_usage(wanted.include_usage),
+        echoed(wanted.echo ? wanted.prompt : std::string()),
+        filter(std::move(stops)) {}
+
+  std::string path;
+  ReplyHeader header;
+  std::shared_ptr<Responder> responder;
+  bool stream;
+  bool include_usage;
+  std::string echoed;  // the prompt, when echo was asked
+  StopFilter filter;
+  std::string text;  // what was not streamed
+  bool opened = false;
+  Clock::time_point start = Clock::now();
+  Clock::time_point last_step;
+
+  // Streams open when the first piece is ready, on the slot's thread, so
+  // that a request refused with 429 never had a 200 sent.
+  void open() {
+    if (opened) return;
+    opened = true;
+    responder->open_stream();
+    if (header.endpoint == Endpoint::chat_completions) responder->send_event(stream_role_event(header));
+    if (!echoed.empty()) responder->send_event(stream_text_event(header, echoed));
+  }
+
+  void take(std::string_view piece) {
+    std::string ready = filter.push(piece);
+    if (ready.empty()) return;
+    if (stream) {
+      open();
+      responder->send_event(stream_text_event(header, ready));
+    } else {
+      text += ready;
+    }
+  }
+};
+
+GenerationCounts counts_of(const GenerationResult& result) {
+  GenerationCounts counts;
+  counts.prompt_tokens = static_cast<int>(result.prompt_tokens.size());
+  counts.generated_tokens = static_cast<int>(result.generated_tokens.size());
+  counts.steps = result.generated_tokens.empty() ? 0 : 1 + result.decode_steps;
+  counts.aborted_steps = result.aborted_steps;
+  counts.retries = result.retries;
+  counts.heals = result.heals;
+  counts.poisoned = result.poisoned;
+  counts.prefill_seconds = result.prefill_seconds;
+  return counts;
+}
+
+// The answer to a generation that ended, well or not; returns its status.
+int finish(Exchange& exchange, const GenerationOutcome& outcome) {
+  const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
+  Responder& responder = *exchange.responder;
+  if (responder.client_gone()) {
+    if (exchange.opened) responder.close_stream();
+    else responder.respond(json_response(kClientClosed, "{}"));
+    return kClientClosed;
+  }
+  if (!outcome) {
+    // A poisoned session is the service's state, not this request's fault.
+    const ApiError error = server_error(result.poisoned ? 503 : 500, outcome.error().message());
+    if (!exchange.opened) {
+      responder.respond(json_response(error.http_status, error.body()));
+      return error.http_status;
+    }
+    responder.send_event(stream_error_event(error));
+    responder.send_event(std::string(kStreamDone));
+    responder.close_stream();
+    return 200;
+  }
+  const CompletionOutcome done{exchange.echoed + exchange.text + exchange.filter.flush(),
+                               finish_reason(result.stop_reason), static_cast<int>(result.prompt_tokens.size()),
+                               static_cast<int>(result.generated_tokens.size())};
+  if (!exchange.stream) {
+    responder.respond(json_response(200, completion_body(exchange.header, done)));
+    return 200;
+  }
+  exchange.open();
+  // What the filter still held (streamed text is not in exchange.text).
+  const std::string tail = done.text.substr(exchange.echoed.size());
+  if (!tail.empty()) responder.send_event(stream_text_event(exchange.header, tail));
+  responder.send_event(stream_finish_event(exchange.header, done.finish_reason));
+  if (exchange.include_usage) responder.send_event(stream_usage_event(exchange.header, done));
+  responder.send_event(std::string(kStreamDone));
+  responder.close_stream();
+  return 200;
+}
+
+}  // namespace
+
+Service::Service(const Tokenizer& tokenizer, Scheduler& scheduler, Metrics& metrics, ServiceOptions options)
+    : tokenizer_(tokenizer),
+      scheduler_(scheduler),
+      metrics_(metrics),
+      options_(std::move(options)),
+      started_(unix_seconds()) {}
+
+void Service::answer(const std::string& endpoint, const std::shared_ptr<Responder>& responder,
+                     HttpResponse response) {
+  metrics_.count_request(endpoint, response.status);
+  responder->respond(std::move(response));
+}
+
+void Service::answer_error(const std::string& endpoint, const std::shared_ptr<Responder>& responder,
+                           const ApiError& error) {
+  answer(endpoint, responder, json_response(error.http_status, error.body()));
+}
+
+void Service::handle(const HttpRequest& request, const std::shared_ptr<Responder>& responder) {
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  if (path == kCompletionsPath && post) return complete(request, Endpoint::completions, responder);
+  if (path == kChatPath && post) return complete(request, Endpoint::chat_completions, responder);
+  if (path == "/health" && get) return answer(path, responder, json_response(200, R"({"status":"ok"})"));
+  if (path == "/ready" && get) {
+    const bool ready = scheduler_.ready();
+    return answer(path, responder,
+                  json_response(ready ? 200 : 503, ready ? R"({"status":"ready"})" : R"({"status":"recovering"})"));
+  }
+  if (path == "/v1/models" && get) return answer(path, responder, json_response(200, models_body(options_.model_id, started_)));
+  if (path == "/metrics" && get) {
+    return answer(path, responder, {200, "text/plain; version=0.0.4", metrics_.prometheus_text()});
+  }
+  const bool known = path == kCompletionsPath || path == kChatPath || path == "/health" || path == "/ready" ||
+                     path == "/v1/models" || path == "/metrics";
+  if (known) {
+    return answer_error("other", responder,
+                        ApiError{405, request.method + " is not allowed on " + path, "invalid_request_error", "", ""});
+  }
+  answer_error("other", responder,
+               ApiError{404, "no endpoint " + request.method + " " + path, "invalid_request_error", "", "not_found"});
+}
+
+void Service::complete(const HttpRequest& request, Endpoint endpoint, const std::shared_ptr<Responder>& responder) {
+  const std::string path(endpoint == Endpoint::completions ? kCompletionsPath : kChatPath);
+  auto parsed = parse_request(request.body, endpoint);
+  if (!parsed) return answer_error(path, responder, parsed.error());
+  const CompletionRequest& wanted = *parsed;
+  if (wanted.model != options_.model_id) {
+    return answer_error(path, responder,
+                        ApiError{404, "the model '" + wanted.model + "' does not exist: this server serves '" +
+                                          options_.model_id + "'",
+                                 "invalid_request_error", "model", "model_not_found"});
+  }
+  const bool chat = endpoint == Endpoint::chat_completions;
+  std::string prompt = chat ? options_.chat_template.render(wanted.messages) : wanted.prompt;
+  auto tokens = tokenizer_.encode(prompt, /*bos=*/true, /*eos=*/false);
+  if (!tokens) return answer_error(path, responder, bad_request(tokens.error().message(), chat ? "messages" : "prompt"));
+  if (static_cast<int>(tokens->size()) > options_.context) {
+    return answer_error(path, responder,
+                        bad_request("the prompt is " + std::to_string(tokens->size()) +
+                                        " tokens long, past the model's context of " +
+                                        std::to_string(options_.context) + " tokens",
+                                    chat ? "messages" : "prompt", "context_length_exceeded"));
+  }
+
+  std::vector<std::string> stops = wanted.stop;
+  if (chat) {
+    for (std::string& stop : options_.chat_template.stop_sequences()) stops.push_back(std::move(stop));
+  }
+  const std::uint64_t id = next_id_++;
+  ReplyHeader header{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(started_) + "-" + std::to_string(id),
+                     unix_seconds(), options_.model_id, endpoint};
+  auto exchange = std::make_shared<Exchange>(path, std::move(header), responder, wanted, std::move(stops));
+
+  Job job;
+  job.prompt = std::move(prompt);
+  job.options.max_tokens = wanted.max_tokens.value_or(options_.context);
+  job.options.sampler = {wanted.temperature, wanted.top_p, wanted.seed.value_or(std::random_device{}())};
+  job.options.prompt_cache = options_.prompt_cache;
+  job.options.retries = options_.retries;
+  job.options.heal_attempts = options_.heal_attempts;
+  job.options.emit_prompt = false;
+  job.options.stop_requested = [this, exchange] {
+    const auto now = Clock::now();
+    if (exchange->last_step != Clock::time_point{}) {
+      metrics_.observe_decode_step(std::chrono::duration<double>(now - exchange->last_step).count());
+    }
+    exchange->last_step = now;
+    return exchange->filter.stopped();
+  };
+  job.on_piece = [exchange](std::string_view piece) { exchange->take(piece); };
+  job.abandoned = [exchange] { return exchange->responder->client_gone(); };
+  job.on_done = [this, exchange](const GenerationOutcome& outcome) {
+    const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
+    metrics_.count_generation(counts_of(result));
+    metrics_.count_request(exchange->path, finish(*exchange, outcome));
+    metrics_.observe_request(exchange->path, std::chrono::duration<double>(Clock::now() - exchange->start).count());
+  };
+  if (!scheduler_.submit(std::move(job))) {
+    return answer_error(path, responder,
+                        ApiError{429, "the server is busy: its queue is full; try again later", "rate_limit_exceeded",
+                                 "", "rate_limit_exceeded"});
+  }
+}
+
+}  // namespace accord::serve
