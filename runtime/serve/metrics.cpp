@@ -7,9 +7,10 @@ namespace accord::serve {
 
 namespace {
 
+// Bucket bounds print as written (0.0005, not 0.00050000000000000001).
 std::string number(double value) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.17g", value);
+  std::snprintf(text, sizeof text, "%.9g", value);
   return text;
 }
 

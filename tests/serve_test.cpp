@@ -1,0 +1,462 @@
+// accord serve without sockets: the request format and its errors, stop
+// sequences, chat templates, metrics, and the service over real sessions
+// with a responder that records what a client would receive.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "actors/distributed_session.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/fault/fault_plan.hpp"
+#include "runtime/serve/chat_template.hpp"
+#include "runtime/serve/metrics.hpp"
+#include "runtime/serve/openai_api.hpp"
+#include "runtime/serve/scheduler.hpp"
+#include "runtime/serve/service.hpp"
+#include "runtime/serve/stop_filter.hpp"
+#include "tests/support.hpp"
+
+namespace accord {
+namespace {
+
+using nlohmann::json;
+using serve::Endpoint;
+
+serve::ApiError parse_error(std::string_view body, Endpoint endpoint = Endpoint::completions) {
+  auto parsed = serve::parse_request(body, endpoint);
+  EXPECT_FALSE(parsed) << body;
+  return parsed ? serve::ApiError{} : parsed.error();
+}
+
+TEST(ServeRequest, CompletionDefaultsAreOpenAIs) {
+  auto request = serve::parse_request(R"({"model":"m","prompt":"Once"})", Endpoint::completions);
+  ASSERT_TRUE(request) << request.error().message;
+  EXPECT_EQ(request->prompt, "Once");
+  EXPECT_EQ(request->max_tokens, 16);
+  EXPECT_EQ(request->temperature, 1.0f);
+  EXPECT_EQ(request->top_p, 1.0f);
+  EXPECT_FALSE(request->seed);
+  EXPECT_FALSE(request->stream);
+  auto chat = serve::parse_request(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})",
+                                   Endpoint::chat_completions);
+  ASSERT_TRUE(chat);
+  EXPECT_FALSE(chat->max_tokens);  // the rest of the context
+}
+
+TEST(ServeRequest, EveryParameterIsRead) {
+  auto request = serve::parse_request(
+      R"({"model":"m","prompt":["p"],"max_tokens":5,"temperature":0,"top_p":0.5,"seed":-1,"stop":["a","b"],
+          "stream":true,"stream_options":{"include_usage":true},"echo":true})",
+      Endpoint::completions);
+  ASSERT_TRUE(request) << request.error().message;
+  EXPECT_EQ(request->prompt, "p");
+  EXPECT_EQ(request->max_tokens, 5);
+  EXPECT_EQ(request->temperature, 0.0f);
+  EXPECT_EQ(request->top_p, 0.5f);
+  EXPECT_EQ(request->seed, ~std::uint64_t{0});
+  EXPECT_EQ(request->stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(request->stream);
+  EXPECT_TRUE(request->include_usage);
+  EXPECT_TRUE(request->echo);
+}
+
+TEST(ServeRequest, BadInputNamesTheField) {
+  EXPECT_EQ(parse_error("{not json").message, "the request body is not valid JSON");
+  EXPECT_EQ(parse_error("[1]").message, "the request body must be a JSON object, got an array");
+  EXPECT_EQ(parse_error(R"({"prompt":"p"})").param, "model");
+  EXPECT_EQ(parse_error(R"({"model":"m"})").param, "prompt");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":3})").message, "'prompt' must be a string, got a number");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","max_tokens":"5"})").param, "max_tokens");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","max_tokens":0})").message,
+            "'max_tokens' must be at least 1, got 0");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","max_tokens":-3})").param, "max_tokens");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","temperature":3})").param, "temperature");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","top_p":0})").param, "top_p");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","stop":["a","b","c","d","e"]})").param, "stop");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","stop":[1]})").param, "stop");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","stream":"yes"})").param, "stream");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","n":2})").code, "unsupported_value");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":["a","b"]})").code, "unsupported_value");
+  EXPECT_EQ(parse_error(R"({"model":"m","messages":[]})", Endpoint::chat_completions).param, "messages");
+  EXPECT_EQ(parse_error(R"({"model":"m","messages":[{"role":"robot","content":"x"}]})", Endpoint::chat_completions)
+                .param,
+            "messages[0].role");
+  EXPECT_EQ(parse_error(R"({"model":"m","messages":[{"role":"user","content":5}]})", Endpoint::chat_completions)
+                .param,
+            "messages[0].content");
+}
+
+TEST(ServeRequest, ChatContentPartsAreJoined) {
+  auto request = serve::parse_request(
+      R"({"model":"m","messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})",
+      Endpoint::chat_completions);
+  ASSERT_TRUE(request) << request.error().message;
+  ASSERT_EQ(request->messages.size(), 1u);
+  EXPECT_EQ(request->messages[0].role, "system");
+  EXPECT_EQ(request->messages[0].content, "ab");
+}
+
+TEST(ServeRequest, ErrorsHaveOpenAIsShape) {
+  const json body = json::parse(serve::bad_request("bad", "max_tokens").body());
+  EXPECT_EQ(body["error"]["message"], "bad");
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["param"], "max_tokens");
+  EXPECT_TRUE(body["error"]["code"].is_null());
+}
+
+TEST(ServeStopFilter, HoldsWhatMayBeginAStopAndCutsBeforeIt) {
+  serve::StopFilter filter({"THE END"});
+  EXPECT_EQ(filter.push("once upon TH"), "once upon ");
+  EXPECT_EQ(filter.push("ere"), "THere");  // not the stop after all
+  EXPECT_EQ(filter.push(" was THE E"), " was ");
+  EXPECT_FALSE(filter.stopped());
+  EXPECT_EQ(filter.push("ND and more"), "");
+  EXPECT_TRUE(filter.stopped());
+  EXPECT_EQ(filter.push("later"), "");
+  EXPECT_EQ(filter.flush(), "");
+}
+
+TEST(ServeStopFilter, FlushGivesWhatWasHeld) {
+  serve::StopFilter filter({"\nUser:"});
+  EXPECT_EQ(filter.push("fine.\nUs"), "fine.");
+  EXPECT_EQ(filter.flush(), "\nUs");
+}
+
+TEST(ServeStopFilter, HoldsAnUnfinishedUtf8Character) {
+  serve::StopFilter filter({});
+  const std::string euro = "\xE2\x82\xAC";
+  EXPECT_EQ(filter.push("a" + euro.substr(0, 2)), "a");
+  EXPECT_EQ(filter.push(euro.substr(2)), euro);
+}
+
+TEST(ServeChatTemplate, BuiltinsRender) {
+  const std::vector<serve::ChatMessage> messages = {{"system", "Be brief."}, {"user", "Hi"}};
+  EXPECT_EQ(serve::ChatTemplate{serve::ChatFormat::chatml}.render(messages),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(serve::ChatTemplate{serve::ChatFormat::llama2}.render(messages),
+            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]");
+  EXPECT_EQ(serve::ChatTemplate{serve::ChatFormat::plain}.render(messages), "System: Be brief.\nUser: Hi\nAssistant:");
+}
+
+TEST(ServeChatTemplate, RecognisedByMarkersOrRefused) {
+  auto chatml = serve::recognise_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}...");
+  ASSERT_TRUE(chatml);
+  EXPECT_EQ(chatml->name(), "chatml");
+  EXPECT_EQ(serve::recognise_chat_template("{{ bos }}[INST] {{ m }} [/INST]")->name(), "llama2");
+  EXPECT_FALSE(serve::recognise_chat_template("{{ messages | tojson }}"));
+  EXPECT_FALSE(serve::chat_template_from_option("no-such-template-or-file"));
+  EXPECT_EQ(serve::chat_template_from_option("zephyr")->name(), "zephyr");
+}
+
+TEST(ServeChatTemplate, AGgufWithoutATemplateHasNone) {
+  auto jinja = serve::gguf_chat_template((test::shared_dir() / "models" / "stories260K.gguf").string());
+  ASSERT_TRUE(jinja) << jinja.error().message();
+  EXPECT_EQ(*jinja, "");
+  EXPECT_FALSE(serve::gguf_chat_template("/no/such/model.gguf"));
+}
+
+TEST(ServeMetrics, PrometheusTextCountsAndCumulates) {
+  serve::Metrics metrics;
+  metrics.count_request("/v1/completions", 200);
+  metrics.count_request("/v1/completions", 200);
+  metrics.count_request("/v1/completions", 429);
+  metrics.count_generation({5, 7, 7, 2, 2, 0, false, 0.003});
+  metrics.observe_decode_step(0.0007);
+  metrics.observe_decode_step(20.0);
+  const std::string text = metrics.prometheus_text();
+  EXPECT_NE(text.find("accord_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_requests_total{endpoint=\"/v1/completions\",status=\"429\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_generated_tokens_total 7\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_aborted_steps_total 2\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_decode_step_seconds_bucket{le=\"0.0005\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_decode_step_seconds_bucket{le=\"0.001\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_decode_step_seconds_bucket{le=\"10\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_decode_step_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_prefill_seconds_count 1\n"), std::string::npos);
+}
+
+// What a client receives: a whole answer, or a stream's events.
+class RecordingResponder final : public serve::Responder {
+ public:
+  void respond(serve::HttpResponse response) override {
+    std::lock_guard lock(mutex_);
+    response_ = std::move(response);
+    end();
+  }
+  void open_stream() override {
+    std::lock_guard lock(mutex_);
+    response_.status = 200;
+    response_.content_type = "text/event-stream";
+  }
+  void send_event(std::string event) override {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(event));
+    if (events_.size() == gone_after_events_) gone_ = true;
+  }
+  void close_stream() override {
+    std::lock_guard lock(mutex_);
+    end();
+  }
+  bool client_gone() const override { return gone_.load(); }
+
+  // The client goes away once it has this many events.
+  void go_after(std::size_t events) { gone_after_events_ = events; }
+
+  serve::HttpResponse wait() {
+    std::unique_lock lock(mutex_);
+    EXPECT_TRUE(done_.wait_for(lock, std::chrono::minutes(2), [&] { return answered_; }));
+    return response_;
+  }
+  std::vector<std::string> events() {
+    std::lock_guard lock(mutex_);
+    return events_;
+  }
+
+ private:
+  void end() {
+    answered_ = true;
+    done_.notify_all();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable done_;
+  bool answered_ = false;
+  serve::HttpResponse response_;
+  std::vector<std::string> events_;
+  std::size_t gone_after_events_ = 0;
+  std::atomic<bool> gone_{false};
+};
+
+class LocalSlot final : public serve::SlotSession {
+ public:
+  explicit LocalSlot(const Model& model) : pool_(1), session_(model, pool_), target_(session_) {}
+  GenerationTarget& target() override { return target_; }
+  Status reset() override { return session_.reset(); }
+
+ private:
+  cpu::ThreadPool pool_;
+  Session session_;
+  SessionTarget target_;
+};
+
+class FaultySlot final : public serve::SlotSession {
+ public:
+  FaultySlot(const Model& model, const std::vector<Fault>& faults) {
+    DistributedOptions options;
+    options.ranks = 2;
+    options.threads = 1;
+    options.faults = faults;
+    auto created = DistributedSession::create(model, options);
+    EXPECT_TRUE(created) << created.error().message();
+    session_ = std::move(*created);
+    target_ = std::make_unique<DistributedTarget>(*session_, model);
+  }
+  GenerationTarget& target() override { return *target_; }
+  Status reset() override { return session_->reset_distributed(); }
+
+ private:
+  std::unique_ptr<DistributedSession> session_;
+  std::unique_ptr<DistributedTarget> target_;
+};
+
+class ServeServiceTest : public ::testing::Test {
+ protected:
+  void start(int slots, int queue_limit = 8, const std::vector<Fault>& faults = {}) {
+    std::vector<std::unique_ptr<serve::SlotSession>> sessions;
+    for (int i = 0; i < slots; ++i) {
+      if (faults.empty()) {
+        sessions.push_back(std::make_unique<LocalSlot>(model_));
+      } else {
+        sessions.push_back(std::make_unique<FaultySlot>(model_, faults));
+      }
+    }
+    scheduler_ = std::make_unique<serve::Scheduler>(tokenizer_, std::move(sessions), queue_limit);
+    serve::ServiceOptions options;
+    options.model_id = "stories260K";
+    options.context = model_.config().seq_len;
+    service_ = std::make_unique<serve::Service>(tokenizer_, *scheduler_, metrics_, options);
+  }
+
+  std::shared_ptr<RecordingResponder> post(const std::string& path, const json& body) {
+    auto responder = std::make_shared<RecordingResponder>();
+    service_->handle({"POST", path, body.dump()}, responder);
+    return responder;
+  }
+
+  // The text `accord generate` gives greedily after `prompt`.
+  std::string generated(const std::string& prompt, int max_tokens) {
+    cpu::ThreadPool pool(1);
+    Session session(model_, pool);
+    GenerationOptions options;
+    options.max_tokens = max_tokens;
+    options.sampler.temperature = 0;
+    std::string text;
+    options.emit_prompt = false;
+    auto result = generate(session, tokenizer_, prompt, options, [&](std::string_view piece) { text += piece; });
+    EXPECT_TRUE(result);
+    return text;
+  }
+
+  const Model model_ = test::load_stories_model();
+  const Tokenizer tokenizer_ = test::load_stories_tokenizer();
+  serve::Metrics metrics_;
+  std::unique_ptr<serve::Scheduler> scheduler_;
+  std::unique_ptr<serve::Service> service_;
+};
+
+// The text of a stream's events, and its finish reason.
+std::pair<std::string, std::string> streamed(const std::vector<std::string>& events) {
+  std::string text;
+  std::string finish;
+  EXPECT_FALSE(events.empty());
+  for (const std::string& event : events) {
+    if (event == serve::kStreamDone) continue;
+    const json chunk = json::parse(event.substr(std::string_view("data: ").size()));
+    const json& choice = chunk["choices"][0];
+    text += choice.value("text", "");
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  if (!events.empty()) {
+    EXPECT_EQ(events.back(), serve::kStreamDone);
+  }
+  return {text, finish};
+}
+
+TEST_F(ServeServiceTest, GreedyCompletionIsGenerates) {
+  start(1);
+  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 24},
+                     {"temperature", 0}};
+  const serve::HttpResponse response = post("/v1/completions", body)->wait();
+  ASSERT_EQ(response.status, 200) << response.body;
+  const json reply = json::parse(response.body);
+  EXPECT_EQ(reply["choices"][0]["text"], generated("Once upon a time", 24));
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(reply["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(reply["usage"]["prompt_tokens"], 5);
+}
+
+TEST_F(ServeServiceTest, AStreamCarriesTheSameText) {
+  start(1);
+  json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0},
+               {"stream", true}};
+  auto responder = post("/v1/completions", body);
+  EXPECT_EQ(responder->wait().content_type, "text/event-stream");
+  const auto [text, finish] = streamed(responder->events());
+  EXPECT_EQ(text, generated("Once upon a time", 24));
+  EXPECT_EQ(finish, "length");
+}
+
+TEST_F(ServeServiceTest, AStopSequenceEndsTheReplyBeforeIt) {
+  start(1);
+  const std::string whole = generated("Once upon a time", 24);
+  const std::string stop = "Lily";
+  ASSERT_NE(whole.find(stop), std::string::npos) << whole;
+  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 24},
+                     {"temperature", 0},       {"stop", stop}};
+  const json reply = json::parse(post("/v1/completions", body)->wait().body);
+  EXPECT_EQ(reply["choices"][0]["text"], whole.substr(0, whole.find(stop)));
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "stop");
+  EXPECT_LT(reply["usage"]["completion_tokens"].get<int>(), 24);  // generation stopped there
+}
+
+TEST_F(ServeServiceTest, ConcurrentSequencesDoNotChangeEachOthersTokens) {
+  start(2);
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat"};
+  std::vector<std::shared_ptr<RecordingResponder>> responders;
+  for (int round = 0; round < 2; ++round) {
+    for (const std::string& prompt : prompts) {
+      responders.push_back(post("/v1/completions",
+                                {{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", 30}, {"temperature", 0}}));
+    }
+  }
+  for (std::size_t i = 0; i < responders.size(); ++i) {
+    const json reply = json::parse(responders[i]->wait().body);
+    EXPECT_EQ(reply["choices"][0]["text"], generated(prompts[i % 2], 30)) << i;
+  }
+}
+
+TEST_F(ServeServiceTest, AFullQueueAnswers429) {
+  start(1, /*queue_limit=*/0);
+  const serve::HttpResponse response =
+      post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"}})->wait();
+  EXPECT_EQ(response.status, 429);
+  EXPECT_EQ(json::parse(response.body)["error"]["type"], "rate_limit_exceeded");
+}
+
+TEST_F(ServeServiceTest, AClientThatGoesAwayStopsItsGeneration) {
+  start(1);
+  auto responder = std::make_shared<RecordingResponder>();
+  responder->go_after(3);
+  service_->handle({"POST", "/v1/completions",
+                    json{{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 200}, {"stream", true}}.dump()},
+                   responder);
+  responder->wait();
+  EXPECT_LE(responder->events().size(), 4u);
+  // The slot serves the next request, after it counted the first.
+  const json reply = json::parse(post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"},
+                                                          {"max_tokens", 5}, {"temperature", 0}})
+                                     ->wait()
+                                     .body);
+  EXPECT_EQ(reply["choices"][0]["text"], generated("Once", 5));
+  EXPECT_NE(metrics_.prometheus_text().find("status=\"499\"} 1\n"), std::string::npos);
+}
+
+TEST_F(ServeServiceTest, PromptPastTheContextIsRefusedBeforeQueueing) {
+  start(1, /*queue_limit=*/0);
+  std::string prompt;
+  for (int i = 0; i < model_.config().seq_len; ++i) prompt += " a";
+  const serve::HttpResponse response = post("/v1/completions", {{"model", "stories260K"}, {"prompt", prompt}})->wait();
+  EXPECT_EQ(response.status, 400);
+  EXPECT_EQ(json::parse(response.body)["error"]["code"], "context_length_exceeded");
+}
+
+TEST_F(ServeServiceTest, AbortedStepsAreRetriedAndTheTextIsUnchanged) {
+  start(1, 8, {*parse_fault("1:Execution:error:3")});
+  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 12},
+                     {"temperature", 0}};
+  const json reply = json::parse(post("/v1/completions", body)->wait().body);
+  EXPECT_EQ(reply["choices"][0]["text"], generated("Once upon a time", 12));
+  EXPECT_NE(metrics_.prometheus_text().find("accord_retries_total 1\n"), std::string::npos);
+}
+
+TEST_F(ServeServiceTest, ChatUsesTheTemplateAndStreamsARoleFirst) {
+  start(1);
+  auto responder = post("/v1/chat/completions", {{"model", "stories260K"},
+                                                 {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                                 {"max_tokens", 6},
+                                                 {"temperature", 0},
+                                                 {"stream", true}});
+  responder->wait();
+  const auto events = responder->events();
+  ASSERT_GE(events.size(), 3u);
+  const json first = json::parse(events[0].substr(6));
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (std::size_t i = 1; i + 1 < events.size(); ++i) {
+    text += json::parse(events[i].substr(6))["choices"][0]["delta"].value("content", "");
+  }
+  const std::string whole = generated("User: Hi\nAssistant:", 6);
+  EXPECT_EQ(text, whole.substr(0, whole.find("\nUser:")));
+}
+
+TEST_F(ServeServiceTest, OtherEndpointsAnswer) {
+  start(1);
+  auto get = [&](const std::string& path) {
+    auto responder = std::make_shared<RecordingResponder>();
+    service_->handle({"GET", path, ""}, responder);
+    return responder->wait();
+  };
+  EXPECT_EQ(get("/health").status, 200);
+  EXPECT_EQ(get("/ready").status, 200);
+  EXPECT_EQ(json::parse(get("/v1/models").body)["data"][0]["id"], "stories260K");
+  EXPECT_EQ(get("/metrics").content_type, "text/plain; version=0.0.4");
+  EXPECT_EQ(get("/nowhere").status, 404);
+  EXPECT_EQ(get("/v1/completions").status, 405);
+  EXPECT_EQ(post("/v1/completions", {{"model", "other"}, {"prompt", "x"}})->wait().status, 404);
+}
+
+}  // namespace
+}  // namespace accord
