@@ -132,8 +132,11 @@ int run_serve(ServeArgs args) {
   }
   auto http = http_options(args);
   if (!http) return fail(http.error().message());
+  // Each slot's distributed session injects ACCORD_FAULTS' plan itself.
   auto faults = faults_from_environment();
   if (!faults) return fail(faults.error().message());
+  const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
+  if (Status ok = check_fault_plan(*faults, ranks); !ok) return fail(ok.error().message());
   auto header = Model::read_header(args.model);
   if (!header) return fail(header.error().message());
   auto tokenizer = find_tokenizer(args.tokenizer, args.model, *header);

@@ -4,6 +4,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <atomic>
@@ -45,12 +46,22 @@ std::string error_response(int status, const std::string& message) {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, serve::Service& service, const HttpOptions& options)
-      : stream_(std::move(socket)), service_(service), options_(options) {}
+      : stream_(std::move(socket)), deadline_(stream_.get_executor()), service_(service), options_(options) {}
 
   void read_request() {
     parser_.emplace();
     parser_->body_limit(options_.body_limit);
-    stream_.expires_after(options_.request_timeout);
+    // Its own timer, not the stream's expiry, which would close the socket
+    // before the 408 could be written.
+    timed_out_ = false;
+    deadline_.expires_after(options_.request_timeout);
+    deadline_.async_wait([self = shared_from_this()](beast::error_code error) {
+      if (error) return;  // cancelled: the request arrived
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
+    stream_.expires_never();
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code error, std::size_t) { self->on_request(error); });
   }
@@ -81,18 +92,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   void on_request(beast::error_code error) {
-    if (error == http::error::end_of_stream || error == net::error::operation_aborted) return close();
+    deadline_.cancel();
+    if (error == http::error::end_of_stream) return close();
     if (error == http::error::body_limit) {
       return reject(413, "the request body is over " + std::to_string(options_.body_limit) + " bytes");
     }
-    if (error == beast::error::timeout) {
+    if (timed_out_) {
       // An idle keep-alive connection just closes; a slow request is told.
-      if (!parser_->got_some()) return close();
+      // The parser takes no byte of an unfinished line: look at the buffer too.
+      if (!parser_->got_some() && buffer_.size() == 0) return close();
       return reject(408, "the request did not arrive within " + std::to_string(options_.request_timeout.count()) +
                              " ms");
     }
+    if (error == net::error::operation_aborted) return close();
     if (error) return reject(400, "malformed HTTP request: " + error.message());
-    stream_.expires_never();
     auto& request = parser_->get();
     keep_alive_ = request.keep_alive();
     serve::HttpRequest handed{std::string(request.method_string()), std::string(request.target()),
@@ -163,6 +176,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   beast::tcp_stream stream_;
+  net::steady_timer deadline_;
+  bool timed_out_ = false;
   serve::Service& service_;
   const HttpOptions& options_;
   beast::flat_buffer buffer_;

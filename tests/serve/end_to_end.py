@@ -1,0 +1,234 @@
+"""accord serve with real clients: the openai package and curl, bad input,
+a slow client, a bounded load test, and the same load with faults injected.
+
+Run by tests/serve/end_to_end.sh, which makes the virtual environment:
+    end_to_end.py ACCORD_BINARY SHARED_DIR
+"""
+import concurrent.futures
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+ACCORD, SHARED = sys.argv[1], sys.argv[2]
+MODEL = os.path.join(SHARED, "models", "stories260K.bin")
+MODEL_ID = "stories260K"
+PROMPTS = ["Once upon a time", "The little dog", "One day, Lily", "Tom had a red ball"]
+failures = []
+
+
+def check(condition, what):
+    if not condition:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+class Server:
+    """An `accord serve` process on a free loopback port."""
+
+    def __init__(self, *options, env=None):
+        command = [ACCORD, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--log-level", "warn", *options]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
+                                        env={**os.environ, **(env or {})})
+        line = self.process.stdout.readline()
+        if "serving on http://" not in line:
+            self.process.kill()
+            raise RuntimeError("accord serve did not start: " + repr(line))
+        self.address = line.split("http://", 1)[1].strip()
+        self.url = "http://" + self.address
+
+    def stop(self):
+        self.process.terminate()
+        code = self.process.wait(timeout=60)
+        check(code == 0, f"accord serve exits 0 on SIGTERM, got {code}")
+
+
+def generate_text(prompt, max_tokens, *options):
+    """What `accord generate` gives greedily after `prompt`, prompt excluded."""
+    out = subprocess.run([ACCORD, "generate", "--model", MODEL, "--prompt", prompt, "--max-tokens", str(max_tokens),
+                          "--temperature", "0", "--json", *options], check=True, capture_output=True, text=True)
+    text = json.loads(out.stdout)["text"]
+    assert text.startswith(prompt), (text, prompt)
+    return text[len(prompt):]
+
+
+def http(server, method, path, body=None, headers=None):
+    """(status, body) of one request."""
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(server.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def curl(server, path, body, *flags):
+    out = subprocess.run(["curl", "-sS", *flags, server.url + path, "-H", "Content-Type: application/json",
+                          "-d", json.dumps(body)], check=True, capture_output=True, text=True, timeout=120)
+    return out.stdout
+
+
+def test_clients(server, client):
+    expected = generate_text(PROMPTS[0], 24)
+    reply = client.completions.create(model=MODEL_ID, prompt=PROMPTS[0], max_tokens=24, temperature=0)
+    check(reply.choices[0].text == expected, f"openai completion {reply.choices[0].text!r} == generate's {expected!r}")
+    check(reply.usage.completion_tokens == 24, "usage counts the completion's tokens")
+    streamed = "".join(chunk.choices[0].text for chunk in client.completions.create(
+        model=MODEL_ID, prompt=PROMPTS[0], max_tokens=24, temperature=0, stream=True) if chunk.choices)
+    check(streamed == expected, f"openai streamed completion {streamed!r} == {expected!r}")
+
+    chat_prompt = "User: Hi\nAssistant:"
+    chat_expected = generate_text(chat_prompt, 12).split("\nUser:")[0]
+    messages = [{"role": "user", "content": "Hi"}]
+    chat = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=12, temperature=0)
+    check(chat.choices[0].message.content == chat_expected,
+          f"openai chat {chat.choices[0].message.content!r} == {chat_expected!r}")
+    chat_streamed = "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+        model=MODEL_ID, messages=messages, max_tokens=12, temperature=0, stream=True) if chunk.choices)
+    check(chat_streamed == chat_expected, f"openai streamed chat {chat_streamed!r} == {chat_expected!r}")
+
+    plain = json.loads(curl(server, "/v1/completions",
+                            {"model": MODEL_ID, "prompt": PROMPTS[0], "max_tokens": 24, "temperature": 0}))
+    check(plain["choices"][0]["text"] == expected, "curl completion equals generate's")
+    events = curl(server, "/v1/completions", {"model": MODEL_ID, "prompt": PROMPTS[0], "max_tokens": 24,
+                                              "temperature": 0, "stream": True}, "-N")
+    check(events.rstrip().endswith("data: [DONE]"), "curl's stream ends in [DONE]")
+    seeded = [client.completions.create(model=MODEL_ID, prompt="Once", max_tokens=20, temperature=1.0, seed=42)
+              .choices[0].text for _ in range(2)]
+    check(seeded[0] == seeded[1], "the same seed gives the same sampled text")
+
+
+def test_bad_input(server, client):
+    cases = [
+        ("malformed JSON", b"{nope", 400),
+        ("wrong type", {"model": MODEL_ID, "prompt": "x", "max_tokens": "many"}, 400),
+        ("max_tokens 0", {"model": MODEL_ID, "prompt": "x", "max_tokens": 0}, 400),
+        ("unknown model", {"model": "gpt-9", "prompt": "x"}, 404),
+        ("prompt past the context", {"model": MODEL_ID, "prompt": "a " * 2000}, 400),
+        ("body over the limit", {"model": MODEL_ID, "prompt": "a" * 70000}, 413),
+    ]
+    for what, body, status in cases:
+        code, text = http(server, "POST", "/v1/completions", body)
+        check(code == status, f"{what}: status {code} == {status}")
+        try:
+            error = json.loads(text)["error"]
+            check(bool(error["message"]) and "type" in error, f"{what}: an OpenAI error body")
+        except (ValueError, KeyError):
+            check(False, f"{what}: an OpenAI error body, got {text!r}")
+    try:
+        client.completions.create(model=MODEL_ID, prompt="x", max_tokens=-1)
+        check(False, "openai raises on max_tokens -1")
+    except openai.BadRequestError as error:
+        check(error.body["param"] == "max_tokens" if isinstance(error.body, dict) else True, "the error names max_tokens")
+
+    # A client that sends a byte at a time is cut off at the deadline (2 s
+    # here); the server keeps serving meanwhile. It stops sending before
+    # the deadline: bytes sent after the server closed would reset the
+    # connection and lose the 408.
+    with socket.create_connection(server.address.split(":")) as slow:
+        slow.settimeout(60)
+        answer = b""
+        for byte in b"POST /v1/":
+            slow.sendall(bytes([byte]))
+            time.sleep(0.1)
+        check(http(server, "GET", "/health")[0] == 200, "the server answers others while a client is slow")
+        try:
+            answer = slow.recv(4096)
+        except OSError:
+            pass
+        check(answer.startswith(b"HTTP/1.1 408"), f"a slow client gets 408, got {answer[:40]!r}")
+    check(http(server, "GET", "/ready")[0] == 200, "ready after the bad input")
+
+
+def test_disconnect(server):
+    with socket.create_connection(server.address.split(":")) as client:
+        body = json.dumps({"model": MODEL_ID, "prompt": "Once", "max_tokens": 250, "stream": True}).encode()
+        client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        client.recv(100)
+    for _ in range(100):
+        metrics = http(server, "GET", "/metrics")[1]
+        if 'status="499"' in metrics:
+            break
+        time.sleep(0.1)
+    check('status="499"' in metrics, "a client that went away is counted 499")
+
+
+def load(server, clients, requests, max_tokens, expected):
+    """clients threads × requests greedy completions; returns latencies."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+
+    def one(i):
+        prompt = PROMPTS[i % len(PROMPTS)]
+        started = time.monotonic()
+        reply = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=max_tokens, temperature=0)
+        return time.monotonic() - started, reply.choices[0].text == expected[prompt]
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        futures = [pool.submit(one, i) for i in range(clients * requests)]
+        results, errors = [], 0
+        for future in futures:
+            try:
+                results.append(future.result())
+            except Exception as error:  # noqa: BLE001 - every failure counts
+                errors += 1
+                print("request failed:", error, flush=True)
+    latencies = sorted(seconds for seconds, _ in results)
+    wrong = sum(1 for _, same in results if not same)
+    if latencies:
+        pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+        print(f"  {len(results)} requests, {errors} errors, {wrong} texts unlike generate's; latency p50 "
+              f"{pick(0.5) * 1000:.0f} ms, p90 {pick(0.9) * 1000:.0f} ms, p99 {pick(0.99) * 1000:.0f} ms, "
+              f"mean {statistics.mean(latencies) * 1000:.0f} ms", flush=True)
+    return errors, wrong
+
+
+def metric(server, name):
+    for line in http(server, "GET", "/metrics")[1].splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def main():
+    expected = {prompt: generate_text(prompt, 16) for prompt in PROMPTS}
+    server = Server("--parallel", "4", "--max-body-bytes", "65536", "--request-timeout-ms", "2000")
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+        check([m.id for m in client.models.list()] == [MODEL_ID], "/v1/models lists the model")
+        test_clients(server, client)
+        test_bad_input(server, client)
+        test_disconnect(server)
+        print("load: 32 clients x 8 requests, 4 slots", flush=True)
+        errors, wrong = load(server, 32, 8, 16, expected)
+        check(errors == 0 and wrong == 0, "the load test: no errors, greedy texts unchanged")
+    finally:
+        server.stop()
+
+    faults = "1:Execution:error:3;0:Commit:error:7"
+    faulty = Server("--parallel", "2", "--ranks", "2", env={"ACCORD_FAULTS": faults})
+    try:
+        print(f"load with ACCORD_FAULTS={faults}: 16 clients x 4 requests, 2 slots of 2 ranks", flush=True)
+        errors, wrong = load(faulty, 16, 4, 16, expected)
+        check(errors == 0 and wrong == 0, "the load with faults: no errors, greedy texts unchanged")
+        retries = metric(faulty, "accord_retries_total")
+        check(retries is not None and retries >= 2, f"the faults' steps were retried ({retries})")
+        check(http(faulty, "GET", "/ready")[0] == 200, "ready after the faults")
+    finally:
+        faulty.stop()
+
+    print("accord serve end to end:", "FAILED " + "; ".join(failures) if failures else "passed", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
