@@ -7,6 +7,7 @@ packages=(
   build-essential cmake clang libclang-rt-14-dev
   libcaf-dev libspdlog-dev libboost-dev nlohmann-json3-dev libcli11-dev
   libxxhash-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
+  curl python3-venv
 )
 
 missing=()
