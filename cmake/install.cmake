@@ -1,0 +1,25 @@
+# `cmake --install BUILD [--prefix DIR]`: the libraries, the headers under
+# include/accord, the `accord` command, and accordConfig.cmake, so that a
+# service writes find_package(accord) and links accord::actors (a
+# distributed session and everything below it), accord::serve or
+# accord::runtime. examples/embed_in_service builds so, out of tree
+# (tests/install/check.sh).
+include(CMakePackageConfigHelpers)
+include(GNUInstallDirs)
+
+set(accord_libraries accord_settings accord_messages accord_kernels accord_runtime accord_actors accord_serve)
+foreach(library IN LISTS accord_libraries)
+  string(REPLACE "accord_" "" short_name ${library})
+  set_target_properties(${library} PROPERTIES EXPORT_NAME ${short_name})
+endforeach()
+install(TARGETS ${accord_libraries} EXPORT accordTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS accord RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY runtime kernels messages actors DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/accord
+        FILES_MATCHING PATTERN "*.hpp")
+install(EXPORT accordTargets NAMESPACE accord:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/accord)
+configure_package_config_file(cmake/accordConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/accordConfig.cmake
+                              INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/accord)
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/accordConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/accordConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/accordConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/accord)
