@@ -229,18 +229,6 @@ class RecordingResponder final : public serve::Responder {
   std::atomic<bool> gone_{false};
 };
 
-class LocalSlot final : public serve::SlotSession {
- public:
-  explicit LocalSlot(const Model& model) : pool_(1), session_(model, pool_), target_(session_) {}
-  GenerationTarget& target() override { return target_; }
-  Status reset() override { return session_.reset(); }
-
- private:
-  cpu::ThreadPool pool_;
-  Session session_;
-  SessionTarget target_;
-};
-
 class FaultySlot final : public serve::SlotSession {
  public:
   FaultySlot(const Model& model, const std::vector<Fault>& faults) {
@@ -267,7 +255,7 @@ class ServeServiceTest : public ::testing::Test {
     std::vector<std::unique_ptr<serve::SlotSession>> sessions;
     for (int i = 0; i < slots; ++i) {
       if (faults.empty()) {
-        sessions.push_back(std::make_unique<LocalSlot>(model_));
+        sessions.push_back(std::make_unique<serve::SessionSlot>(model_, 1));
       } else {
         sessions.push_back(std::make_unique<FaultySlot>(model_, faults));
       }

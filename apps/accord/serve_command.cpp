@@ -13,13 +13,11 @@
 #include "apps/accord/model_files.hpp"
 #include "apps/accord/options.hpp"
 #include "apps/accord/serve_http.hpp"
-#include "kernels/cpu/thread_pool.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/serve/chat_template.hpp"
 #include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
-#include "runtime/session/session.hpp"
 
 namespace accord::cli {
 
@@ -45,19 +43,6 @@ struct ServeArgs {
   int phase_timeout_ms = DistributedOptions{}.phase_timeout_ms;
 };
 
-// A slot on a single-rank session with a compute pool of its own.
-class LocalSlot final : public serve::SlotSession {
- public:
-  LocalSlot(const Model& model, int threads) : pool_(threads), session_(model, pool_), target_(session_) {}
-  GenerationTarget& target() override { return target_; }
-  Status reset() override { return session_.reset(); }
-
- private:
-  cpu::ThreadPool pool_;
-  Session session_;
-  SessionTarget target_;
-};
-
 // A slot on a distributed session: in-process ranks, or remote nodes.
 class DistributedSlot final : public serve::SlotSession {
  public:
@@ -74,7 +59,7 @@ class DistributedSlot final : public serve::SlotSession {
 Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model, bool faults) {
   const int threads = std::max(1, args.threads / args.parallel);
   if (args.ranks == 1 && args.peers.empty() && !faults) {
-    return std::unique_ptr<serve::SlotSession>(std::make_unique<LocalSlot>(model, threads));
+    return std::unique_ptr<serve::SlotSession>(std::make_unique<serve::SessionSlot>(model, threads));
   }
   DistributedOptions options;
   options.ranks = args.ranks;

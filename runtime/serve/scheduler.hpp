@@ -18,9 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/generate/target.hpp"
 #include "runtime/model/tokenizer.hpp"
+#include "runtime/session/session.hpp"
 
 namespace accord::serve {
 
@@ -31,6 +33,19 @@ class SlotSession {
   virtual GenerationTarget& target() = 0;
   // Back to an empty session; heals a poisoned one where it can.
   virtual Status reset() = 0;
+};
+
+// A slot on a single-rank session with a compute pool of its own.
+class SessionSlot final : public SlotSession {
+ public:
+  SessionSlot(const Model& model, int threads) : pool_(threads), session_(model, pool_), target_(session_) {}
+  GenerationTarget& target() override { return target_; }
+  Status reset() override { return session_.reset(); }
+
+ private:
+  cpu::ThreadPool pool_;
+  Session session_;
+  SessionTarget target_;
 };
 
 // One request's generation. The callbacks run on the slot's thread.
