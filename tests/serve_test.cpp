@@ -162,7 +162,7 @@ TEST(ServeMetrics, PrometheusTextCountsAndCumulates) {
   metrics.count_request("/v1/completions", 200);
   metrics.count_request("/v1/completions", 200);
   metrics.count_request("/v1/completions", 429);
-  metrics.count_generation({5, 7, 7, 2, 2, 0, false, 0.003});
+  metrics.count_generation({5, 7, 7, 2, 2, 0, false, 0.003, 4});
   metrics.observe_decode_step(0.0007);
   metrics.observe_decode_step(20.0);
   const std::string text = metrics.prometheus_text();
@@ -175,6 +175,7 @@ TEST(ServeMetrics, PrometheusTextCountsAndCumulates) {
   EXPECT_NE(text.find("accord_decode_step_seconds_bucket{le=\"10\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("accord_decode_step_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("accord_prefill_seconds_count 1\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_prompt_cache_tokens_total 4\n"), std::string::npos);
 }
 
 // What a client receives: a whole answer, or a stream's events.

@@ -146,7 +146,8 @@ int run_serve(ServeArgs args) {
   serve::Metrics metrics;
   metrics.set_load(0, 0, args.parallel);
   serve::Scheduler scheduler(*tokenizer, std::move(slots), args.queue_limit,
-                             [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); });
+                             [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); },
+                             [](const std::string& warning) { spdlog::warn("{}", warning); });
   serve::ServiceOptions options;
   options.model_id = std::filesystem::path(args.model).stem().string();
   options.context = model->config().seq_len;

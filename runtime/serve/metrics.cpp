@@ -68,6 +68,7 @@ void Metrics::count_generation(const GenerationCounts& counts) {
   retries_ += static_cast<std::uint64_t>(counts.retries);
   heals_ += static_cast<std::uint64_t>(counts.heals);
   poisons_ += counts.poisoned ? 1 : 0;
+  prompt_cache_tokens_ += static_cast<std::uint64_t>(counts.prompt_cache_tokens_reused);
   if (counts.steps > 0) prefill_.observe(counts.prefill_seconds);
 }
 
@@ -102,6 +103,8 @@ std::string Metrics::prometheus_text() const {
   out += counter("accord_retries_total", "aborted steps run again", retries_);
   out += counter("accord_heals_total", "poisoned steps run again after the session healed", heals_);
   out += counter("accord_poisons_total", "generations ended by a poisoned session", poisons_);
+  out += counter("accord_prompt_cache_tokens_total", "prompt tokens loaded from the prompt cache, not prefilled",
+                 prompt_cache_tokens_);
   out += gauge("accord_queued_requests", "requests waiting for a slot", queued_);
   out += gauge("accord_active_requests", "requests generating", active_);
   out += gauge("accord_slots", "sequences generated at once (--parallel)", slots_);

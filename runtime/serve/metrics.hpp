@@ -36,6 +36,7 @@ struct GenerationCounts {
   int heals = 0;
   bool poisoned = false;
   double prefill_seconds = 0;
+  int prompt_cache_tokens_reused = 0;
 };
 
 class Metrics {
@@ -58,6 +59,7 @@ class Metrics {
   std::uint64_t retries_ = 0;
   std::uint64_t heals_ = 0;
   std::uint64_t poisons_ = 0;
+  std::uint64_t prompt_cache_tokens_ = 0;
   Histogram prefill_;
   Histogram decode_step_;
   std::map<std::string, Histogram> request_seconds_;

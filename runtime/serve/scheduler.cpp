@@ -5,8 +5,11 @@
 namespace accord::serve {
 
 Scheduler::Scheduler(const Tokenizer& tokenizer, std::vector<std::unique_ptr<SlotSession>> slots, int queue_limit,
-                     LoadSink load)
-    : tokenizer_(tokenizer), queue_limit_(static_cast<std::size_t>(std::max(0, queue_limit))), load_(std::move(load)) {
+                     LoadSink load, WarningSink warn)
+    : tokenizer_(tokenizer),
+      queue_limit_(static_cast<std::size_t>(std::max(0, queue_limit))),
+      load_(std::move(load)),
+      warn_(std::move(warn)) {
   for (auto& session : slots) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->session = std::move(session);
@@ -22,6 +25,7 @@ bool Scheduler::ready() const {
 }
 
 Scheduler::~Scheduler() {
+  shutting_down_ = true;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -95,9 +99,11 @@ void Scheduler::run(Slot& slot, Job& job) {
     return;
   }
   auto asked = std::move(job.options.stop_requested);
-  job.options.stop_requested = [&asked, &abandoned] { return abandoned() || (asked && asked()); };
+  job.options.stop_requested = [this, &asked, &abandoned] {
+    return shutting_down_.load() || abandoned() || (asked && asked());
+  };
   const GenerationOutcome outcome =
-      generate(slot.session->target(), tokenizer_, job.prompt, job.options, job.on_piece, /*warn=*/{});
+      generate(slot.session->target(), tokenizer_, job.prompt, job.options, job.on_piece, warn_);
   if (!outcome && outcome.error().partial.poisoned) slot.ready = false;
   job.on_done(outcome);
   // Heal now, so that the next request does not wait for it.

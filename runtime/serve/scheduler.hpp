@@ -64,9 +64,10 @@ using LoadSink = std::function<void(int queued, int active)>;
 
 class Scheduler {
  public:
+  // `warn` receives what generation warns of (a rejected prompt cache).
   Scheduler(const Tokenizer& tokenizer, std::vector<std::unique_ptr<SlotSession>> slots, int queue_limit,
-            LoadSink load = {});
-  ~Scheduler();  // finishes the running jobs, drops the queued ones
+            LoadSink load = {}, WarningSink warn = {});
+  ~Scheduler();  // stops the running jobs after their step, drops the queued ones
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -91,11 +92,13 @@ class Scheduler {
   std::vector<std::unique_ptr<Slot>> slots_;
   const std::size_t queue_limit_;
   LoadSink load_;
+  WarningSink warn_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;
   int active_ = 0;
   bool stopping_ = false;
+  std::atomic<bool> shutting_down_{false};  // asked by running jobs after each step
   std::vector<std::thread> workers_;
 };
 

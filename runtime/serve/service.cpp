@@ -87,6 +87,7 @@ GenerationCounts counts_of(const GenerationResult& result) {
   counts.heals = result.heals;
   counts.poisoned = result.poisoned;
   counts.prefill_seconds = result.prefill_seconds;
+  counts.prompt_cache_tokens_reused = result.prompt_cache_tokens_reused;
   return counts;
 }
 

@@ -9,8 +9,10 @@ import json
 import os
 import socket
 import statistics
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -201,11 +203,15 @@ def metric(server, name):
 
 def main():
     expected = {prompt: generate_text(prompt, 16) for prompt in PROMPTS}
-    server = Server("--parallel", "4", "--max-body-bytes", "65536", "--request-timeout-ms", "2000")
+    cache = tempfile.mkdtemp(prefix="accord-serve-cache-")
+    server = Server("--parallel", "4", "--max-body-bytes", "65536", "--request-timeout-ms", "2000",
+                    "--prompt-cache", cache)
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
         check([m.id for m in client.models.list()] == [MODEL_ID], "/v1/models lists the model")
         test_clients(server, client)
+        reused = metric(server, "accord_prompt_cache_tokens_total")
+        check(reused is not None and reused > 0, f"repeated prompts reuse the prompt cache ({reused} tokens)")
         test_bad_input(server, client)
         test_disconnect(server)
         print("load: 32 clients x 8 requests, 4 slots", flush=True)
@@ -213,6 +219,7 @@ def main():
         check(errors == 0 and wrong == 0, "the load test: no errors, greedy texts unchanged")
     finally:
         server.stop()
+        shutil.rmtree(cache, ignore_errors=True)
 
     faults = "1:Execution:error:3;0:Commit:error:7"
     faulty = Server("--parallel", "2", "--ranks", "2", env={"ACCORD_FAULTS": faults})
