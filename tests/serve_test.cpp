@@ -256,7 +256,7 @@ class ServeServiceTest : public ::testing::Test {
     std::vector<std::unique_ptr<serve::SlotSession>> sessions;
     for (int i = 0; i < slots; ++i) {
       if (faults.empty()) {
-        sessions.push_back(std::make_unique<serve::SessionSlot>(model_, 1));
+        sessions.push_back(std::make_unique<serve::SessionSlot>(model_, pool_));
       } else {
         sessions.push_back(std::make_unique<FaultySlot>(model_, faults));
       }
@@ -290,6 +290,7 @@ class ServeServiceTest : public ::testing::Test {
 
   const Model model_ = test::load_stories_model();
   const Tokenizer tokenizer_ = test::load_stories_tokenizer();
+  cpu::ThreadPool pool_{2};  // the slots share it, as accord serve's do
   serve::Metrics metrics_;
   std::unique_ptr<serve::Scheduler> scheduler_;
   std::unique_ptr<serve::Service> service_;

@@ -13,6 +13,7 @@
 #include "apps/accord/model_files.hpp"
 #include "apps/accord/options.hpp"
 #include "apps/accord/serve_http.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/serve/chat_template.hpp"
@@ -56,14 +57,16 @@ class DistributedSlot final : public serve::SlotSession {
   DistributedTarget target_;
 };
 
-Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model, bool faults) {
-  const int threads = std::max(1, args.threads / args.parallel);
+// A single-rank slot computes on the shared `pool`; a distributed session
+// makes pools of its own, so each gets a share of the threads.
+Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model, bool faults,
+                                                      cpu::ThreadPool& pool) {
   if (args.ranks == 1 && args.peers.empty() && !faults) {
-    return std::unique_ptr<serve::SlotSession>(std::make_unique<serve::SessionSlot>(model, threads));
+    return std::unique_ptr<serve::SlotSession>(std::make_unique<serve::SessionSlot>(model, pool));
   }
   DistributedOptions options;
   options.ranks = args.ranks;
-  options.threads = threads;
+  options.threads = std::max(1, args.threads / args.parallel);
   options.phase_timeout_ms = args.phase_timeout_ms;
   options.secret_file = args.secret_file;
   auto session = args.peers.empty() ? DistributedSession::create(model, options)
@@ -137,9 +140,10 @@ int run_serve(ServeArgs args) {
   HttpServer server(*http);
   auto bound = server.listen();
   if (!bound) return fail(bound.error().message());
+  cpu::ThreadPool pool(args.threads);
   std::vector<std::unique_ptr<serve::SlotSession>> slots;
   for (int i = 0; i < args.parallel; ++i) {
-    auto slot = make_slot(args, *model, !faults->empty());
+    auto slot = make_slot(args, *model, !faults->empty(), pool);
     if (!slot) return fail(slot.error().message());
     slots.push_back(std::move(*slot));
   }
@@ -193,7 +197,9 @@ Command add_serve_command(CLI::App& app) {
       ->type_name("HOST:PORT,...")
       ->excludes("--ranks");
   cmd->add_option("--secret-file", args->secret_file, "with --peers: the cluster's shared secret")->needs("--peers");
-  cmd->add_option("--threads", args->threads, "CPU threads in all, shared out among the slots")
+  cmd->add_option("--threads", args->threads,
+                  "CPU threads of the pool the slots share, one kernel at a time (with --ranks or faults, each "
+                  "slot's session gets threads / parallel of its own)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--prompt-cache", args->prompt_cache, "prompt cache folder: requests reuse cached prefixes");

@@ -35,15 +35,17 @@ class SlotSession {
   virtual Status reset() = 0;
 };
 
-// A slot on a single-rank session with a compute pool of its own.
+// A slot on a single-rank session. The slots may share one pool: it runs
+// one kernel at a time, each on all its threads, so one request alone
+// computes as fast as `accord generate`, and several take turns kernel by
+// kernel instead of crowding the cores with threads.
 class SessionSlot final : public SlotSession {
  public:
-  SessionSlot(const Model& model, int threads) : pool_(threads), session_(model, pool_), target_(session_) {}
+  SessionSlot(const Model& model, cpu::ThreadPool& pool) : session_(model, pool), target_(session_) {}
   GenerationTarget& target() override { return target_; }
   Status reset() override { return session_.reset(); }
 
  private:
-  cpu::ThreadPool pool_;
   Session session_;
   SessionTarget target_;
 };
