@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "actors/distributed_session.hpp"
+#include "actors/node_address.hpp"
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"
 #include "apps/accord/options.hpp"
@@ -90,23 +91,11 @@ Result<serve::ChatTemplate> chat_template(const ServeArgs& args) {
 }
 
 Result<HttpOptions> http_options(const ServeArgs& args) {
-  const auto colon = args.listen.rfind(':');
+  auto address = parse_node_address(args.listen, /*allow_any_port=*/true);
+  if (!address) return Error(address.error().code(), "--listen: " + address.error().message());
   HttpOptions options;
-  int port = -1;
-  if (colon != std::string::npos) {
-    try {
-      std::size_t used = 0;
-      port = std::stoi(args.listen.substr(colon + 1), &used);
-      if (used != args.listen.size() - colon - 1) port = -1;
-    } catch (const std::exception&) {
-      port = -1;
-    }
-  }
-  if (port < 0 || port > 65535) {
-    return Error(ErrorCode::contract, "--listen: expected HOST:PORT with a port in 0..65535, got '" + args.listen + "'");
-  }
-  options.host = args.listen.substr(0, colon);
-  options.port = static_cast<unsigned short>(port);
+  options.host = address->host;
+  options.port = address->port;
   options.body_limit = args.max_body_bytes;
   options.request_timeout = std::chrono::milliseconds(args.request_timeout_ms);
   return options;
