@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -43,6 +44,7 @@ struct ServeArgs {
   int retries = GenerationOptions{}.retries;
   int heal_attempts = GenerationOptions{}.heal_attempts;
   int phase_timeout_ms = DistributedOptions{}.phase_timeout_ms;
+  int batch_window_us = static_cast<int>(StepBatcher::kDefaultGatherWindow.count());
 };
 
 // A slot on a distributed session: in-process ranks, or remote nodes.
@@ -58,12 +60,13 @@ class DistributedSlot final : public serve::SlotSession {
   DistributedTarget target_;
 };
 
-// A single-rank slot computes on the shared `pool`; a distributed session
-// makes pools of its own, so each gets a share of the threads.
+// A single-rank slot computes on the shared `pool`, in `batcher`'s batches
+// where there is one; a distributed session makes pools of its own, so
+// each gets a share of the threads.
 Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model, bool faults,
-                                                      cpu::ThreadPool& pool) {
+                                                      cpu::ThreadPool& pool, StepBatcher* batcher) {
   if (args.ranks == 1 && args.peers.empty() && !faults) {
-    return std::unique_ptr<serve::SlotSession>(std::make_unique<serve::SessionSlot>(model, pool));
+    return std::unique_ptr<serve::SlotSession>(std::make_unique<serve::SessionSlot>(model, pool, batcher));
   }
   DistributedOptions options;
   options.ranks = args.ranks;
@@ -130,14 +133,24 @@ int run_serve(ServeArgs args) {
   auto bound = server.listen();
   if (!bound) return fail(bound.error().message());
   cpu::ThreadPool pool(args.threads);
+  std::unique_ptr<StepBatcher> batcher;
+  if (args.batch_window_us > 0 && args.parallel > 1) {
+    batcher = std::make_unique<StepBatcher>(*model, pool, std::chrono::microseconds(args.batch_window_us));
+  }
   std::vector<std::unique_ptr<serve::SlotSession>> slots;
   for (int i = 0; i < args.parallel; ++i) {
-    auto slot = make_slot(args, *model, !faults->empty(), pool);
+    auto slot = make_slot(args, *model, !faults->empty(), pool, batcher.get());
     if (!slot) return fail(slot.error().message());
     slots.push_back(std::move(*slot));
   }
   serve::Metrics metrics;
   metrics.set_load(0, 0, args.parallel);
+  if (batcher) {
+    metrics.set_batch_source([&batcher] {
+      const StepBatcher::Stats stats = batcher->stats();
+      return serve::BatchCounts{stats.batches, stats.steps, stats.widest};
+    });
+  }
   serve::Scheduler scheduler(*tokenizer, std::move(slots), args.queue_limit,
                              [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); },
                              [](const std::string& warning) { spdlog::warn("{}", warning); });
@@ -190,6 +203,11 @@ Command add_serve_command(CLI::App& app) {
                   "CPU threads of the pool the slots share, one kernel at a time (with --ranks or faults, each "
                   "slot's session gets threads / parallel of its own)")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--batch-window-us", args->batch_window_us,
+                  "single-rank slots decode together in one batched step; a step waits at most this long for the "
+                  "other generating slots' steps (0: each slot steps alone)")
+      ->check(CLI::Range(0, 1000 * 1000))
       ->capture_default_str();
   cmd->add_option("--prompt-cache", args->prompt_cache, "prompt cache folder: requests reuse cached prefixes");
   cmd->add_option("--chat-template", args->chat_template,

@@ -66,6 +66,7 @@ struct DirectEngine::State {
                                                                     options.max_resident_bytes),
                                        faults);
     rank->node.lend_observer(observer);
+    rank->node.lend_batcher(batcher);
     rank->node.set_phase_hook(hook);
     return rank;
   }
@@ -144,6 +145,7 @@ struct DirectEngine::State {
   std::deque<Envelope> queue;
   std::vector<Delayed> delayed;
   std::shared_ptr<StepObserver> observer;
+  StepBatcher* batcher = nullptr;
   PhaseHook hook;
   std::uint64_t now = 0;  // ticks passed
 };
@@ -159,6 +161,11 @@ TransactionReply DirectEngine::run(const TransactionRequest& request) { return s
 void DirectEngine::lend_observer(std::shared_ptr<StepObserver> observer) {
   state_->observer = observer;
   for (auto& rank : state_->ranks) rank->node.lend_observer(observer);
+}
+
+void DirectEngine::lend_batcher(StepBatcher* batcher) {
+  state_->batcher = batcher;
+  for (auto& rank : state_->ranks) rank->node.lend_batcher(batcher);
 }
 
 void DirectEngine::set_phase_hook(PhaseHook hook) {

@@ -57,6 +57,9 @@ class DirectEngine {
 
   // Lends every rank the observer of the steps that begin from now on.
   void lend_observer(std::shared_ptr<StepObserver> observer);
+  // Lends every rank the batcher its steps join from now on where they can
+  // (RankWorker::lend_batcher); nullptr: none.
+  void lend_batcher(StepBatcher* batcher);
   void set_phase_hook(PhaseHook hook);
   // Replaces every rank's fault plan; occurrences count from now.
   Status inject_faults(const std::vector<Fault>& plan);

@@ -84,6 +84,8 @@ class RankNode {
   void confine_prompt_caches(std::optional<std::filesystem::path> folder);
   // The observer of the steps that begin from now on (nullptr: none).
   void lend_observer(std::shared_ptr<StepObserver> observer) { worker_->lend_observer(std::move(observer)); }
+  // The batcher of the steps from now on (RankWorker::lend_batcher).
+  void lend_batcher(StepBatcher* batcher) { worker_->lend_batcher(batcher); }
 
   RankId rank() const { return rank_; }
   bool exited() const { return exited_; }

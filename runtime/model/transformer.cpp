@@ -46,6 +46,7 @@ void Transformer::resize_scratch(int batch) {
   const ModelConfig& c = model_.config();
   const std::size_t b = static_cast<std::size_t>(batch);
   for (auto* buffer : {&x_, &xb_, &xb2_, &q_}) buffer->resize(b * c.dim);
+  for (auto* buffer : {&k_, &v_}) buffer->resize(b * c.kv_dim());
   for (auto* buffer : {&hb_, &hb2_}) buffer->resize(b * c.hidden_dim);
 }
 
@@ -75,36 +76,50 @@ std::span<float> Transformer::hidden() {
 }
 
 void Transformer::run_unit(int unit, int pos, KvCache& kv) {
+  lanes_.assign(1, LaneRows{0, batch_, pos, &kv});
+  run_lanes_unit(unit);
+}
+
+void Transformer::run_lanes_unit(int unit) {
   if (residency_ != nullptr) residency_->before_unit(unit);
-  compute_unit(unit, pos, kv);
+  compute_unit(unit);
   if (residency_ != nullptr) residency_->after_unit(unit);
 }
 
-void Transformer::compute_unit(int unit, int pos, KvCache& kv) {
+void Transformer::compute_unit(int unit) {
   const ModelConfig& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
-  const int dim = c.dim, kv_dim = c.kv_dim(), hs = c.head_size(), batch = batch_;
+  const std::size_t dim = static_cast<std::size_t>(c.dim), kv_dim = static_cast<std::size_t>(c.kv_dim());
+  const std::size_t half_head = static_cast<std::size_t>(c.head_size() / 2);
+  const int batch = batch_;
   const std::size_t rows = static_cast<std::size_t>(batch);
-  float* keys = kv.keys(unit) + static_cast<std::size_t>(pos) * kv_dim;
-  float* values = kv.values(unit) + static_cast<std::size_t>(pos) * kv_dim;
 
-  // Attention: queries into q_, keys and values straight into the cache.
-  for (std::size_t t = 0; t < rows; ++t) cpu::rmsnorm(&xb_[t * dim], &x_[t * dim], w.rms_att, dim, c.norm_eps);
+  // Attention: queries, keys and values of every row at once; then each
+  // lane's keys and values go to its own cache, and its rows attend to it.
+  for (std::size_t t = 0; t < rows; ++t) cpu::rmsnorm(&xb_[t * dim], &x_[t * dim], w.rms_att, c.dim, c.norm_eps);
   cpu::matmul(pool_, q_.data(), xb_.data(), w.wq, batch);
-  cpu::matmul(pool_, keys, xb_.data(), w.wk, batch);
-  cpu::matmul(pool_, values, xb_.data(), w.wv, batch);
-  for (std::size_t t = 0; t < rows; ++t) {
-    const std::size_t angle = (static_cast<std::size_t>(pos) + t) * (hs / 2);
-    cpu::rope(&q_[t * dim], c.n_heads, hs, &rope_cos_[angle], &rope_sin_[angle]);
-    cpu::rope(keys + t * kv_dim, c.n_kv_heads, hs, &rope_cos_[angle], &rope_sin_[angle]);
+  cpu::matmul(pool_, k_.data(), xb_.data(), w.wk, batch);
+  cpu::matmul(pool_, v_.data(), xb_.data(), w.wv, batch);
+  for (const LaneRows& lane : lanes_) {
+    const std::size_t first = static_cast<std::size_t>(lane.first_row);
+    for (std::size_t t = first; t < first + static_cast<std::size_t>(lane.rows); ++t) {
+      const std::size_t angle = (static_cast<std::size_t>(lane.pos) + t - first) * half_head;
+      cpu::rope(&q_[t * dim], c.n_heads, c.head_size(), &rope_cos_[angle], &rope_sin_[angle]);
+      cpu::rope(&k_[t * kv_dim], c.n_kv_heads, c.head_size(), &rope_cos_[angle], &rope_sin_[angle]);
+    }
+    const std::size_t count = static_cast<std::size_t>(lane.rows) * kv_dim;
+    const std::size_t at = static_cast<std::size_t>(lane.pos) * kv_dim;
+    std::copy_n(&k_[first * kv_dim], count, lane.kv->keys(unit) + at);
+    std::copy_n(&v_[first * kv_dim], count, lane.kv->values(unit) + at);
+    const cpu::KvView view{lane.kv->keys(unit), lane.kv->values(unit), c.kv_dim()};
+    cpu::attention(pool_, &xb_[first * dim], &q_[first * dim], view, lane.rows, lane.pos, c.n_heads, c.n_kv_heads,
+                   c.head_size());
   }
-  const cpu::KvView view{kv.keys(unit), kv.values(unit), kv_dim};
-  cpu::attention(pool_, xb_.data(), q_.data(), view, batch, pos, c.n_heads, c.n_kv_heads, hs);
   cpu::matmul(pool_, xb2_.data(), xb_.data(), w.wo, batch);
   add_in_place(x_.data(), xb2_.data(), rows * dim);
 
   // Feed-forward: w2(silu(w1 x) * w3 x).
-  for (std::size_t t = 0; t < rows; ++t) cpu::rmsnorm(&xb_[t * dim], &x_[t * dim], w.rms_ffn, dim, c.norm_eps);
+  for (std::size_t t = 0; t < rows; ++t) cpu::rmsnorm(&xb_[t * dim], &x_[t * dim], w.rms_ffn, c.dim, c.norm_eps);
   cpu::matmul(pool_, hb_.data(), xb_.data(), w.w1, batch);
   cpu::matmul(pool_, hb2_.data(), xb_.data(), w.w3, batch);
   cpu::silu_mul(hb_.data(), hb2_.data(), batch * c.hidden_dim);
@@ -113,12 +128,18 @@ void Transformer::compute_unit(int unit, int pos, KvCache& kv) {
 }
 
 std::span<float> Transformer::head(Rows rows) {
+  head_rows_.clear();
+  for (int t = rows == Rows::all ? 0 : batch_ - 1; t < batch_; ++t) head_rows_.push_back(t);
+  return classify(head_rows_);
+}
+
+std::span<float> Transformer::classify(std::span<const int> rows) {
   const ModelConfig& c = model_.config();
-  const int first = rows == Rows::all ? 0 : batch_ - 1;
-  const int count = batch_ - first;
+  const int count = static_cast<int>(rows.size());
   const auto dim = static_cast<std::size_t>(c.dim);
-  for (int t = 0; t < count; ++t) {
-    cpu::rmsnorm(&xb_[t * dim], &x_[(first + t) * dim], model_.weights().rms_final, c.dim, c.norm_eps);
+  for (std::size_t t = 0; t < rows.size(); ++t) {
+    cpu::rmsnorm(&xb_[t * dim], &x_[static_cast<std::size_t>(rows[t]) * dim], model_.weights().rms_final, c.dim,
+                 c.norm_eps);
   }
   logits_.resize(static_cast<std::size_t>(count) * c.vocab_size);
   if (residency_ == nullptr) {
@@ -159,6 +180,22 @@ Result<std::span<const float>> Transformer::forward(std::span<const int> tokens,
   embed(tokens);
   for (int unit = 0; unit < model_.config().n_layers; ++unit) run_unit(unit, pos, kv);
   return std::span<const float>(head(Rows::last));
+}
+
+std::span<float> Transformer::forward_lanes(std::span<const Lane> lanes) {
+  std::vector<int> tokens;
+  std::vector<LaneRows> placed;
+  head_rows_.clear();
+  for (const Lane& lane : lanes) {
+    const int first = static_cast<int>(tokens.size()), count = static_cast<int>(lane.tokens.size());
+    placed.push_back({first, count, lane.pos, lane.kv});
+    for (int t = lane.all_rows ? 0 : count - 1; t < count; ++t) head_rows_.push_back(first + t);
+    tokens.insert(tokens.end(), lane.tokens.begin(), lane.tokens.end());
+  }
+  embed(tokens);
+  lanes_ = std::move(placed);
+  for (int unit = 0; unit < model_.config().n_layers; ++unit) run_lanes_unit(unit);
+  return classify(head_rows_);
 }
 
 }  // namespace accord

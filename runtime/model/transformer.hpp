@@ -33,11 +33,29 @@ class Transformer {
   // check_tokens for this model.
   Status check_input(std::span<const int> tokens, int pos) const { return check_tokens(model_.config(), tokens, pos); }
 
+  // One sequence's part of a batch of several (continuous batching): its
+  // tokens at positions pos, pos + 1, ..., against its own KV cache, which
+  // must hold every unit. all_rows: logits for every token, not the last.
+  struct Lane {
+    std::span<const int> tokens;
+    int pos = 0;
+    KvCache* kv = nullptr;
+    bool all_rows = false;
+  };
+
   // Runs `tokens` at positions pos, pos + 1, ... as one batch, appending
   // their keys and values to kv (which must hold every unit), and returns
   // the logits of the last token: (vocab). The span stays valid until the
   // next call. On a failed check nothing, kv included, is changed.
   Result<std::span<const float>> forward(std::span<const int> tokens, int pos, KvCache& kv);
+  // Runs several sequences' lanes as one batch: the weights are read once
+  // for all their rows, while each lane writes and attends to its own cache
+  // only. Every row computes exactly as it would alone (the kernels'
+  // results do not depend on the batch), so a lane's logits and keys equal
+  // those of forward() on its own. Returns the logits the lanes asked for,
+  // lane after lane: (rows, vocab); hidden() then holds every row's final
+  // residual stream, lane after lane. Lanes must have passed check_input.
+  std::span<float> forward_lanes(std::span<const Lane> lanes);
 
   // The same pass one stage at a time, for callers that look between units
   // (observers, pipeline ranks). Inputs must have passed check_input.
@@ -54,8 +72,19 @@ class Transformer {
   void set_residency(WeightResidency* residency) { residency_ = residency; }
 
  private:
+  // Where a lane's rows sit in the batch.
+  struct LaneRows {
+    int first_row = 0;
+    int rows = 0;
+    int pos = 0;
+    KvCache* kv = nullptr;
+  };
+
   void resize_scratch(int batch);
-  void compute_unit(int unit, int pos, KvCache& kv);
+  void run_lanes_unit(int unit);
+  void compute_unit(int unit);
+  // Logits of the batch rows `rows`, after the final norm.
+  std::span<float> classify(std::span<const int> rows);
   // Logits of `count` normed rows against the classifier's `rows` (a part
   // the residency streams).
   void classify_rows(RowSpan rows, int count);
@@ -71,11 +100,15 @@ class Transformer {
   cpu::AlignedVector<float> xb_;      // (B, dim) normed input / attention output
   cpu::AlignedVector<float> xb2_;     // (B, dim) projection output
   cpu::AlignedVector<float> q_;       // (B, dim) queries
+  cpu::AlignedVector<float> k_;       // (B, kv_dim) keys, before they go to their lane's cache
+  cpu::AlignedVector<float> v_;       // (B, kv_dim) values, likewise
   cpu::AlignedVector<float> hb_;      // (B, hidden_dim) gate
   cpu::AlignedVector<float> hb2_;     // (B, hidden_dim) up
   cpu::AlignedVector<float> logits_;  // (rows, vocab)
   cpu::AlignedVector<float> part_logits_;  // (rows, part's rows), under a residency
   int batch_ = 0;
+  std::vector<LaneRows> lanes_;  // of the batch being run
+  std::vector<int> head_rows_;
   WeightResidency* residency_ = nullptr;
 };
 

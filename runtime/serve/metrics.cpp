@@ -89,6 +89,11 @@ void Metrics::set_load(int queued, int active, int slots) {
   slots_ = slots;
 }
 
+void Metrics::set_batch_source(std::function<BatchCounts()> source) {
+  std::lock_guard lock(mutex_);
+  batch_source_ = std::move(source);
+}
+
 std::string Metrics::prometheus_text() const {
   std::lock_guard lock(mutex_);
   std::string out = header("accord_requests_total", "counter", "HTTP requests answered, by endpoint and status");
@@ -108,6 +113,12 @@ std::string Metrics::prometheus_text() const {
   out += gauge("accord_queued_requests", "requests waiting for a slot", queued_);
   out += gauge("accord_active_requests", "requests generating", active_);
   out += gauge("accord_slots", "sequences generated at once (--parallel)", slots_);
+  if (batch_source_) {
+    const BatchCounts batches = batch_source_();
+    out += counter("accord_batches_total", "batched forward passes (each reads the weights once)", batches.batches);
+    out += counter("accord_batched_steps_total", "the slots' steps run in those passes", batches.steps);
+    out += gauge("accord_batch_widest", "the most steps one pass held", batches.widest);
+  }
   out += header("accord_prefill_seconds", "histogram", "time of a prompt's prefill phase, prompt cache included");
   out += prefill_.text("accord_prefill_seconds", "");
   out += header("accord_decode_step_seconds", "histogram", "time of one decode step, its transaction included");

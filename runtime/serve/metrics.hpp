@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -39,8 +40,17 @@ struct GenerationCounts {
   int prompt_cache_tokens_reused = 0;
 };
 
+// What the slots' batched steps came to (StepBatcher::Stats).
+struct BatchCounts {
+  std::uint64_t batches = 0;
+  std::uint64_t steps = 0;
+  int widest = 0;
+};
+
 class Metrics {
  public:
+  // Asked for the batch counts whenever the metrics are written.
+  void set_batch_source(std::function<BatchCounts()> source);
   void count_request(const std::string& endpoint, int http_status);
   void count_generation(const GenerationCounts& counts);
   void observe_decode_step(double seconds);
@@ -66,6 +76,7 @@ class Metrics {
   int queued_ = 0;
   int active_ = 0;
   int slots_ = 0;
+  std::function<BatchCounts()> batch_source_;
 };
 
 }  // namespace accord::serve

@@ -102,8 +102,10 @@ void Scheduler::run(Slot& slot, Job& job) {
   job.options.stop_requested = [this, &asked, &abandoned] {
     return shutting_down_.load() || abandoned() || (asked && asked());
   };
+  slot.session->begin_request();
   const GenerationOutcome outcome =
       generate(slot.session->target(), tokenizer_, job.prompt, job.options, job.on_piece, warn_);
+  slot.session->end_request();
   if (!outcome && outcome.error().partial.poisoned) slot.ready = false;
   job.on_done(outcome);
   // Heal now, so that the next request does not wait for it.

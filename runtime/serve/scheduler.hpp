@@ -1,6 +1,6 @@
 // The slots of `accord serve`: K sessions (--parallel K), each generating
 // one request at a time on a thread of its own, fed from one bounded
-// queue. Each slot's session is its own transaction unit, so one request's
+// queue; single-rank slots batch their steps together. Each slot's session is its own transaction unit, so one request's
 // abort, retry or stop never touches another's tokens. A slot is reset to
 // an empty session before each request; a slot whose session was poisoned
 // is healed by that reset (a distributed session reconnects its lost
@@ -23,6 +23,7 @@
 #include "runtime/generate/target.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/session/session.hpp"
+#include "runtime/session/step_batcher.hpp"
 
 namespace accord::serve {
 
@@ -33,21 +34,38 @@ class SlotSession {
   virtual GenerationTarget& target() = 0;
   // Back to an empty session; heals a poisoned one where it can.
   virtual Status reset() = 0;
+  // Around each request's generation.
+  virtual void begin_request() {}
+  virtual void end_request() {}
 };
 
-// A slot on a single-rank session. The slots may share one pool: it runs
-// one kernel at a time, each on all its threads, so one request alone
-// computes as fast as `accord generate`, and several take turns kernel by
-// kernel instead of crowding the cores with threads.
+// A slot on a single-rank session. The slots share one pool, which runs one
+// kernel at a time on all its threads, so one request alone computes as
+// fast as `accord generate`. With a batcher, the slots generating at the
+// same time run their steps in one batch (continuous batching,
+// step_batcher.hpp): a decode step reads the weights once for all of them.
+// A slot is one of the batcher's members while it generates a request.
 class SessionSlot final : public SlotSession {
  public:
-  SessionSlot(const Model& model, cpu::ThreadPool& pool) : session_(model, pool), target_(session_) {}
+  // batcher (may be nullptr: each slot's steps run alone) and pool must
+  // outlive the slot.
+  SessionSlot(const Model& model, cpu::ThreadPool& pool, StepBatcher* batcher = nullptr)
+      : session_(model, pool), target_(session_), batcher_(batcher) {
+    session_.batch_steps_with(batcher);
+  }
   GenerationTarget& target() override { return target_; }
   Status reset() override { return session_.reset(); }
+  void begin_request() override {
+    if (batcher_ != nullptr) batcher_->join();
+  }
+  void end_request() override {
+    if (batcher_ != nullptr) batcher_->leave();
+  }
 
  private:
   Session session_;
   SessionTarget target_;
+  StepBatcher* batcher_;
 };
 
 // One request's generation. The callbacks run on the slot's thread.

@@ -67,6 +67,18 @@ Status RankStage::execute(std::span<const int> tokens, std::span<const float> ac
   return {};
 }
 
+bool RankStage::batchable(const StepObserver* observer) const {
+  return first_ && output_owner_ && units_.count == model_.config().n_layers && !residency_ && observer == nullptr;
+}
+
+Result<std::vector<float>> RankStage::execute_batched(StepBatcher& batcher, std::span<const int> tokens,
+                                                      bool all_rows) {
+  auto output = batcher.run({tokens, state_.position(), &state_.kv(), all_rows});
+  if (!output) return output.error();
+  transformer_.load_hidden(output->hidden);  // what activations() and the capture read
+  return std::move(output->logits);
+}
+
 std::span<const float> RankStage::activations() { return transformer_.hidden(); }
 
 std::span<const float> RankStage::prediction_target_capture(int row) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/error.hpp"
@@ -24,6 +25,7 @@
 #include "runtime/session/observer.hpp"
 #include "runtime/session/partition.hpp"
 #include "runtime/session/state.hpp"
+#include "runtime/session/step_batcher.hpp"
 
 namespace accord {
 
@@ -59,6 +61,13 @@ class RankStage {
   // their keys and values. Rank 0 embeds `tokens`; the others start from
   // `activations` (rows, dim). The observer sees each unit's output.
   Status execute(std::span<const int> tokens, std::span<const float> activations, StepObserver* observer);
+
+  // Whether a step can run in a StepBatcher's batch: this rank runs the
+  // whole model with every weight held, and no observer looks between units.
+  bool batchable(const StepObserver* observer) const;
+  // As execute and then logits(rows), in `batcher`'s next batch with other
+  // sessions' steps: returns the logits, (1 or tokens, vocab).
+  Result<std::vector<float>> execute_batched(StepBatcher& batcher, std::span<const int> tokens, bool all_rows);
 
   // After execute: the activations for the next rank, (rows, dim).
   std::span<const float> activations();

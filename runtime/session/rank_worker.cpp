@@ -65,8 +65,19 @@ Status RankWorker::run_units(OutputRows rows) {
     return Error(ErrorCode::contract, "rank " + std::to_string(rank()) + " does not own the output");
   }
   ComputeTimer timer(compute_ns_);
+  if (batcher_ != nullptr && rows != OutputRows::none && stage_.batchable(step_observer_.get())) {
+    return run_batched(rows == OutputRows::all);
+  }
   if (Status ok = stage_.execute(step_tokens_, activations, step_observer_.get()); !ok) return ok;
   if (rows != OutputRows::none) output_ = head(rows == OutputRows::all);
+  return {};
+}
+
+Status RankWorker::run_batched(bool all_rows) {
+  auto logits = stage_.execute_batched(*batcher_, step_tokens_, all_rows);
+  if (!logits) return logits.error();
+  const int rows = all_rows ? static_cast<int>(step_tokens_.size()) : 1;
+  output_ = RowBlock{rows, static_cast<int>(logits->size()) / rows, std::move(*logits)};
   return {};
 }
 

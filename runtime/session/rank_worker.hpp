@@ -123,6 +123,11 @@ class RankWorker {
   // with.
   void lend_observer(std::shared_ptr<StepObserver> observer) { lent_observer_ = std::move(observer); }
 
+  // From now on run_units computes in `batcher`'s batches with other
+  // sessions' steps where the step allows it (RankStage::batchable);
+  // nullptr: alone. The batcher must outlive the worker or be replaced.
+  void lend_batcher(StepBatcher* batcher) { batcher_ = batcher; }
+
   // Seconds spent in run_units and logits so far.
   double compute_seconds() const { return static_cast<double>(compute_ns_) * 1e-9; }
 
@@ -152,11 +157,13 @@ class RankWorker {
  private:
   void open(std::uint64_t epoch, std::function<void(std::uint64_t)> on_commit);
   RowBlock head(bool all_rows);
+  Status run_batched(bool all_rows);
 
   std::shared_ptr<cpu::ThreadPool> pool_;
   RankStage stage_;
   ShardIdentity shard_identity_;
   std::shared_ptr<StepObserver> lent_observer_;
+  StepBatcher* batcher_ = nullptr;
   // The epoch of the last reset that committed here. Every rank commits
   // the same reset epoch, so a rank started afresh to replace one that
   // exited agrees with the others after the reset that brings it in.

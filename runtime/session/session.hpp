@@ -181,6 +181,11 @@ class Session {
   std::string state_digest() const { return state().digest(); }
 
   void set_failure_hook(FailureHook hook);
+  // From now on the session's forward steps run in `batcher`'s batches
+  // with other sessions' (step_batcher.hpp), except those with an observer
+  // or under a weights budget; nullptr: alone. The batcher must outlive the
+  // session or be replaced.
+  void batch_steps_with(StepBatcher* batcher) { engine_.lend_batcher(batcher); }
   // Injects faults as a distributed session's inject_faults does, on the
   // one rank (runtime/fault/fault_plan.hpp); occurrences count from now.
   Status inject_faults(const std::vector<Fault>& plan) { return engine_.inject_faults(plan); }
