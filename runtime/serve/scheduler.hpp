@@ -1,7 +1,8 @@
 // The slots of `accord serve`: K sessions (--parallel K), each generating
 // one request at a time on a thread of its own, fed from one bounded
-// queue; single-rank slots batch their steps together. Each slot's session is its own transaction unit, so one request's
-// abort, retry or stop never touches another's tokens. A slot is reset to
+// queue; single-rank slots batch their steps together. Each slot's session
+// is its own transaction unit, so one request's abort, retry or stop never
+// touches another's tokens. A slot is reset to
 // an empty session before each request; a slot whose session was poisoned
 // is healed by that reset (a distributed session reconnects its lost
 // ranks) before it takes the next request, and the scheduler is not ready
