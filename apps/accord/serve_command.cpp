@@ -61,12 +61,16 @@ class DistributedSlot final : public serve::SlotSession {
 };
 
 // A single-rank slot computes on the shared `pool`, in `batcher`'s batches
-// where there is one; a distributed session makes pools of its own, so
-// each gets a share of the threads.
-Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model, bool faults,
-                                                      cpu::ThreadPool& pool, StepBatcher* batcher) {
-  if (args.ranks == 1 && args.peers.empty() && !faults) {
-    return std::unique_ptr<serve::SlotSession>(std::make_unique<serve::SessionSlot>(model, pool, batcher));
+// where there is one, and injects `faults` itself; a distributed session
+// makes pools of its own, so each gets a share of the threads, and injects
+// ACCORD_FAULTS' plan when it is created.
+Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model,
+                                                      const std::vector<Fault>& faults, cpu::ThreadPool& pool,
+                                                      StepBatcher* batcher) {
+  if (args.ranks == 1 && args.peers.empty()) {
+    auto slot = std::make_unique<serve::SessionSlot>(model, pool, batcher);
+    if (Status ok = slot->inject_faults(faults); !ok) return ok.error();
+    return std::unique_ptr<serve::SlotSession>(std::move(slot));
   }
   DistributedOptions options;
   options.ranks = args.ranks;
@@ -112,7 +116,7 @@ int run_serve(ServeArgs args) {
   }
   auto http = http_options(args);
   if (!http) return fail(http.error().message());
-  // Each slot's distributed session injects ACCORD_FAULTS' plan itself.
+  // Each slot injects ACCORD_FAULTS' plan into its own session.
   auto faults = faults_from_environment();
   if (!faults) return fail(faults.error().message());
   const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
@@ -139,7 +143,7 @@ int run_serve(ServeArgs args) {
   }
   std::vector<std::unique_ptr<serve::SlotSession>> slots;
   for (int i = 0; i < args.parallel; ++i) {
-    auto slot = make_slot(args, *model, !faults->empty(), pool, batcher.get());
+    auto slot = make_slot(args, *model, *faults, pool, batcher.get());
     if (!slot) return fail(slot.error().message());
     slots.push_back(std::move(*slot));
   }
@@ -200,8 +204,8 @@ Command add_serve_command(CLI::App& app) {
       ->excludes("--ranks");
   cmd->add_option("--secret-file", args->secret_file, "with --peers: the cluster's shared secret")->needs("--peers");
   cmd->add_option("--threads", args->threads,
-                  "CPU threads of the pool the slots share, one kernel at a time (with --ranks or faults, each "
-                  "slot's session gets threads / parallel of its own)")
+                  "CPU threads of the pool the slots share, one kernel at a time (with --ranks, each slot's "
+                  "session gets threads / parallel of its own)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--batch-window-us", args->batch_window_us,

@@ -56,6 +56,8 @@ class SessionSlot final : public SlotSession {
   }
   GenerationTarget& target() override { return target_; }
   Status reset() override { return session_.reset(); }
+  // Session::inject_faults: the plan's occurrences count over the slot's life.
+  Status inject_faults(const std::vector<Fault>& plan) { return session_.inject_faults(plan); }
   void begin_request() override {
     if (batcher_ != nullptr) batcher_->join();
   }

@@ -201,6 +201,19 @@ def metric(server, name):
     return None
 
 
+def load_with_faults(expected, faults, slots, *args):
+    faulty = Server(*args, env={"ACCORD_FAULTS": faults})
+    try:
+        print(f"load with ACCORD_FAULTS={faults}: 16 clients x 4 requests, {slots}", flush=True)
+        errors, wrong = load(faulty, 16, 4, 16, expected)
+        check(errors == 0 and wrong == 0, "the load with faults: no errors, greedy texts unchanged")
+        retries = metric(faulty, "accord_retries_total")
+        check(retries is not None and retries >= 2, f"the faults' steps were retried ({retries})")
+        check(http(faulty, "GET", "/ready")[0] == 200, "ready after the faults")
+    finally:
+        faulty.stop()
+
+
 def main():
     expected = {prompt: generate_text(prompt, 16) for prompt in PROMPTS}
     cache = tempfile.mkdtemp(prefix="accord-serve-cache-")
@@ -217,21 +230,16 @@ def main():
         print("load: 32 clients x 8 requests, 4 slots", flush=True)
         errors, wrong = load(server, 32, 8, 16, expected)
         check(errors == 0 and wrong == 0, "the load test: no errors, greedy texts unchanged")
+        batches, batched = metric(server, "accord_batches_total"), metric(server, "accord_batched_steps_total")
+        check(None not in (batches, batched) and batched > batches, f"the slots' steps ran in batches ({batched} steps in {batches})")
     finally:
         server.stop()
         shutil.rmtree(cache, ignore_errors=True)
 
-    faults = "1:Execution:error:3;0:Commit:error:7"
-    faulty = Server("--parallel", "2", "--ranks", "2", env={"ACCORD_FAULTS": faults})
-    try:
-        print(f"load with ACCORD_FAULTS={faults}: 16 clients x 4 requests, 2 slots of 2 ranks", flush=True)
-        errors, wrong = load(faulty, 16, 4, 16, expected)
-        check(errors == 0 and wrong == 0, "the load with faults: no errors, greedy texts unchanged")
-        retries = metric(faulty, "accord_retries_total")
-        check(retries is not None and retries >= 2, f"the faults' steps were retried ({retries})")
-        check(http(faulty, "GET", "/ready")[0] == 200, "ready after the faults")
-    finally:
-        faulty.stop()
+    load_with_faults(expected, "1:Execution:error:3;0:Commit:error:7", "2 slots of 2 ranks", "--parallel", "2",
+                     "--ranks", "2")
+    load_with_faults(expected, "0:Execution:error:3;0:OutputPublication:error:9", "3 batched slots",
+                     "--parallel", "3")
 
     print("accord serve end to end:", "FAILED " + "; ".join(failures) if failures else "passed", flush=True)
     return 1 if failures else 0
