@@ -42,6 +42,25 @@ TEST(ModelLoader, ReadsStoriesConfiguration) {
   EXPECT_EQ(model->weights().classifier, model->weights().token_embedding);
 }
 
+TEST(ModelLoader, TellsItsProgressUpToEveryWeightByte) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> calls;
+  ModelLoad load{WeightScope::everything(), 2};
+  load.progress = [&](std::uint64_t done, std::uint64_t total) { calls.emplace_back(done, total); };
+  auto model = Model::load(test::stories_model(), load);
+  ASSERT_TRUE(model) << model.error().message();
+  ASSERT_FALSE(calls.empty());
+  for (std::size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_GT(calls[i].first, calls[i - 1].first);
+    EXPECT_EQ(calls[i].second, calls[0].second);
+  }
+  // Every tensor once: the shared classifier is the embedding, and each
+  // layer's norms are dim floats.
+  std::uint64_t weights = 0;
+  for (const auto& [type, bytes] : model->weight_bytes_by_type()) weights += bytes;
+  EXPECT_EQ(calls.back().first, calls.back().second);
+  EXPECT_EQ(calls.back().second, weights);
+}
+
 TEST(ModelLoader, LegacyAndVersion1LayoutsHoldTheSameModel) {
   TempDir dir;
   SyntheticModelOptions options{test::small_config(), 11, llama2c::Layout::legacy};

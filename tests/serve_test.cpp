@@ -13,6 +13,7 @@
 #include "runtime/serve/chat_template.hpp"
 #include "runtime/serve/metrics.hpp"
 #include "runtime/serve/openai_api.hpp"
+#include "runtime/serve/progress.hpp"
 #include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
 #include "runtime/serve/stop_filter.hpp"
@@ -446,6 +447,45 @@ TEST_F(ServeServiceTest, OtherEndpointsAnswer) {
   EXPECT_EQ(get("/nowhere").status, 404);
   EXPECT_EQ(get("/v1/completions").status, 405);
   EXPECT_EQ(post("/v1/completions", {{"model", "other"}, {"prompt", "x"}})->wait().status, 404);
+}
+
+TEST(ServeProgress, LinesSayWhatIsDoneOfWhat) {
+  EXPECT_EQ(serve::load_progress_line("m.gguf", 51'200'000, 114'000'000), "loading m.gguf: 44% (51.2 of 114.0 MB)");
+  EXPECT_EQ(serve::load_progress_line("empty.bin", 0, 0), "loading empty.bin: 100% (0.0 of 0.0 MB)");
+  EXPECT_EQ(serve::prefill_progress_line(512, 6, 12), "prefill, 512 tokens: layer 6 of 12");
+}
+
+TEST(ServeProgress, RedrawsOneLineInPlaceAndClearsIt) {
+  std::string screen;
+  serve::TerminalProgress progress([&](std::string_view text) { screen += text; }, std::chrono::hours(1));
+  progress.clear();  // nothing shown yet: nothing to clear
+  EXPECT_EQ(screen, "");
+  progress.show("a");
+  progress.show("b");         // within the interval: skipped
+  progress.show("c", true);   // the last state: always drawn
+  progress.clear();
+  EXPECT_EQ(screen, "\r\033[Ka\r\033[Kc\r\033[K");
+}
+
+TEST(ServeProgress, LongBatchesTellTheirProgressUnitByUnit) {
+  const Model model = test::load_stories_model();
+  cpu::ThreadPool pool(1);
+  StepBatcher batcher(model, pool);
+  std::vector<StepBatcher::Progress> told;
+  batcher.set_progress([&](const StepBatcher::Progress& at) { told.push_back(at); });
+  Session session(model, pool);
+  session.batch_steps_with(&batcher);
+  std::vector<int> prompt(StepBatcher::kLongBatchRows, 300);
+  prompt[0] = 1;
+  ASSERT_TRUE(session.prefill(prompt));
+  ASSERT_TRUE(session.decode(5));  // short: tells nothing
+  const int units = model.config().n_layers;
+  ASSERT_EQ(told.size(), static_cast<std::size_t>(units));
+  for (int i = 0; i < units; ++i) {
+    EXPECT_EQ(told[static_cast<std::size_t>(i)].rows, StepBatcher::kLongBatchRows);
+    EXPECT_EQ(told[static_cast<std::size_t>(i)].units_done, i + 1);
+    EXPECT_EQ(told[static_cast<std::size_t>(i)].units, units);
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/serve/chat_template.hpp"
+#include "runtime/serve/progress.hpp"
 #include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
 
@@ -60,15 +61,15 @@ class DistributedSlot final : public serve::SlotSession {
   DistributedTarget target_;
 };
 
-// A single-rank slot computes on the shared `pool`, in `batcher`'s batches
-// where there is one, and injects `faults` itself; a distributed session
+// A single-rank slot computes on the shared `pool`, in `batcher`'s batches,
+// and injects `faults` itself; a distributed session
 // makes pools of its own, so each gets a share of the threads, and injects
 // ACCORD_FAULTS' plan when it is created.
 Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model,
                                                       const std::vector<Fault>& faults, cpu::ThreadPool& pool,
-                                                      StepBatcher* batcher) {
+                                                      StepBatcher& batcher) {
   if (args.ranks == 1 && args.peers.empty()) {
-    auto slot = std::make_unique<serve::SessionSlot>(model, pool, batcher);
+    auto slot = std::make_unique<serve::SessionSlot>(model, pool, &batcher);
     if (Status ok = slot->inject_faults(faults); !ok) return ok.error();
     return std::unique_ptr<serve::SlotSession>(std::move(slot));
   }
@@ -128,8 +129,14 @@ int run_serve(ServeArgs args) {
   auto chat = chat_template(args);
   if (!chat) return fail(chat.error().message());
   spdlog::info("loading {}", args.model);
-  const ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
+  serve::TerminalProgress progress;  // on a terminal only
+  ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
+  const std::string model_name = std::filesystem::path(args.model).filename().string();
+  load.progress = [&](std::uint64_t done, std::uint64_t total) {
+    progress.show(serve::load_progress_line(model_name, done, total), done == total);
+  };
   auto model = Model::load(args.model, load);
+  progress.clear();
   if (!model) return fail(model.error().message());
 
   // Declared first, so that it outlives the slots, whose answers it posts.
@@ -137,24 +144,23 @@ int run_serve(ServeArgs args) {
   auto bound = server.listen();
   if (!bound) return fail(bound.error().message());
   cpu::ThreadPool pool(args.threads);
-  std::unique_ptr<StepBatcher> batcher;
-  if (args.batch_window_us > 0 && args.parallel > 1) {
-    batcher = std::make_unique<StepBatcher>(*model, pool, std::chrono::microseconds(args.batch_window_us));
-  }
+  StepBatcher batcher(*model, pool, std::chrono::microseconds(args.batch_window_us));
+  batcher.set_progress([&progress](const StepBatcher::Progress& at) {
+    if (at.units_done == at.units) return progress.clear();
+    progress.show(serve::prefill_progress_line(at.rows, at.units_done, at.units));
+  });
   std::vector<std::unique_ptr<serve::SlotSession>> slots;
   for (int i = 0; i < args.parallel; ++i) {
-    auto slot = make_slot(args, *model, *faults, pool, batcher.get());
+    auto slot = make_slot(args, *model, *faults, pool, batcher);
     if (!slot) return fail(slot.error().message());
     slots.push_back(std::move(*slot));
   }
   serve::Metrics metrics;
   metrics.set_load(0, 0, args.parallel);
-  if (batcher) {
-    metrics.set_batch_source([&batcher] {
-      const StepBatcher::Stats stats = batcher->stats();
-      return serve::BatchCounts{stats.batches, stats.steps, stats.widest};
-    });
-  }
+  metrics.set_batch_source([&batcher] {
+    const StepBatcher::Stats stats = batcher.stats();
+    return serve::BatchCounts{stats.batches, stats.steps, stats.widest};
+  });
   serve::Scheduler scheduler(*tokenizer, std::move(slots), args.queue_limit,
                              [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); },
                              [](const std::string& warning) { spdlog::warn("{}", warning); });
@@ -209,8 +215,8 @@ Command add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--batch-window-us", args->batch_window_us,
-                  "single-rank slots decode together in one batched step; a step waits at most this long for the "
-                  "other generating slots' steps (0: each slot steps alone)")
+                  "single-rank slots decode together in one batched step, which waits at most this long for the "
+                  "steps of the other slots that are generating (0: it takes the steps already asked for)")
       ->check(CLI::Range(0, 1000 * 1000))
       ->capture_default_str();
   cmd->add_option("--prompt-cache", args->prompt_cache, "prompt cache folder: requests reuse cached prefixes");

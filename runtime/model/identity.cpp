@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 #include "runtime/io/digest.hpp"
@@ -86,6 +87,11 @@ TensorResult digest_tensor(const WeightTensor& tensor, int dim, bool release, co
   return result;
 }
 
+// What a tensor takes as stored.
+std::uint64_t tensor_bytes(const WeightTensor& tensor, int dim) {
+  return tensor.matrix != nullptr ? tensor.matrix->bytes() : static_cast<std::uint64_t>(dim) * sizeof(float);
+}
+
 // Digests `tensors` on `threads` threads, each taking the next tensor not
 // yet taken.
 std::vector<TensorResult> digest_tensors(const ModelContents& contents, const std::vector<WeightTensor>& tensors,
@@ -97,10 +103,17 @@ std::vector<TensorResult> digest_tensors(const ModelContents& contents, const st
   const bool lookup_only = embedding_is_lookup_only(c, load.scope);
   std::vector<TensorResult> results(tensors.size());
   std::atomic<std::size_t> next{0};
+  std::uint64_t total = 0, done = 0;
+  for (const WeightTensor& tensor : tensors) total += tensor_bytes(tensor, c.dim);
+  std::mutex progress_mutex;
   auto work = [&] {
     for (std::size_t i = next++; i < tensors.size(); i = next++) {
       const bool release = load.mapped && lookup_only && tensors[i].id.kind == WeightKind::token_embedding;
       results[i] = digest_tensor(tensors[i], c.dim, release, name, tensor_name);
+      if (!load.progress) continue;
+      std::lock_guard lock(progress_mutex);
+      done += tensor_bytes(tensors[i], c.dim);
+      load.progress(done, total);
     }
   };
   std::vector<std::thread> helpers;

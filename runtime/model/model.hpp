@@ -109,6 +109,9 @@ struct ModelLoad {
   // so pages of a tensor that steps use only a few rows of (the embedding
   // where it is not the classifier) are let go as they are digested.
   bool mapped = false;
+  // Told the bytes of weights read so far and in all, after each tensor;
+  // one call at a time, from any of the loading threads. For a display.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress = {};
 };
 
 // A piece of a weight tensor as floats: values [first, first + count) of

@@ -182,7 +182,8 @@ Result<std::span<const float>> Transformer::forward(std::span<const int> tokens,
   return std::span<const float>(head(Rows::last));
 }
 
-std::span<float> Transformer::forward_lanes(std::span<const Lane> lanes) {
+std::span<float> Transformer::forward_lanes(std::span<const Lane> lanes,
+                                            const std::function<void(int units_done)>& after_unit) {
   std::vector<int> tokens;
   std::vector<LaneRows> placed;
   head_rows_.clear();
@@ -194,7 +195,10 @@ std::span<float> Transformer::forward_lanes(std::span<const Lane> lanes) {
   }
   embed(tokens);
   lanes_ = std::move(placed);
-  for (int unit = 0; unit < model_.config().n_layers; ++unit) run_lanes_unit(unit);
+  for (int unit = 0; unit < model_.config().n_layers; ++unit) {
+    run_lanes_unit(unit);
+    if (after_unit) after_unit(unit + 1);
+  }
   return classify(head_rows_);
 }
 

@@ -5,6 +5,7 @@
 // call at a time (the scratch is shared); the thread pool is the rank's.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -55,7 +56,9 @@ class Transformer {
   // those of forward() on its own. Returns the logits the lanes asked for,
   // lane after lane: (rows, vocab); hidden() then holds every row's final
   // residual stream, lane after lane. Lanes must have passed check_input.
-  std::span<float> forward_lanes(std::span<const Lane> lanes);
+  // `after_unit`, when set, is told how many units have run after each.
+  std::span<float> forward_lanes(std::span<const Lane> lanes,
+                                 const std::function<void(int units_done)>& after_unit = {});
 
   // The same pass one stage at a time, for callers that look between units
   // (observers, pipeline ranks). Inputs must have passed check_input.

@@ -62,31 +62,38 @@ void StepBatcher::lead(std::unique_lock<std::mutex>& lock) {
 
 void StepBatcher::compute(std::span<Waiting* const> batch) {
   std::vector<Transformer::Lane> lanes;
+  int rows = 0;
   for (const Waiting* waiting : batch) {
     const Step& step = *waiting->step;
     lanes.push_back({step.tokens, step.position, step.kv, step.all_rows});
+    rows += static_cast<int>(step.tokens.size());
+  }
+  std::function<void(int)> after_unit;
+  if (progress_ && rows >= kLongBatchRows) {
+    after_unit = [this, rows](int done) { progress_({rows, done, model_.config().n_layers}); };
   }
   try {
-    const std::span<const float> logits = transformer_.forward_lanes(lanes);
-    const std::span<const float> hidden = transformer_.hidden();
-    const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
-    const auto dim = static_cast<std::size_t>(model_.config().dim);
-    std::size_t logits_row = 0, hidden_row = 0;
-    for (Waiting* waiting : batch) {
-      const Step& step = *waiting->step;
-      const std::size_t rows = step.tokens.size(), logits_rows = step.all_rows ? rows : 1;
-      StepOutput out;
-      out.logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(logits_row * vocab),
-                        logits.begin() + static_cast<std::ptrdiff_t>((logits_row + logits_rows) * vocab));
-      out.hidden.assign(hidden.begin() + static_cast<std::ptrdiff_t>(hidden_row * dim),
-                        hidden.begin() + static_cast<std::ptrdiff_t>((hidden_row + rows) * dim));
-      *waiting->output = std::move(out);
-      logits_row += logits_rows;
-      hidden_row += rows;
-    }
+    const std::span<const float> logits = transformer_.forward_lanes(lanes, after_unit);
+    hand_out(batch, logits, transformer_.hidden());
   } catch (const std::exception& e) {
     const Error failed(ErrorCode::mechanism, std::string("the batched step failed: ") + e.what());
     for (Waiting* waiting : batch) *waiting->output = failed;
+  }
+}
+
+void StepBatcher::hand_out(std::span<Waiting* const> batch, std::span<const float> logits,
+                           std::span<const float> hidden) {
+  const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
+  const auto dim = static_cast<std::size_t>(model_.config().dim);
+  for (Waiting* waiting : batch) {
+    const Step& step = *waiting->step;
+    const std::size_t rows = step.tokens.size(), logits_rows = step.all_rows ? rows : 1;
+    StepOutput out;
+    out.logits.assign(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(logits_rows * vocab));
+    out.hidden.assign(hidden.begin(), hidden.begin() + static_cast<std::ptrdiff_t>(rows * dim));
+    *waiting->output = std::move(out);
+    logits = logits.subspan(logits_rows * vocab);
+    hidden = hidden.subspan(rows * dim);
   }
 }
 

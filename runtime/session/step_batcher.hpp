@@ -24,6 +24,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -66,6 +67,18 @@ class StepBatcher {
   // Blocks until the batch that holds the step has run.
   Result<StepOutput> run(const Step& step);
 
+  // Where a long batch (a prefill of many tokens) stands: after each unit.
+  struct Progress {
+    int rows = 0;
+    int units_done = 0;
+    int units = 0;
+  };
+  // A batch of at least this many rows tells its progress.
+  static constexpr int kLongBatchRows = 64;
+  // `progress` is told, on the leader's thread, after each unit of a batch
+  // of kLongBatchRows rows or more. Set it before the first step.
+  void set_progress(std::function<void(const Progress&)> progress) { progress_ = std::move(progress); }
+
   struct Stats {
     std::uint64_t batches = 0;
     std::uint64_t steps = 0;   // lanes over all batches
@@ -83,10 +96,13 @@ class StepBatcher {
   // Runs a batch as its leader; `lock` holds mutex_ on entry and exit.
   void lead(std::unique_lock<std::mutex>& lock);
   void compute(std::span<Waiting* const> batch);
+  // Gives each step its rows of the batch's logits and hidden rows.
+  void hand_out(std::span<Waiting* const> batch, std::span<const float> logits, std::span<const float> hidden);
 
   const Model& model_;
   const std::chrono::microseconds gather_window_;
   Transformer transformer_;  // the leader's only
+  std::function<void(const Progress&)> progress_;
 
   mutable std::mutex mutex_;
   std::condition_variable arrived_;   // a step was asked for, or a member left
