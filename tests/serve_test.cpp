@@ -177,6 +177,36 @@ TEST(ServeMetrics, PrometheusTextCountsAndCumulates) {
   EXPECT_NE(text.find("accord_decode_step_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("accord_prefill_seconds_count 1\n"), std::string::npos);
   EXPECT_NE(text.find("accord_prompt_cache_tokens_total 4\n"), std::string::npos);
+  EXPECT_EQ(text.find("accord_phase_seconds"), std::string::npos);  // no phase timed yet
+  EXPECT_EQ(text.find("accord_batches_total"), std::string::npos);   // no batcher
+}
+
+TEST(ServeMetrics, PhasesAndBatchesAreReported) {
+  serve::Metrics metrics;
+  metrics.observe_phase("Execution", 0.02);
+  metrics.observe_phase("Commit", 0.000004);
+  metrics.set_batch_source([] { return serve::BatchCounts{3, 10, 4}; });
+  const std::string text = metrics.prometheus_text();
+  EXPECT_NE(text.find("accord_phase_seconds_bucket{phase=\"Commit\",le=\"1e-05\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("accord_phase_seconds_bucket{phase=\"Execution\",le=\"0.01\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_phase_seconds_bucket{phase=\"Execution\",le=\"0.025\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_batches_total 3\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_batched_steps_total 10\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_batch_widest 4\n"), std::string::npos);
+}
+
+TEST(ServeSlots, ASingleRankSlotTimesEveryPhaseItRuns) {
+  const Model model = test::load_stories_model();
+  cpu::ThreadPool pool(1);
+  std::map<std::string, int> timed;
+  serve::SessionSlot slot(model, pool, nullptr, [&](const PhaseId& phase, double seconds) {
+    EXPECT_GE(seconds, 0.0);
+    ++timed[to_string(phase.phase)];
+  });
+  const std::vector<int> prompt = {1, 403, 407};
+  ASSERT_TRUE(slot.target().prefill(prompt));
+  EXPECT_EQ(timed["Execution"], 1);
+  EXPECT_EQ(timed["Commit"], 1);
 }
 
 // What a client receives: a whole answer, or a stream's events.

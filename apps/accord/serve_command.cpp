@@ -62,14 +62,17 @@ class DistributedSlot final : public serve::SlotSession {
 };
 
 // A single-rank slot computes on the shared `pool`, in `batcher`'s batches,
-// and injects `faults` itself; a distributed session
-// makes pools of its own, so each gets a share of the threads, and injects
-// ACCORD_FAULTS' plan when it is created.
+// injects `faults` itself and times its phases into `metrics`; a
+// distributed session makes pools of its own, so each gets a share of the
+// threads, and injects ACCORD_FAULTS' plan when it is created.
 Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model,
                                                       const std::vector<Fault>& faults, cpu::ThreadPool& pool,
-                                                      StepBatcher& batcher) {
+                                                      StepBatcher& batcher, serve::Metrics& metrics) {
   if (args.ranks == 1 && args.peers.empty()) {
-    auto slot = std::make_unique<serve::SessionSlot>(model, pool, &batcher);
+    auto timer = [&metrics](const PhaseId& phase, double seconds) {
+      metrics.observe_phase(to_string(phase.phase), seconds);
+    };
+    auto slot = std::make_unique<serve::SessionSlot>(model, pool, &batcher, timer);
     if (Status ok = slot->inject_faults(faults); !ok) return ok.error();
     return std::unique_ptr<serve::SlotSession>(std::move(slot));
   }
@@ -149,13 +152,13 @@ int run_serve(ServeArgs args) {
     if (at.units_done == at.units) return progress.clear();
     progress.show(serve::prefill_progress_line(at.rows, at.units_done, at.units));
   });
+  serve::Metrics metrics;
   std::vector<std::unique_ptr<serve::SlotSession>> slots;
   for (int i = 0; i < args.parallel; ++i) {
-    auto slot = make_slot(args, *model, *faults, pool, batcher);
+    auto slot = make_slot(args, *model, *faults, pool, batcher, metrics);
     if (!slot) return fail(slot.error().message());
     slots.push_back(std::move(*slot));
   }
-  serve::Metrics metrics;
   metrics.set_load(0, 0, args.parallel);
   metrics.set_batch_source([&batcher] {
     const StepBatcher::Stats stats = batcher.stats();

@@ -68,6 +68,7 @@ struct DirectEngine::State {
     rank->node.lend_observer(observer);
     rank->node.lend_batcher(batcher);
     rank->node.set_phase_hook(hook);
+    rank->node.set_phase_timer(timer);
     return rank;
   }
 
@@ -147,6 +148,7 @@ struct DirectEngine::State {
   std::shared_ptr<StepObserver> observer;
   StepBatcher* batcher = nullptr;
   PhaseHook hook;
+  PhaseTimer timer;
   std::uint64_t now = 0;  // ticks passed
 };
 
@@ -171,6 +173,11 @@ void DirectEngine::lend_batcher(StepBatcher* batcher) {
 void DirectEngine::set_phase_hook(PhaseHook hook) {
   state_->hook = hook;
   for (auto& rank : state_->ranks) rank->node.set_phase_hook(hook);
+}
+
+void DirectEngine::set_phase_timer(PhaseTimer timer) {
+  state_->timer = timer;
+  for (auto& rank : state_->ranks) rank->node.set_phase_timer(timer);
 }
 
 Status DirectEngine::inject_faults(const std::vector<Fault>& plan) {

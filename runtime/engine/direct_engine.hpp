@@ -61,6 +61,7 @@ class DirectEngine {
   // (RankWorker::lend_batcher); nullptr: none.
   void lend_batcher(StepBatcher* batcher);
   void set_phase_hook(PhaseHook hook);
+  void set_phase_timer(PhaseTimer timer);
   // Replaces every rank's fault plan; occurrences count from now.
   Status inject_faults(const std::vector<Fault>& plan);
 

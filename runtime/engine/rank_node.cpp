@@ -1,5 +1,6 @@
 #include "runtime/engine/rank_node.hpp"
 
+#include <chrono>
 #include <stdexcept>
 
 #include "runtime/engine/transaction_driver.hpp"
@@ -160,6 +161,7 @@ void RankNode::run_phase(const RunPhase& run) {
 // first. A phase waiting for another rank's data runs again when it comes.
 void RankNode::run_guarded(const RunPhase& run, const std::string& injected) {
   std::optional<Status> result;
+  const auto started = std::chrono::steady_clock::now();
   Status ran = status_of([&] {
     if (!injected.empty()) throw std::runtime_error(injected);
     result = local_work(run);
@@ -170,6 +172,7 @@ void RankNode::run_guarded(const RunPhase& run, const std::string& injected) {
     waiting_ = run;
     return;
   }
+  if (timer_) timer_(run.phase, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   finish(run, std::move(*result));
 }
 

@@ -39,6 +39,10 @@ using PeerData = std::variant<RouteTransfer, SamplingResult, PredictionTargetHid
 // an exception) fails the phase as if the work had. Tests and fault
 // scenarios use it.
 using PhaseHook = std::function<Status(RankId rank, const PhaseId& phase, Epoch epoch)>;
+// Told how long a phase's local work took on a rank, for metrics. A phase
+// that waited for another rank's data counts its last run only: the wait
+// is not its work.
+using PhaseTimer = std::function<void(const PhaseId& phase, double seconds)>;
 
 class RankOutbox {
  public:
@@ -77,6 +81,7 @@ class RankNode {
   // Replaces the rank's fault plan; occurrences count from now.
   void set_faults(const std::vector<Fault>& plan);
   void set_phase_hook(PhaseHook hook) { hook_ = std::move(hook); }
+  void set_phase_timer(PhaseTimer timer) { timer_ = std::move(timer); }
   // From now on a prompt cache's root, as a coordinator names it, is a
   // plain name of an entry of `folder`, not a path; with no folder the rank
   // keeps no prompt cache. A node's rank is so confined (its
@@ -127,6 +132,7 @@ class RankNode {
   RankFaults faults_;
   FaultMarks marks_;  // of the drop and corrupt faults that fired
   PhaseHook hook_;
+  PhaseTimer timer_;
   bool exited_ = false;
   bool confined_ = false;
   std::optional<std::filesystem::path> cache_folder_;  // when confined_

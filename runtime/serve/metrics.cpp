@@ -77,6 +77,11 @@ void Metrics::observe_decode_step(double seconds) {
   decode_step_.observe(seconds);
 }
 
+void Metrics::observe_phase(const std::string& phase, double seconds) {
+  std::lock_guard lock(mutex_);
+  phase_seconds_[phase].observe(seconds);
+}
+
 void Metrics::observe_request(const std::string& endpoint, double seconds) {
   std::lock_guard lock(mutex_);
   request_seconds_[endpoint].observe(seconds);
@@ -126,6 +131,12 @@ std::string Metrics::prometheus_text() const {
   out += header("accord_request_seconds", "histogram", "time from a request read to its last byte queued");
   for (const auto& [endpoint, histogram] : request_seconds_) {
     out += histogram.text("accord_request_seconds", "endpoint=\"" + endpoint + "\"");
+  }
+  if (!phase_seconds_.empty()) {
+    out += header("accord_phase_seconds", "histogram", "a transaction phase's local work on a rank, by phase");
+  }
+  for (const auto& [phase, histogram] : phase_seconds_) {
+    out += histogram.text("accord_phase_seconds", "phase=\"" + phase + "\"");
   }
   return out;
 }

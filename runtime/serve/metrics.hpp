@@ -15,8 +15,9 @@ namespace accord::serve {
 // A latency histogram in seconds, with fixed bucket bounds.
 class Histogram {
  public:
-  static constexpr std::array<double, 14> kBounds{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                   0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+  // From 10 µs: a transaction phase's local work can take that little.
+  static constexpr std::array<double, 16> kBounds{0.00001, 0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                   0.05,    0.1,    0.25,   0.5,   1,      2.5,   5,    10};
   void observe(double seconds);
   // The text of one series: NAME_bucket{LABELS,le=...}, NAME_sum, NAME_count.
   std::string text(const std::string& name, const std::string& labels) const;
@@ -54,6 +55,8 @@ class Metrics {
   void count_request(const std::string& endpoint, int http_status);
   void count_generation(const GenerationCounts& counts);
   void observe_decode_step(double seconds);
+  // A transaction phase's local work on a rank (runtime/engine/rank_node.hpp).
+  void observe_phase(const std::string& phase, double seconds);
   void observe_request(const std::string& endpoint, double seconds);
   void set_load(int queued, int active, int slots);
 
@@ -73,6 +76,7 @@ class Metrics {
   Histogram prefill_;
   Histogram decode_step_;
   std::map<std::string, Histogram> request_seconds_;
+  std::map<std::string, Histogram> phase_seconds_;
   int queued_ = 0;
   int active_ = 0;
   int slots_ = 0;

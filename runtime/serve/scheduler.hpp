@@ -49,10 +49,11 @@ class SlotSession {
 class SessionSlot final : public SlotSession {
  public:
   // batcher (may be nullptr: each slot's steps run alone) and pool must
-  // outlive the slot.
-  SessionSlot(const Model& model, cpu::ThreadPool& pool, StepBatcher* batcher = nullptr)
+  // outlive the slot; `timer` is told each phase's local work.
+  SessionSlot(const Model& model, cpu::ThreadPool& pool, StepBatcher* batcher = nullptr, PhaseTimer timer = {})
       : session_(model, pool), target_(session_), batcher_(batcher) {
     session_.batch_steps_with(batcher);
+    session_.set_phase_timer(std::move(timer));
   }
   GenerationTarget& target() override { return target_; }
   Status reset() override { return session_.reset(); }

@@ -181,6 +181,8 @@ class Session {
   std::string state_digest() const { return state().digest(); }
 
   void set_failure_hook(FailureHook hook);
+  // Told how long each phase's local work takes (runtime/engine/rank_node.hpp).
+  void set_phase_timer(PhaseTimer timer) { engine_.set_phase_timer(std::move(timer)); }
   // From now on the session's forward steps run in `batcher`'s batches
   // with other sessions' (step_batcher.hpp), except those with an observer
   // or under a weights budget; nullptr: alone. The batcher must outlive the

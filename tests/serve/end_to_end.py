@@ -231,7 +231,10 @@ def main():
         errors, wrong = load(server, 32, 8, 16, expected)
         check(errors == 0 and wrong == 0, "the load test: no errors, greedy texts unchanged")
         batches, batched = metric(server, "accord_batches_total"), metric(server, "accord_batched_steps_total")
-        check(None not in (batches, batched) and batched > batches, f"the slots' steps ran in batches ({batched} steps in {batches})")
+        check(None not in (batches, batched) and batched > batches,
+              f"the slots' steps ran in batches ({batched} steps in {batches})")
+        executions = metric(server, 'accord_phase_seconds_count{phase="Execution"}')
+        check(None not in (executions, batched) and executions >= batched, f"every Execution phase was timed ({executions})")
     finally:
         server.stop()
         shutil.rmtree(cache, ignore_errors=True)
