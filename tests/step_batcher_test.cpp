@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "runtime/model/sampler.hpp"
@@ -88,6 +89,30 @@ class StepBatcherTest : public ::testing::Test {
     }
     return traces;
   }
+
+  // A session per prompt, each a member of `batcher`.
+  std::vector<std::unique_ptr<Session>> members(StepBatcher& batcher) {
+    std::vector<std::unique_ptr<Session>> sessions;
+    for (std::size_t i = 0; i < kPrompts.size(); ++i) {
+      sessions.push_back(std::make_unique<Session>(model_, pool_));
+      sessions.back()->batch_steps_with(&batcher);
+      batcher.join();
+    }
+    return sessions;
+  }
+
+  // Runs generate(i) for every prompt at once, each on a thread of its own
+  // that leaves the batcher when done.
+  static void generate_together(StepBatcher& batcher, const std::function<void(std::size_t)>& generate) {
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < kPrompts.size(); ++i) {
+      threads.emplace_back([&, i] {
+        generate(i);
+        batcher.leave();
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
 };
 
 TEST_F(StepBatcherTest, SessionsDecodingTogetherGetTheTokensTheyGetAlone) {
@@ -95,21 +120,9 @@ TEST_F(StepBatcherTest, SessionsDecodingTogetherGetTheTokensTheyGetAlone) {
   const auto expected = solo_traces(solo_digests);
 
   StepBatcher batcher(model_, pool_, kPatientWindow);
-  std::vector<std::unique_ptr<Session>> sessions;
-  for (std::size_t i = 0; i < kPrompts.size(); ++i) {
-    sessions.push_back(std::make_unique<Session>(model_, pool_));
-    sessions.back()->batch_steps_with(&batcher);
-    batcher.join();
-  }
+  std::vector<std::unique_ptr<Session>> sessions = members(batcher);
   std::vector<std::vector<float>> traces(kPrompts.size());
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < kPrompts.size(); ++i) {
-    threads.emplace_back([&, i] {
-      traces[i] = test::greedy_trace(*sessions[i], kPrompts[i], kSteps);
-      batcher.leave();
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  generate_together(batcher, [&](std::size_t i) { traces[i] = test::greedy_trace(*sessions[i], kPrompts[i], kSteps); });
 
   for (std::size_t i = 0; i < kPrompts.size(); ++i) {
     EXPECT_TRUE(test::bit_identical(traces[i], expected[i])) << "prompt " << i;
@@ -156,23 +169,13 @@ TEST_F(StepBatcherTest, AnAbortInOneSessionLeavesTheOthersTokensAsTheyWere) {
   }
 
   StepBatcher batcher(model_, pool_, kPatientWindow);
-  std::vector<std::unique_ptr<Session>> sessions;
-  for (std::size_t i = 0; i < kPrompts.size(); ++i) {
-    sessions.push_back(std::make_unique<Session>(model_, pool_));
-    sessions.back()->batch_steps_with(&batcher);
-    batcher.join();
-  }
+  std::vector<std::unique_ptr<Session>> sessions = members(batcher);
   sessions[1]->set_failure_hook(fault());
   std::vector<std::vector<float>> traces(kPrompts.size());
   std::vector<int> aborted(kPrompts.size(), 0);
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < kPrompts.size(); ++i) {
-    threads.emplace_back([&, i] {
-      traces[i] = trace_with_retries(*sessions[i], kPrompts[i], aborted[i]);
-      batcher.leave();
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  generate_together(batcher, [&](std::size_t i) {
+    traces[i] = trace_with_retries(*sessions[i], kPrompts[i], aborted[i]);
+  });
 
   EXPECT_EQ(aborted, (std::vector<int>{0, 1, 0, 0}));
   for (std::size_t i = 0; i < kPrompts.size(); ++i) {
@@ -180,6 +183,40 @@ TEST_F(StepBatcherTest, AnAbortInOneSessionLeavesTheOthersTokensAsTheyWere) {
     EXPECT_EQ(sessions[i]->state_digest(), solo_digests[i]) << "prompt " << i;
   }
   EXPECT_EQ(batcher.stats().steps, static_cast<std::uint64_t>(kPrompts.size() * (1 + kSteps) + 1));
+}
+
+TEST_F(StepBatcherTest, LongPrefillsGoInBatchesOfTheirOwn) {
+  // Two prompts of 300 tokens: together past kMaxBatchRows.
+  std::vector<std::vector<int>> prompts(2, std::vector<int>(300, 300));
+  prompts[0][0] = prompts[1][0] = 1;
+  prompts[1][5] = 299;
+  std::vector<std::vector<float>> expected;
+  for (const auto& prompt : prompts) {
+    Session alone(model_, pool_);
+    expected.push_back(test::greedy_trace(alone, prompt, 2));
+  }
+  StepBatcher batcher(model_, pool_, kPatientWindow);
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < 2; ++i) {
+    sessions.push_back(std::make_unique<Session>(model_, pool_));
+    sessions.back()->batch_steps_with(&batcher);
+    batcher.join();
+  }
+  std::vector<std::vector<float>> traces(2);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      traces[i] = test::greedy_trace(*sessions[i], prompts[i], 2);
+      batcher.leave();
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_TRUE(test::bit_identical(traces[i], expected[i])) << "prompt " << i;
+  // The first prefill alone; the second with the first's decode step; then
+  // a decode step of each; the second's last alone.
+  EXPECT_EQ(batcher.stats().batches, 4u);
+  EXPECT_EQ(batcher.stats().steps, 6u);
+  EXPECT_EQ(batcher.stats().widest, 2);
 }
 
 TEST_F(StepBatcherTest, ABatchWaitsForAMemberAtMostTheWindow) {

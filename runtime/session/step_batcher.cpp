@@ -47,8 +47,7 @@ void StepBatcher::lead(std::unique_lock<std::mutex>& lock) {
   leading_ = true;
   arrived_.wait_for(lock, gather_window_,
                     [this] { return waiting_.size() >= static_cast<std::size_t>(std::max(members_, 1)); });
-  std::vector<Waiting*> batch;
-  batch.swap(waiting_);
+  const std::vector<Waiting*> batch = take_batch();
   ++stats_.batches;
   stats_.steps += batch.size();
   stats_.widest = std::max(stats_.widest, static_cast<int>(batch.size()));
@@ -58,6 +57,18 @@ void StepBatcher::lead(std::unique_lock<std::mutex>& lock) {
   for (Waiting* waiting : batch) waiting->done = true;
   leading_ = false;
   finished_.notify_all();
+}
+
+std::vector<StepBatcher::Waiting*> StepBatcher::take_batch() {
+  std::size_t taken = 0, rows = 0;
+  while (taken < waiting_.size()) {
+    rows += waiting_[taken]->step->tokens.size();
+    if (taken > 0 && rows > static_cast<std::size_t>(kMaxBatchRows)) break;
+    ++taken;
+  }
+  std::vector<Waiting*> batch(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(taken));
+  waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(taken));
+  return batch;
 }
 
 void StepBatcher::compute(std::span<Waiting* const> batch) {

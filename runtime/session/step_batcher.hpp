@@ -11,9 +11,10 @@
 //
 // Who computes: the first caller to find no batch running leads. It waits
 // until every member (join) has asked for a step, or the gather window has
-// passed since it began waiting, whichever is first; then it runs all the
-// steps asked for so far, on the shared pool, and hands each caller its
-// output. Steps asked for meanwhile wait for the next batch. Members are
+// passed since it began waiting, whichever is first; then it runs the
+// steps asked for so far (up to kMaxBatchRows rows), on the shared pool,
+// and hands each caller its output. Steps asked for meanwhile, and those
+// past the rows, wait for the next batch. Members are
 // the sessions generating now: one that joined and does something else
 // for a while (reads a prompt cache, say) delays a batch by the window at
 // most, never forever.
@@ -43,6 +44,12 @@ class StepBatcher {
   // its transaction's phases, handing the piece to its client), short
   // next to a decode step of a model worth batching.
   static constexpr std::chrono::microseconds kDefaultGatherWindow{2000};
+
+  // A batch takes steps, in the order they were asked for, up to this many
+  // rows (at least one step, however long): several long prefills do not
+  // make one huge batch, whose scratch memory grows with its rows, and
+  // keep the decode steps behind them waiting for all of them.
+  static constexpr int kMaxBatchRows = 512;
 
   // model and pool must outlive the batcher.
   StepBatcher(const Model& model, cpu::ThreadPool& pool,
@@ -95,6 +102,8 @@ class StepBatcher {
 
   // Runs a batch as its leader; `lock` holds mutex_ on entry and exit.
   void lead(std::unique_lock<std::mutex>& lock);
+  // The next batch's steps, out of waiting_ (under mutex_).
+  std::vector<Waiting*> take_batch();
   void compute(std::span<Waiting* const> batch);
   // Gives each step its rows of the batch's logits and hidden rows.
   void hand_out(std::span<Waiting* const> batch, std::span<const float> logits, std::span<const float> hidden);
@@ -107,7 +116,7 @@ class StepBatcher {
   mutable std::mutex mutex_;
   std::condition_variable arrived_;   // a step was asked for, or a member left
   std::condition_variable finished_;  // a batch ran
-  std::vector<Waiting*> waiting_;     // steps for the next batch
+  std::vector<Waiting*> waiting_;     // steps for the next batches, in the order asked for
   int members_ = 0;
   bool leading_ = false;
   Stats stats_;
