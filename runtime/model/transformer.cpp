@@ -177,9 +177,8 @@ Result<std::span<const float>> Transformer::forward(std::span<const int> tokens,
   if (kv.first_unit() != 0 || kv.unit_count() != model_.config().n_layers) {
     return Error(ErrorCode::contract, "the KV cache must hold every unit of the model for a full forward pass");
   }
-  embed(tokens);
-  for (int unit = 0; unit < model_.config().n_layers; ++unit) run_unit(unit, pos, kv);
-  return std::span<const float>(head(Rows::last));
+  const Lane lane{tokens, pos, &kv, false};
+  return std::span<const float>(forward_lanes({&lane, 1}));
 }
 
 std::span<float> Transformer::forward_lanes(std::span<const Lane> lanes,
