@@ -36,6 +36,29 @@ TEST(Kernels, RmsnormNormalisesToUnitRootMeanSquare) {
   EXPECT_FLOAT_EQ(out[3], 2 * -4 / rms);
 }
 
+TEST(Kernels, RowOpsOnThePoolEqualTheirRowByRowDefinition) {
+  const int rows = 11, n = 37;
+  const auto x0 = random_floats(static_cast<std::size_t>(rows) * n, 41);
+  const auto delta = random_floats(x0.size(), 42);
+  const auto weight = random_floats(static_cast<std::size_t>(n), 43);
+  std::vector<float> summed = x0, normed(x0.size());
+  for (std::size_t i = 0; i < x0.size(); ++i) summed[i] += delta[i];
+  for (int r = 0; r < rows; ++r) rmsnorm(&normed[r * n], &summed[r * n], weight.data(), n, 1e-5f);
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> x = x0, out(x0.size());
+    add_rmsnorm_rows(pool, x.data(), delta.data(), out.data(), weight.data(), rows, n, 1e-5f);
+    EXPECT_TRUE(bit_identical(x, summed)) << threads;
+    EXPECT_TRUE(bit_identical(out, normed)) << threads;
+    std::vector<float> renormed(x0.size());
+    rmsnorm_rows(pool, renormed.data(), summed.data(), weight.data(), rows, n, 1e-5f);
+    EXPECT_TRUE(bit_identical(renormed, normed)) << threads;
+    std::vector<float> added = x0;
+    add_rows(pool, added.data(), delta.data(), rows, n);
+    EXPECT_TRUE(bit_identical(added, summed)) << threads;
+  }
+}
+
 TEST(Kernels, SoftmaxSumsToOneAndSurvivesLargeValues) {
   std::vector<float> x = {1000.0f, 1001.0f, 999.0f};
   softmax(x.data(), 3);

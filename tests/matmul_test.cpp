@@ -8,10 +8,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/isa.hpp"
+#include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "tests/support.hpp"
 
@@ -95,6 +97,54 @@ TEST(Matmul, ResultsDependNeitherOnThreadsNorOnBatchSize) {
           << to_string(type) << " token " << t;
     }
   }
+}
+
+TEST(Matmul, AGroupOfProductsEqualsEachProductAlone) {
+  // Mixed types and row counts that split chunks inside a product and
+  // across the boundary between two.
+  const int cols = 96, batch = 5;
+  const StoredMatrix a = make_matrix(WeightType::q8_0, 37, cols, 21);
+  const StoredMatrix b = make_matrix(WeightType::f32, 18, cols, 22);
+  const StoredMatrix c = make_matrix(WeightType::q4_0, 53, cols, 23);
+  const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 24);
+  for (int threads : {1, 3}) {
+    std::vector<float> out_a(batch * 37), out_b(batch * 18), out_c(batch * 53);
+    const Product group[] = {{out_a.data(), &a.matrix}, {out_b.data(), &b.matrix}, {out_c.data(), &c.matrix}};
+    ThreadPool pool(threads);
+    matmul_group(pool, x.data(), batch, cols, group);
+    EXPECT_TRUE(bit_identical(out_a, product(a.matrix, x, batch, 1))) << threads;
+    EXPECT_TRUE(bit_identical(out_b, product(b.matrix, x, batch, 1))) << threads;
+    EXPECT_TRUE(bit_identical(out_c, product(c.matrix, x, batch, 1))) << threads;
+  }
+  ThreadPool pool(1);
+  const StoredMatrix narrow = make_matrix(WeightType::f32, 4, 64, 25);
+  std::vector<float> out(batch * 4);
+  const Product mismatched[] = {{out.data(), &narrow.matrix}};
+  EXPECT_THROW(matmul_group(pool, x.data(), batch, cols, mismatched), std::invalid_argument);
+}
+
+TEST(Matmul, GatedProductIsSiluOfTheGateTimesUp) {
+  for (WeightType type : kTypes) {
+    const int rows = 70, cols = cols_for(type), batch = 6;
+    const StoredMatrix gate = make_matrix(type, rows, cols, 31);
+    const StoredMatrix up = make_matrix(type, rows, cols, 32);
+    const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 33);
+    auto expected = product(gate.matrix, x, batch, 1);
+    silu_mul(expected.data(), product(up.matrix, x, batch, 1).data(), batch * rows);
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> hidden(expected.size()), scratch(expected.size());
+      ThreadPool pool(threads);
+      gated_matmul(pool, hidden.data(), scratch.data(), x.data(), batch, gate.matrix, up.matrix);
+      EXPECT_TRUE(bit_identical(hidden, expected)) << to_string(type) << ", threads " << threads;
+    }
+  }
+  const StoredMatrix shorter = make_matrix(WeightType::f32, 69, 173, 34);
+  const StoredMatrix gate = make_matrix(WeightType::f32, 70, 173, 35);
+  std::vector<float> hidden(70), scratch(70);
+  const auto x = random_floats(173, 36);
+  ThreadPool pool(1);
+  EXPECT_THROW(gated_matmul(pool, hidden.data(), scratch.data(), x.data(), 1, gate.matrix, shorter.matrix),
+               std::invalid_argument);
 }
 
 // What a row of the product must be: the float formats exactly, the block

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/aligned.hpp"
 #include "kernels/cpu/kernel_table.hpp"
+#include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/quant.hpp"
 
 namespace accord::cpu {
@@ -56,6 +58,23 @@ void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, Quan
   });
 }
 
+// The input of a pass: x, with its 8-bit form when a weight is quantized.
+Activations prepare(ThreadPool& pool, const float* x, int batch, int cols, bool quantize) {
+  Activations activations{x, nullptr, nullptr, batch, cols};
+  if (quantize) {
+    thread_local QuantizedBatch quantized;
+    quantize_batch(pool, x, batch, cols, quantized);
+    activations.quants = quantized.quants.data();
+    activations.scale_lanes = quantized.scale_lanes.data();
+  }
+  return activations;
+}
+
+MatmulRows kernel_for(WeightType type) { return active_kernels().by_type[static_cast<int>(type)]; }
+
+// Threads take this many weight rows at least: a few register tiles.
+constexpr std::size_t kMinRowsPerChunk = 16;
+
 }  // namespace
 
 void quantize_activations(const float* x, int n, std::int8_t* quants, float* scales) {
@@ -71,21 +90,56 @@ void quantize_activations(const float* x, int n, std::int8_t* quants, float* sca
 }
 
 void matmul(ThreadPool& pool, float* out, const float* x, const Matrix& w, int batch) {
-  Activations activations{x, nullptr, nullptr, batch, w.cols};
-  if (is_block_type(w.type)) {
-    thread_local QuantizedBatch quantized;
-    quantize_batch(pool, x, batch, w.cols, quantized);
-    activations.quants = quantized.quants.data();
-    activations.scale_lanes = quantized.scale_lanes.data();
+  const Product product{out, &w};
+  matmul_group(pool, x, batch, w.cols, {&product, 1});
+}
+
+void matmul_group(ThreadPool& pool, const float* x, int batch, int cols, std::span<const Product> products) {
+  bool quantize = false;
+  std::size_t total_rows = 0;
+  for (const Product& p : products) {
+    if (p.w->cols != cols) throw std::invalid_argument("matmul_group: a weight's columns differ from the input's");
+    quantize = quantize || is_block_type(p.w->type);
+    total_rows += static_cast<std::size_t>(p.w->rows);
   }
-  const MatmulRows rows = active_kernels().by_type[static_cast<int>(w.type)];
-  // Rows are split among threads; each weight row is read once per batch.
+  const Activations activations = prepare(pool, x, batch, cols, quantize);
+  // The products' rows, one after another, are split among threads; each
+  // weight row is read once per batch.
   pool.parallel_for(
-      static_cast<std::size_t>(w.rows),
+      total_rows,
       [&](std::size_t begin, std::size_t end) {
-        rows(w, activations, out, static_cast<int>(begin), static_cast<int>(end));
+        std::size_t first = 0;
+        for (const Product& p : products) {
+          const std::size_t last = first + static_cast<std::size_t>(p.w->rows);
+          const std::size_t from = std::max(begin, first), to = std::min(end, last);
+          if (from < to) {
+            kernel_for(p.w->type)(*p.w, activations, p.out, static_cast<int>(from - first),
+                                  static_cast<int>(to - first));
+          }
+          first = last;
+        }
       },
-      16);
+      kMinRowsPerChunk);
+}
+
+void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const float* x, int batch, const Matrix& gate,
+                  const Matrix& up) {
+  if (gate.rows != up.rows || gate.cols != up.cols) {
+    throw std::invalid_argument("gated_matmul: the gate and up matrices differ in shape");
+  }
+  const Activations activations =
+      prepare(pool, x, batch, gate.cols, is_block_type(gate.type) || is_block_type(up.type));
+  const auto width = static_cast<std::size_t>(gate.rows);
+  pool.parallel_for(
+      width,
+      [&](std::size_t begin, std::size_t end) {
+        kernel_for(gate.type)(gate, activations, hidden, static_cast<int>(begin), static_cast<int>(end));
+        kernel_for(up.type)(up, activations, up_scratch, static_cast<int>(begin), static_cast<int>(end));
+        for (std::size_t t = 0; t < static_cast<std::size_t>(batch); ++t) {
+          silu_mul(hidden + t * width + begin, up_scratch + t * width + begin, static_cast<int>(end - begin));
+        }
+      },
+      kMinRowsPerChunk);
 }
 
 float dot(const float* a, const float* b, int n) { return active_kernels().dot(a, b, n); }

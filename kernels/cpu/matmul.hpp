@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "kernels/cpu/matrix.hpp"
 #include "kernels/cpu/thread_pool.hpp"
@@ -16,6 +17,26 @@ namespace accord::cpu {
 // first quantized to 8 bits per block of 32, as llama.cpp does.
 // x: (batch, w.cols)  out: (batch, w.rows)
 void matmul(ThreadPool& pool, float* out, const float* x, const Matrix& w, int batch);
+
+// One product of a group that shares its input (matmul_group).
+struct Product {
+  float* out = nullptr;         // (batch, w->rows)
+  const Matrix* w = nullptr;
+};
+
+// Several products of one input x (batch, cols) in one pass of the pool: x
+// is quantized once for the block types, and the threads split the rows of
+// all the products together, so a layer's queries, keys and values cost
+// one wait for the pool instead of three. Every w has `cols` columns;
+// each out equals what matmul gives for its w alone.
+void matmul_group(ThreadPool& pool, const float* x, int batch, int cols, std::span<const Product> products);
+
+// hidden = silu(x gate^T) * (x up^T) elementwise (the feed-forward's
+// SwiGLU), in one pass of the pool: a thread gates the rows it computed at
+// once. up_scratch receives x up^T. gate and up have the same shape.
+// x: (batch, gate.cols)  hidden, up_scratch: (batch, gate.rows)
+void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const float* x, int batch, const Matrix& gate,
+                  const Matrix& up);
 
 // Dot product of a[n] and b[n] in the canonical F32 order.
 float dot(const float* a, const float* b, int n);

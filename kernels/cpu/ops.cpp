@@ -17,6 +17,47 @@ void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) 
   for (int i = 0; i < n; ++i) out[i] = weight[i] * (ss * x[i]);
 }
 
+namespace {
+
+// Rows per thread at least: a decode step's single row stays on the caller.
+constexpr std::size_t kMinRowsPerChunk = 4;
+
+// fn(row) for each of `rows` rows, on the pool's threads.
+template <class Fn>
+void for_each_row(ThreadPool& pool, int rows, const Fn& fn) {
+  pool.parallel_for(
+      static_cast<std::size_t>(rows),
+      [&](std::size_t begin, std::size_t end) {
+        for (std::size_t row = begin; row < end; ++row) fn(row);
+      },
+      kMinRowsPerChunk);
+}
+
+void add(float* x, const float* delta, int n) {
+  for (int i = 0; i < n; ++i) x[i] += delta[i];
+}
+
+}  // namespace
+
+void rmsnorm_rows(ThreadPool& pool, float* out, const float* x, const float* weight, int rows, int n, float eps) {
+  const auto width = static_cast<std::size_t>(n);
+  for_each_row(pool, rows, [&](std::size_t row) { rmsnorm(out + row * width, x + row * width, weight, n, eps); });
+}
+
+void add_rmsnorm_rows(ThreadPool& pool, float* x, const float* delta, float* out, const float* weight, int rows, int n,
+                      float eps) {
+  const auto width = static_cast<std::size_t>(n);
+  for_each_row(pool, rows, [&](std::size_t row) {
+    add(x + row * width, delta + row * width, n);
+    rmsnorm(out + row * width, x + row * width, weight, n, eps);
+  });
+}
+
+void add_rows(ThreadPool& pool, float* x, const float* delta, int rows, int n) {
+  const auto width = static_cast<std::size_t>(n);
+  for_each_row(pool, rows, [&](std::size_t row) { add(x + row * width, delta + row * width, n); });
+}
+
 void softmax(float* x, int n) {
   float max = x[0];
   for (int i = 1; i < n; ++i) max = std::max(max, x[i]);

@@ -18,6 +18,18 @@ namespace accord::cpu {
 // x, weight, out: (n)
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);
 
+// rmsnorm of each of `rows` rows; the pool's threads take rows.
+// x, out: (rows, n)  weight: (n)
+void rmsnorm_rows(ThreadPool& pool, float* out, const float* x, const float* weight, int rows, int n, float eps);
+
+// The residual connection and the norm after it, row by row in one pass:
+// x += delta, then out = rmsnorm(x).  x, delta, out: (rows, n)
+void add_rmsnorm_rows(ThreadPool& pool, float* x, const float* delta, float* out, const float* weight, int rows, int n,
+                      float eps);
+
+// x += delta, row by row.  x, delta: (rows, n)
+void add_rows(ThreadPool& pool, float* x, const float* delta, int rows, int n);
+
 // In place: x[i] = exp(x[i] - max) / sum.  x: (n)
 void softmax(float* x, int n);
 

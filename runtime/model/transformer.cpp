@@ -9,14 +9,6 @@
 
 namespace accord {
 
-namespace {
-
-void add_in_place(float* x, const float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
-}
-
-}  // namespace
-
 Transformer::Transformer(const Model& model, cpu::ThreadPool& pool) : model_(model), pool_(pool) {
   const ModelConfig& c = model_.config();
   const std::size_t table = static_cast<std::size_t>(c.seq_len) * (c.head_size() / 2);
@@ -92,14 +84,12 @@ void Transformer::compute_unit(int unit) {
   const std::size_t dim = static_cast<std::size_t>(c.dim), kv_dim = static_cast<std::size_t>(c.kv_dim());
   const std::size_t half_head = static_cast<std::size_t>(c.head_size() / 2);
   const int batch = batch_;
-  const std::size_t rows = static_cast<std::size_t>(batch);
 
   // Attention: queries, keys and values of every row at once; then each
   // lane's keys and values go to its own cache, and its rows attend to it.
-  for (std::size_t t = 0; t < rows; ++t) cpu::rmsnorm(&xb_[t * dim], &x_[t * dim], w.rms_att, c.dim, c.norm_eps);
-  cpu::matmul(pool_, q_.data(), xb_.data(), w.wq, batch);
-  cpu::matmul(pool_, k_.data(), xb_.data(), w.wk, batch);
-  cpu::matmul(pool_, v_.data(), xb_.data(), w.wv, batch);
+  cpu::rmsnorm_rows(pool_, xb_.data(), x_.data(), w.rms_att, batch, c.dim, c.norm_eps);
+  const cpu::Product qkv[] = {{q_.data(), &w.wq}, {k_.data(), &w.wk}, {v_.data(), &w.wv}};
+  cpu::matmul_group(pool_, xb_.data(), batch, c.dim, qkv);
   for (const LaneRows& lane : lanes_) {
     const std::size_t first = static_cast<std::size_t>(lane.first_row);
     for (std::size_t t = first; t < first + static_cast<std::size_t>(lane.rows); ++t) {
@@ -116,15 +106,12 @@ void Transformer::compute_unit(int unit) {
                    c.head_size());
   }
   cpu::matmul(pool_, xb2_.data(), xb_.data(), w.wo, batch);
-  add_in_place(x_.data(), xb2_.data(), rows * dim);
 
   // Feed-forward: w2(silu(w1 x) * w3 x).
-  for (std::size_t t = 0; t < rows; ++t) cpu::rmsnorm(&xb_[t * dim], &x_[t * dim], w.rms_ffn, c.dim, c.norm_eps);
-  cpu::matmul(pool_, hb_.data(), xb_.data(), w.w1, batch);
-  cpu::matmul(pool_, hb2_.data(), xb_.data(), w.w3, batch);
-  cpu::silu_mul(hb_.data(), hb2_.data(), batch * c.hidden_dim);
+  cpu::add_rmsnorm_rows(pool_, x_.data(), xb2_.data(), xb_.data(), w.rms_ffn, batch, c.dim, c.norm_eps);
+  cpu::gated_matmul(pool_, hb_.data(), hb2_.data(), xb_.data(), batch, w.w1, w.w3);
   cpu::matmul(pool_, xb_.data(), hb_.data(), w.w2, batch);
-  add_in_place(x_.data(), xb_.data(), rows * dim);
+  cpu::add_rows(pool_, x_.data(), xb_.data(), batch, c.dim);
 }
 
 std::span<float> Transformer::head(Rows rows) {
