@@ -92,6 +92,25 @@ TEST(Kernels, SiluMul) {
   EXPECT_FLOAT_EQ(gate[1], 2.0f / (1.0f + std::exp(-2.0f)) * 3.0f);
 }
 
+TEST(Kernels, SiluMulIsWithinAFewUlpOfItsDefinitionEverywhere) {
+  std::vector<float> gate, up;
+  for (float g = -100.0f; g <= 100.0f; g += 0.0137f) gate.push_back(g);
+  for (float g : {0.0f, -0.0f, 1e-30f, -1e-30f, 87.5f, -87.5f, 88.5f, -88.5f, 1e30f, -1e30f}) gate.push_back(g);
+  up.assign(gate.size(), 1.0f);
+  const std::vector<float> inputs = gate;
+  silu_mul(gate.data(), up.data(), static_cast<int>(gate.size()));
+  // Below -87 the exponential is clamped: silu is then under 1e-36, not 0.
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const double g = inputs[i];
+    const double expected = g / (1.0 + std::exp(-g));
+    EXPECT_NEAR(gate[i], expected, 4e-7 * std::fabs(expected) + 1e-36) << "silu(" << g << ")";
+  }
+  std::vector<float> nan_gate = {std::nanf("")};
+  const std::vector<float> one = {1.0f};
+  silu_mul(nan_gate.data(), one.data(), 1);
+  EXPECT_TRUE(std::isnan(nan_gate[0]));
+}
+
 TEST(Kernels, AttentionOverOnePositionReturnsItsValue) {
   // With a single cached position the softmax weight is 1: out = value.
   const int hs = 4;

@@ -60,6 +60,8 @@ struct KernelTable {
   void (*dots)(const float* rows, std::size_t stride, int count, const float* x, int n, float* out);
   // y[i] = fma(a, x[i], y[i]) for i < n.
   void (*axpy)(float a, const float* x, float* y, int n);
+  // quantize_activations (matmul.hpp).
+  void (*quantize)(const float* x, int n, std::int8_t* quants, float* scales);
 };
 
 const KernelTable& portable_kernels();

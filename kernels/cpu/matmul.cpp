@@ -1,7 +1,6 @@
 #include "kernels/cpu/matmul.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -16,19 +15,6 @@ namespace accord::cpu {
 namespace {
 
 bool is_block_type(WeightType type) { return type == WeightType::q8_0 || type == WeightType::q4_0; }
-
-// Rounds half away from zero into [-127, 127], exactly as std::round
-// would, but without a library call per value, so the loop vectorizes:
-// v - trunc(v) is exact for |v| < 2^23. NaN gives 0, so a non-finite
-// activation cannot reach an undefined cast.
-std::int8_t to_level(float v) {
-  const float number = v == v ? v : 0.0f;  // a select, not a branch: the loop vectorizes
-  const float clamped = std::min(std::max(number, -127.0f), 127.0f);
-  int level = static_cast<int>(clamped);
-  const float fraction = clamped - static_cast<float>(level);
-  level += static_cast<int>(fraction >= 0.5f) - static_cast<int>(fraction <= -0.5f);
-  return static_cast<std::int8_t>(level);
-}
 
 // The activations' 8-bit form, reused across calls on the calling thread
 // (the rank's own), so a decode step allocates nothing.
@@ -78,15 +64,7 @@ constexpr std::size_t kMinRowsPerChunk = 16;
 }  // namespace
 
 void quantize_activations(const float* x, int n, std::int8_t* quants, float* scales) {
-  for (int b = 0; b < n / kBlock; ++b) {
-    const float* block = x + static_cast<std::ptrdiff_t>(b) * kBlock;
-    float amax = 0.0f;
-    for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(block[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    scales[b] = d;
-    for (int j = 0; j < kBlock; ++j) quants[b * kBlock + j] = to_level(block[j] * id);
-  }
+  active_kernels().quantize(x, n, quants, scales);
 }
 
 void matmul(ThreadPool& pool, float* out, const float* x, const Matrix& w, int batch) {

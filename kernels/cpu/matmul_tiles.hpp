@@ -259,10 +259,51 @@ void axpy(float a, const float* x, float* y, int n) {
   for (; i < n; ++i) y[i] = __builtin_fmaf(a, x[i], y[i]);
 }
 
+// Rounds half away from zero into [-127, 127], exactly as std::round
+// would, but without a library call per value, so the loop vectorizes:
+// v - trunc(v) is exact for |v| < 2^23. NaN gives 0, so a non-finite
+// activation cannot reach an undefined cast.
+template <class V>
+std::int8_t to_level(float v) {
+  const float number = v == v ? v : 0.0f;  // a select, not a branch: the loop vectorizes
+  const float clamped = number < -127.0f ? -127.0f : (number > 127.0f ? 127.0f : number);
+  int level = static_cast<int>(clamped);
+  const float fraction = clamped - static_cast<float>(level);
+  level += static_cast<int>(fraction >= 0.5f) - static_cast<int>(fraction <= -0.5f);
+  return static_cast<std::int8_t>(level);
+}
+
+// quantize_activations (matmul.hpp). Plain float arithmetic, which every
+// path rounds alike; compiled per path so that the compiler vectorizes it
+// for that path's registers. The largest magnitude is taken over the bits
+// (a float's magnitude orders as its bits do), an integer maximum that
+// vectorizes where a float one would not; NaN counts as 0.
+template <class V>
+void quantize(const float* x, int n, std::int8_t* quants, float* scales) {
+  for (int b = 0; b < n / kBlock; ++b) {
+    const float* block = x + static_cast<std::ptrdiff_t>(b) * kBlock;
+    std::uint32_t amax_bits = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      std::uint32_t bits;
+      __builtin_memcpy(&bits, block + j, sizeof bits);
+      bits &= 0x7fffffffu;
+      bits = bits > 0x7f800000u ? 0u : bits;
+      amax_bits = bits > amax_bits ? bits : amax_bits;
+    }
+    float amax;
+    __builtin_memcpy(&amax, &amax_bits, sizeof amax);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    scales[b] = d;
+    std::int8_t* out = quants + static_cast<std::ptrdiff_t>(b) * kBlock;
+    for (int j = 0; j < kBlock; ++j) out[j] = to_level<V>(block[j] * id);
+  }
+}
+
 template <class V>
 KernelTable make_table() {
   return {{&matmul_rows<V, F32Format>, &matmul_rows<V, F16Format>, &matmul_rows<V, Q8Format>, &matmul_rows<V, Q4Format>},
-          &dot<V>, &dots<V>, &axpy<V>};
+          &dot<V>, &dots<V>, &axpy<V>, &quantize<V>};
 }
 
 }  // namespace accord::cpu::tiles

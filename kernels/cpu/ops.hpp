@@ -43,7 +43,8 @@ void rope(float* v, int n_heads, int head_size, const float* cos, const float* s
 // cos, sin: (seq_len, head_size / 2)
 void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta);
 
-// In place: gate[i] = silu(gate[i]) * up[i].  gate, up: (n)
+// In place: gate[i] = silu(gate[i]) * up[i], the exponential within 2 ulp
+// of e^x (a polynomial that vectorizes).  gate, up: (n)
 void silu_mul(float* gate, const float* up, int n);
 
 // One layer's key and value cache, laid out by position.
@@ -58,7 +59,8 @@ struct KvView {
 // are already in the cache. Token t sits at position first_pos + t and
 // attends to positions 0..first_pos + t.
 // q: (batch, n_heads * head_size)  out: (batch, n_heads * head_size)
-// Query head h reads key/value head h / (n_heads / n_kv_heads).
+// Query head h reads key/value head h / (n_heads / n_kv_heads). The
+// softmax of the scores takes silu_mul's exponential.
 void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos, int n_heads,
                int n_kv_heads, int head_size);
 
