@@ -54,6 +54,10 @@ struct Avx2 {
   static Quants quants(const std::int8_t* b0, const std::int8_t* b1) { return {x86::block(b0), x86::block(b1)}; }
   static Quants quant_pair(const std::int8_t* p) { return quants(p, p + kBlock); }
   static Quants nibbles(const std::byte* b0, const std::byte* b1) { return {x86::nibbles(b0), x86::nibbles(b1)}; }
+  // The operands as they come: partials() needs nothing prepared.
+  using WeightSide = Quants;
+  static Quants weight_side(const Quants& w) { return w; }
+  static Quants activation_side(const Quants& x) { return x; }
   // Sums of four adjacent products: |w| (unsigned) times x with w's sign,
   // in pairs (at most 2 * 128 * 127, no saturation), then pairs of pairs.
   static __m256 block_partials(__m256i w, __m256i x) {

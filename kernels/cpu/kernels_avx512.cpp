@@ -52,12 +52,22 @@ struct Avx512 {
   static Quants nibbles(const std::byte* b0, const std::byte* b1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(x86::nibbles(b0)), x86::nibbles(b1), 1);
   }
-  // VPDPBUSD multiplies unsigned by signed bytes: |w| against x negated
-  // where w is negative, four adjacent products to each 32-bit lane.
-  static Vec partials(Quants w, Quants x) {
-    const __mmask64 negative = _mm512_movepi8_mask(w);
-    const __m512i signed_x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
-    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w), signed_x));
+  // VPDPBUSD adds four products of unsigned by signed bytes to each 32-bit
+  // lane. The activations become unsigned by an offset of 128 (x ^ 0x80),
+  // once per token; each weight register carries -128 times its sums of
+  // four, once per row, and the products start from it, so the offset
+  // cancels exactly: sum (x + 128) w - 128 sum w = sum x w, in 32 bits.
+  struct WeightSide {
+    Quants w;
+    __m512i offset;
+  };
+  static WeightSide weight_side(Quants w) {
+    const __m512i zero = _mm512_setzero_si512();
+    return {w, _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(-128), w))};
+  }
+  static Quants activation_side(Quants x) { return _mm512_xor_si512(x, _mm512_set1_epi8(-128)); }
+  static Vec partials(const WeightSide& w, Quants x) {
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(w.offset, x, w.w));
   }
 };
 

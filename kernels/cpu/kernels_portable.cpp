@@ -82,6 +82,10 @@ struct Portable {
     if (b1 != nullptr) unpack(b1, q.value + kBlock);
     return q;
   }
+  // The operands as they come: partials() needs nothing prepared.
+  using WeightSide = Quants;
+  static Quants weight_side(const Quants& w) { return w; }
+  static Quants activation_side(const Quants& x) { return x; }
   static Vec partials(const Quants& w, const Quants& x) {
     Vec v;
     for (int lane = 0; lane < kLanes; ++lane) {

@@ -12,8 +12,10 @@
 // converted exactly) and half_pair(h0, h1) (two, as pair() lanes),
 // quants(b0, b1) and nibbles(b0, b1) (Q8_0 and Q4_0 values of two blocks;
 // a null second block reads as zeros), quant_pair(q) (two adjacent
-// blocks), partials(w, x) (the 16 exact partial sums as floats), and the
-// tile shapes kRows, kTokens (batches) and kDecodeRows (one token).
+// blocks), weight_side(w) and activation_side(x) (the two operands in the
+// form partials() takes them, prepared once per weight row and once per
+// token of a tile), partials(w, x) (the 16 exact partial sums as floats),
+// and the tile shapes kRows, kTokens (batches) and kDecodeRows (one token).
 //
 // A decode step reads each weight once and waits on memory: one row at a
 // time is one sequential stream the hardware prefetcher follows, where
@@ -145,13 +147,13 @@ void block_step(const std::byte* const* rows, const std::int8_t* const* quants, 
   Vec xd[T];
   for (int t = 0; t < T; ++t) {
     const std::int8_t* q = quants[t] + static_cast<std::size_t>(b) * kBlock;
-    xq[t] = Pair ? V::quant_pair(q) : V::quants(q, nullptr);
+    xq[t] = V::activation_side(Pair ? V::quant_pair(q) : V::quants(q, nullptr));
     xd[t] = V::load(reinterpret_cast<const std::byte*>(scale_lanes[t] + static_cast<std::size_t>(b / 2) * kLanes));
   }
   for (int r = 0; r < R; ++r) {
     const std::byte* b0 = rows[r] + Format::kBlockBytes * static_cast<std::size_t>(b);
     const std::byte* b1 = Pair ? b0 + Format::kBlockBytes : nullptr;
-    const typename V::Quants wq = Format::template quants<V>(b0, b1);
+    const typename V::WeightSide wq = V::weight_side(Format::template quants<V>(b0, b1));
     const Vec wd = block_scales<V>(b0, b1);
     for (int t = 0; t < T; ++t) acc[r][t] = V::fma(V::mul(wd, xd[t]), V::partials(wq, xq[t]), acc[r][t]);
   }
