@@ -41,6 +41,21 @@ struct Avx512 {
     const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
   }
+  // reduce() of four registers at once: each step adds the same lanes as
+  // reduce() does (i + 8, i + 4, i + 2, i + 1), two or four registers to
+  // one, so the shuffles and adds are shared.
+  static void reduce4(const Vec* v, float* out) {
+    // i + 8: a's and b's 8-lane sums side by side in ab, c's and d's in cd.
+    const Vec ab = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], 0x44), _mm512_shuffle_f32x4(v[0], v[1], 0xEE));
+    const Vec cd = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], 0x44), _mm512_shuffle_f32x4(v[2], v[3], 0xEE));
+    // i + 4: a's 4-lane sums in 128-bit lane 0, b's in 1, c's in 2, d's in 3.
+    const Vec s4 = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    // i + 2, then i + 1, within each 128-bit lane; lane 0 of each holds the sum.
+    const Vec s2 = _mm512_add_ps(s4, _mm512_shuffle_ps(s4, s4, 0x4E));
+    const Vec s1 = _mm512_add_ps(s2, _mm512_shuffle_ps(s2, s2, 0xB1));
+    const __m512i firsts = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0);
+    _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(firsts, s1)));
+  }
   static Vec pair(float lo, float hi) {
     const __m512d low = _mm512_castps_pd(_mm512_set1_ps(lo));
     return _mm512_castpd_ps(_mm512_insertf64x4(low, _mm256_castps_pd(_mm256_set1_ps(hi)), 1));

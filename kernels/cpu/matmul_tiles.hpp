@@ -91,6 +91,18 @@ struct Q4Format {
   }
 };
 
+// out[r] = reduce(column[r]) for the R accumulators of one token. A path
+// may reduce four at once (V::reduce4): the same tree, with the shuffles
+// and adds shared among four registers.
+template <class V, int R>
+void reduce_column(const typename V::Vec (&column)[R], float* out) {
+  int r = 0;
+  if constexpr (requires { V::reduce4(column, out); }) {
+    for (; r + 4 <= R; r += 4) V::reduce4(column + r, out + r);
+  }
+  for (; r < R; ++r) out[r] = V::reduce(column[r]);
+}
+
 // F32 and F16 rows against T tokens of n floats: out[t * token_step + r]
 // receives row r against token t.
 template <class V, class Format, int R, int T>
@@ -109,9 +121,13 @@ void float_tile(const std::byte* const (&rows)[R], const float* const (&tokens)[
       for (int t = 0; t < T; ++t) acc[r][t] = V::fma(wv, xv[t], acc[r][t]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < T; ++t) {
-      float s = V::reduce(acc[r][t]);
+  for (int t = 0; t < T; ++t) {
+    Vec column[R];
+    for (int r = 0; r < R; ++r) column[r] = acc[r][t];
+    float sums[R];
+    reduce_column<V, R>(column, sums);
+    for (int r = 0; r < R; ++r) {
+      float s = sums[r];
       for (int i = n16; i < n; ++i) s = __builtin_fmaf(Format::template at<V>(rows[r], i), tokens[t][i], s);
       out[static_cast<std::size_t>(t) * token_step + r] = s;
     }
@@ -178,8 +194,11 @@ void block_tile(const Matrix& w, const Activations& x, float* out, int row0, int
   int b = 0;
   for (; b + 2 <= blocks; b += 2) block_step<V, Format, R, T, true>(rows, quants, scale_lanes, b, acc);
   if (b < blocks) block_step<V, Format, R, T, false>(rows, quants, scale_lanes, b, acc);
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) out[static_cast<std::size_t>(tok0 + t) * w.rows + row0 + r] = V::reduce(acc[r][t]);
+  for (int t = 0; t < T; ++t) {
+    Vec column[R];
+    for (int r = 0; r < R; ++r) column[r] = acc[r][t];
+    reduce_column<V, R>(column, out + static_cast<std::size_t>(tok0 + t) * w.rows + row0);
+  }
 }
 
 template <class V, class Format, int R, int T>
