@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "tests/support.hpp"
 
@@ -98,8 +99,19 @@ TEST(Kernels, SiluMulIsWithinAFewUlpOfItsDefinitionEverywhere) {
   for (float g : {0.0f, -0.0f, 1e-30f, -1e-30f, 87.5f, -87.5f, 88.5f, -88.5f, 1e30f, -1e30f}) gate.push_back(g);
   up.assign(gate.size(), 1.0f);
   const std::vector<float> inputs = gate;
-  silu_mul(gate.data(), up.data(), static_cast<int>(gate.size()));
-  // Below -87 the exponential is clamped: silu is then under 1e-36, not 0.
+  {
+    test::CpuPathScope scope(Isa::portable);
+    ASSERT_TRUE(scope.ok());
+    silu_mul(gate.data(), up.data(), static_cast<int>(gate.size()));
+  }
+  for (Isa isa : {Isa::avx2, Isa::avx512}) {  // vectorized, the same bits
+    test::CpuPathScope scope(isa);
+    if (!scope.ok()) continue;
+    std::vector<float> on_path = inputs;
+    silu_mul(on_path.data(), up.data(), static_cast<int>(on_path.size()));
+    EXPECT_TRUE(bit_identical(on_path, gate)) << to_string(isa);
+  }
+  // Below -86 the exponential is clamped: silu is then under 1e-36, not 0.
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const double g = inputs[i];
     const double expected = g / (1.0 + std::exp(-g));

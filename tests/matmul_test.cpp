@@ -99,6 +99,37 @@ TEST(Matmul, ResultsDependNeitherOnThreadsNorOnBatchSize) {
   }
 }
 
+TEST(Matmul, AttentionKernelsFollowTheirDefinitionOnEveryPath) {
+  // Shapes past four registers (64 floats), with a single register and a
+  // float tail left; rows strided like a KV cache.
+  const int n = 173, count = 7;
+  const std::size_t stride = 200;
+  const auto rows = random_floats(stride * count, 51);
+  const auto x = random_floats(static_cast<std::size_t>(n), 52);
+  const auto weights = random_floats(static_cast<std::size_t>(count), 53);
+  std::vector<float> expected_sum(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    float s = 0.0f;
+    for (int p = 0; p < count; ++p) s = std::fma(weights[p], rows[p * stride + i], s);
+    expected_sum[i] = s;
+  }
+  std::vector<float> expected_dots;
+  {
+    test::CpuPathScope scope(Isa::portable);
+    ASSERT_TRUE(scope.ok());
+    for (int p = 0; p < count; ++p) expected_dots.push_back(dot(rows.data() + p * stride, x.data(), n));
+  }
+  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512}) {
+    test::CpuPathScope scope(isa);
+    if (!scope.ok()) continue;
+    std::vector<float> sum(static_cast<std::size_t>(n)), scores(static_cast<std::size_t>(count));
+    weighted_sum(weights.data(), rows.data(), stride, count, n, sum.data());
+    dots(rows.data(), stride, count, x.data(), n, scores.data());
+    EXPECT_TRUE(bit_identical(sum, expected_sum)) << to_string(isa);
+    EXPECT_TRUE(bit_identical(scores, expected_dots)) << to_string(isa);
+  }
+}
+
 TEST(Matmul, AGroupOfProductsEqualsEachProductAlone) {
   // Mixed types and row counts that split chunks inside a product and
   // across the boundary between two.

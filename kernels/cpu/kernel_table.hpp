@@ -17,7 +17,7 @@
 //   leaves lanes 8..15 an fma of zeros.)
 //
 // Attention's weighted sum of values adds each position in order with an
-// fma per element (axpy).
+// fma per element, from 0 (weighted_sum).
 //
 // Threads split output rows and batches split tokens, never a reduction,
 // so results depend neither on the pool size nor on the batch size.
@@ -58,10 +58,15 @@ struct KernelTable {
   float (*dot)(const float* a, const float* b, int n);
   // out[i] = dot(rows + i * stride, x) for i < count; x and each row: (n).
   void (*dots)(const float* rows, std::size_t stride, int count, const float* x, int n, float* out);
-  // y[i] = fma(a, x[i], y[i]) for i < n.
-  void (*axpy)(float a, const float* x, float* y, int n);
+  // y[i] = sum over p < count, in order, of weights[p] * rows[p * stride + i]
+  // as one fma each, from 0; rows: (count, stride), y: (n).
+  void (*weighted_sum)(const float* weights, const float* rows, std::size_t stride, int count, int n, float* y);
   // quantize_activations (matmul.hpp).
   void (*quantize)(const float* x, int n, std::int8_t* quants, float* scales);
+  // silu_mul (ops.hpp).
+  void (*silu_mul)(float* gate, const float* up, int n);
+  // Attention's weights: scores / scale, then their softmax (vector_math.hpp).
+  void (*attention_weights)(float* scores, int n, float scale);
 };
 
 const KernelTable& portable_kernels();

@@ -126,7 +126,9 @@ void dots(const float* rows, std::size_t stride, int count, const float* x, int 
   active_kernels().dots(rows, stride, count, x, n, out);
 }
 
-void axpy(float a, const float* x, float* y, int n) { active_kernels().axpy(a, x, y, n); }
+void weighted_sum(const float* weights, const float* rows, std::size_t stride, int count, int n, float* y) {
+  active_kernels().weighted_sum(weights, rows, stride, count, n, y);
+}
 
 void dequantize_row(const Matrix& w, int row, float* out) {
   const std::byte* data = w.row(row);

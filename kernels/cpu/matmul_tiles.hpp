@@ -33,6 +33,7 @@
 #include <cstring>
 
 #include "kernels/cpu/kernel_table.hpp"
+#include "kernels/cpu/vector_math.hpp"
 
 namespace accord::cpu::tiles {
 
@@ -243,9 +244,10 @@ void matmul_rows(const Matrix& w, const Activations& x, float* out, int row_begi
 }
 
 // out[i] = dot(rows + i * stride, x) for i < count: attention's scores.
+// The keys are few and short (a head), so several share a tile.
 template <class V>
 void dots(const float* rows, std::size_t stride, int count, const float* x, int n, float* out) {
-  constexpr int R = V::kDecodeRows;
+  constexpr int R = V::kRows;
   const float* const tokens[1] = {x};
   int i = 0;
   for (; i + R <= count; i += R) {
@@ -266,18 +268,35 @@ float dot(const float* a, const float* b, int n) {
   return out;
 }
 
-// y[i] = fma(a, x[i], y[i]).
-template <class V>
-void axpy(float a, const float* x, float* y, int n) {
+// y[i .. i + H * kLanes) of weighted_sum, held in H registers across positions.
+template <class V, int H>
+void weighted_columns(const float* weights, const float* rows, std::size_t stride, int count, int i, float* y) {
   using Vec = typename V::Vec;
-  const Vec av = V::pair(a, a);
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const Vec out = V::fma(av, V::load(reinterpret_cast<const std::byte*>(x + i)),
-                           V::load(reinterpret_cast<const std::byte*>(y + i)));
-    V::store(y + i, out);
+  Vec acc[H];
+  for (int h = 0; h < H; ++h) acc[h] = V::zero();
+  for (int p = 0; p < count; ++p) {
+    const Vec weight = V::pair(weights[p], weights[p]);
+    const float* row = rows + static_cast<std::size_t>(p) * stride + i;
+    for (int h = 0; h < H; ++h) {
+      acc[h] = V::fma(weight, V::load(reinterpret_cast<const std::byte*>(row + h * kLanes)), acc[h]);
+    }
   }
-  for (; i < n; ++i) y[i] = __builtin_fmaf(a, x[i], y[i]);
+  for (int h = 0; h < H; ++h) V::store(y + i + h * kLanes, acc[h]);
+}
+
+// y[i] = the fmas of weights[p] * rows[p * stride + i] for p < count, in
+// order, from 0: attention's weighted sum of values. A head's outputs stay
+// in registers across positions, four registers (64 floats) at a time.
+template <class V>
+void weighted_sum(const float* weights, const float* rows, std::size_t stride, int count, int n, float* y) {
+  int i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) weighted_columns<V, 4>(weights, rows, stride, count, i, y);
+  for (; i + kLanes <= n; i += kLanes) weighted_columns<V, 1>(weights, rows, stride, count, i, y);
+  for (; i < n; ++i) {
+    float s = 0.0f;
+    for (int p = 0; p < count; ++p) s = __builtin_fmaf(weights[p], rows[static_cast<std::size_t>(p) * stride + i], s);
+    y[i] = s;
+  }
 }
 
 // Rounds half away from zero into [-127, 127], exactly as std::round
@@ -324,7 +343,12 @@ void quantize(const float* x, int n, std::int8_t* quants, float* scales) {
 template <class V>
 KernelTable make_table() {
   return {{&matmul_rows<V, F32Format>, &matmul_rows<V, F16Format>, &matmul_rows<V, Q8Format>, &matmul_rows<V, Q4Format>},
-          &dot<V>, &dots<V>, &axpy<V>, &quantize<V>};
+          &dot<V>,
+          &dots<V>,
+          &weighted_sum<V>,
+          &quantize<V>,
+          &silu_mul<V>,
+          &attention_weights<V>};
 }
 
 }  // namespace accord::cpu::tiles

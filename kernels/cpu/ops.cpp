@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <limits>
 #include <vector>
 
+#include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/matmul.hpp"
 
 namespace accord::cpu {
@@ -40,47 +38,6 @@ void add(float* x, const float* delta, int n) {
   for (int i = 0; i < n; ++i) x[i] += delta[i];
 }
 
-// e^x within 2 ulp (Cephes' polynomial, reduced by ln 2 in two parts) from
-// +, -, * and selects only: no library call, so the loops that use it
-// vectorize, and no fused multiply-add, so every compiler rounds it alike.
-// Below -86 it gives e^-86 (a normal float, where the library would give
-// smaller ones), above 88.7 infinity; NaN stays NaN.
-float exp_poly(float x) {
-  const float number = x == x ? x : 0.0f;  // selects, not branches
-  const float clamped = number < -86.0f ? -86.0f : (number > 88.7f ? 88.7f : number);
-  // n = round(clamped / ln 2), in [-124, 128]: adding 1.5 * 2^23 leaves no fraction bits.
-  constexpr float kRound = 12582912.0f;
-  const float n = (clamped * 1.44269504088896341f + kRound) - kRound;
-  const float r = (clamped - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  // 2^n as 2^(n - 1) * 2, so that n = 128 (e^88.7) needs no exponent past the largest.
-  const std::int32_t exponent = (static_cast<std::int32_t>(n) + 126) << 23;
-  float half_scale;
-  std::memcpy(&half_scale, &exponent, sizeof half_scale);
-  const float result = number > 88.7f ? std::numeric_limits<float>::infinity() : p * half_scale * 2.0f;
-  return x == x ? result : x;
-}
-
-// softmax with the given exponential: the sampler keeps the library's, as
-// run.c does; attention's weights take exp_poly.
-template <float (*Exp)(float)>
-void softmax_with(float* x, int n) {
-  float max = x[0];
-  for (int i = 1; i < n; ++i) max = std::max(max, x[i]);
-  for (int i = 0; i < n; ++i) x[i] = Exp(x[i] - max);
-  float sum = 0.0f;
-  for (int i = 0; i < n; ++i) sum += x[i];
-  for (int i = 0; i < n; ++i) x[i] /= sum;
-}
-
-float library_exp(float x) { return std::exp(x); }
-
 }  // namespace
 
 void rmsnorm_rows(ThreadPool& pool, float* out, const float* x, const float* weight, int rows, int n, float eps) {
@@ -102,7 +59,16 @@ void add_rows(ThreadPool& pool, float* x, const float* delta, int rows, int n) {
   for_each_row(pool, rows, [&](std::size_t row) { add(x + row * width, delta + row * width, n); });
 }
 
-void softmax(float* x, int n) { softmax_with<library_exp>(x, n); }
+void softmax(float* x, int n) {
+  float max = x[0];
+  for (int i = 1; i < n; ++i) max = std::max(max, x[i]);
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  for (int i = 0; i < n; ++i) x[i] /= sum;
+}
 
 void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin) {
   for (int h = 0; h < n_heads; ++h) {
@@ -128,12 +94,7 @@ void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta
   }
 }
 
-void silu_mul(float* gate, const float* up, int n) {
-  for (int i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g * (1.0f / (1.0f + exp_poly(-g))) * up[i];
-  }
-}
+void silu_mul(float* gate, const float* up, int n) { active_kernels().silu_mul(gate, up, n); }
 
 void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos, int n_heads,
                int n_kv_heads, int head_size) {
@@ -153,13 +114,9 @@ void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batc
       const std::size_t kv_offset = static_cast<std::size_t>(h / group) * head_size;
       const float* qh = q + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
       dots(kv.keys + kv_offset, static_cast<std::size_t>(kv.kv_dim), pos + 1, qh, head_size, scores.data());
-      for (int p = 0; p <= pos; ++p) scores[p] /= scale;
-      softmax_with<exp_poly>(scores.data(), pos + 1);
+      active_kernels().attention_weights(scores.data(), pos + 1, scale);
       float* oh = out + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
-      std::fill(oh, oh + head_size, 0.0f);
-      for (int p = 0; p <= pos; ++p) {
-        axpy(scores[p], kv.values + static_cast<std::size_t>(p) * kv.kv_dim + kv_offset, oh, head_size);
-      }
+      weighted_sum(scores.data(), kv.values + kv_offset, static_cast<std::size_t>(kv.kv_dim), pos + 1, head_size, oh);
     }
   });
 }

@@ -1,0 +1,64 @@
+// Elementwise kernels of the forward pass, written once as templates over
+// a path's vector type V (matmul_tiles.hpp says why templates) and
+// compiled per path, so each vectorizes them for its own registers. Only
+// +, -, *, / and selects: every path rounds them alike. Internal to
+// kernels/cpu.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/kernel_table.hpp"
+
+namespace accord::cpu::tiles {
+
+// e^x within 2 ulp (Cephes' polynomial, reduced by ln 2 in two parts),
+// with no library call, so the loops that use it vectorize, and no fused
+// multiply-add, so every compiler rounds it alike. Below -86 it gives
+// e^-86 (a normal float, where the library would give smaller ones), above
+// 88.7 infinity; NaN stays NaN.
+template <class V>
+float exp_poly(float x) {
+  const float number = x == x ? x : 0.0f;  // selects, not branches
+  const float clamped = number < -86.0f ? -86.0f : (number > 88.7f ? 88.7f : number);
+  // n = round(clamped / ln 2), in [-124, 128]: adding 1.5 * 2^23 leaves no fraction bits.
+  constexpr float kRound = 12582912.0f;
+  const float n = (clamped * 1.44269504088896341f + kRound) - kRound;
+  const float r = (clamped - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  // 2^n as 2^(n - 1) * 2, so that n = 128 (e^88.7) needs no exponent past the largest.
+  const std::int32_t exponent = (static_cast<std::int32_t>(n) + 126) << 23;
+  float half_scale;
+  __builtin_memcpy(&half_scale, &exponent, sizeof half_scale);
+  const float result = number > 88.7f ? __builtin_inff() : p * half_scale * 2.0f;
+  return x == x ? result : x;
+}
+
+// silu_mul (ops.hpp).
+template <class V>
+void silu_mul(float* gate, const float* up, int n) {
+  for (int i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g * (1.0f / (1.0f + exp_poly<V>(-g))) * up[i];
+  }
+}
+
+// Attention's weights from a query's scores: scores / scale, then their
+// softmax (e^(s - max) / sum, the sum in order).
+template <class V>
+void attention_weights(float* scores, int n, float scale) {
+  for (int i = 0; i < n; ++i) scores[i] /= scale;
+  float max = scores[0];
+  for (int i = 1; i < n; ++i) max = scores[i] > max ? scores[i] : max;
+  for (int i = 0; i < n; ++i) scores[i] = exp_poly<V>(scores[i] - max);
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) sum += scores[i];
+  for (int i = 0; i < n; ++i) scores[i] /= sum;
+}
+
+}  // namespace accord::cpu::tiles
