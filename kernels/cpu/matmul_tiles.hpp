@@ -37,15 +37,11 @@
 
 namespace accord::cpu::tiles {
 
-// Row r of w (Matrix::row, without calling an inline function).
-template <class V>
-const std::byte* row_of(const Matrix& w, int r) {
-  return w.data + static_cast<std::size_t>(r) * row_bytes(w.type, static_cast<std::size_t>(w.cols));
-}
-
-// How each stored type reads: a template argument, so no loop branches on it.
+// How each stored type reads: a template argument, so no loop branches on
+// it. A row is whole units of kUnitValues values in kUnitBytes bytes.
 struct F32Format {
   static constexpr bool kBlocks = false;
+  static constexpr std::size_t kUnitValues = 1, kUnitBytes = 4;
   template <class V>
   static typename V::Vec load(const std::byte* row, int i) {
     return V::load(row + 4 * static_cast<std::size_t>(i));
@@ -60,6 +56,7 @@ struct F32Format {
 
 struct F16Format {
   static constexpr bool kBlocks = false;
+  static constexpr std::size_t kUnitValues = 1, kUnitBytes = 2;
   template <class V>
   static typename V::Vec load(const std::byte* row, int i) {
     return V::load_half(row + 2 * static_cast<std::size_t>(i));
@@ -76,6 +73,7 @@ struct F16Format {
 struct Q8Format {
   static constexpr bool kBlocks = true;
   static constexpr std::size_t kBlockBytes = 2 + kBlock;
+  static constexpr std::size_t kUnitValues = kBlock, kUnitBytes = kBlockBytes;
   template <class V>
   static typename V::Quants quants(const std::byte* b0, const std::byte* b1) {
     return V::quants(reinterpret_cast<const std::int8_t*>(b0 + 2),
@@ -86,11 +84,20 @@ struct Q8Format {
 struct Q4Format {
   static constexpr bool kBlocks = true;
   static constexpr std::size_t kBlockBytes = 2 + kBlock / 2;
+  static constexpr std::size_t kUnitValues = kBlock, kUnitBytes = kBlockBytes;
   template <class V>
   static typename V::Quants quants(const std::byte* b0, const std::byte* b1) {
     return V::nibbles(b0 + 2, b1 != nullptr ? b1 + 2 : nullptr);
   }
 };
+
+// Row r of w as Format stores it: kUnitBytes per kUnitValues values
+// (Matrix::row, inlined: a tile asks for its rows every time).
+template <class V, class Format>
+const std::byte* row_of(const Matrix& w, int r) {
+  const std::size_t row_bytes = static_cast<std::size_t>(w.cols) / Format::kUnitValues * Format::kUnitBytes;
+  return w.data + static_cast<std::size_t>(r) * row_bytes;
+}
 
 // out[r] = reduce(column[r]) for the R accumulators of one token. A path
 // may reduce four at once (V::reduce4): the same tree, with the shuffles
@@ -140,7 +147,7 @@ template <class V, class Format, int R, int T>
 void float_tile(const Matrix& w, const Activations& x, float* out, int row0, int tok0) {
   const std::byte* rows[R];
   const float* tokens[T];
-  for (int r = 0; r < R; ++r) rows[r] = row_of<V>(w, row0 + r);
+  for (int r = 0; r < R; ++r) rows[r] = row_of<V, Format>(w, row0 + r);
   for (int t = 0; t < T; ++t) tokens[t] = x.values + static_cast<std::size_t>(tok0 + t) * w.cols;
   float_tile<V, Format, R, T>(rows, tokens, w.cols, out + static_cast<std::size_t>(tok0) * w.rows + row0,
                               static_cast<std::size_t>(w.rows));
@@ -184,7 +191,7 @@ void block_tile(const Matrix& w, const Activations& x, float* out, int row0, int
   const std::byte* rows[R];
   const std::int8_t* quants[T];
   const float* scale_lanes[T];
-  for (int r = 0; r < R; ++r) rows[r] = row_of<V>(w, row0 + r);
+  for (int r = 0; r < R; ++r) rows[r] = row_of<V, Format>(w, row0 + r);
   for (int t = 0; t < T; ++t) {
     quants[t] = x.quants + static_cast<std::size_t>(tok0 + t) * w.cols;
     scale_lanes[t] = x.scale_lanes + static_cast<std::size_t>(tok0 + t) * block_pairs(w.cols) * kLanes;
