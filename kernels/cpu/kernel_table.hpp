@@ -13,7 +13,8 @@
 //   zero. In block b, partial k (0..7) is the exact integer sum of
 //   w_j * x_j over j = 4k .. 4k + 3; its lane is (b mod 2) * 8 + k and
 //   acc = fma(d_w * d_x, float(partial), acc), the scale product rounded to
-//   float first. The 16 lanes combine in the same tree. (An odd last block
+//   float first. (A Q4_0 partial is computed from the stored nibbles,
+//   v + 8, as sum (v + 8) x - 8 sum x: the same integer.) The 16 lanes combine in the same tree. (An odd last block
 //   leaves lanes 8..15 an fma of zeros.)
 //
 // Attention's weighted sum of values adds each position in order with an
@@ -45,6 +46,11 @@ struct Activations {
   // pair of blocks (b, b + 1), 8 lanes of b's scale then 8 of b + 1's
   // (0 past the last block). (batch, block_pairs(cols), 16); block formats only.
   const float* scale_lanes = nullptr;
+  // For Q4_0, whose values are stored as v + 8 (0..15): -8 times each sum
+  // of four activations, in the lanes of the partial sums they correct
+  // (per token and pair of blocks, 16 lanes; 0 past the last block).
+  // (batch, block_pairs(cols), 16); Q4_0 only.
+  const std::int32_t* nibble_offsets = nullptr;
   int batch = 0;
   int cols = 0;
 };

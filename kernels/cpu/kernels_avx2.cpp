@@ -67,6 +67,22 @@ struct Avx2 {
   static Vec partials(const Quants& w, const Quants& x) {
     return {block_partials(w.lo, x.lo), block_partials(w.hi, x.hi)};
   }
+  // Q4_0's nibbles (v + 8, 0..15) are unsigned as stored: pairs of
+  // products of at most 2 * 15 * 128, then the token's offsets, -8 sum x.
+  struct Offsets {
+    __m256i lo, hi;
+  };
+  static Offsets load_offsets(const std::int32_t* p) {
+    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8))};
+  }
+  static __m256 block_nibble_partials(__m256i w, __m256i x, __m256i offsets) {
+    const __m256i pairs = _mm256_maddubs_epi16(w, x);
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), offsets));
+  }
+  static Vec nibble_partials(const Quants& w, const Quants& x, const Offsets& offsets) {
+    return {block_nibble_partials(w.lo, x.lo, offsets.lo), block_nibble_partials(w.hi, x.hi, offsets.hi)};
+  }
 };
 
 }  // namespace

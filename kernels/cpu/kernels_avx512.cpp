@@ -64,8 +64,17 @@ struct Avx512 {
     return _mm512_inserti64x4(_mm512_castsi256_si512(x86::block(b0)), x86::block(b1), 1);
   }
   static Quants quant_pair(const std::int8_t* p) { return _mm512_loadu_si512(p); }
+  // Both blocks' nibbles split at once: low ones [b0 | b1], high ones
+  // [b0 | b1], then the 128-bit lanes reordered to b0 low, b0 high, b1
+  // low, b1 high (values 0-15, 16-31 of each block).
   static Quants nibbles(const std::byte* b0, const std::byte* b1) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(x86::nibbles(b0)), x86::nibbles(b1), 1);
+    const __m128i p0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0));
+    const __m128i p1 = b1 != nullptr ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1)) : _mm_setzero_si128();
+    const __m256i packed = _mm256_set_m128i(p1, p0);
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    const __m256i low = _mm256_and_si256(packed, mask), high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
+    const __m512i halves = _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+    return _mm512_shuffle_i64x2(halves, halves, _MM_SHUFFLE(3, 1, 2, 0));
   }
   // VPDPBUSD adds four products of unsigned by signed bytes to each 32-bit
   // lane. The activations become unsigned by an offset of 128 (x ^ 0x80),
@@ -81,6 +90,13 @@ struct Avx512 {
     return {w, _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(-128), w))};
   }
   static Quants activation_side(Quants x) { return _mm512_xor_si512(x, _mm512_set1_epi8(-128)); }
+  // Q4_0's nibbles (v + 8, 0..15) are unsigned as stored; the products
+  // start from the token's offsets, -8 sum x.
+  using Offsets = __m512i;
+  static Offsets load_offsets(const std::int32_t* p) { return _mm512_loadu_si512(p); }
+  static Vec nibble_partials(Quants w, Quants x, Offsets offsets) {
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(offsets, w, x));
+  }
   static Vec partials(const WeightSide& w, Quants x) {
     return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(w.offset, x, w.w));
   }

@@ -71,8 +71,8 @@ struct Portable {
   static void unpack(const std::byte* nibbles, std::int8_t* out) {
     for (int j = 0; j < kBlock / 2; ++j) {
       const int packed = std::to_integer<int>(nibbles[j]);
-      out[j] = static_cast<std::int8_t>((packed & 0x0F) - 8);
-      out[j + kBlock / 2] = static_cast<std::int8_t>((packed >> 4) - 8);
+      out[j] = static_cast<std::int8_t>(packed & 0x0F);
+      out[j + kBlock / 2] = static_cast<std::int8_t>(packed >> 4);
     }
   }
   static Quants quant_pair(const std::int8_t* p) { return quants(p, p + kBlock); }
@@ -86,14 +86,28 @@ struct Portable {
   using WeightSide = Quants;
   static Quants weight_side(const Quants& w) { return w; }
   static Quants activation_side(const Quants& x) { return x; }
-  static Vec partials(const Quants& w, const Quants& x) {
+  // Lane l: start[l] plus the products of values 4l .. 4l + 3.
+  static Vec sums_of_four(const Quants& w, const Quants& x, const std::int32_t* start) {
     Vec v;
     for (int lane = 0; lane < kLanes; ++lane) {
-      int sum = 0;
+      int sum = start != nullptr ? start[lane] : 0;
       for (int j = 4 * lane; j < 4 * lane + 4; ++j) sum += w.value[j] * x.value[j];
       v.lane[lane] = static_cast<float>(sum);
     }
     return v;
+  }
+  static Vec partials(const Quants& w, const Quants& x) { return sums_of_four(w, x, nullptr); }
+  // Q4_0's nibbles are v + 8; the token's offsets (-8 sum x) start each sum.
+  struct Offsets {
+    std::int32_t lane[kLanes];
+  };
+  static Offsets load_offsets(const std::int32_t* p) {
+    Offsets o;
+    std::memcpy(o.lane, p, sizeof o.lane);
+    return o;
+  }
+  static Vec nibble_partials(const Quants& w, const Quants& x, const Offsets& offsets) {
+    return sums_of_four(w, x, offsets.lane);
   }
 };
 

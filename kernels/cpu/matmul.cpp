@@ -20,38 +20,66 @@ bool is_block_type(WeightType type) { return type == WeightType::q8_0 || type ==
 // (the rank's own), so a decode step allocates nothing.
 struct QuantizedBatch {
   AlignedVector<std::int8_t> quants;
-  AlignedVector<float> scale_lanes;  // Activations::scale_lanes
+  AlignedVector<float> scale_lanes;             // Activations::scale_lanes
+  AlignedVector<std::int32_t> nibble_offsets;  // Activations::nibble_offsets
 };
 
+// Activations::nibble_offsets of one token: lane l of pair p corrects
+// partial l % 8 of block 2p + l / 8.
+void nibble_offsets(const std::int8_t* quants, int cols, std::int32_t* lanes) {
+  const int blocks = cols / kBlock;
+  for (int i = 0; i < block_pairs(cols) * kLanes; ++i) {
+    const int block = i / kLanes * 2 + i % kLanes / (kLanes / 2);
+    const std::int8_t* four = quants + block * kBlock + i % (kLanes / 2) * 4;
+    lanes[i] = block < blocks ? -8 * (four[0] + four[1] + four[2] + four[3]) : 0;
+  }
+}
+
 // Quantizes every token of x into `batch`, for a product with `cols`
-// inputs; the pool's threads take tokens.
-void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, QuantizedBatch& batch) {
+// inputs, with the Q4_0 offsets when asked; the pool's threads take tokens.
+void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool with_offsets,
+                    QuantizedBatch& batch) {
   const auto lanes_per_token = static_cast<std::size_t>(block_pairs(cols)) * kLanes;
   batch.quants.resize(static_cast<std::size_t>(tokens) * cols);
   batch.scale_lanes.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
+  if (with_offsets) batch.nibble_offsets.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
   pool.parallel_for(static_cast<std::size_t>(tokens), [&](std::size_t begin, std::size_t end) {
     for (std::size_t t = begin; t < end; ++t) {
       // The scales land at the start of the token's lanes, then spread
       // from the back (lane i takes scale i / 8, never ahead of i).
       float* lanes = batch.scale_lanes.data() + t * lanes_per_token;
       const auto blocks = static_cast<std::size_t>(cols / kBlock);
-      quantize_activations(x + t * cols, cols, batch.quants.data() + t * cols, lanes);
+      std::int8_t* quants = batch.quants.data() + t * cols;
+      quantize_activations(x + t * cols, cols, quants, lanes);
       for (std::size_t i = lanes_per_token; i-- > 0;) {
         const std::size_t block = i / (kLanes / 2);
         lanes[i] = block < blocks ? lanes[block] : 0.0f;
       }
+      if (with_offsets) nibble_offsets(quants, cols, batch.nibble_offsets.data() + t * lanes_per_token);
     }
   });
 }
 
-// The input of a pass: x, with its 8-bit form when a weight is quantized.
-Activations prepare(ThreadPool& pool, const float* x, int batch, int cols, bool quantize) {
-  Activations activations{x, nullptr, nullptr, batch, cols};
-  if (quantize) {
+// What the weights of a pass need of its input.
+struct InputNeeds {
+  bool quantized = false;  // an 8-bit form: a block type is among them
+  bool nibbles = false;    // the Q4_0 offsets too
+
+  void add(WeightType type) {
+    quantized = quantized || is_block_type(type);
+    nibbles = nibbles || type == WeightType::q4_0;
+  }
+};
+
+// The input of a pass: x, with what its weights need.
+Activations prepare(ThreadPool& pool, const float* x, int batch, int cols, InputNeeds needs) {
+  Activations activations{x, nullptr, nullptr, nullptr, batch, cols};
+  if (needs.quantized) {
     thread_local QuantizedBatch quantized;
-    quantize_batch(pool, x, batch, cols, quantized);
+    quantize_batch(pool, x, batch, cols, needs.nibbles, quantized);
     activations.quants = quantized.quants.data();
     activations.scale_lanes = quantized.scale_lanes.data();
+    if (needs.nibbles) activations.nibble_offsets = quantized.nibble_offsets.data();
   }
   return activations;
 }
@@ -73,14 +101,14 @@ void matmul(ThreadPool& pool, float* out, const float* x, const Matrix& w, int b
 }
 
 void matmul_group(ThreadPool& pool, const float* x, int batch, int cols, std::span<const Product> products) {
-  bool quantize = false;
+  InputNeeds needs;
   std::size_t total_rows = 0;
   for (const Product& p : products) {
     if (p.w->cols != cols) throw std::invalid_argument("matmul_group: a weight's columns differ from the input's");
-    quantize = quantize || is_block_type(p.w->type);
+    needs.add(p.w->type);
     total_rows += static_cast<std::size_t>(p.w->rows);
   }
-  const Activations activations = prepare(pool, x, batch, cols, quantize);
+  const Activations activations = prepare(pool, x, batch, cols, needs);
   // The products' rows, one after another, are split among threads; each
   // weight row is read once per batch.
   pool.parallel_for(
@@ -105,8 +133,10 @@ void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const floa
   if (gate.rows != up.rows || gate.cols != up.cols) {
     throw std::invalid_argument("gated_matmul: the gate and up matrices differ in shape");
   }
-  const Activations activations =
-      prepare(pool, x, batch, gate.cols, is_block_type(gate.type) || is_block_type(up.type));
+  InputNeeds needs;
+  needs.add(gate.type);
+  needs.add(up.type);
+  const Activations activations = prepare(pool, x, batch, gate.cols, needs);
   const auto width = static_cast<std::size_t>(gate.rows);
   pool.parallel_for(
       width,

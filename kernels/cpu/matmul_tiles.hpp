@@ -10,12 +10,15 @@
 // (16 halves), store(float*, v), fma(a, b, c), mul(a, b), reduce(v) (the
 // canonical tree), pair(lo, hi) (lanes 0-7 lo, 8-15 hi), half(h) (a half
 // converted exactly) and half_pair(h0, h1) (two, as pair() lanes),
-// quants(b0, b1) and nibbles(b0, b1) (Q8_0 and Q4_0 values of two blocks;
-// a null second block reads as zeros), quant_pair(q) (two adjacent
-// blocks), weight_side(w) and activation_side(x) (the two operands in the
-// form partials() takes them, prepared once per weight row and once per
-// token of a tile), partials(w, x) (the 16 exact partial sums as floats),
-// and the tile shapes kRows, kTokens (batches) and kDecodeRows (one token).
+// quants(b0, b1) and nibbles(b0, b1) (Q8_0 values and Q4_0 nibbles, v + 8,
+// of two blocks; a null second block reads as zeros), quant_pair(q) (two
+// adjacent blocks), weight_side(w) and activation_side(x) (the two
+// operands in the form partials() takes them, prepared once per weight row
+// and once per token of a tile), partials(w, x) (the 16 exact partial sums
+// of Q8_0 as floats), Offsets and load_offsets(p) (16 int32 lanes of
+// Activations::nibble_offsets), nibble_partials(w, x, offsets) (those of
+// Q4_0: sum (v + 8) x plus the offset, as floats), and the tile shapes
+// kRows, kTokens (batches) and kDecodeRows (one token).
 //
 // A decode step reads each weight once and waits on memory: one row at a
 // time is one sequential stream the hardware prefetcher follows, where
@@ -72,6 +75,7 @@ struct F16Format {
 // A block: its f16 scale, then its values.
 struct Q8Format {
   static constexpr bool kBlocks = true;
+  static constexpr bool kNibbles = false;
   static constexpr std::size_t kBlockBytes = 2 + kBlock;
   static constexpr std::size_t kUnitValues = kBlock, kUnitBytes = kBlockBytes;
   template <class V>
@@ -81,8 +85,10 @@ struct Q8Format {
   }
 };
 
+// Its values are stored as v + 8, two 4-bit values to a byte.
 struct Q4Format {
   static constexpr bool kBlocks = true;
+  static constexpr bool kNibbles = true;
   static constexpr std::size_t kBlockBytes = 2 + kBlock / 2;
   static constexpr std::size_t kUnitValues = kBlock, kUnitBytes = kBlockBytes;
   template <class V>
@@ -162,24 +168,49 @@ typename V::Vec block_scales(const std::byte* b0, const std::byte* b1) {
   return V::half_pair(h0, h1);
 }
 
+// Where a tile's tokens find their 8-bit form (Activations).
+template <int T>
+struct TokenQuants {
+  const std::int8_t* quants[T];
+  const float* scale_lanes[T];
+  const std::int32_t* nibble_offsets[T];  // Q4_0 only
+};
+
 // Blocks b and, when Pair, b + 1 of R rows against T tokens, into acc.
+// Q8_0 takes its operands as weight_side() and activation_side() give
+// them; Q4_0 takes its nibbles as stored (v + 8) and corrects the sums by
+// the token's nibble offsets.
 template <class V, class Format, int R, int T, bool Pair>
-void block_step(const std::byte* const* rows, const std::int8_t* const* quants, const float* const* scale_lanes,
-                int b, typename V::Vec (&acc)[R][T]) {
+void block_step(const std::byte* const* rows, const TokenQuants<T>& x, int b, typename V::Vec (&acc)[R][T]) {
   using Vec = typename V::Vec;
   typename V::Quants xq[T];
+  typename V::Offsets xo[T];
   Vec xd[T];
+  const std::size_t lanes_at = static_cast<std::size_t>(b / 2) * kLanes;
   for (int t = 0; t < T; ++t) {
-    const std::int8_t* q = quants[t] + static_cast<std::size_t>(b) * kBlock;
-    xq[t] = V::activation_side(Pair ? V::quant_pair(q) : V::quants(q, nullptr));
-    xd[t] = V::load(reinterpret_cast<const std::byte*>(scale_lanes[t] + static_cast<std::size_t>(b / 2) * kLanes));
+    const std::int8_t* q = x.quants[t] + static_cast<std::size_t>(b) * kBlock;
+    const typename V::Quants quants = Pair ? V::quant_pair(q) : V::quants(q, nullptr);
+    if constexpr (Format::kNibbles) {
+      xq[t] = quants;
+      xo[t] = V::load_offsets(x.nibble_offsets[t] + lanes_at);
+    } else {
+      xq[t] = V::activation_side(quants);
+    }
+    xd[t] = V::load(reinterpret_cast<const std::byte*>(x.scale_lanes[t] + lanes_at));
   }
   for (int r = 0; r < R; ++r) {
     const std::byte* b0 = rows[r] + Format::kBlockBytes * static_cast<std::size_t>(b);
     const std::byte* b1 = Pair ? b0 + Format::kBlockBytes : nullptr;
-    const typename V::WeightSide wq = V::weight_side(Format::template quants<V>(b0, b1));
     const Vec wd = block_scales<V>(b0, b1);
-    for (int t = 0; t < T; ++t) acc[r][t] = V::fma(V::mul(wd, xd[t]), V::partials(wq, xq[t]), acc[r][t]);
+    if constexpr (Format::kNibbles) {
+      const typename V::Quants wq = Format::template quants<V>(b0, b1);
+      for (int t = 0; t < T; ++t) {
+        acc[r][t] = V::fma(V::mul(wd, xd[t]), V::nibble_partials(wq, xq[t], xo[t]), acc[r][t]);
+      }
+    } else {
+      const typename V::WeightSide wq = V::weight_side(Format::template quants<V>(b0, b1));
+      for (int t = 0; t < T; ++t) acc[r][t] = V::fma(V::mul(wd, xd[t]), V::partials(wq, xq[t]), acc[r][t]);
+    }
   }
 }
 
@@ -189,19 +220,20 @@ void block_tile(const Matrix& w, const Activations& x, float* out, int row0, int
   using Vec = typename V::Vec;
   const int blocks = w.cols / kBlock;
   const std::byte* rows[R];
-  const std::int8_t* quants[T];
-  const float* scale_lanes[T];
+  TokenQuants<T> tokens;
   for (int r = 0; r < R; ++r) rows[r] = row_of<V, Format>(w, row0 + r);
   for (int t = 0; t < T; ++t) {
-    quants[t] = x.quants + static_cast<std::size_t>(tok0 + t) * w.cols;
-    scale_lanes[t] = x.scale_lanes + static_cast<std::size_t>(tok0 + t) * block_pairs(w.cols) * kLanes;
+    const std::size_t lanes = static_cast<std::size_t>(tok0 + t) * block_pairs(w.cols) * kLanes;
+    tokens.quants[t] = x.quants + static_cast<std::size_t>(tok0 + t) * w.cols;
+    tokens.scale_lanes[t] = x.scale_lanes + lanes;
+    tokens.nibble_offsets[t] = Format::kNibbles ? x.nibble_offsets + lanes : nullptr;
   }
   Vec acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = V::zero();
   int b = 0;
-  for (; b + 2 <= blocks; b += 2) block_step<V, Format, R, T, true>(rows, quants, scale_lanes, b, acc);
-  if (b < blocks) block_step<V, Format, R, T, false>(rows, quants, scale_lanes, b, acc);
+  for (; b + 2 <= blocks; b += 2) block_step<V, Format, R, T, true>(rows, tokens, b, acc);
+  if (b < blocks) block_step<V, Format, R, T, false>(rows, tokens, b, acc);
   for (int t = 0; t < T; ++t) {
     Vec column[R];
     for (int r = 0; r < R; ++r) column[r] = acc[r][t];
