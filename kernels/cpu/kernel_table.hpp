@@ -13,9 +13,10 @@
 //   zero. In block b, partial k (0..7) is the exact integer sum of
 //   w_j * x_j over j = 4k .. 4k + 3; its lane is (b mod 2) * 8 + k and
 //   acc = fma(d_w * d_x, float(partial), acc), the scale product rounded to
-//   float first. (A Q4_0 partial is computed from the stored nibbles,
-//   v + 8, as sum (v + 8) x - 8 sum x: the same integer.) The 16 lanes combine in the same tree. (An odd last block
-//   leaves lanes 8..15 an fma of zeros.)
+//   float first. The 16 lanes combine in the same tree. (An odd last block
+//   leaves lanes 8..15 an fma of zeros. A Q4_0 partial is computed from
+//   the stored nibbles, v + 8, as sum (v + 8) x - 8 sum x: the same
+//   integer.)
 //
 // Attention's weighted sum of values adds each position in order with an
 // fma per element, from 0 (weighted_sum).
