@@ -92,6 +92,7 @@ TEST_F(PromptCacheTest, TheLayoutOnDiskIsAsDocumented) {
   std::ifstream in(gen / "manifest.json");
   const auto manifest = nlohmann::json::parse(in);
   EXPECT_EQ(manifest.at("format_version"), 1);
+  EXPECT_EQ(manifest.at("arithmetic_version"), cpu::kArithmeticVersion);
   EXPECT_EQ(manifest.at("prefix_token_count"), 5);
   EXPECT_EQ(manifest.at("topology").at("ranks"), 1);
   EXPECT_EQ(manifest.at("shards").at(0).at("bytes"), 5u * 5 * 32 * 2 * 4);
@@ -172,6 +173,24 @@ TEST_F(PromptCacheTest, RefusesAnUnknownVersionAndAnotherTopology) {
   expect_refused(dir_.path(), test::cache_prefix(5), "2 rank(s)");
   edit_manifest(live_folder(dir_.path()), [](nlohmann::json& m) { m.erase("epoch"); });
   expect_refused(dir_.path(), test::cache_prefix(5), "malformed manifest");
+}
+
+TEST_F(PromptCacheTest, RefusesKeysAndValuesOfAnotherArithmetic) {
+  // A build whose kernels round differently would not give a cold
+  // prefill's bits from such a cache; one that predates the field was
+  // version 1.
+  save(dir_.path(), 5);
+  edit_manifest(live_folder(dir_.path()), [](nlohmann::json& m) { m["arithmetic_version"] = 1; });
+  expect_refused(dir_.path(), test::cache_prefix(5), "version 1 of the kernels' arithmetic");
+  edit_manifest(live_folder(dir_.path()), [](nlohmann::json& m) { m.erase("arithmetic_version"); });
+  expect_refused(dir_.path(), test::cache_prefix(5), "version 1 of the kernels' arithmetic");
+  edit_manifest(live_folder(dir_.path()), [](nlohmann::json& m) { m["arithmetic_version"] = 0; });
+  expect_refused(dir_.path(), test::cache_prefix(5), "arithmetic_version");
+  edit_manifest(live_folder(dir_.path()),
+                [](nlohmann::json& m) { m["arithmetic_version"] = cpu::kArithmeticVersion; });
+  auto session = new_session();
+  Status loaded = session->load_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
+  EXPECT_TRUE(loaded) << loaded.error().message();
 }
 
 TEST_F(PromptCacheTest, RefusesPathsThatLeaveTheRoot) {

@@ -13,6 +13,14 @@
 
 namespace accord::cpu {
 
+// The version of the kernels' arithmetic, that is of the bits a forward
+// pass gives. Raised whenever the canonical order (kernel_table.hpp) or an
+// elementwise formula changes, so that results one build saved (a prompt
+// cache's keys and values) are never mixed with another build's.
+// 1: SwiGLU and attention's softmax through the C library's expf;
+// 2: through exp_poly (vector_math.hpp).
+inline constexpr int kArithmeticVersion = 2;
+
 // out[t][r] = dot(w[r], x[t]). For Q8_0 and Q4_0 weights each token of x is
 // first quantized to 8 bits per block of 32, as llama.cpp does.
 // x: (batch, w.cols)  out: (batch, w.rows)

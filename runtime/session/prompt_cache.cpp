@@ -147,6 +147,7 @@ Result<std::optional<std::string>> read_current(const fs::path& rank_dir, Env& e
 std::string manifest_to_json(const PromptCacheManifest& m) {
   const nlohmann::json json = {
       {"format_version", m.format_version},
+      {"arithmetic_version", m.arithmetic_version},
       {"model_identity", m.model_identity},
       {"topology",
        {{"ranks", m.topology.ranks},
@@ -174,6 +175,11 @@ Result<PromptCacheManifest> manifest_from_json(std::string_view text) {
     if (version != kPromptCacheFormatVersion) {
       return cache_error("unknown prompt cache format version " + std::to_string(version) +
                          " (this build reads version " + std::to_string(kPromptCacheFormatVersion) + ")");
+    }
+    if (json.contains("arithmetic_version")) {
+      m.arithmetic_version = static_cast<int>(whole_number(json, "arithmetic_version", 1, kMaxCount));
+    } else {
+      m.arithmetic_version = 1;  // saved before builds recorded it
     }
     m.model_identity = json.at("model_identity").get<std::string>();
     const auto& t = json.at("topology");

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/matmul.hpp"
 #include "runtime/error.hpp"
 #include "runtime/io/env.hpp"
 
@@ -58,6 +59,9 @@ struct PromptCacheTopology {
 
 struct PromptCacheManifest {
   int format_version = kPromptCacheFormatVersion;
+  // cpu::kArithmeticVersion of the saving build; 1 where a manifest
+  // predates the field.
+  int arithmetic_version = cpu::kArithmeticVersion;
   std::string model_identity;
   PromptCacheTopology topology;
   int kv_dim = 0;

@@ -104,6 +104,11 @@ Status check_manifest(const PromptCacheManifest& m, const ShardIdentity& identit
     return refuse("the cache was saved by another model (identity " + m.model_identity + ", this model is " +
                   identity.model_identity + ")");
   }
+  if (m.arithmetic_version != cpu::kArithmeticVersion) {
+    return refuse("the cache was computed by version " + std::to_string(m.arithmetic_version) +
+                  " of the kernels' arithmetic; this build computes version " +
+                  std::to_string(cpu::kArithmeticVersion) + ", whose low bits differ: prefill it again");
+  }
   if (Status ok = check_topology(m.topology, identity.topology); !ok) return ok;
   if (m.kv_dim != identity.kv_dim) return refuse("the cache's KV width differs from the model's");
   const PromptCacheDescriptor& expected = request.descriptor;
