@@ -58,6 +58,7 @@ struct StepRequest {
   std::span<const int> stop_tokens;         // with the sampler
   bool capture_prediction_target = false;   // the prediction-target phases
   int draft_tokens = 0;                     // with them: the last tokens that are a draft
+  bool logits = true;                       // the reply carries the logits
 };
 
 // A step that returns logits only, perhaps with an observer.
@@ -68,10 +69,12 @@ StepRequest logits_step(bool all_rows, std::shared_ptr<StepObserver> observer = 
   return step;
 }
 
-StepRequest sampled_step(Sampler& sampler, std::span<const int> stop_tokens) {
+StepRequest sampled_step(Sampler& sampler, std::span<const int> stop_tokens,
+                         DistributedSession::SampledLogits logits) {
   StepRequest step;
   step.sampler = &sampler;
   step.stop_tokens = stop_tokens;
+  step.logits = logits == DistributedSession::SampledLogits::returned;
   return step;
 }
 
@@ -469,6 +472,7 @@ struct DistributedSession::Impl {
     TransactionRequest request = step_request(step_tokens, options.all_rows,
                                               options.capture_prediction_target ? options.draft_tokens : -1);
     request.sample = options.sampler != nullptr;
+    request.return_logits = options.logits;
     if (request.sample) request.sampling = sampling_arguments(*options.sampler, options.stop_tokens);
     const auto start = std::chrono::steady_clock::now();
     auto reply = [&] {
@@ -613,12 +617,13 @@ Result<DistributedStep> DistributedSession::decode_with_observer(int token, std:
 }
 
 Result<DistributedStep> DistributedSession::prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
-                                                               std::span<const int> stop_tokens) {
-  return impl_->step(tokens, sampled_step(sampler, stop_tokens));
+                                                               std::span<const int> stop_tokens,
+                                                               SampledLogits logits) {
+  return impl_->step(tokens, sampled_step(sampler, stop_tokens, logits));
 }
 Result<DistributedStep> DistributedSession::decode_and_sample(int token, Sampler& sampler,
-                                                              std::span<const int> stop_tokens) {
-  return impl_->step({&token, 1}, sampled_step(sampler, stop_tokens));
+                                                              std::span<const int> stop_tokens, SampledLogits logits) {
+  return impl_->step({&token, 1}, sampled_step(sampler, stop_tokens, logits));
 }
 
 Result<DistributedCheckpoint> DistributedSession::checkpoint_distributed() {
@@ -891,14 +896,14 @@ Result<std::span<const float>> DistributedTarget::decode(int token) { return kee
 
 Result<SampledToken> DistributedTarget::prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
                                                            std::span<const int> stop_tokens) {
-  auto step = session_.prefill_and_sample(tokens, sampler, stop_tokens);
+  auto step = session_.prefill_and_sample(tokens, sampler, stop_tokens, DistributedSession::SampledLogits::dropped);
   if (!step) return step.error();
   return step->sampled;
 }
 
 Result<SampledToken> DistributedTarget::decode_and_sample(int token, Sampler& sampler,
                                                           std::span<const int> stop_tokens) {
-  auto step = session_.decode_and_sample(token, sampler, stop_tokens);
+  auto step = session_.decode_and_sample(token, sampler, stop_tokens, DistributedSession::SampledLogits::dropped);
   if (!step) return step.error();
   return step->sampled;
 }

@@ -165,10 +165,15 @@ class DistributedSession {
   // stream (SamplingSynchronization), and every rank holds the pick and
   // whether it is one of stop_tokens before the step commits. On commit
   // `sampler` has advanced exactly as sampling those logits locally would
-  // have advanced it; on failure it is unchanged.
+  // have advanced it; on failure it is unchanged. With SampledLogits::
+  // dropped the step returns no logits: the output owner keeps them, and
+  // the 128 KB a row (for a 32000-token vocabulary) do not travel.
+  enum class SampledLogits { returned, dropped };
   Result<DistributedStep> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
-                                             std::span<const int> stop_tokens);
-  Result<DistributedStep> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens);
+                                             std::span<const int> stop_tokens,
+                                             SampledLogits logits = SampledLogits::returned);
+  Result<DistributedStep> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens,
+                                            SampledLogits logits = SampledLogits::returned);
 
   // Steps for speculative decoding's target model, as
   // Session::prefill/decode_prediction_target(_input)

@@ -111,8 +111,22 @@ typename Inspector::result_type inspect(Inspector& f, SamplingArguments& x) {
   return f(x.temperature, x.top_p, x.rng_state, x.stop_tokens);
 }
 
+// OutputPublication: whether the output owner publishes its logits to the
+// caller, or only holds them (a sampling step whose caller wants just the
+// token: the logits, 128 KB a row for a 32000-token vocabulary, need not
+// travel).
+struct PublicationArguments {
+  bool logits = true;
+  bool operator==(const PublicationArguments&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PublicationArguments& x) {
+  return f(x.logits);
+}
+
 using PhaseArguments = std::variant<NoArguments, StepTokens, ExecutionArguments, DraftTokens, RollbackTarget,
-                                    PromptCacheArguments, SamplingArguments>;
+                                    PromptCacheArguments, SamplingArguments, PublicationArguments>;
 
 // PhaseArguments travel as every std::variant of the wire does
 // (messages/variant_wire.hpp): an index that names no kind arrives as its

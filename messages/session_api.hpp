@@ -31,6 +31,7 @@ struct TransactionRequest {
   SamplingArguments sampling;   // when sample
   bool capture_prediction_target = false;  // forward_step: the prediction-target phases
   std::int32_t draft_tokens = 0;           // with them: the last tokens that are a draft to verify
+  bool return_logits = true;  // forward_step: the reply carries the logits (false: the sampled token is enough)
 
   bool operator==(const TransactionRequest&) const = default;
 };
@@ -39,7 +40,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {
   return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_epoch, x.cache_root, x.cache_name,
            x.cache_namespace, x.prepared_input, x.save_id, x.sample, x.sampling, x.capture_prediction_target,
-           x.draft_tokens);
+           x.draft_tokens, x.return_logits);
 }
 
 // How a transaction ended, for the caller.

@@ -452,6 +452,32 @@ TEST(DistributedSession, AGenerationStepFlagsAStopToken) {
   EXPECT_EQ(step->sampled, (SampledToken{greedy, true}));
 }
 
+// A generator wants only the token: the output owner then keeps its
+// logits, and the pick and the sampler's stream are those of a step that
+// returned them.
+TEST(DistributedSession, AGenerationStepCanLeaveItsLogitsOnTheOutputOwner) {
+  const Model model = test::load_stories_model();
+  const std::vector<int> prompt = {1, 403};
+  const std::vector<int> stop_tokens = {1, 2};
+  std::vector<DistributedStep> steps;
+  std::vector<std::uint64_t> rng_states;
+  for (const auto logits : {DistributedSession::SampledLogits::returned, DistributedSession::SampledLogits::dropped}) {
+    auto session = make_session(model, 3);
+    Sampler sampler({0.9f, 0.9f, 11});
+    ASSERT_TRUE(session->prefill_and_sample(prompt, sampler, stop_tokens, logits));
+    auto step = session->decode_and_sample(407, sampler, stop_tokens, logits);
+    ASSERT_TRUE(step) << step.error().message();
+    EXPECT_EQ(session->position(), 3);
+    steps.push_back(std::move(*step));
+    rng_states.push_back(sampler.rng_state());
+  }
+  EXPECT_EQ(steps[0].logits.size(), static_cast<std::size_t>(model.config().vocab_size));
+  EXPECT_TRUE(steps[1].logits.empty());
+  EXPECT_EQ(steps[1].rows, 0);
+  EXPECT_EQ(steps[1].sampled, steps[0].sampled);
+  EXPECT_EQ(rng_states[1], rng_states[0]);
+}
+
 TEST(DistributedSession, GenerateOnSeveralRanksGivesOneRanksTokens) {
   const Model model = test::load_stories_model();
   const Tokenizer tokenizer = test::load_stories_tokenizer();

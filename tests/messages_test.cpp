@@ -161,6 +161,7 @@ TEST_F(MessagesTest, EveryKindOfPhaseArgumentsRoundTrips) {
       RollbackTarget{41, 39, 7},
       PromptCacheArguments{"/tmp/cache", "story-opening", "tests", "image:42", "5f0c1d2e3a4b6c7d", {1, 403, 407}},
       SamplingArguments{0.75f, 1.0f, 0x8000000000000001ull, {1, 2, 511}},
+      PublicationArguments{false},
   };
   ASSERT_EQ(every_kind.size(), std::variant_size_v<PhaseArguments>);
   for (const PhaseArguments& arguments : every_kind) {
@@ -207,6 +208,7 @@ TEST_F(MessagesTest, SamplingAndCapturesTravelWithTheirFields) {
   request.sampling = {0.9f, 0.5f, 0x0123456789ABCDEFull, {1, 2}};
   request.capture_prediction_target = true;
   request.draft_tokens = 4;
+  request.return_logits = false;
   expect_round_trip(request);
   TransactionReply reply;
   reply.sampled = {7, 3, 2, true, 99};

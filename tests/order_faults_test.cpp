@@ -905,6 +905,21 @@ TEST_F(RankOrderTest, ARouteTransferBeforeOrAfterItsReadyBeginIsAccepted) {
   }
 }
 
+// Whether the logits go to the caller is OutputPublication's argument; the
+// output owner refuses a publication that does not say.
+TEST_F(RankOrderTest, TheOutputOwnerRefusesAPublicationWithoutItsArguments) {
+  RankUnderTest rank(model(), 0, 1);
+  agree(rank, 0, 1, phase_id(StateCheckpoint), StepTokens{kTokens});
+  agree(rank, 0, 1, phase_id(Execution), ExecutionArguments{false});
+  agree(rank, 0, 1, phase_id(OutputObservation));
+  rank.send(begin(1, phase_id(OutputPublication)));
+  ASSERT_FALSE(rank.statuses().empty());
+  const PhaseStatus& status = rank.statuses().back();
+  EXPECT_EQ(status.phase, phase_id(OutputPublication));
+  EXPECT_FALSE(status.ok);
+  EXPECT_NE(status.error_message.find("malformed publication arguments"), std::string::npos) << status.error_message;
+}
+
 TEST_F(RankOrderTest, ARouteTransferOfTheNextStepThatOvertakesThisStepsCommitIsKept) {
   // Node to node, rank 0's transfer of step 2 may come before the
   // coordinator's commit of step 1: rank 0 runs step 2 as soon as its

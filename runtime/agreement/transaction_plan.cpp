@@ -59,7 +59,7 @@ std::vector<PlannedPhase> phases_for(const TransactionRequest& request, RankId r
         plan.push_back({phase_id(PredictionTargetStatePreparation), draft});
         plan.push_back({phase_id(PredictionExtensionExecution), {}});
       }
-      plan.push_back({phase_id(OutputPublication), {}});
+      plan.push_back({phase_id(OutputPublication), PublicationArguments{request.return_logits}});
       if (request.sample) plan.push_back({phase_id(SamplingSynchronization), request.sampling});
       break;
     case TransactionKind::checkpoint:

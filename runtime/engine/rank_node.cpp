@@ -213,8 +213,7 @@ std::optional<Status> RankNode::local_work(const RunPhase& run) {
       if (!owner || !worker.step_has_observer()) return Status{};
       return worker.observe_output();
     case OutputPublication:
-      if (owner) outbox_.to_coordinator(StepOutput{session_, epoch, to_wire(worker.published_output())});
-      return Status{};
+      return publication(run);
     case PredictionTargetCapture:
       if (!owner) return Status{};
       if (const auto* draft = std::get_if<DraftTokens>(&run.arguments)) {
@@ -277,6 +276,17 @@ std::optional<Status> RankNode::boundary_ready(const RunPhase& run) {
   RowBlock block = from_wire(std::move(activations_->activations));
   activations_.reset();
   return worker_->receive_activations(std::move(block));
+}
+
+// OutputPublication: the output owner sends the caller its logits, or an
+// empty block where the caller wants none.
+std::optional<Status> RankNode::publication(const RunPhase& run) {
+  if (!worker_->is_output_owner()) return Status{};
+  const auto* arguments = std::get_if<PublicationArguments>(&run.arguments);
+  if (arguments == nullptr) return malformed("publication");
+  const RowBlock output = arguments->logits ? worker_->published_output() : RowBlock{};
+  outbox_.to_coordinator(StepOutput{session_, run.epoch, to_wire(output)});
+  return Status{};
 }
 
 // PredictionTargetCapturePublication: the output owner shares its capture

@@ -112,6 +112,7 @@ class RankNode {
   void finish(const RunPhase& run, Status status);
   std::optional<Status> local_work(const RunPhase& run);
   std::optional<Status> boundary_ready(const RunPhase& run);
+  std::optional<Status> publication(const RunPhase& run);
   std::optional<Status> capture_publication(const RunPhase& run);
   std::optional<Status> sampling(const RunPhase& run);
   Status prompt_cache(const RunPhase& run);
