@@ -284,8 +284,8 @@ std::optional<Status> RankNode::publication(const RunPhase& run) {
   if (!worker_->is_output_owner()) return Status{};
   const auto* arguments = std::get_if<PublicationArguments>(&run.arguments);
   if (arguments == nullptr) return malformed("publication");
-  const RowBlock output = arguments->logits ? worker_->published_output() : RowBlock{};
-  outbox_.to_coordinator(StepOutput{session_, run.epoch, to_wire(output)});
+  outbox_.to_coordinator(
+      StepOutput{session_, run.epoch, to_wire(arguments->logits ? worker_->published_output() : RowBlock{})});
   return Status{};
 }
 
