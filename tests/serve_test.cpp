@@ -3,8 +3,10 @@
 // with a responder that records what a client would receive.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "actors/distributed_session.hpp"
@@ -422,6 +424,25 @@ TEST_F(ServeServiceTest, AClientThatGoesAwayStopsItsGeneration) {
                                      .body);
   EXPECT_EQ(reply["choices"][0]["text"], generated("Once", 5));
   EXPECT_NE(metrics_.prometheus_text().find("status=\"499\"} 1\n"), std::string::npos);
+}
+
+// `accord serve` shuts down in the order its objects were made: the Service goes first, then the Scheduler stops
+// its running jobs after their step. A running job's last step and its answer must not need the Service.
+TEST_F(ServeServiceTest, AShutdownMayEndTheServiceBeforeItsRunningJob) {
+  start(1);
+  auto responder = post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 400},
+                                            {"stream", true}});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (responder->events().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_FALSE(responder->events().empty()) << "the generation never started";
+  service_.reset();
+  scheduler_.reset();
+  const auto [text, finish] = streamed(responder->events());
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(responder->wait().content_type, "text/event-stream");
+  EXPECT_NE(metrics_.prometheus_text().find("accord_requests_total{endpoint=\"/v1/completions\""), std::string::npos);
 }
 
 TEST_F(ServeServiceTest, PromptPastTheContextIsRefusedBeforeQueueing) {

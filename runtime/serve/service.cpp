@@ -216,21 +216,24 @@ void Service::complete(const HttpRequest& request, Endpoint endpoint, const std:
   job.options.retries = options_.retries;
   job.options.heal_attempts = options_.heal_attempts;
   job.options.emit_prompt = false;
-  job.options.stop_requested = [this, exchange] {
+  // The job's callbacks hold the metrics, never the Service: the Scheduler may run a job's last step and its
+  // on_done after the Service is gone (a shutdown destroys the Service before the Scheduler joins its workers).
+  Metrics& metrics = metrics_;
+  job.options.stop_requested = [&metrics, exchange] {
     const auto now = Clock::now();
     if (exchange->last_step != Clock::time_point{}) {
-      metrics_.observe_decode_step(std::chrono::duration<double>(now - exchange->last_step).count());
+      metrics.observe_decode_step(std::chrono::duration<double>(now - exchange->last_step).count());
     }
     exchange->last_step = now;
     return exchange->filter.stopped();
   };
   job.on_piece = [exchange](std::string_view piece) { exchange->take(piece); };
   job.abandoned = [exchange] { return exchange->responder->client_gone(); };
-  job.on_done = [this, exchange](const GenerationOutcome& outcome) {
+  job.on_done = [&metrics, exchange](const GenerationOutcome& outcome) {
     const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
-    metrics_.count_generation(counts_of(result));
-    metrics_.count_request(exchange->path, finish(*exchange, outcome));
-    metrics_.observe_request(exchange->path, std::chrono::duration<double>(Clock::now() - exchange->start).count());
+    metrics.count_generation(counts_of(result));
+    metrics.count_request(exchange->path, finish(*exchange, outcome));
+    metrics.observe_request(exchange->path, std::chrono::duration<double>(Clock::now() - exchange->start).count());
   };
   if (!scheduler_.submit(std::move(job))) {
     return answer_error(path, responder,

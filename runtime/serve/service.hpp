@@ -53,6 +53,8 @@ struct ServiceOptions {
   int heal_attempts = GenerationOptions{}.heal_attempts;
 };
 
+// Answers the HTTP API's requests and queues their generations on the Scheduler. The jobs it queues report to
+// `metrics`, which must outlive the Scheduler; they do not need the Service, which may go first.
 class Service {
  public:
   Service(const Tokenizer& tokenizer, Scheduler& scheduler, Metrics& metrics, ServiceOptions options);
