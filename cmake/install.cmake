@@ -15,7 +15,9 @@ endforeach()
 install(TARGETS ${accord_libraries} EXPORT accordTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS accord RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY runtime kernels messages actors DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/accord
-        FILES_MATCHING PATTERN "*.hpp")
+        FILES_MATCHING PATTERN "*.hpp"
+        # The CUDA code is not part of the installed libraries (docs/gpu.md).
+        PATTERN "cuda" EXCLUDE PATTERN "cuda_transformer.hpp" EXCLUDE)
 install(EXPORT accordTargets NAMESPACE accord:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/accord)
 configure_package_config_file(cmake/accordConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/accordConfig.cmake
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/accord)

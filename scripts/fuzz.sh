@@ -14,7 +14,7 @@ build=$root/build-fuzz
 
 echo "== accord: building the fuzz targets in $build"
 "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DACCORD_FUZZ=ON -DACCORD_BUILD_TESTS=OFF -DACCORD_BUILD_BENCH=OFF
+  -DACCORD_FUZZ=ON -DACCORD_BUILD_TESTS=OFF -DACCORD_BUILD_BENCH=OFF -DACCORD_CUDA=OFF
 
 seeds=$build/seeds
 mkdir -p "$seeds"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks on a machine with a GPU (issue 18, docs/gpu.md),
+# in one run of a few minutes: the devices; each kernel against the CPU's;
+# stories260K's logits and greedy tokens against the CPU's; a synthetic
+# 1B-class F16 model's logits and tokens, then its decode tokens/s and the
+# share of the device's memory bandwidth its weights take.
+#   scripts/gpu-check.sh [--no-build] [BUILD_DIR] [PEAK_GBS]
+# BUILD_DIR defaults to build-gpu/; --no-build runs what is already built
+# there (a build carried to a machine that cannot install the build's
+# packages). PEAK_GBS: the device's memory bandwidth in GB/s, by default an
+# H200's 4800. Stops at the first check that fails.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_first=1
+if [ "${1:-}" = "--no-build" ]; then
+  build_first=0
+  shift
+fi
+build=${1:-$root/build-gpu}
+peak=${2:-4800}
+source "$root/scripts/shared_dir.sh"
+shared=$(shared_dir "$root")
+if [ "$build_first" = 1 ]; then
+  for target in accord accord-cuda-check; do
+    "$root/scripts/build.sh" --target "$target" "$build" -DCMAKE_BUILD_TYPE=Release -DACCORD_CUDA=ON \
+      -DACCORD_BUILD_TESTS=OFF
+  done
+fi
+check=$build/apps/accord-cuda-check
+accord=$build/apps/accord
+
+echo "== devices"
+"$check" devices
+echo "== kernels against the CPU"
+"$check" kernels
+echo "== stories260K against the CPU"
+"$check" model --model "$shared/models/stories260K.bin" --tokens 200
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+echo "== synthetic 1B-class shape, F16 (dim 2048, 16 layers, vocab 32000)"
+"$accord" synth --dim 2048 --hidden 8192 --layers 16 --heads 32 --kv-heads 8 --vocab 32000 --seq 1024 \
+  --out "$work/1b.bin" >/dev/null
+"$accord" convert --in "$work/1b.bin" --out "$work/1b-f16.gguf" --type f16 >/dev/null
+rm "$work/1b.bin"
+"$check" model --model "$work/1b-f16.gguf" --tokens 16
+"$check" bench --model "$work/1b-f16.gguf" --tokens 256 --peak-gbs "$peak"
