@@ -12,6 +12,7 @@
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/kernels.cuh"
 
 namespace accord::cuda {
@@ -21,9 +22,6 @@ namespace {
 // Device copies of host vectors, freed together.
 class Uploads {
  public:
-  ~Uploads() {
-    for (void* p : owned_) cudaFree(p);
-  }
   template <class T>
   T* copy(const std::vector<T>& host) {
     T* device = zeros<T>(host.size());
@@ -32,15 +30,16 @@ class Uploads {
   }
   template <class T>
   T* zeros(std::size_t count) {
-    void* device = nullptr;
-    ACCORD_CUDA_CHECK(cudaMalloc(&device, std::max<std::size_t>(1, count) * sizeof(T)));
-    ACCORD_CUDA_CHECK(cudaMemset(device, 0, std::max<std::size_t>(1, count) * sizeof(T)));
-    owned_.push_back(device);
-    return static_cast<T*>(device);
+    const std::size_t bytes = std::max<std::size_t>(1, count) * sizeof(T);
+    DeviceArray<std::byte> array;
+    array.ensure(bytes);
+    ACCORD_CUDA_CHECK(cudaMemset(array.get(), 0, bytes));
+    owned_.push_back(std::move(array));
+    return reinterpret_cast<T*>(owned_.back().get());
   }
 
  private:
-  std::vector<void*> owned_;
+  std::vector<DeviceArray<std::byte>> owned_;
 };
 
 template <class T>
@@ -58,19 +57,9 @@ std::vector<float> random_floats(std::mt19937& random, std::size_t count, float 
   return values;
 }
 
-// Largest difference relative to the reference's largest magnitude.
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double difference = 0.0, magnitude = 1e-12;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    difference = std::max(difference, std::fabs(static_cast<double>(got[i]) - want[i]));
-    magnitude = std::max(magnitude, std::fabs(static_cast<double>(want[i])));
-  }
-  return difference / magnitude;
-}
-
 int report(const std::string& name, const std::vector<float>& got, const std::vector<float>& want, double tolerance) {
-  const double error = relative_error(got, want);
-  const bool ok = got.size() == want.size() && error <= tolerance;
+  const double error = got.size() == want.size() ? relative_error(got, want) : INFINITY;
+  const bool ok = error <= tolerance;
   std::printf("%-34s relative error %.3g (tolerance %.1g)  %s\n", name.c_str(), error, tolerance, ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
 }

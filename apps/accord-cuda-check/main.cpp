@@ -45,18 +45,6 @@ int devices() {
   return 0;
 }
 
-double largest_difference(std::span<const float> a, std::span<const float> b) {
-  double difference = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) difference = std::max(difference, std::fabs(double{a[i]} - b[i]));
-  return difference;
-}
-
-double largest_magnitude(std::span<const float> values) {
-  double magnitude = 0.0;
-  for (float v : values) magnitude = std::max(magnitude, std::fabs(double{v}));
-  return magnitude;
-}
-
 // A prompt as one batch, then greedy steps (`tokens` in all), on the CPU and on the
 // device side by side: the logits within `tolerance` of the CPU's largest
 // logit at every step, and the same tokens except where the CPU's best two
@@ -77,8 +65,8 @@ int compare_with_cpu(const Model& model, int tokens, double tolerance, int threa
     if (!want) return fail(want.error().message());
     auto got = (*device)->forward(step, pos);
     if (!got) return fail(got.error().message());
-    const double scale = std::max(1e-12, largest_magnitude(*want));
-    worst = std::max(worst, largest_difference(*got, *want) / scale);
+    const double scale = std::max(1e-12, accord::cuda::largest_magnitude(*want));
+    worst = std::max(worst, accord::cuda::relative_error(*got, *want));
     const int expected = accord::argmax(*want), token = accord::argmax(*got);
     // Two logits of the CPU's closer than the tolerance are a tie that either side may break.
     const bool tie = token != expected && ((*want)[expected] - (*want)[token]) / scale <= tolerance;

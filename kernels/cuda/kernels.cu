@@ -306,7 +306,7 @@ bool supported(cpu::WeightType type) {
 }
 
 void embed(cudaStream_t stream, float* out, const DeviceMatrix& embedding, const int* tokens, int batch) {
-  const std::size_t row_bytes = cpu::row_bytes(embedding.type, static_cast<std::size_t>(embedding.cols));
+  const std::size_t row_bytes = embedding.row_bytes();
   switch (embedding.type) {
     case cpu::WeightType::f32:
       embed_kernel<cpu::WeightType::f32><<<batch, kThreads, 0, stream>>>(out, embedding.data, row_bytes, tokens,
@@ -324,7 +324,7 @@ void embed(cudaStream_t stream, float* out, const DeviceMatrix& embedding, const
 }
 
 void matmul(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch) {
-  const std::size_t row_bytes = cpu::row_bytes(w.type, static_cast<std::size_t>(w.cols));
+  const std::size_t row_bytes = w.row_bytes();
   const unsigned blocks = static_cast<unsigned>((w.rows + kRowsPerBlock - 1) / kRowsPerBlock);
   const unsigned threads = kRowsPerBlock * kWarp;
   switch (w.type) {

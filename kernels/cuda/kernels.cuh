@@ -18,13 +18,9 @@
 
 namespace accord::cuda {
 
-// A weight matrix in device memory: the file's bytes, row-major.
-struct DeviceMatrix {
-  cpu::WeightType type = cpu::WeightType::f32;
-  const std::byte* data = nullptr;
-  int rows = 0;
-  int cols = 0;
-};
+// A weight matrix whose bytes (the file's, row-major) lie in device memory:
+// the CPU's Matrix, which only describes where the bytes are.
+using DeviceMatrix = cpu::Matrix;
 
 // Whether the kernels take this type: F32, F16, Q8_0.
 bool supported(cpu::WeightType type);

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/kernels.cuh"
 #include "runtime/model/transformer.hpp"
 
@@ -15,37 +16,7 @@ namespace accord {
 
 namespace {
 
-// Device memory for at least `count` values of T, freed with its owner.
-template <class T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  ~DeviceArray() {
-    if (data_ != nullptr) cudaFree(data_);
-  }
-  DeviceArray(DeviceArray&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
-  DeviceArray& operator=(DeviceArray&& other) noexcept {
-    std::swap(data_, other.data_);
-    std::swap(count_, other.count_);
-    return *this;
-  }
-
-  // Grows to hold `count` values; what it held is lost when it grows.
-  void ensure(std::size_t count) {
-    if (count <= count_) return;
-    T* fresh = nullptr;
-    ACCORD_CUDA_CHECK(cudaMalloc(&fresh, count * sizeof(T)));
-    if (data_ != nullptr) cudaFree(data_);
-    data_ = fresh;
-    count_ = count;
-  }
-  T* get() const { return data_; }
-
- private:
-  T* data_ = nullptr;
-  std::size_t count_ = 0;
-};
+using cuda::DeviceArray;
 
 template <class T>
 DeviceArray<T> upload(const T* host, std::size_t count) {
