@@ -213,9 +213,10 @@ struct DistributedSession::Impl {
     if (!environment) return environment.error();
     rank_options.faults = options.faults;
     rank_options.faults.insert(rank_options.faults.end(), environment->begin(), environment->end());
-    rank_options.max_resident_bytes = options.max_resident_bytes;
+    rank_options.stage = {options.backend, options.max_resident_bytes};
     if (Status ok = check_fault_plan(rank_options.faults, partition->ranks()); !ok) return ok;
     if (Status ok = check_local_residency(*partition, options.max_resident_bytes); !ok) return ok;
+    if (Status ok = check_local_backend(options.backend); !ok) return ok;
     const auto coordination = CoordinatorOptions::for_phase_timeout(std::chrono::milliseconds(options.phase_timeout_ms));
     coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
     layout.emplace(RankLayout{*partition, options.threads, model_identity(m), m.tensor_digests(),
@@ -248,8 +249,7 @@ struct DistributedSession::Impl {
   Status start_rank(int r, const RankOptions& options) {
     const auto index = static_cast<std::size_t>(r);
     if (!nodes.empty()) return assign_node_or_spare(r, options);
-    auto worker = std::make_shared<RankWorker>(*model, pool, layout->partition, r, layout->identity,
-                                               options.max_resident_bytes);
+    auto worker = std::make_shared<RankWorker>(*model, pool, layout->partition, r, layout->identity, options.stage);
     ranks[index] = spawn_rank(*system, std::move(worker), session_id, static_cast<RankId>(layout->partition.ranks()),
                               coordinator, options);
     return {};
@@ -265,7 +265,7 @@ struct DistributedSession::Impl {
     assignment.model_name = std::filesystem::path(model->path()).filename().string();
     assignment.model_identity = layout->identity;
     assignment.tensor_digests = layout->tensor_digests;
-    assignment.max_resident_bytes = options.max_resident_bytes;
+    assignment.max_resident_bytes = options.stage.max_resident_bytes;
     assignment.threads = layout->threads;
     assignment.phase_timeout_ms = static_cast<std::int32_t>(options.phase_timeout.count());
     assignment.faults = options.faults;
@@ -295,6 +295,12 @@ struct DistributedSession::Impl {
 
   // In-process ranks share this process's one copy of the model, so their
   // budgets are checked here; a node checks its own.
+  // Remote ranks compute where their node says (`accord node --backend`).
+  Status check_local_backend(const BackendChoice& backend) const {
+    if (!nodes.empty()) return {};
+    return check_backend(backend);
+  }
+
   Status check_local_residency(const Partition& partition, std::uint64_t budget) const {
     if (budget == 0 || !nodes.empty()) return {};
     for (int r = 0; r < partition.ranks(); ++r) {
@@ -418,7 +424,7 @@ struct DistributedSession::Impl {
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       if (!exited[r]) continue;
       if (nodes.empty()) await_exit(ranks[r]);
-      const RankOptions fresh{{}, layout->options.phase_timeout, std::nullopt};
+      const RankOptions fresh{{}, layout->options.phase_timeout, std::nullopt, layout->options.stage};
       if (Status ok = start_rank(static_cast<int>(r), fresh); !ok) {
         return std::move(Error(ok.error()).mark_before_state_mutation());
       }

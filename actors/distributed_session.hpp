@@ -25,6 +25,7 @@
 #include "runtime/generate/target.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/sampler.hpp"
+#include "runtime/model/stage_backend.hpp"
 #include "messages/protocol.hpp"
 #include "runtime/session/observer.hpp"
 #include "runtime/session/session.hpp"
@@ -62,6 +63,9 @@ struct DistributedOptions {
   // streams the rest each step (runtime/model/residency.hpp); 0: all
   // resident. A node's own --max-resident-bytes wins over it.
   std::uint64_t max_resident_bytes = 0;
+  // Where in-process ranks compute (runtime/model/stage_backend.hpp); a
+  // remote rank computes where its node's own --backend says.
+  BackendChoice backend = {};
 };
 
 struct DistributedStep {

@@ -188,7 +188,8 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, std::shared_
   }
   const int threads = node_threads(s, assignment.threads);
   return std::shared_ptr<RankWorker>(new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition,
-                                                    rank, assignment.model_identity, budget),
+                                                    rank, assignment.model_identity,
+                                                    StageOptions{s.options.backend, budget}),
                                      [model](RankWorker* worker) { delete worker; });
 }
 

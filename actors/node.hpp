@@ -35,6 +35,7 @@
 
 #include "actors/interfaces.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/stage_backend.hpp"
 #include "runtime/net/handshake.hpp"
 
 namespace accord {
@@ -48,6 +49,8 @@ struct NodeOptions {
   // --max-resident-bytes: the rank's weights budget (runtime/model/residency.hpp);
   // 0: the coordinator's, if any
   std::uint64_t max_resident_bytes = 0;
+  // --backend, --devices: where the node's rank computes.
+  BackendChoice backend = {};
   // What the node proves when it connects to the other nodes of its
   // session (--secret-file: the cluster's secret); none: loopback only.
   std::optional<Secret> secret = std::nullopt;

@@ -42,9 +42,9 @@ struct RankOptions {
   std::vector<Fault> faults;  // the session's plan; the rank keeps its own entries
   std::chrono::milliseconds phase_timeout{5000};
   std::optional<NodeConfinement> confinement;  // a node's rank; in process none
-  // The rank's weights budget (runtime/model/residency.hpp; 0: all
-  // resident), which whoever makes the rank's worker gives it.
-  std::uint64_t max_resident_bytes = 0;
+  // Where the rank computes and its weights budget (rank_stage.hpp), which
+  // whoever makes the rank's worker gives it.
+  StageOptions stage;
 };
 
 // Spawns the rank actor (RankActor, actors/interfaces.hpp) over `worker`,

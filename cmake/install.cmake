@@ -8,6 +8,10 @@ include(CMakePackageConfigHelpers)
 include(GNUInstallDirs)
 
 set(accord_libraries accord_settings accord_messages accord_kernels accord_runtime accord_actors accord_serve)
+# A runtime built with CUDA links its kernels (and the static CUDA runtime).
+if(ACCORD_HAVE_CUDA)
+  list(APPEND accord_libraries accord_cuda_kernels)
+endif()
 foreach(library IN LISTS accord_libraries)
   string(REPLACE "accord_" "" short_name ${library})
   set_target_properties(${library} PROPERTIES EXPORT_NAME ${short_name})
@@ -16,7 +20,7 @@ install(TARGETS ${accord_libraries} EXPORT accordTargets ARCHIVE DESTINATION ${C
 install(TARGETS accord RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY runtime kernels messages actors DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/accord
         FILES_MATCHING PATTERN "*.hpp"
-        # The CUDA code is not part of the installed libraries (docs/gpu.md).
+        # Callers reach the CUDA backend through stage_backend.hpp only.
         PATTERN "cuda" EXCLUDE PATTERN "cuda_transformer.hpp" EXCLUDE)
 install(EXPORT accordTargets NAMESPACE accord:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/accord)
 configure_package_config_file(cmake/accordConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/accordConfig.cmake

@@ -331,6 +331,37 @@ TEST(Cli, ABudgetOfResidentWeightsKeepsTheTokensAndTooSmallABudgetIsAClearError)
   EXPECT_NE(refused.output.find("--max-resident-bytes 1000 is too small"), std::string::npos) << refused.output;
 }
 
+TEST(Cli, TheCpuBackendIsTheDefaultAndCudaWithoutADeviceIsAClearError) {
+  const auto args = [](std::vector<std::string> extra) {
+    std::vector<std::string> all = {"--prompt", "The cat sat", "--temperature", "0", "--max-tokens", "8", "--json"};
+    all.insert(all.end(), extra.begin(), extra.end());
+    return generate_args(all);
+  };
+  const auto plain = run_accord(args({}));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const auto cpu = run_accord(args({"--backend", "cpu"}));
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_EQ(nlohmann::json::parse(cpu.output).at("generated_tokens"),
+            nlohmann::json::parse(plain.output).at("generated_tokens"));
+
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);  // no device, on a machine with a GPU too
+  for (const std::string ranks : {"1", "2"}) {
+    const auto cuda = run_accord(args({"--backend", "cuda", "--ranks", ranks}));
+    EXPECT_EQ(cuda.exit_code, 1) << cuda.output;
+    const bool says_why = cuda.output.find("no CUDA device") != std::string::npos ||
+                          cuda.output.find("no usable CUDA device") != std::string::npos ||
+                          cuda.output.find("built without CUDA") != std::string::npos;
+    EXPECT_TRUE(says_why) << cuda.output;
+  }
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  const auto devices_on_cpu = run_accord(args({"--devices", "0"}));
+  EXPECT_EQ(devices_on_cpu.exit_code, 1);
+  EXPECT_NE(devices_on_cpu.output.find("--devices needs --backend cuda"), std::string::npos) << devices_on_cpu.output;
+  const auto unknown = run_accord(args({"--backend", "gpu"}));
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("--backend"), std::string::npos) << unknown.output;
+}
+
 TEST(Cli, SeveralRanksGiveRunCsTokens) {
   for (const auto& c : test::greedy_cases()) {
     for (int ranks = 2; ranks <= 3; ++ranks) {

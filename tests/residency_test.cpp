@@ -198,7 +198,7 @@ TEST_F(LayeredResidencyTest, ABudgetGivesTheLogitsOfFullResidency) {
   Session resident(model_, pool_);
   const auto expected = test::greedy_trace(resident, kPrompt, 12);
   const std::uint64_t budget = weights() / 2;
-  Session layered(model_, pool_, budget);
+  Session layered(model_, pool_, StageOptions{{}, budget});
   EXPECT_TRUE(test::bit_identical(test::greedy_trace(layered, kPrompt, 12), expected));
   const SessionReport report = layered.report();
   EXPECT_EQ(report.weights_residency, "layered");
@@ -218,7 +218,7 @@ TEST_F(LayeredResidencyTest, EveryRowsLogitsUnderABudgetAreThoseOfFullResidency)
   auto expected = resident.forward(kPrompt);
   ASSERT_TRUE(expected) << expected.error().message();
   const std::vector<float> all_rows = test::to_vector(expected->logits);
-  Session layered(model_, pool_, weights() / 2);
+  Session layered(model_, pool_, StageOptions{{}, weights() / 2});
   auto got = layered.forward(kPrompt);
   ASSERT_TRUE(got) << got.error().message();
   EXPECT_EQ(got->rows, static_cast<int>(kPrompt.size()));
@@ -231,7 +231,7 @@ TEST_F(LayeredResidencyTest, ABudgetBelowTwoLayersIsAClearError) {
   EXPECT_NE(plan.error().message().find("--max-resident-bytes 1000 is too small"), std::string::npos)
       << plan.error().message();
   // A session given one anyway refuses every step and changes nothing.
-  Session session(model_, pool_, 1000);
+  Session session(model_, pool_, StageOptions{{}, 1000});
   auto step = session.prefill(kPrompt);
   ASSERT_FALSE(step);
   EXPECT_NE(step.error().message().find("is too small"), std::string::npos) << step.error().message();

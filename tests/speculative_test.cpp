@@ -160,12 +160,11 @@ TEST(SpeculativeLane, RejectedRowsAreRolledBackBeforeTheCommit) {
   worker.commit(1);
   const int position = worker.position();
   auto rows_past_position = [&] {
-    const SessionState& state = worker.state();
-    const auto dim = static_cast<std::size_t>(state.kv().kv_dim());
-    const float* keys = state.kv().keys(0) + static_cast<std::size_t>(position) * dim;
-    const float* values = state.kv().values(0) + static_cast<std::size_t>(position) * dim;
-    std::vector<float> rows(keys, keys + 4 * dim);
-    rows.insert(rows.end(), values, values + 4 * dim);
+    std::vector<float> rows;
+    worker.state().kv().view_rows(0, position, 4, [&](std::span<const float> keys, std::span<const float> values) {
+      rows.assign(keys.begin(), keys.end());
+      rows.insert(rows.end(), values.begin(), values.end());
+    });
     return rows;
   };
   const auto before = rows_past_position();

@@ -50,7 +50,7 @@ int devices() {
 // logit at every step, and the same tokens except where the CPU's best two
 // logits tie within the tolerance.
 int compare_with_cpu(const Model& model, int tokens, double tolerance, int threads) {
-  auto device = CudaTransformer::create(model, 0);
+  auto device = CudaTransformer::create(model, accord::WeightScope::everything(), 0);
   if (!device) return fail(device.error().message());
   accord::cpu::ThreadPool pool(threads);
   accord::Transformer cpu(model, pool);
@@ -87,7 +87,7 @@ int compare_with_cpu(const Model& model, int tokens, double tolerance, int threa
 // Decode tokens/s on the device, and the weights' bytes read per second
 // against `peak_gbs` (the device's HBM bandwidth, GB/s) when given.
 int bench(const Model& model, int tokens, double peak_gbs) {
-  auto device = CudaTransformer::create(model, 0);
+  auto device = CudaTransformer::create(model, accord::WeightScope::everything(), 0);
   if (!device) return fail(device.error().message());
   int token = 1;
   const int warmup = std::min(4, tokens);

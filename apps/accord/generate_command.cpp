@@ -49,6 +49,7 @@ struct GenerateArgs {
   std::string speculative;  // --speculative: "lookup" or "model:PATH"; empty: plain decoding
   int draft_tokens = GenerationOptions{}.draft_tokens;
   std::uint64_t max_resident_bytes = 0;  // --max-resident-bytes: each rank's weights budget
+  BackendArgs compute;                   // --backend, --devices
 };
 
 constexpr std::string_view kDraftModelPrefix = "model:";
@@ -245,6 +246,11 @@ int run_generate(GenerateArgs args) {
   if (args.peers.empty()) args.threads = capped_threads(args.threads);
   auto faults = fault_plan(args);
   if (!faults) return fail(faults.error().message());
+  if (!args.peers.empty() && args.compute.choice() != BackendChoice{}) {
+    return fail("with --peers, each node computes where its own --backend and --devices say");
+  }
+  auto backend = checked_backend(args.compute);
+  if (!backend) return fail(backend.error().message());
   // Each node keeps its prompt caches in its own folder, and takes a name.
   if (!args.peers.empty() && !args.prompt_cache.empty()) {
     auto named = entry_in({}, args.prompt_cache, "with --peers, --prompt-cache (a cache in each node's folder)");
@@ -271,7 +277,7 @@ int run_generate(GenerateArgs args) {
       if (!plan) return fail(plan.error().message());
     }
     cpu::ThreadPool pool(args.threads);
-    Session session(*model, pool, args.max_resident_bytes);
+    Session session(*model, pool, StageOptions{*backend, args.max_resident_bytes});
     SessionTarget target(session);
     return generate_and_print(args, target, *model, *tokenizer, drafter,
                               [&](nlohmann::json& json) { json["report"] = to_json(session.report()); });
@@ -284,6 +290,7 @@ int run_generate(GenerateArgs args) {
   options.secret_file = args.secret_file;
   options.spares = args.spares;
   options.max_resident_bytes = args.max_resident_bytes;
+  options.backend = *backend;
   auto session = args.peers.empty() ? DistributedSession::create(*model, options)
                                     : DistributedSession::connect(args.peers, *model, options);
   if (!session) return fail(session.error().message());
@@ -378,6 +385,7 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--max-resident-bytes", args->max_resident_bytes,
                   "each rank keeps at most this many bytes of its weights in memory and streams its other layers "
                   "every step, the outputs unchanged (docs/residency.md; default 0: all resident)");
+  add_backend_options(*cmd, args->compute);
   CLI::Option* speculative = cmd->add_option("--speculative", args->speculative,
                   "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
                   "earlier text (prompt lookup), `model:PATH` from a smaller model with the same vocabulary")

@@ -20,6 +20,7 @@
 #include "actors/node_address.hpp"
 #include "actors/node_port.hpp"
 #include "apps/accord/commands.hpp"
+#include "apps/accord/options.hpp"
 
 namespace accord::cli {
 
@@ -35,6 +36,7 @@ struct NodeArgs {
   int max_connections = GateOptions{}.max_connections;
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
   std::uint64_t max_resident_bytes = 0;
+  BackendArgs compute;  // --backend, --devices
 };
 
 class NodeConfig : public caf::actor_system_config {
@@ -92,6 +94,9 @@ Result<NodeOptions> node_options(const NodeArgs& args, const NodeAddress& listen
   options.name = "node " + listen.to_string();
   options.allow_faults = args.allow_faults;
   options.max_resident_bytes = args.max_resident_bytes;
+  auto backend = checked_backend(args.compute);
+  if (!backend) return backend.error();
+  options.backend = *backend;
   if (!args.model.empty()) {
     // Only the header: the node reads the tensors of the rank it is given.
     auto header = Model::read_header(args.model);
@@ -191,6 +196,7 @@ Command add_node_command(CLI::App& app) {
   cmd->add_option("--max-resident-bytes", args->max_resident_bytes,
                   "keep at most this many bytes of the rank's weights in memory, streaming the other layers each "
                   "step (default 0: all resident, or the coordinator's budget)");
+  add_backend_options(*cmd, args->compute);
   return [args] { return run_node(*args); };
 }
 

@@ -31,4 +31,25 @@ int capped_threads(int requested) {
   return limit;
 }
 
+BackendChoice BackendArgs::choice() const {
+  return {backend == "cuda" ? BackendChoice::Kind::cuda : BackendChoice::Kind::cpu, devices};
+}
+
+void add_backend_options(CLI::App& cmd, BackendArgs& args) {
+  cmd.add_option("--backend", args.backend,
+                 "where the ranks compute: cpu (the default), or cuda (a build with nvcc and a machine with a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--devices", args.devices,
+                 "with --backend cuda: the CUDA devices, comma-separated; rank r computes on the (r mod count)-th, "
+                 "so ranks may share one (default: 0)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 4095));
+}
+
+Result<BackendChoice> checked_backend(const BackendArgs& args) {
+  const BackendChoice choice = args.choice();
+  if (Status ok = check_backend(choice); !ok) return ok.error();
+  return choice;
+}
+
 }  // namespace accord::cli

@@ -63,7 +63,7 @@ struct DirectEngine::State {
   std::unique_ptr<Rank> make_rank(int r, const std::vector<Fault>& faults) {
     auto rank = std::make_unique<Rank>(*this, static_cast<RankId>(r),
                                        std::make_shared<RankWorker>(model, pool, partition, r, model_identity,
-                                                                    options.max_resident_bytes),
+                                                                    options.stage),
                                        faults);
     rank->node.lend_observer(observer);
     rank->node.lend_batcher(batcher);

@@ -37,7 +37,7 @@ struct DirectEngineOptions {
   AgreementOptions agreement;
   std::vector<Fault> faults;  // every rank's plan (runtime/fault/fault_plan.hpp)
   Env* env = nullptr;         // the prompt cache's files; nullptr: posix_env()
-  std::uint64_t max_resident_bytes = 0;  // each rank's weights budget (residency.hpp); 0: all resident
+  StageOptions stage;         // where each rank computes, its weights budget (rank_stage.hpp)
 };
 
 class DirectEngine {

@@ -382,7 +382,7 @@ Result<PromptCacheRequest> RankNode::cache_request(const PromptCacheArguments& a
 
 RankStateReport RankNode::state_report() const {
   const SessionState& state = worker_->state();
-  const KvCache& kv = state.kv();
+  const KvStore& kv = state.kv();
   RankStateReport report;
   report.digest = state.digest();
   report.position = state.position();

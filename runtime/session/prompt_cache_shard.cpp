@@ -75,25 +75,25 @@ Status check_prefix_held(const SessionState& state, std::span<const int> prefix)
 }
 
 std::vector<float> pack_shard(const SessionState& state, int rows) {
-  const KvCache& kv = state.kv();
-  const auto floats = static_cast<std::size_t>(rows) * static_cast<std::size_t>(kv.kv_dim());
-  std::vector<float> shard(floats * 2 * static_cast<std::size_t>(kv.unit_count()));
-  float* out = shard.data();
+  const KvStore& kv = state.kv();
+  std::vector<float> shard;
+  shard.reserve(static_cast<std::size_t>(rows) * kv.kv_dim() * 2 * static_cast<std::size_t>(kv.unit_count()));
   for (int u = kv.first_unit(); u < kv.first_unit() + kv.unit_count(); ++u) {
-    out = std::copy_n(kv.keys(u), floats, out);
-    out = std::copy_n(kv.values(u), floats, out);
+    kv.view_rows(u, 0, rows, [&](std::span<const float> keys, std::span<const float> values) {
+      shard.insert(shard.end(), keys.begin(), keys.end());
+      shard.insert(shard.end(), values.begin(), values.end());
+    });
   }
   return shard;
 }
 
 void install_shard(SessionState& state, std::span<const float> shard, std::span<const int> prefix,
                    std::uint64_t epoch) {
-  KvCache& kv = state.kv();
+  KvStore& kv = state.kv();
   const auto floats = prefix.size() * static_cast<std::size_t>(kv.kv_dim());
   const float* in = shard.data();
   for (int u = kv.first_unit(); u < kv.first_unit() + kv.unit_count(); ++u) {
-    std::copy_n(in, floats, kv.keys(u));
-    std::copy_n(in + floats, floats, kv.values(u));
+    kv.write_rows(u, 0, static_cast<int>(prefix.size()), in, in + floats);
     in += 2 * floats;
   }
   state.commit_rows(0, prefix, epoch);

@@ -5,22 +5,37 @@
 namespace accord {
 
 RankStage::RankStage(const Model& model, cpu::ThreadPool& pool, const Partition& partition, int rank,
-                     std::uint64_t max_resident_bytes)
+                     const StageOptions& options)
     : model_(model),
       rank_(rank),
       units_(partition.range(rank)),
       first_(partition.is_first(rank)),
-      output_owner_(partition.is_output_owner(rank)),
-      transformer_(model, pool),
-      state_(model.config(), units_.first, units_.count) {
-  if (max_resident_bytes == 0) return;
-  auto plan = plan_residency(model, scope(), max_resident_bytes);
+      output_owner_(partition.is_output_owner(rank)) {
+  build_backend(pool, options);
+  state_.emplace(backend_->kv());
+  if (stage_error_ || options.max_resident_bytes == 0) return;
+  if (cpu_ == nullptr) {
+    stage_error_ = Error(ErrorCode::contract, "a weights budget (--max-resident-bytes) layers the CPU's weights; "
+                                              "the " + to_string(options.backend) + " backend holds them all");
+    return;
+  }
+  auto plan = plan_residency(model, scope(), options.max_resident_bytes);
   if (!plan) {
-    residency_error_ = plan.error();
+    stage_error_ = plan.error();
     return;
   }
   residency_ = std::make_unique<WeightResidency>(model, std::move(*plan), units_.first);
-  transformer_.set_residency(residency_.get());
+  cpu_->transformer().set_residency(residency_.get());
+}
+
+void RankStage::build_backend(cpu::ThreadPool& pool, const StageOptions& options) {
+  auto backend = make_stage(model_, pool, scope(), options.backend, rank_);
+  if (!backend) {
+    stage_error_ = Error(backend.error().code(), "rank " + std::to_string(rank_) + ": " + backend.error().message());
+    backend = make_stage(model_, pool, scope(), BackendChoice{}, rank_);
+  }
+  backend_ = std::move(*backend);
+  if (options.backend.kind == BackendChoice::Kind::cpu || stage_error_) cpu_ = static_cast<CpuStage*>(backend_.get());
 }
 
 WeightShare RankStage::weight_share() const {
@@ -38,8 +53,8 @@ WeightShare RankStage::weight_share() const {
 }
 
 Status RankStage::check_step(std::span<const int> tokens, std::span<const float> activations) const {
-  if (residency_error_) return *residency_error_;
-  if (Status ok = check_tokens(tokens, state_.position()); !ok) return ok;
+  if (stage_error_) return *stage_error_;
+  if (Status ok = check_tokens(tokens, state_->position()); !ok) return ok;
   if (!first_ && activations.size() != tokens.size() * static_cast<std::size_t>(model_.config().dim)) {
     return Error(ErrorCode::contract, "rank " + std::to_string(rank_) + " expected activations of " +
                                           std::to_string(tokens.size()) + " rows of " +
@@ -50,43 +65,45 @@ Status RankStage::check_step(std::span<const int> tokens, std::span<const float>
 }
 
 Status RankStage::execute(std::span<const int> tokens, std::span<const float> activations, StepObserver* observer) {
-  const int position = state_.position();
+  const int position = state_->position();
   if (first_) {
-    transformer_.embed(tokens);
+    backend_->embed(tokens);
   } else {
-    transformer_.load_hidden(activations);
+    backend_->load_hidden(activations);
   }
   for (int unit = units_.first; unit < units_.end(); ++unit) {
-    transformer_.run_unit(unit, position, state_.kv());
+    backend_->run_unit(unit, position);
     if (observer != nullptr) {
-      Status s = observer->on_unit_output(unit, position, transformer_.hidden(), transformer_.batch());
+      Status s = observer->on_unit_output(unit, position, backend_->hidden(), backend_->batch());
       if (!s) return Error(ErrorCode::mechanism, "unit observer failed after unit " + std::to_string(unit) + ": " +
                                                      s.error().message());
+      backend_->hidden_changed();
     }
   }
   return {};
 }
 
 bool RankStage::batchable(const StepObserver* observer) const {
-  return first_ && output_owner_ && units_.count == model_.config().n_layers && !residency_ && observer == nullptr;
+  return cpu_ != nullptr && !stage_error_ && first_ && output_owner_ && units_.count == model_.config().n_layers && !residency_ &&
+         observer == nullptr;
 }
 
 Result<std::vector<float>> RankStage::execute_batched(StepBatcher& batcher, std::span<const int> tokens,
                                                       bool all_rows) {
-  auto output = batcher.run({tokens, state_.position(), &state_.kv(), all_rows});
+  auto output = batcher.run({tokens, state_->position(), &cpu_->cache(), all_rows});
   if (!output) return output.error();
-  transformer_.load_hidden(output->hidden);  // what activations() and the capture read
+  cpu_->load_hidden(output->hidden);  // what activations() and the capture read
   return std::move(output->logits);
 }
 
-std::span<const float> RankStage::activations() { return transformer_.hidden(); }
+std::span<const float> RankStage::activations() { return backend_->hidden(); }
 
 std::span<const float> RankStage::prediction_target_capture(int row) {
   const auto dim = static_cast<std::size_t>(model_.config().dim);
   return activations().subspan(static_cast<std::size_t>(row) * dim, dim);
 }
 
-std::span<float> RankStage::logits(Transformer::Rows rows) { return transformer_.head(rows); }
+std::span<float> RankStage::logits(Transformer::Rows rows) { return backend_->head(rows); }
 
 Result<std::span<float>> RankStage::observed_logits(Transformer::Rows rows, StepObserver* observer) {
   std::span<float> values = logits(rows);
@@ -98,7 +115,7 @@ Status RankStage::observe_logits(std::span<float> values, StepObserver* observer
   if (observer == nullptr) return {};
   const int n = static_cast<int>(values.size()) / model_.config().vocab_size;
   // The state's position is still the step's first until the commit.
-  const int first_row_position = state_.position() + transformer_.batch() - n;
+  const int first_row_position = state_->position() + backend_->batch() - n;
   if (Status s = observer->on_logits(first_row_position, values, n); !s) {
     return Error(ErrorCode::mechanism, "logits observer failed: " + s.error().message());
   }

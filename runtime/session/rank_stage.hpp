@@ -1,12 +1,14 @@
 // One rank's share of a forward step, without any transport: the caller
 // (a session, or a rank's actors) moves activations between ranks.
 //
-// A RankStage owns the rank's SessionState (the KV cache of its units) and a
-// Transformer over the shared model. Rank 0 embeds token ids; every other
+// A RankStage owns the rank's stage backend (stage_backend.hpp: the CPU
+// kernels, or a CUDA device), which keeps the KV cache of its units, and
+// the SessionState over that cache. Rank 0 embeds token ids; every other
 // rank starts from the activations the previous rank produced. The output
 // owner (the last rank) ends with the head; the others end with the
 // activations for the next rank. Because every kernel reduces in one fixed
-// order, the logits of N stages equal those of one stage bit for bit.
+// order, the logits of N stages equal those of one stage bit for bit (on
+// the CPU; a CUDA stage is within a tolerance of it).
 //
 // Not thread-safe; the model and the pool must outlive it.
 #pragma once
@@ -21,6 +23,7 @@
 #include "runtime/error.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/residency.hpp"
+#include "runtime/model/stage_backend.hpp"
 #include "runtime/model/transformer.hpp"
 #include "runtime/session/observer.hpp"
 #include "runtime/session/partition.hpp"
@@ -29,13 +32,22 @@
 
 namespace accord {
 
+// How a rank's stage computes: where (the backend) and under which weights
+// budget (bytes; 0: every weight resident, residency.hpp).
+struct StageOptions {
+  BackendChoice backend;
+  std::uint64_t max_resident_bytes = 0;
+};
+
 class RankStage {
  public:
   // With a budget (bytes; 0: none), the rank's weights are layered under
   // it (residency.hpp); a budget too small fails every step, so callers
-  // check it first with plan_residency(model, scope, budget).
+  // check it first with plan_residency(model, scope, budget). Likewise a
+  // backend that cannot be built (check_backend says why first): the stage
+  // then holds a CPU one only so that its state exists, and fails every step.
   RankStage(const Model& model, cpu::ThreadPool& pool, const Partition& partition, int rank,
-            std::uint64_t max_resident_bytes = 0);
+            const StageOptions& options = {});
 
   int rank() const { return rank_; }
   const ModelConfig& config() const { return model_.config(); }
@@ -46,15 +58,15 @@ class RankStage {
   WeightScope scope() const { return {first_, units_.first, units_.count, output_owner_}; }
   // What it holds of them now.
   WeightShare weight_share() const;
-  SessionState& state() { return state_; }
-  const SessionState& state() const { return state_; }
+  SessionState& state() { return *state_; }
+  const SessionState& state() const { return *state_; }
 
   // Checks token ids, positions from the current one, and (past rank 0) the
   // shape of the incoming activations. Nothing changes when it fails.
   Status check_step(std::span<const int> tokens, std::span<const float> activations) const;
   // Checks token ids and that they fit the context from first_position.
   Status check_tokens(std::span<const int> tokens, int first_position) const {
-    return transformer_.check_input(tokens, first_position);
+    return accord::check_tokens(model_.config(), tokens, first_position);
   }
 
   // Runs the rank's units for `tokens` at the current position, writing
@@ -85,15 +97,18 @@ class RankStage {
   Status observe_logits(std::span<float> values, StepObserver* observer);
 
  private:
+  void build_backend(cpu::ThreadPool& pool, const StageOptions& options);
+
   const Model& model_;
   int rank_;
   UnitRange units_;
   bool first_;
   bool output_owner_;
-  Transformer transformer_;
-  SessionState state_;
+  std::unique_ptr<StageBackend> backend_;
+  CpuStage* cpu_ = nullptr;  // backend_, when it is the CPU's
+  std::optional<SessionState> state_;
   std::unique_ptr<WeightResidency> residency_;  // with a budget
-  std::optional<Error> residency_error_;        // a budget too small
+  std::optional<Error> stage_error_;            // a budget too small, a backend that could not be built
 };
 
 }  // namespace accord

@@ -28,9 +28,9 @@ class ComputeTimer {
 }  // namespace
 
 RankWorker::RankWorker(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const Partition& partition,
-                       int rank, const std::string& model_identity, std::uint64_t max_resident_bytes)
+                       int rank, const std::string& model_identity, const StageOptions& stage)
     : pool_(std::move(pool)),
-      stage_(model, *pool_, partition, rank, max_resident_bytes),
+      stage_(model, *pool_, partition, rank, stage),
       shard_identity_(accord::shard_identity(model_identity, model.config(), partition.ranks(), rank,
                                              partition.range(rank))) {}
 

@@ -59,10 +59,10 @@ struct RankCheckpoint {
 class RankWorker {
  public:
   // `model_identity` is the model's (runtime/model/identity.hpp), computed
-  // once for all ranks. `max_resident_bytes` layers the rank's weights
-  // (RankStage; 0: all resident).
+  // once for all ranks. `stage` says where the rank computes and under
+  // which weights budget (RankStage).
   RankWorker(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const Partition& partition, int rank,
-             const std::string& model_identity, std::uint64_t max_resident_bytes = 0);
+             const std::string& model_identity, const StageOptions& stage = {});
 
   int rank() const { return stage_.rank(); }
   bool is_first() const { return stage_.is_first(); }

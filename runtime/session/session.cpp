@@ -26,12 +26,12 @@ std::shared_ptr<cpu::ThreadPool> borrowed(cpu::ThreadPool& pool) {
 
 }  // namespace
 
-Session::Session(const Model& model, cpu::ThreadPool& pool, std::uint64_t max_resident_bytes)
+Session::Session(const Model& model, cpu::ThreadPool& pool, const StageOptions& stage)
     : model_(model),
       model_identity_(accord::model_identity(model)),
       session_id_(random_u64()),
       engine_(model, borrowed(pool), Partition::balanced(model.config().n_layers, 1).value(), model_identity_,
-              session_id_, DirectEngineOptions{{}, {}, nullptr, max_resident_bytes}) {}
+              session_id_, DirectEngineOptions{{}, {}, nullptr, stage}) {}
 
 void Session::set_failure_hook(FailureHook hook) {
   if (!hook) return engine_.set_phase_hook({});
@@ -258,7 +258,7 @@ SessionReport Session::report() const {
 }
 
 MaterializationReport Session::materialization_report() const {
-  const KvCache& kv = state().kv();
+  const KvStore& kv = state().kv();
   MaterializationReport r;
   r.weights_mapped_bytes = model_.file_bytes();
   add_weight_shares(r, weight_shares());

@@ -117,9 +117,9 @@ void add_weight_shares(MaterializationReport& report, std::vector<WeightShare> s
 
 class Session {
  public:
-  // `max_resident_bytes` layers the weights under that budget
-  // (runtime/model/residency.hpp; 0: all resident).
-  Session(const Model& model, cpu::ThreadPool& pool, std::uint64_t max_resident_bytes = 0);
+  // `stage` says where the session computes (the CPU, or a CUDA device)
+  // and under which weights budget (runtime/model/residency.hpp).
+  Session(const Model& model, cpu::ThreadPool& pool, const StageOptions& stage = {});
 
   // Runs tokens at the current position; returns the logits of every row.
   Result<StepResult> forward(std::span<const int> tokens);

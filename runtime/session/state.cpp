@@ -6,10 +6,8 @@
 
 namespace accord {
 
-SessionState::SessionState(const ModelConfig& config, int first_unit, int unit_count)
-    : kv_(config, first_unit, unit_count),
-      tokens_(static_cast<std::size_t>(config.seq_len), 0),
-      row_epochs_(static_cast<std::size_t>(config.seq_len), 0) {}
+SessionState::SessionState(KvStore& kv)
+    : kv_(kv), tokens_(static_cast<std::size_t>(kv.capacity()), 0), row_epochs_(tokens_.size(), 0) {}
 
 SessionState::Undo SessionState::capture_rows(int first, int count) const {
   Undo undo;
@@ -19,12 +17,13 @@ SessionState::Undo SessionState::capture_rows(int first, int count) const {
   undo.first_row = first;
   undo.row_count = count;
   const auto row_floats = static_cast<std::size_t>(count) * kv_.kv_dim();
-  const auto offset = static_cast<std::size_t>(first) * kv_.kv_dim();
   undo.keys.reserve(row_floats * kv_.unit_count());
   undo.values.reserve(row_floats * kv_.unit_count());
   for (int u = kv_.first_unit(); u < kv_.first_unit() + kv_.unit_count(); ++u) {
-    undo.keys.insert(undo.keys.end(), kv_.keys(u) + offset, kv_.keys(u) + offset + row_floats);
-    undo.values.insert(undo.values.end(), kv_.values(u) + offset, kv_.values(u) + offset + row_floats);
+    kv_.view_rows(u, first, count, [&](std::span<const float> keys, std::span<const float> values) {
+      undo.keys.insert(undo.keys.end(), keys.begin(), keys.end());
+      undo.values.insert(undo.values.end(), values.begin(), values.end());
+    });
   }
   undo.tokens.assign(tokens_.begin() + first, tokens_.begin() + first + count);
   undo.row_epochs.assign(row_epochs_.begin() + first, row_epochs_.begin() + first + count);
@@ -39,15 +38,12 @@ void SessionState::restore(const Undo& undo) {
 }
 
 void SessionState::restore_rows_after(const Undo& undo, int kept) {
-  const auto kv_dim = static_cast<std::size_t>(kv_.kv_dim());
-  const auto row_floats = static_cast<std::size_t>(undo.row_count) * kv_dim;
-  const auto skipped = static_cast<std::size_t>(kept) * kv_dim;
-  const auto offset = static_cast<std::size_t>(undo.first_row) * kv_dim + skipped;
+  const auto row_floats = static_cast<std::size_t>(undo.row_count) * kv_.kv_dim();
+  const auto skipped = static_cast<std::size_t>(kept) * kv_.kv_dim();
   for (int i = 0; i < kv_.unit_count(); ++i) {
-    const int u = kv_.first_unit() + i;
-    const auto from = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * row_floats + skipped);
-    std::copy_n(undo.keys.begin() + from, row_floats - skipped, kv_.keys(u) + offset);
-    std::copy_n(undo.values.begin() + from, row_floats - skipped, kv_.values(u) + offset);
+    const auto from = static_cast<std::size_t>(i) * row_floats + skipped;
+    kv_.write_rows(kv_.first_unit() + i, undo.first_row + kept, undo.row_count - kept, undo.keys.data() + from,
+                   undo.values.data() + from);
   }
   std::copy(undo.tokens.begin() + kept, undo.tokens.end(), tokens_.begin() + undo.first_row + kept);
   std::copy(undo.row_epochs.begin() + kept, undo.row_epochs.end(), row_epochs_.begin() + undo.first_row + kept);
@@ -74,9 +70,10 @@ bool SessionState::rows_unchanged_since(int position, std::uint64_t state_epoch)
 
 std::string SessionState::digest() const {
   FastDigest d;
-  const auto floats = static_cast<std::size_t>(position_) * kv_.kv_dim();
   for (int u = kv_.first_unit(); u < kv_.first_unit() + kv_.unit_count(); ++u) {
-    d.update(kv_.keys(u), floats * sizeof(float)).update(kv_.values(u), floats * sizeof(float));
+    kv_.view_rows(u, 0, position_, [&](std::span<const float> keys, std::span<const float> values) {
+      d.update(keys.data(), keys.size_bytes()).update(values.data(), values.size_bytes());
+    });
   }
   d.update_value(position_).update_value(state_epoch_);
   d.update(tokens_.data(), static_cast<std::size_t>(position_) * sizeof(int));

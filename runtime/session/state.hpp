@@ -1,5 +1,5 @@
-// The state of one rank's session: the KV cache of its units, the committed
-// position, the token held at every row, and bookkeeping that lets a
+// The state of one rank's session: the KV cache of its units (wherever its
+// stage backend keeps it), the committed position, the token held at every row, and bookkeeping that lets a
 // checkpoint prove its rows were not overwritten since.
 //
 // Rows at and past the position are not state: nothing reads them. A step
@@ -7,7 +7,7 @@
 // overwrite, and restore() puts it back byte for byte, so an aborted step
 // leaves memory as it found it.
 //
-// Owned by a rank's RankWorker; not thread-safe.
+// Owned by a rank's RankStage; not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +20,11 @@ namespace accord {
 
 class SessionState {
  public:
-  SessionState(const ModelConfig& config, int first_unit, int unit_count);
+  // kv, the stage backend's, must outlive the state.
+  explicit SessionState(KvStore& kv);
 
-  KvCache& kv() { return kv_; }
-  const KvCache& kv() const { return kv_; }
+  KvStore& kv() { return kv_; }
+  const KvStore& kv() const { return kv_; }
   int position() const { return position_; }
   int capacity() const { return kv_.capacity(); }
   // The epoch of the commit that produced the current contents.
@@ -68,7 +69,7 @@ class SessionState {
   std::size_t used_bytes() const;
 
  private:
-  KvCache kv_;
+  KvStore& kv_;
   int position_ = 0;
   int high_water_ = 0;
   std::uint64_t state_epoch_ = 0;

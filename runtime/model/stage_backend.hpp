@@ -1,0 +1,112 @@
+// Where a rank's units compute: the backend seam (issue 18).
+//
+// A StageBackend runs a rank's share of the forward pass one unit at a time
+// and keeps that share's keys and values (its KvStore). The session's
+// state, checkpoints, digests, rollback and prompt cache reach the keys and
+// values only through the KvStore, so they work wherever the rows live.
+//
+// The seam sits at a unit (a transformer block), not at each kernel: a
+// backend keeps its activations where its kernels run (host memory, device
+// memory) and only the step's input, output and what observers look at
+// cross to the host.
+//
+// Two backends: CpuStage (the CPU kernels, kernels/cpu) and the CUDA one
+// (runtime/model/cuda_transformer.hpp, where nvcc exists). One call at a
+// time; not thread-safe.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/error.hpp"
+#include "runtime/model/kv_cache.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/transformer.hpp"
+
+namespace accord {
+
+class StageBackend {
+ public:
+  virtual ~StageBackend() = default;
+
+  // The keys and values of the stage's units.
+  virtual KvStore& kv() = 0;
+
+  // A step starts from token ids (the first rank) or from the previous
+  // rank's activations (rows, dim); then its units run in order, writing
+  // their keys and values at positions pos, pos + 1, ...
+  virtual void embed(std::span<const int> tokens) = 0;
+  virtual void load_hidden(std::span<const float> rows) = 0;
+  virtual void run_unit(int unit, int pos) = 0;
+  virtual int batch() const = 0;
+  // The residual stream, (batch, dim), in host memory; valid until the next
+  // call. After changing it, call hidden_changed() before the next unit.
+  virtual std::span<float> hidden() = 0;
+  virtual void hidden_changed() = 0;
+  // On the output owner: the logits after the final norm, (rows, vocab), in
+  // host memory, valid until the next call.
+  virtual std::span<float> head(Transformer::Rows rows) = 0;
+};
+
+// The CPU kernels over a host KvCache.
+class CpuStage final : public StageBackend {
+ public:
+  // model and pool must outlive the stage.
+  CpuStage(const Model& model, cpu::ThreadPool& pool, int first_unit, int unit_count)
+      : transformer_(model, pool), cache_(model.config(), first_unit, unit_count) {}
+
+  KvStore& kv() override { return cache_; }
+  void embed(std::span<const int> tokens) override { transformer_.embed(tokens); }
+  void load_hidden(std::span<const float> rows) override { transformer_.load_hidden(rows); }
+  void run_unit(int unit, int pos) override { transformer_.run_unit(unit, pos, cache_); }
+  int batch() const override { return transformer_.batch(); }
+  std::span<float> hidden() override { return transformer_.hidden(); }
+  void hidden_changed() override {}  // the kernels read the host stream itself
+  std::span<float> head(Transformer::Rows rows) override { return transformer_.head(rows); }
+
+  // For what only the CPU does: continuous batching and layered weights.
+  Transformer& transformer() { return transformer_; }
+  KvCache& cache() { return cache_; }
+
+ private:
+  Transformer transformer_;
+  KvCache cache_;
+};
+
+// Which backend a session's ranks use: `--backend` and `--devices`.
+struct BackendChoice {
+  enum class Kind { cpu, cuda };
+  Kind kind = Kind::cpu;
+  // cuda: rank r computes on devices[r % devices.size()] (ranks may share
+  // one); empty: device 0.
+  std::vector<int> devices;
+
+  int device_for(int rank) const {
+    return devices.empty() ? 0 : devices[static_cast<std::size_t>(rank) % devices.size()];
+  }
+  bool operator==(const BackendChoice&) const = default;
+};
+
+// "cpu", or "cuda" with its devices ("cuda:0,1").
+std::string to_string(const BackendChoice& choice);
+
+// Whether this build and this machine can run `choice`: a clear error when
+// accord was built without CUDA, no device is usable, a listed device does
+// not exist, or devices are listed for the CPU.
+Status check_backend(const BackendChoice& choice);
+
+// The stage of `scope`'s units on `device`, or why not. Ranks call it with
+// their share; check_backend first gives the clearer error.
+Result<std::unique_ptr<StageBackend>> make_stage(const Model& model, cpu::ThreadPool& pool, const WeightScope& scope,
+                                                 const BackendChoice& choice, int rank);
+
+// The CUDA half, in runtime/model/cuda_transformer.cu where nvcc exists and
+// runtime/model/cuda_absent.cpp (which says so) where it does not.
+bool built_with_cuda();
+Status check_cuda_devices(std::span<const int> devices);
+Result<std::unique_ptr<StageBackend>> make_cuda_stage(const Model& model, const WeightScope& scope, int device);
+
+}  // namespace accord
