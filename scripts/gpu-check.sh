@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks on a machine with a GPU (issue 18, docs/gpu.md),
 # in one run of a few minutes: the devices; each kernel against the CPU's;
-# stories260K's logits and greedy tokens against the CPU's; a synthetic
+# stories260K's logits and greedy tokens against the CPU's; `accord
+# generate --backend cuda` on 1, 2 and 4 ranks sharing the one device, its
+# greedy tokens against the CPU's; a synthetic
 # 1B-class F16 model's logits and tokens, then its decode tokens/s and the
 # share of the device's memory bandwidth its weights take.
 #   scripts/gpu-check.sh [--no-build] [BUILD_DIR] [PEAK_GBS]
@@ -35,6 +37,25 @@ echo "== kernels against the CPU"
 "$check" kernels
 echo "== stories260K against the CPU"
 "$check" model --model "$shared/models/stories260K.bin" --tokens 200
+
+# The greedy tokens of `accord generate` on these options.
+greedy_tokens() {
+  "$accord" generate --model "$shared/models/stories260K.bin" --prompt "Once upon a time" --max-tokens 120 \
+    --temperature 0 --json "$@" 2>/dev/null | sed -n 's/.*"generated_tokens":\(\[[^]]*\]\).*/\1/p'
+}
+echo "== accord generate --backend cuda: ranks on one device against the CPU"
+cpu_tokens=$(greedy_tokens --backend cpu)
+for ranks in 1 2 4; do
+  cuda_tokens=$(greedy_tokens --backend cuda --devices 0 --ranks "$ranks")
+  if [ -z "$cuda_tokens" ] || [ "$cuda_tokens" != "$cpu_tokens" ]; then
+    echo "ranks $ranks: tokens differ from the CPU's: FAILED"
+    echo "  cpu:  $cpu_tokens"
+    echo "  cuda: ${cuda_tokens:-(none)}"
+    "$accord" generate --model "$shared/models/stories260K.bin" --max-tokens 4 --backend cuda --ranks "$ranks" || true
+    exit 1
+  fi
+  echo "ranks $ranks: 120 greedy tokens identical to the CPU's  ok"
+done
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

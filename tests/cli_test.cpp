@@ -42,6 +42,13 @@ nlohmann::json report_in(const std::string& output) {
   return nlohmann::json::parse(output.substr(start, output.find('\n', start) - start));
 }
 
+// `generate` of eight greedy tokens of "The cat sat" as JSON, and `extra`.
+std::vector<std::string> greedy_json_args(const std::vector<std::string>& extra) {
+  std::vector<std::string> all = {"--prompt", "The cat sat", "--temperature", "0", "--max-tokens", "8", "--json"};
+  all.insert(all.end(), extra.begin(), extra.end());
+  return generate_args(all);
+}
+
 // Sets ACCORD_FAULTS for the commands run while it lives.
 class FaultsInEnvironment {
  public:
@@ -311,42 +318,32 @@ TEST(Cli, JsonCarriesTheSessionReportOnOneRankOrSeveral) {
 
 
 TEST(Cli, ABudgetOfResidentWeightsKeepsTheTokensAndTooSmallABudgetIsAClearError) {
-  const auto args = [](std::vector<std::string> extra) {
-    std::vector<std::string> all = {"--prompt", "The cat sat", "--temperature", "0", "--max-tokens", "8", "--json"};
-    all.insert(all.end(), extra.begin(), extra.end());
-    return generate_args(all);
-  };
-  const auto resident = run_accord(args({}));
+  const auto resident = run_accord(greedy_json_args({}));
   ASSERT_EQ(resident.exit_code, 0) << resident.output;
   for (const std::string ranks : {"1", "2"}) {
-    const auto layered = run_accord(args({"--max-resident-bytes", "500000", "--ranks", ranks}));
+    const auto layered = run_accord(greedy_json_args({"--max-resident-bytes", "500000", "--ranks", ranks}));
     ASSERT_EQ(layered.exit_code, 0) << layered.output;
     const auto json = nlohmann::json::parse(layered.output);
     EXPECT_EQ(json.at("generated_tokens"), nlohmann::json::parse(resident.output).at("generated_tokens")) << ranks;
     EXPECT_EQ(json.at("report").at("weights_residency"), "layered") << ranks;
     for (const auto& share : json.at("report").at("weight_shares")) EXPECT_EQ(share.at("budget_bytes"), 500000);
   }
-  const auto refused = run_accord(args({"--max-resident-bytes", "1000"}));
+  const auto refused = run_accord(greedy_json_args({"--max-resident-bytes", "1000"}));
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_NE(refused.output.find("--max-resident-bytes 1000 is too small"), std::string::npos) << refused.output;
 }
 
 TEST(Cli, TheCpuBackendIsTheDefaultAndCudaWithoutADeviceIsAClearError) {
-  const auto args = [](std::vector<std::string> extra) {
-    std::vector<std::string> all = {"--prompt", "The cat sat", "--temperature", "0", "--max-tokens", "8", "--json"};
-    all.insert(all.end(), extra.begin(), extra.end());
-    return generate_args(all);
-  };
-  const auto plain = run_accord(args({}));
+  const auto plain = run_accord(greedy_json_args({}));
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  const auto cpu = run_accord(args({"--backend", "cpu"}));
+  const auto cpu = run_accord(greedy_json_args({"--backend", "cpu"}));
   ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
   EXPECT_EQ(nlohmann::json::parse(cpu.output).at("generated_tokens"),
             nlohmann::json::parse(plain.output).at("generated_tokens"));
 
   ::setenv("CUDA_VISIBLE_DEVICES", "", 1);  // no device, on a machine with a GPU too
   for (const std::string ranks : {"1", "2"}) {
-    const auto cuda = run_accord(args({"--backend", "cuda", "--ranks", ranks}));
+    const auto cuda = run_accord(greedy_json_args({"--backend", "cuda", "--ranks", ranks}));
     EXPECT_EQ(cuda.exit_code, 1) << cuda.output;
     const bool says_why = cuda.output.find("no CUDA device") != std::string::npos ||
                           cuda.output.find("no usable CUDA device") != std::string::npos ||
@@ -354,10 +351,10 @@ TEST(Cli, TheCpuBackendIsTheDefaultAndCudaWithoutADeviceIsAClearError) {
     EXPECT_TRUE(says_why) << cuda.output;
   }
   ::unsetenv("CUDA_VISIBLE_DEVICES");
-  const auto devices_on_cpu = run_accord(args({"--devices", "0"}));
+  const auto devices_on_cpu = run_accord(greedy_json_args({"--devices", "0"}));
   EXPECT_EQ(devices_on_cpu.exit_code, 1);
   EXPECT_NE(devices_on_cpu.output.find("--devices needs --backend cuda"), std::string::npos) << devices_on_cpu.output;
-  const auto unknown = run_accord(args({"--backend", "gpu"}));
+  const auto unknown = run_accord(greedy_json_args({"--backend", "gpu"}));
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.output.find("--backend"), std::string::npos) << unknown.output;
 }
