@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,9 +62,12 @@ class DeviceKv final : public KvStore {
   DeviceKv(const ModelConfig& config, int first_unit, int unit_count, const cudaStream_t& stream)
       : KvStore(config, first_unit, unit_count), stream_(stream), keys_(unit_count), values_(unit_count) {
     const std::size_t floats = static_cast<std::size_t>(capacity()) * kv_dim();
+    // Zeroed as the CPU's are: a checkpoint may copy rows never written.
     for (int i = 0; i < unit_count; ++i) {
-      keys_[i].ensure(floats);
-      values_[i].ensure(floats);
+      for (DeviceArray<float>* rows : {&keys_[i], &values_[i]}) {
+        rows->ensure(floats);
+        ACCORD_CUDA_CHECK(cudaMemset(rows->get(), 0, floats * sizeof(float)));
+      }
     }
   }
 
