@@ -126,6 +126,12 @@ RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self,
 
 RankActor spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,
                      RankId rank_count, CoordinatorActor coordinator, const RankOptions& options) {
+  // A rank on a device runs on a thread of its own: its CUDA calls block
+  // (copies, synchronisation) and never hold a scheduler thread.
+  if (worker->computes_on_device()) {
+    return system.spawn<caf::detached>(rank_actor, std::move(worker), session, rank_count, std::move(coordinator),
+                                       options);
+  }
   return system.spawn(rank_actor, std::move(worker), session, rank_count, std::move(coordinator), options);
 }
 

@@ -47,7 +47,8 @@ struct RankOptions {
   StageOptions stage;
 };
 
-// Spawns the rank actor (RankActor, actors/interfaces.hpp) over `worker`,
+// Spawns the rank actor (RankActor, actors/interfaces.hpp) over `worker`
+// (detached, on a thread of its own, when the worker computes on a device),
 // rank worker->rank() of `rank_count`, its only holder. It reports to
 // `coordinator` and, once told with topology_atom every rank's actor (in
 // rank order), sends its activations to the next rank and, on the output

@@ -53,6 +53,8 @@ class RankStage {
   const ModelConfig& config() const { return model_.config(); }
   const UnitRange& units() const { return units_; }
   bool is_first() const { return first_; }
+  // Whether it computes on a device (CUDA), not on the CPU's pool.
+  bool on_device() const { return cpu_ == nullptr; }
   bool is_output_owner() const { return output_owner_; }
   // The weights this rank reads.
   WeightScope scope() const { return {first_, units_.first, units_.count, output_owner_}; }

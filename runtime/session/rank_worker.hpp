@@ -66,6 +66,7 @@ class RankWorker {
 
   int rank() const { return stage_.rank(); }
   bool is_first() const { return stage_.is_first(); }
+  bool computes_on_device() const { return stage_.on_device(); }
   bool is_output_owner() const { return stage_.is_output_owner(); }
   int position() const { return stage_.state().position(); }
   std::string digest() const { return stage_.state().digest(); }
