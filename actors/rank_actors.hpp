@@ -44,7 +44,7 @@ struct RankOptions {
   std::optional<NodeConfinement> confinement;  // a node's rank; in process none
   // Where the rank computes and its weights budget (rank_stage.hpp), which
   // whoever makes the rank's worker gives it.
-  StageOptions stage;
+  StageOptions stage = {};
 };
 
 // Spawns the rank actor (RankActor, actors/interfaces.hpp) over `worker`

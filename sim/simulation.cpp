@@ -90,11 +90,12 @@ std::vector<Fault> draw_faults(Random& random, int ranks) {
 // ever written (a rollback forward reuses rows past the position). The
 // session's own digest covers the rows up to the position only.
 std::string whole_state(const SessionState& state) {
-  const KvCache& kv = state.kv();
-  const auto floats = static_cast<std::size_t>(state.high_water()) * static_cast<std::size_t>(kv.kv_dim());
+  const KvStore& kv = state.kv();
   FastDigest d;
   for (int u = kv.first_unit(); u < kv.first_unit() + kv.unit_count(); ++u) {
-    d.update(kv.keys(u), floats * sizeof(float)).update(kv.values(u), floats * sizeof(float));
+    kv.view_rows(u, 0, state.high_water(), [&](std::span<const float> keys, std::span<const float> values) {
+      d.update(keys.data(), keys.size_bytes()).update(values.data(), values.size_bytes());
+    });
   }
   d.update_value(state.position()).update_value(state.state_epoch()).update_value(state.high_water());
   if (!state.tokens().empty()) d.update(state.tokens().data(), state.tokens().size_bytes());

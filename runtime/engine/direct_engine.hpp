@@ -37,7 +37,7 @@ struct DirectEngineOptions {
   AgreementOptions agreement;
   std::vector<Fault> faults;  // every rank's plan (runtime/fault/fault_plan.hpp)
   Env* env = nullptr;         // the prompt cache's files; nullptr: posix_env()
-  StageOptions stage;         // where each rank computes, its weights budget (rank_stage.hpp)
+  StageOptions stage = {};    // where each rank computes, its weights budget (rank_stage.hpp)
 };
 
 class DirectEngine {
