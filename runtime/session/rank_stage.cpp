@@ -35,7 +35,7 @@ void RankStage::build_backend(cpu::ThreadPool& pool, const StageOptions& options
     backend = make_stage(model_, pool, scope(), BackendChoice{}, rank_);
   }
   backend_ = std::move(*backend);
-  if (options.backend.kind == BackendChoice::Kind::cpu || stage_error_) cpu_ = static_cast<CpuStage*>(backend_.get());
+  cpu_ = dynamic_cast<CpuStage*>(backend_.get());
 }
 
 WeightShare RankStage::weight_share() const {
@@ -84,8 +84,8 @@ Status RankStage::execute(std::span<const int> tokens, std::span<const float> ac
 }
 
 bool RankStage::batchable(const StepObserver* observer) const {
-  return cpu_ != nullptr && !stage_error_ && first_ && output_owner_ && units_.count == model_.config().n_layers && !residency_ &&
-         observer == nullptr;
+  const bool whole_model = first_ && output_owner_ && units_.count == model_.config().n_layers;
+  return cpu_ != nullptr && !stage_error_ && whole_model && !residency_ && observer == nullptr;
 }
 
 Result<std::vector<float>> RankStage::execute_batched(StepBatcher& batcher, std::span<const int> tokens,
