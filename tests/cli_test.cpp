@@ -341,15 +341,21 @@ TEST(Cli, TheCpuBackendIsTheDefaultAndCudaWithoutADeviceIsAClearError) {
   EXPECT_EQ(nlohmann::json::parse(cpu.output).at("generated_tokens"),
             nlohmann::json::parse(plain.output).at("generated_tokens"));
 
+  const auto says_why_not = [](const std::string& output) {
+    return output.find("no CUDA device") != std::string::npos ||
+           output.find("no usable CUDA device") != std::string::npos ||
+           output.find("built without CUDA") != std::string::npos;
+  };
   ::setenv("CUDA_VISIBLE_DEVICES", "", 1);  // no device, on a machine with a GPU too
   for (const std::string ranks : {"1", "2"}) {
     const auto cuda = run_accord(greedy_json_args({"--backend", "cuda", "--ranks", ranks}));
     EXPECT_EQ(cuda.exit_code, 1) << cuda.output;
-    const bool says_why = cuda.output.find("no CUDA device") != std::string::npos ||
-                          cuda.output.find("no usable CUDA device") != std::string::npos ||
-                          cuda.output.find("built without CUDA") != std::string::npos;
-    EXPECT_TRUE(says_why) << cuda.output;
+    EXPECT_TRUE(says_why_not(cuda.output)) << cuda.output;
   }
+  const auto node =
+      run_accord({"node", "--listen", "127.0.0.1:0", "--model", test::stories_model(), "--backend", "cuda"});
+  EXPECT_EQ(node.exit_code, 1) << node.output;
+  EXPECT_TRUE(says_why_not(node.output)) << node.output;
   ::unsetenv("CUDA_VISIBLE_DEVICES");
   const auto devices_on_cpu = run_accord(greedy_json_args({"--devices", "0"}));
   EXPECT_EQ(devices_on_cpu.exit_code, 1);
