@@ -2,11 +2,15 @@
 
 namespace accord {
 
+int BackendChoice::device_for(int rank) const {
+  const std::vector<int> used = used_devices();
+  return used[static_cast<std::size_t>(rank) % used.size()];
+}
+
 std::string to_string(const BackendChoice& choice) {
   if (choice.kind == BackendChoice::Kind::cpu) return "cpu";
-  if (choice.devices.empty()) return "cuda:0";
   std::string text = "cuda:";
-  for (int device : choice.devices) {
+  for (int device : choice.used_devices()) {
     if (text.back() != ':') text += ',';
     text += std::to_string(device);
   }
@@ -18,8 +22,7 @@ Status check_backend(const BackendChoice& choice) {
     if (!choice.devices.empty()) return Error(ErrorCode::contract, "--devices needs --backend cuda");
     return {};
   }
-  const std::vector<int> first_device{0};
-  return check_cuda_devices(choice.devices.empty() ? first_device : choice.devices);
+  return check_cuda_devices(choice.used_devices());
 }
 
 Result<std::unique_ptr<StageBackend>> make_stage(const Model& model, cpu::ThreadPool& pool, const WeightScope& scope,

@@ -84,9 +84,9 @@ struct BackendChoice {
   // one); empty: device 0.
   std::vector<int> devices;
 
-  int device_for(int rank) const {
-    return devices.empty() ? 0 : devices[static_cast<std::size_t>(rank) % devices.size()];
-  }
+  // The devices the ranks use: `devices`, or device 0 when none are listed.
+  std::vector<int> used_devices() const { return devices.empty() ? std::vector<int>{0} : devices; }
+  int device_for(int rank) const;
   bool operator==(const BackendChoice&) const = default;
 };
 
