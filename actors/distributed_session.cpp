@@ -11,6 +11,7 @@
 
 #include "actors/atoms.hpp"
 #include "actors/coordinator.hpp"
+#include "runtime/agreement/transaction_plan.hpp"
 #include "runtime/engine/session_requests.hpp"
 #include "runtime/engine/transaction_driver.hpp"
 #include "actors/message_registry.hpp"
@@ -59,6 +60,7 @@ struct StepRequest {
   bool capture_prediction_target = false;   // the prediction-target phases
   int draft_tokens = 0;                     // with them: the last tokens that are a draft
   bool logits = true;                       // the reply carries the logits
+  bool chain_next = false;                  // a sampled decode step: the coordinator begins the next
 };
 
 // A step that returns logits only, perhaps with an observer.
@@ -70,11 +72,12 @@ StepRequest logits_step(bool all_rows, std::shared_ptr<StepObserver> observer = 
 }
 
 StepRequest sampled_step(Sampler& sampler, std::span<const int> stop_tokens,
-                         DistributedSession::SampledLogits logits) {
+                         DistributedSession::SampledLogits logits, NextDecode next = NextDecode::unlikely) {
   StepRequest step;
   step.sampler = &sampler;
   step.stop_tokens = stop_tokens;
   step.logits = logits == DistributedSession::SampledLogits::returned;
+  step.chain_next = next == NextDecode::likely;
   return step;
 }
 
@@ -178,6 +181,10 @@ struct DistributedSession::Impl {
   PreparedInputRecord prepared;
   DistributedStats stats;
   TransactionRecord record;
+  // The step the coordinator began on its own after the last commit (a
+  // chained step), and when that commit's reply came.
+  std::optional<TransactionRequest> chained;
+  std::chrono::steady_clock::time_point chained_since;
 
   ~Impl() {
     if (system == nullptr) return;
@@ -454,9 +461,21 @@ struct DistributedSession::Impl {
     (*caller)->request(coordinator, caf::infinite, request)
         .receive([&](TransactionReply& r) { reply = std::move(r); },
                  [&](caf::error& e) { failure = system->render(e); });
+    chained.reset();
     if (!reply) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
+    chained = chained_step(request, *reply);
+    chained_since = std::chrono::steady_clock::now();
     stats.phases_run += reply->phases_run;
     return settle(record, request.kind, std::move(*reply));
+  }
+
+  // Undoes a chained step the caller will not take, before anything that
+  // reaches the ranks other than through a transaction, or reads their state.
+  void end_chain() {
+    if (!chained) return;
+    TransactionRequest request;
+    request.kind = TransactionKind::end_chain;
+    (void)call(request);  // a poison it finds is the next call's error too
   }
 
   int position() const { return static_cast<int>(tokens.size()); }
@@ -480,7 +499,11 @@ struct DistributedSession::Impl {
     request.sample = options.sampler != nullptr;
     request.return_logits = options.logits;
     if (request.sample) request.sampling = sampling_arguments(*options.sampler, options.stop_tokens);
-    const auto start = std::chrono::steady_clock::now();
+    request.chain_next = options.chain_next && request.sample;
+    if (options.observer) end_chain();  // the step begun without it must not call it
+    // A chained step began when the step before it committed.
+    const bool taken = chained && asks_for_chained_step(request, *chained);
+    const auto start = taken ? chained_since : std::chrono::steady_clock::now();
     auto reply = [&] {
       ObserverLoan loan(*caller, ranks, options.observer);
       return call(request);
@@ -628,8 +651,9 @@ Result<DistributedStep> DistributedSession::prefill_and_sample(std::span<const i
   return impl_->step(tokens, sampled_step(sampler, stop_tokens, logits));
 }
 Result<DistributedStep> DistributedSession::decode_and_sample(int token, Sampler& sampler,
-                                                              std::span<const int> stop_tokens, SampledLogits logits) {
-  return impl_->step({&token, 1}, sampled_step(sampler, stop_tokens, logits));
+                                                              std::span<const int> stop_tokens, SampledLogits logits,
+                                                              NextDecode next) {
+  return impl_->step({&token, 1}, sampled_step(sampler, stop_tokens, logits, next));
 }
 
 Result<DistributedCheckpoint> DistributedSession::checkpoint_distributed() {
@@ -733,6 +757,7 @@ std::optional<PromptInputIdentity> DistributedSession::committed_prompt_input_id
 
 Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
   if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
+  impl_->end_chain();
   // Every rank that answers takes the plan, even past one that does not.
   std::optional<Error> failure;
   for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
@@ -779,6 +804,7 @@ RankActor rank_actor_of(const DistributedSession& session, int rank) {
 }
 
 Result<std::vector<RankStateReport>> DistributedSession::rank_states() const {
+  impl_->end_chain();
   std::optional<std::vector<RankStateReport>> reports;
   std::string failure;
   (*impl_->caller)->request(impl_->coordinator, std::chrono::seconds(10), rank_state_atom::value)
@@ -847,6 +873,7 @@ std::uint64_t DistributedSession::successful_state_restoration_generation() cons
 }
 
 Result<DroppedMessageReport> DistributedSession::dropped_messages() const {
+  impl_->end_chain();
   std::string failure;
   auto ask = [&](const auto& actor) {
     DroppedMessages dropped;
@@ -908,8 +935,9 @@ Result<SampledToken> DistributedTarget::prefill_and_sample(std::span<const int> 
 }
 
 Result<SampledToken> DistributedTarget::decode_and_sample(int token, Sampler& sampler,
-                                                          std::span<const int> stop_tokens) {
-  auto step = session_.decode_and_sample(token, sampler, stop_tokens, DistributedSession::SampledLogits::dropped);
+                                                          std::span<const int> stop_tokens, NextDecode next) {
+  auto step =
+      session_.decode_and_sample(token, sampler, stop_tokens, DistributedSession::SampledLogits::dropped, next);
   if (!step) return step.error();
   return step->sampled;
 }

@@ -176,8 +176,13 @@ class DistributedSession {
   Result<DistributedStep> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
                                              std::span<const int> stop_tokens,
                                              SampledLogits logits = SampledLogits::returned);
+  // With NextDecode::likely the coordinator begins the step after this
+  // one, on the token it sampled, as soon as this one commits (a chained
+  // step, docs/protocol.md): the next decode_and_sample of that token then
+  // only waits for its commit. Any other call first undoes that step.
   Result<DistributedStep> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens,
-                                            SampledLogits logits = SampledLogits::returned);
+                                            SampledLogits logits = SampledLogits::returned,
+                                            NextDecode next = NextDecode::unlikely);
 
   // Steps for speculative decoding's target model, as
   // Session::prefill/decode_prediction_target(_input)
@@ -297,7 +302,8 @@ class DistributedTarget final : public GenerationTarget {
   Result<std::span<const float>> decode(int token) override;
   Result<SampledToken> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
                                           std::span<const int> stop_tokens) override;
-  Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens) override;
+  Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens,
+                                         NextDecode next) override;
   Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) override;
   bool can_heal() const override { return true; }
   Result<HealReport> heal() override { return session_.heal(); }

@@ -133,6 +133,7 @@ enum class CauseKind : std::uint8_t {
   rank_down,                // the rank is gone
   restore_failed,           // the rank could not restore the transaction's checkpoint
   acknowledgement_timeout,  // the rank's abort acknowledgement did not arrive within the deadline
+  withdrawn,                // the caller did not take a step begun before it asked (a chained step)
 };
 
 inline std::string to_string(CauseKind kind) {
@@ -143,6 +144,7 @@ inline std::string to_string(CauseKind kind) {
     case CauseKind::rank_down: return "rank_down";
     case CauseKind::restore_failed: return "restore_failed";
     case CauseKind::acknowledgement_timeout: return "acknowledgement_timeout";
+    case CauseKind::withdrawn: return "withdrawn";
   }
   return "unknown_cause(" + std::to_string(static_cast<int>(kind)) + ")";
 }
@@ -172,6 +174,7 @@ inline std::string describe(const DecisionCause& cause) {
     case CauseKind::rank_down: return rank + " is down";
     case CauseKind::restore_failed: return rank + " failed to restore" + detail;
     case CauseKind::acknowledgement_timeout: return rank + " did not acknowledge the abort within the deadline";
+    case CauseKind::withdrawn: return "the caller did not take the step begun for it";
   }
   return to_string(cause.kind);
 }

@@ -13,7 +13,18 @@
 
 namespace accord {
 
-enum class TransactionKind : std::uint8_t { forward_step, checkpoint, rollback, reset, prompt_cache_save, prompt_cache_load };
+// end_chain runs no phase: it ends a chained step (chain_next) that the
+// caller will not take, which aborts and every rank restores; with none
+// open it commits at once.
+enum class TransactionKind : std::uint8_t {
+  forward_step,
+  checkpoint,
+  rollback,
+  reset,
+  prompt_cache_save,
+  prompt_cache_load,
+  end_chain,
+};
 
 struct TransactionRequest {
   TransactionKind kind = TransactionKind::forward_step;
@@ -32,6 +43,12 @@ struct TransactionRequest {
   bool capture_prediction_target = false;  // forward_step: the prediction-target phases
   std::int32_t draft_tokens = 0;           // with them: the last tokens that are a draft to verify
   bool return_logits = true;  // forward_step: the reply carries the logits (false: the sampled token is enough)
+  // forward_step with sample: once this step commits on a token that is not
+  // a stop token, the coordinator begins the next step on it (chained_step)
+  // before the caller asks; that step commits only when the caller's next
+  // request is that same step, and aborts when it is anything else
+  // (docs/protocol.md, "Chained steps").
+  bool chain_next = false;
 
   bool operator==(const TransactionRequest&) const = default;
 };
@@ -40,7 +57,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {
   return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_epoch, x.cache_root, x.cache_name,
            x.cache_namespace, x.prepared_input, x.save_id, x.sample, x.sampling, x.capture_prediction_target,
-           x.draft_tokens, x.return_logits);
+           x.draft_tokens, x.return_logits, x.chain_next);
 }
 
 // How a transaction ended, for the caller.

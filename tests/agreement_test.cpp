@@ -590,6 +590,81 @@ TEST(CoordinatorAgreementTest, ADuplicateEarlyStatusIsDroppedAndCounted) {
 }
 
 // ---------------------------------------------------------------------------
+// A commit held for confirmation (a chained step, docs/protocol.md)
+
+// Two ranks in the round Execution + [OutputPublication, Commit], begun
+// with its commit held.
+CoordinatorAgreement begun_held_round() {
+  CoordinatorAgreement coordinator{kSession, 2, kOptions};
+  EXPECT_TRUE(coordinator.begin(1, kExecution, PhasePosition::last_on_confirmation, kArguments, kRiders).ok());
+  (void)coordinator.take_ready();
+  return coordinator;
+}
+
+void report_whole_round(CoordinatorAgreement& coordinator) {
+  for (const PhaseId& phase : {kExecution, kPublication, kCommit}) {
+    for (RankId rank : {0u, 1u}) coordinator.step(status(rank, true, 1, phase));
+  }
+}
+
+TEST(CoordinatorAgreementTest, AHeldCommitWaitsForTheConfirmationWithoutADeadline) {
+  CoordinatorAgreement coordinator = begun_held_round();
+  report_whole_round(coordinator);
+  CoordinatorReady ready = coordinator.take_ready();
+  EXPECT_EQ(ready.settled, (std::vector<PhaseDecision>{decision(Decision::proceed, {}, 1, kExecution),
+                                                       decision(Decision::proceed, {}, 1, kPublication)}));
+  EXPECT_FALSE(coordinator.agreeing()) << "a held commit waits for no rank";
+  for (std::uint32_t tick = 0; tick < 3 * kOptions.status_deadline_ticks; ++tick) coordinator.tick();
+  EXPECT_TRUE(coordinator.take_ready().messages.empty()) << "a held commit has no deadline";
+  EXPECT_FALSE(coordinator.begin(2, kExecution, PhasePosition::last).ok()) << "the transaction is still open";
+
+  coordinator.confirm();
+  ready = coordinator.take_ready();
+  EXPECT_EQ(ready.settled, std::vector<PhaseDecision>{decision(Decision::commit, {}, 1, kCommit)});
+  expect_sent_to(ready.messages, decision(Decision::commit, {}, 1, kCommit), {0, 1});
+  EXPECT_TRUE(coordinator.begin(2, kExecution, PhasePosition::last).ok()) << "the transaction did not end";
+}
+
+TEST(CoordinatorAgreementTest, AConfirmationBeforeTheStatusesCommitsOnTheLastOne) {
+  CoordinatorAgreement coordinator = begun_held_round();
+  coordinator.confirm();
+  report_whole_round(coordinator);
+  const CoordinatorReady ready = coordinator.take_ready();
+  ASSERT_EQ(ready.settled.size(), 3u);
+  EXPECT_EQ(ready.settled.back(), decision(Decision::commit, {}, 1, kCommit));
+  // A second confirmation, and a withdrawal after the commit, change nothing.
+  coordinator.confirm();
+  coordinator.withdraw();
+  EXPECT_TRUE(coordinator.take_ready().messages.empty());
+}
+
+TEST(CoordinatorAgreementTest, AWithdrawnStepAbortsAndEveryRankRestores) {
+  for (const bool statuses_in : {false, true}) {
+    CoordinatorAgreement coordinator = begun_held_round();
+    if (statuses_in) report_whole_round(coordinator);
+    (void)coordinator.take_ready();
+    coordinator.withdraw();
+    const PhaseDecision abort =
+        decision(Decision::abort, cause_of(CauseKind::withdrawn, kNoRank), 1, statuses_in ? kCommit : kExecution);
+    expect_sent_to(coordinator.take_ready().messages, abort, {0, 1});
+    EXPECT_TRUE(coordinator.agreeing()) << "the acknowledgements have a deadline";
+    coordinator.confirm();  // too late: the abort goes on
+    coordinator.step(acknowledgement(0, true));
+    coordinator.step(acknowledgement(1, true));
+    EXPECT_EQ(coordinator.take_ready().settled, std::vector<PhaseDecision>{abort});
+    EXPECT_FALSE(coordinator.poisoned());
+  }
+}
+
+TEST(CoordinatorAgreementTest, ACommitThatIsNotHeldIgnoresConfirmationsAndWithdrawals) {
+  CoordinatorAgreement coordinator = begun_round();
+  coordinator.withdraw();
+  EXPECT_TRUE(coordinator.take_ready().messages.empty());
+  report_whole_round(coordinator);
+  EXPECT_EQ(coordinator.take_ready().settled.back(), decision(Decision::commit, {}, 1, kCommit));
+}
+
+// ---------------------------------------------------------------------------
 // The rank's machine
 
 class RankAgreementTest : public ::testing::Test {

@@ -422,6 +422,70 @@ TEST(DistributedSession, GenerationStepsSampleOnTheOutputOwnerAsOneRankWould) {
   }
 }
 
+// Chained steps (docs/protocol.md): each decode step begins when the one
+// before it commits. The picks, the sampler's stream and the ranks' state
+// are those of steps asked for one by one; the step begun after the last
+// one, which no one asks for, leaves nothing behind, whether the next call
+// is another token or a look at the ranks' state.
+TEST(DistributedSession, ChainedStepsGiveWhatStepsAskedOneByOneGiveAndAStepNotTakenLeavesNoTrace) {
+  const Model model = test::load_stories_model();
+  const std::vector<int> prompt = {1, 403};
+  const std::vector<int> stop_tokens = {1, 2};
+  constexpr int kSteps = 10;
+  constexpr int kOtherToken = 500;
+  // The picks of steps asked one by one, and the logits of another token after them.
+  std::vector<SampledToken> expected;
+  std::vector<std::string> expected_digests;
+  std::uint64_t expected_rng = 0;
+  {
+    auto session = make_session(model, 3);
+    Sampler sampler({0.9f, 0.9f, 42});
+    auto step = session->prefill_and_sample(prompt, sampler, stop_tokens);
+    ASSERT_TRUE(step) << step.error().message();
+    expected.push_back(step->sampled);
+    for (int i = 0; i < kSteps; ++i) {
+      step = session->decode_and_sample(expected.back().token, sampler, stop_tokens);
+      ASSERT_TRUE(step) << step.error().message();
+      expected.push_back(step->sampled);
+    }
+    expected_rng = sampler.rng_state();
+    expected_digests = session->rank_digests().value();
+  }
+  std::vector<int> committed = prompt;
+  for (std::size_t i = 0; i + 1 < expected.size(); ++i) committed.push_back(expected[i].token);
+  committed.push_back(kOtherToken);
+  cpu::ThreadPool pool(1);
+  Session one(model, pool);
+  const auto other_logits = one.prefill(committed)->logits;
+
+  for (const bool then_another_token : {false, true}) {
+    auto session = make_session(model, 3);
+    Sampler sampler({0.9f, 0.9f, 42});
+    auto step = session->prefill_and_sample(prompt, sampler, stop_tokens);
+    ASSERT_TRUE(step) << step.error().message();
+    std::vector<SampledToken> sampled = {step->sampled};
+    for (int i = 0; i < kSteps; ++i) {
+      step = session->decode_and_sample(sampled.back().token, sampler, stop_tokens,
+                                        DistributedSession::SampledLogits::returned, NextDecode::likely);
+      ASSERT_TRUE(step) << step.error().message();
+      sampled.push_back(step->sampled);
+    }
+    EXPECT_EQ(sampled, expected);
+    EXPECT_EQ(sampler.rng_state(), expected_rng);
+    EXPECT_EQ(session->position(), static_cast<int>(prompt.size()) + kSteps);
+    if (then_another_token) {
+      auto other = session->decode(kOtherToken);
+      ASSERT_TRUE(other) << other.error().message();
+      EXPECT_TRUE(test::bit_identical(other->logits, other_logits));
+      // The prefill, the steps asked for, and the one begun and withdrawn.
+      EXPECT_EQ(other->epoch, 1u + kSteps + 1u + 1u);
+    } else {
+      EXPECT_EQ(session->rank_digests().value(), expected_digests);
+    }
+    EXPECT_EQ(session->report().value().aborted_transactions, 0u) << "a withdrawn step is no transaction of the caller's";
+  }
+}
+
 TEST(DistributedSession, AFailedGenerationStepLeavesTheSamplerAsItWas) {
   const Model model = test::load_stories_model();
   auto session = make_session(model, 2);

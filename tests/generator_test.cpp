@@ -35,9 +35,10 @@ class FaultyTarget final : public GenerationTarget {
     if (auto error = planned_failure()) return *error;
     return count(inner_.prefill_and_sample(tokens, sampler, stop_tokens));
   }
-  Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens) override {
+  Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens,
+                                         NextDecode next) override {
     if (auto error = planned_failure()) return *error;
-    return count(inner_.decode_and_sample(token, sampler, stop_tokens));
+    return count(inner_.decode_and_sample(token, sampler, stop_tokens, next));
   }
   Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) override {
     if (auto error = planned_failure()) return *error;

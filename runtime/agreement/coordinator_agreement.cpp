@@ -162,8 +162,28 @@ bool CoordinatorAgreement::record_answer(RankId rank) {
   return true;
 }
 
+bool CoordinatorAgreement::held_for_confirmation() const {
+  return open_ && !open_->confirmed && position_ == PhasePosition::last_on_confirmation &&
+         (stage_ == Stage::collecting_statuses || stage_ == Stage::awaiting_confirmation);
+}
+
+void CoordinatorAgreement::confirm() {
+  if (!held_for_confirmation()) return;
+  open_->confirmed = true;
+  if (stage_ != Stage::awaiting_confirmation) return;
+  stage_ = Stage::collecting_statuses;
+  decide_success();
+}
+
+void CoordinatorAgreement::withdraw() {
+  if (!held_for_confirmation()) return;
+  // An abort names a phase: the one being agreed on, or Commit, whose
+  // statuses are all in.
+  start_abort({CauseKind::withdrawn, kNoRank, FailureCode::mechanism, {}});
+}
+
 void CoordinatorAgreement::tick() {
-  if (stage_ == Stage::idle) return;
+  if (!agreeing()) return;
   ++ticks_in_stage_;
   if (stage_ == Stage::collecting_statuses && ticks_in_stage_ >= options_.status_deadline_ticks) {
     start_abort({CauseKind::status_timeout, first_unanswered_rank(), FailureCode::mechanism, {}});
@@ -189,7 +209,11 @@ CoordinatorReady CoordinatorAgreement::take_ready() { return std::exchange(ready
 
 void CoordinatorAgreement::decide_success() {
   const bool round_ends = current_ + 1 == round_.size();
-  const bool commit = round_ends && position_ == PhasePosition::last;
+  const bool commit = round_ends && position_ != PhasePosition::intermediate;
+  if (commit && position_ == PhasePosition::last_on_confirmation && !open_->confirmed) {
+    stage_ = Stage::awaiting_confirmation;
+    return;
+  }
   const PhaseDecision success = decision(commit ? Decision::commit : Decision::proceed, {});
   send_decision_to_reachable_ranks(success);
   ready_.settled.push_back(success);

@@ -46,7 +46,10 @@ struct AgreementOptions {
 };
 
 // Whether the phase ends its transaction: all ok on the last phase commits.
-enum class PhasePosition { intermediate, last };
+// On a last phase held for confirmation, the commit waits until confirm():
+// a step the coordinator began before its caller asked for it (a chained
+// decode step, docs/protocol.md "Chained steps").
+enum class PhasePosition { intermediate, last, last_on_confirmation };
 
 // A message the coordinator must send to rank `to`.
 struct CoordinatorMessage {
@@ -95,6 +98,14 @@ class CoordinatorAgreement {
 
   void step(const PhaseStatus& status);
   void step(const AbortAcknowledgement& acknowledgement);
+  // The caller takes the open transaction begun with a last phase held for
+  // confirmation: its commit goes out once every status is in (at once if
+  // they are). Ignored when no such transaction is open.
+  void confirm();
+  // The caller does not take it: it aborts as on a failure
+  // (CauseKind::withdrawn), every rank restores and acknowledges. Ignored
+  // when no such transaction is open or its abort already started.
+  void withdraw();
   // One unit of time; deadlines are counted in ticks.
   void tick();
   // New deadlines, from the next tick on (a deadline running keeps the
@@ -111,8 +122,9 @@ class CoordinatorAgreement {
   // Takes the messages to send and the decisions settled since the last call.
   CoordinatorReady take_ready();
 
-  // True while a phase waits for statuses or acknowledgements.
-  bool agreeing() const { return stage_ != Stage::idle; }
+  // True while a phase waits for statuses or acknowledgements. A commit
+  // held for confirmation waits for no rank, so it has no deadline.
+  bool agreeing() const { return stage_ == Stage::collecting_statuses || stage_ == Stage::collecting_acknowledgements; }
   bool poisoned() const { return poison_.has_value(); }
   // The decision that poisoned the session, while it is poisoned.
   const std::optional<PhaseDecision>& poison() const { return poison_; }
@@ -120,16 +132,18 @@ class CoordinatorAgreement {
   RankId rank_count() const { return rank_count_; }
 
  private:
-  enum class Stage { idle, collecting_statuses, collecting_acknowledgements };
+  enum class Stage { idle, collecting_statuses, collecting_acknowledgements, awaiting_confirmation };
   struct OpenTransaction {
     Epoch epoch = 0;
     bool is_reset = false;
+    bool confirmed = false;  // for a last phase held for confirmation
   };
 
   Status check_can_open(Epoch epoch) const;
   void start_round(Epoch epoch, PhaseId phase, PhasePosition position, PhaseArguments arguments,
                    std::vector<Rider> riders);
   void record_early_status(std::size_t index, const PhaseStatus& status);
+  bool held_for_confirmation() const;
   std::optional<std::size_t> index_in_round(const PhaseId& phase) const;
   bool accept_reply(SessionId session, Epoch epoch, RankId rank);
   bool record_answer(RankId rank);

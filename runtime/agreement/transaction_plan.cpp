@@ -44,6 +44,8 @@ bool rides(const PlannedPhase& phase) {
 std::vector<PlannedPhase> phases_for(const TransactionRequest& request, RankId ranks) {
   std::vector<PlannedPhase> plan;
   switch (request.kind) {
+    case TransactionKind::end_chain:
+      return plan;  // no phase of its own (TransactionDriver)
     case TransactionKind::forward_step:
       plan.push_back({phase_id(StateCheckpoint), StepTokens{request.tokens}});
       for (RankId r = 0; r + 1 < ranks; ++r) {
@@ -95,6 +97,24 @@ std::vector<PlannedPhase> phases_for(const TransactionRequest& request, RankId r
 PromptCacheArguments cache_arguments(const TransactionRequest& request) {
   return {request.cache_root,     request.cache_name, request.cache_namespace,
           request.prepared_input, request.save_id,    {request.tokens.begin(), request.tokens.end()}};
+}
+
+std::optional<TransactionRequest> chained_step(const TransactionRequest& request, const TransactionReply& reply) {
+  const SamplingResult& sampled = reply.sampled;
+  if (!request.chain_next || reply.outcome != TransactionOutcome::committed || sampled.epoch != reply.epoch ||
+      sampled.stop) {
+    return std::nullopt;
+  }
+  TransactionRequest next = request;
+  next.tokens = {sampled.token};
+  next.sampling.rng_state = sampled.rng_state;
+  return next;
+}
+
+bool asks_for_chained_step(const TransactionRequest& request, const TransactionRequest& chained) {
+  TransactionRequest asked = request;
+  asked.chain_next = chained.chain_next;
+  return asked == chained;
 }
 
 std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, RankId ranks) {

@@ -49,6 +49,7 @@ PromptCacheSaveResult save_result(const ModelConfig& config, const TransactionRe
 
 Result<TransactionReply> settle(TransactionRecord& record, TransactionKind kind, TransactionReply reply) {
   if (reply.outcome == TransactionOutcome::committed) {
+    if (kind == TransactionKind::end_chain) return reply;  // it ran no transaction
     record.committed(reply.epoch);
     if (kind == TransactionKind::rollback) ++record.restoration_generation;
     return reply;

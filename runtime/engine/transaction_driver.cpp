@@ -24,13 +24,24 @@ TransactionDriver::TransactionDriver(SessionId session, RankId rank_count, Agree
     : agreement_(session, rank_count, options), session_(session), rank_count_(rank_count) {}
 
 std::optional<TransactionReply> TransactionDriver::start(const TransactionRequest& request) {
+  if (unclaimed_ || (busy_ && caller_ == Caller::not_yet)) {
+    meet_chained_step(request);
+    return std::nullopt;
+  }
   if (busy_) {
     TransactionReply refused;
     refused.outcome = TransactionOutcome::refused;
     refused.message = "the session is running another transaction";
     return refused;
   }
+  run(request);
+  return std::nullopt;
+}
+
+void TransactionDriver::open(const TransactionRequest& request, Caller caller) {
   busy_ = true;
+  caller_ = caller;
+  request_ = request;
   plan_ = plan_transaction(request, rank_count_);
   next_round_ = 0;
   load_.reset();
@@ -39,7 +50,41 @@ std::optional<TransactionReply> TransactionDriver::start(const TransactionReques
   reply_ = {};
   reply_.epoch = next_epoch_++;
   begin_next();
-  return std::nullopt;
+}
+
+// The caller's request meets a chained step, running or ended: one that
+// asks for it takes it; anything else withdraws a running one first.
+void TransactionDriver::meet_chained_step(const TransactionRequest& request) {
+  std::optional<TransactionReply> ended = std::exchange(unclaimed_, std::nullopt);
+  const bool asked = asks_for_chained_step(request, request_);
+  if (!asked && !ended) {
+    caller_ = Caller::gone;
+    after_withdrawal_ = request;
+    agreement_.withdraw();
+    return;
+  }
+  caller_ = Caller::waiting;
+  if (!asked) return run(request);  // it ended already: nothing to undo
+  request_.chain_next = request.chain_next;
+  if (ended) {
+    deliver(std::move(*ended));
+  } else {
+    agreement_.confirm();
+  }
+}
+
+// Runs a request its caller waits for. An end_chain finds nothing left to
+// end: it commits, unless the session is poisoned (a withdrawn step that
+// could not be undone).
+void TransactionDriver::run(const TransactionRequest& request) {
+  if (request.kind != TransactionKind::end_chain) return open(request, Caller::waiting);
+  TransactionReply reply;
+  reply.epoch = next_epoch_ - 1;
+  if (agreement_.poisoned()) {
+    reply.outcome = TransactionOutcome::poisoned;
+    record_poison(reply, *agreement_.poison());
+  }
+  ready_.reply = std::move(reply);
 }
 
 // Begins the next planned round of the open transaction.
@@ -52,7 +97,8 @@ void TransactionDriver::begin_next() {
     load_->save_id = first_rank_save_id_;
     round.arguments = *load_;
   }
-  const auto position = next_round_ + 1 == plan_.size() ? PhasePosition::last : PhasePosition::intermediate;
+  const auto last = caller_ == Caller::not_yet ? PhasePosition::last_on_confirmation : PhasePosition::last;
+  const auto position = next_round_ + 1 == plan_.size() ? last : PhasePosition::intermediate;
   ++next_round_;
   reply_.phases_run += 1 + round.riders.size();
   round_end_ = round.riders.empty() ? round.phase : round.riders.back().phase;
@@ -99,8 +145,27 @@ void TransactionDriver::finish(TransactionOutcome outcome, const PhaseDecision* 
     if (outcome == TransactionOutcome::poisoned) record_poison(reply_, *decision);
   }
   busy_ = false;
-  ready_.reply = std::move(reply_);
-  reply_ = {};
+  deliver(std::exchange(reply_, {}));
+}
+
+// Hands a finished transaction's reply to whoever waits for it, and opens
+// the chained step where its commit asks for one.
+void TransactionDriver::deliver(TransactionReply reply) {
+  switch (caller_) {
+    case Caller::not_yet:
+      unclaimed_ = std::move(reply);
+      return;
+    case Caller::gone: {
+      caller_ = Caller::waiting;
+      run(*std::exchange(after_withdrawal_, std::nullopt));
+      return;
+    }
+    case Caller::waiting:
+      break;
+  }
+  std::optional<TransactionRequest> next = chained_step(request_, reply);
+  ready_.reply = std::move(reply);
+  if (next) open(*next, Caller::not_yet);
 }
 
 // Moves what the agreement decided into ready_, beginning the rounds that

@@ -10,6 +10,13 @@
 // takes from take_ready(); a transaction is over when take_ready() holds
 // its reply.
 //
+// Chained steps (TransactionRequest::chain_next, docs/protocol.md "Chained
+// steps"): when such a step commits, the driver opens the next one itself,
+// its commit held until the caller's next request asks for that same step.
+// A request for anything else withdraws it first (it aborts, every rank
+// restores) and then runs. A chained step that fails before its caller
+// comes keeps its reply for that caller.
+//
 // Threading: not thread-safe; owned by one transport.
 #pragma once
 
@@ -35,7 +42,8 @@ class TransactionDriver {
 
   // Begins `request` under the next epoch; its reply comes through
   // take_ready(). A request while another runs is refused at once: the
-  // refusal is returned, and the open transaction goes on.
+  // refusal is returned, and the open transaction goes on. A chained step
+  // that no caller asked for yet does not count as running: see above.
   std::optional<TransactionReply> start(const TransactionRequest& request);
 
   // What ranks send: statuses and acknowledgements, and what comes beside
@@ -56,16 +64,25 @@ class TransactionDriver {
 
   DriverReady take_ready();
 
-  bool busy() const { return busy_; }
+  bool busy() const { return busy_ && caller_ != Caller::not_yet; }
   // True while a phase waits for statuses or acknowledgements: the
   // transport's clock needs to run.
   bool agreeing() const { return agreement_.agreeing(); }
   const CoordinatorAgreement& agreement() const { return agreement_; }
 
  private:
+  // Who waits for the open transaction's reply: the caller who asked; no
+  // one yet (a chained step); no one ever (a chained step withdrawn, after
+  // which `after_withdrawal_` runs).
+  enum class Caller { waiting, not_yet, gone };
+
+  void open(const TransactionRequest& request, Caller caller);
+  void meet_chained_step(const TransactionRequest& request);
+  void run(const TransactionRequest& request);
   void begin_next();
   void settle(const PhaseDecision& decision);
   void finish(TransactionOutcome outcome, const PhaseDecision* decision);
+  void deliver(TransactionReply reply);
   void pump();
   bool current(Epoch epoch) const { return busy_ && epoch == reply_.epoch; }
 
@@ -77,12 +94,18 @@ class TransactionDriver {
 
   // The open transaction, while busy_.
   bool busy_ = false;
+  Caller caller_ = Caller::waiting;
+  TransactionRequest request_;
   std::vector<PlannedRound> plan_;
   std::size_t next_round_ = 0;
   PhaseId round_end_;                         // the last phase of the round begun
   std::optional<PromptCacheArguments> load_;  // a prompt-cache load's arguments
   std::string first_rank_save_id_;            // a load's: from rank 0's PromptCacheReport
   TransactionReply reply_;
+
+  // A chained step that ended before its caller asked for it.
+  std::optional<TransactionReply> unclaimed_;
+  std::optional<TransactionRequest> after_withdrawal_;
 };
 
 // What a reply that did not commit means to the caller, as one Error for

@@ -245,7 +245,10 @@ class Generation {
 
   // One decode step of `next` that samples the token after it.
   Result<SampledToken> decode_plainly(int next) {
-    return with_retries([&] { return target_.decode_and_sample(next, sampler_, stop_tokens_); });
+    // After this step: the token it samples kept, the position one on.
+    const bool room = generated() + 1 < options_.max_tokens && target_.position() + 1 < target_.config().seq_len;
+    const NextDecode after = room && options_.drafter == nullptr ? NextDecode::likely : NextDecode::unlikely;
+    return with_retries([&] { return target_.decode_and_sample(next, sampler_, stop_tokens_, after); });
   }
 
   // One speculative step after `next`: drafts, verifies, keeps what the

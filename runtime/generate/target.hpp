@@ -36,6 +36,13 @@ struct HealReport {
   int cached_tokens = 0;    // committed tokens loaded again from the session's prompt cache
 };
 
+// Whether the generator will likely decode the token a decode step samples
+// (it leaves room under max_tokens and the context, and it is not a stop
+// token). A target may then begin that step before it is asked for it, and
+// undoes it when the next call asks for something else (a distributed
+// session's chained steps, docs/protocol.md).
+enum class NextDecode { unlikely, likely };
+
 class GenerationTarget {
  public:
   virtual ~GenerationTarget() = default;
@@ -56,7 +63,8 @@ class GenerationTarget {
     if (!logits) return logits.error();
     return sample_token(sampler, *logits, stop_tokens);
   }
-  virtual Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens) {
+  virtual Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens,
+                                                NextDecode /*next*/) {
     auto logits = decode(token);
     if (!logits) return logits.error();
     return sample_token(sampler, *logits, stop_tokens);
