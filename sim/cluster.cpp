@@ -67,6 +67,16 @@ std::unique_ptr<RankNode> Cluster::make_node(Rank& rank, int r, const std::vecto
                                     disk_);
 }
 
+namespace {
+
+constexpr Epoch kEveryEpoch = ~Epoch{0};
+
+Epoch epoch_of(const EngineMessage& message) {
+  return std::visit([](const auto& m) { return m.epoch; }, message);
+}
+
+}  // namespace
+
 std::optional<TransactionReply> Cluster::run(const TransactionRequest& request) {
   const std::uint64_t start = now_;
   ticks_taken_ = 0;
@@ -79,15 +89,16 @@ std::optional<TransactionReply> Cluster::run(const TransactionRequest& request) 
       reply = std::move(ready.reply);
       ticks_taken_ = now_ - start;
     }
-    if (reply && settled()) return reply;
-    if (!step()) return reply;
+    const Epoch settling = reply && driver_.chained() ? reply->epoch : kEveryEpoch;
+    if (reply && settled(settling)) return reply;
+    if (!step(settling)) return reply;
   }
   return std::nullopt;
 }
 
-bool Cluster::settled() const {
+bool Cluster::settled(Epoch up_to) const {
   for (const auto& [link, queue] : links_) {
-    if (!queue.empty()) return false;
+    if (!queue.empty() && epoch_of(queue.front().message) <= up_to) return false;
   }
   for (const auto& rank : ranks_) {
     if (rank->notice_at || rank->held) return false;
@@ -95,10 +106,12 @@ bool Cluster::settled() const {
   return true;
 }
 
-bool Cluster::step() {
+bool Cluster::step(Epoch up_to) {
   std::vector<Link> ready;  // links whose first message may arrive now
   for (const auto& [link, queue] : links_) {
-    if (!queue.empty() && queue.front().arrives_at <= now_) ready.push_back(link);
+    if (!queue.empty() && queue.front().arrives_at <= now_ && epoch_of(queue.front().message) <= up_to) {
+      ready.push_back(link);
+    }
   }
   if (!ready.empty() && !random_.chance(weather_.tick_chance)) {
     if (random_.chance(weather_.crash_chance)) {
@@ -110,7 +123,7 @@ bool Cluster::step() {
     }
     return true;
   }
-  if (settled() && !driver_.agreeing()) return false;
+  if (settled(up_to) && !driver_.agreeing()) return false;
   pass_time();
   return true;
 }

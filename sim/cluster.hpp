@@ -50,6 +50,8 @@ class Cluster {
 
   // Runs one transaction to its reply, then lets the network settle: every
   // message in flight arrives or is lost, and every lost rank is noticed.
+  // A chained step the reply began (TransactionRequest::chain_next) waits
+  // undelivered for the next run, whose request takes or withdraws it.
   // A run that can never end (nothing to deliver, no deadline running, no
   // reply) returns nullopt.
   std::optional<TransactionReply> run(const TransactionRequest& request);
@@ -82,9 +84,10 @@ class Cluster {
   class Outbox;
 
   void send(RankId from, RankId to, EngineMessage message);
-  bool settled() const;
-  // One event: a delivery, a crash, or a tick.
-  bool step();
+  // Nothing of transaction `up_to` or earlier is in flight.
+  bool settled(Epoch up_to) const;
+  // One event: a delivery (of transaction `up_to` or earlier), a crash, or a tick.
+  bool step(Epoch up_to);
   void deliver_one(const Link& link);
   void pass_time();
   void lose(RankId rank, bool crash);

@@ -187,11 +187,20 @@ class Run {
         request = step_request(tokens(random_.between(1, 8)), random_.chance(0.3));
         break;
       case Operation::decode: {
-        request = step_request(tokens(1), false);
-        request.sample = true;
-        request.sampling.temperature = random_.chance(0.5) ? 0.0f : 0.8f;
-        request.sampling.rng_state = random_.next();
-        break;
+        // Now and then the step the last one chained; the reference, one
+        // rank, runs each step as asked.
+        if (chained_ && random_.chance(0.5)) {
+          request = *chained_;
+        } else {
+          request = step_request(tokens(1), false);
+          request.sample = true;
+          request.sampling.temperature = random_.chance(0.5) ? 0.0f : 0.8f;
+          request.sampling.rng_state = random_.next();
+        }
+        request.chain_next = random_.chance(0.5);
+        TransactionRequest reference_request = request;
+        reference_request.chain_next = false;
+        return {request, reference_request};
       }
       case Operation::speculative: {
         const int draft = random_.between(1, 3);
@@ -256,6 +265,7 @@ class Run {
     const auto before = digests();
     const auto reply = cluster_.run(request);
     if (!reply) return violation(std::string(name_of(op)) + " never ended: nothing to deliver, no deadline, no reply");
+    chained_ = chained_step(request, *reply);
     if (trace_) {
       report_.trace.push_back(std::to_string(operation_) + " " + name_of(op) + ": " + name_of(reply->outcome) +
                               (reply->message.empty() ? "" : " (" + reply->message + ")"));
@@ -434,6 +444,7 @@ class Run {
   bool trace_;
   std::vector<Checkpoint> checkpoints_;
   std::optional<std::vector<int>> saved_prefix_;  // of the last committed save, while known
+  std::optional<TransactionRequest> chained_;     // the step the last one chained, begun and held
   bool cache_repaired_ = true;  // false from a poisoned save to the next recovery
   int operation_ = 0;
   SeedReport report_;

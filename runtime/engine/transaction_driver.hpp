@@ -65,6 +65,8 @@ class TransactionDriver {
   DriverReady take_ready();
 
   bool busy() const { return busy_ && caller_ != Caller::not_yet; }
+  // A chained step runs that no caller asked for yet.
+  bool chained() const { return busy_ && caller_ == Caller::not_yet; }
   // True while a phase waits for statuses or acknowledgements: the
   // transport's clock needs to run.
   bool agreeing() const { return agreement_.agreeing(); }
