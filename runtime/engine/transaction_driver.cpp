@@ -79,7 +79,7 @@ void TransactionDriver::meet_chained_step(const TransactionRequest& request) {
 void TransactionDriver::run(const TransactionRequest& request) {
   if (request.kind != TransactionKind::end_chain) return open(request, Caller::waiting);
   TransactionReply reply;
-  reply.epoch = next_epoch_ - 1;
+  reply.epoch = next_epoch_ - 1;  // the newest transaction's: a poison's record names no later one
   if (agreement_.poisoned()) {
     reply.outcome = TransactionOutcome::poisoned;
     record_poison(reply, *agreement_.poison());
