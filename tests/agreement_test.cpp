@@ -518,6 +518,15 @@ CoordinatorAgreement begun_round() {
   return coordinator;
 }
 
+// Both ranks acknowledge that they restored: `abort` settles, and the
+// session stays usable.
+void expect_abort_settles(CoordinatorAgreement& coordinator, const PhaseDecision& abort) {
+  coordinator.step(acknowledgement(0, true));
+  coordinator.step(acknowledgement(1, true));
+  EXPECT_EQ(coordinator.take_ready().settled, std::vector<PhaseDecision>{abort});
+  EXPECT_FALSE(coordinator.poisoned());
+}
+
 TEST(CoordinatorAgreementTest, ARoundDecidesEachPhaseInOrderWithStatusesThatCameEarly) {
   CoordinatorAgreement coordinator = begun_round();
   // Rank 1 runs ahead: its riders' statuses come before rank 0's first one.
@@ -551,10 +560,7 @@ TEST(CoordinatorAgreementTest, AnErrorFromARiderAbortsAtOnceNamingItAndLaterStat
 
   coordinator.step(status(0, true, 1, kExecution));
   EXPECT_EQ(coordinator.dropped().of(DropReason::late), 1u);
-  coordinator.step(acknowledgement(0, true));
-  coordinator.step(acknowledgement(1, true));
-  EXPECT_EQ(coordinator.take_ready().settled, std::vector<PhaseDecision>{abort});
-  EXPECT_FALSE(coordinator.poisoned());
+  expect_abort_settles(coordinator, abort);
 }
 
 TEST(CoordinatorAgreementTest, ARoundsDeadlineNamesThePhaseInTurnAndItsSilentRank) {
@@ -649,10 +655,7 @@ TEST(CoordinatorAgreementTest, AWithdrawnStepAbortsAndEveryRankRestores) {
     expect_sent_to(coordinator.take_ready().messages, abort, {0, 1});
     EXPECT_TRUE(coordinator.agreeing()) << "the acknowledgements have a deadline";
     coordinator.confirm();  // too late: the abort goes on
-    coordinator.step(acknowledgement(0, true));
-    coordinator.step(acknowledgement(1, true));
-    EXPECT_EQ(coordinator.take_ready().settled, std::vector<PhaseDecision>{abort});
-    EXPECT_FALSE(coordinator.poisoned());
+    expect_abort_settles(coordinator, abort);
   }
 }
 
