@@ -24,13 +24,19 @@ start_nodes() {
 }
 
 # Sets `work` to a new scratch folder and `pids` to none; on exit the nodes
-# in `pids` are stopped and the folder removed.
+# in `pids` are stopped and the folder removed (clean_scratch_folder).
 use_scratch_folder() {
   work=$(mktemp -d)
   pids=()
+  trap clean_scratch_folder EXIT
+}
+
+clean_scratch_folder() {
   # A node stopped (SIGSTOP) takes the TERM only once it runs again.
-  trap 'kill "${pids[@]}" 2>/dev/null || true; kill -CONT "${pids[@]}" 2>/dev/null || true
-        wait 2>/dev/null || true; rm -rf "$work"' EXIT
+  kill "${pids[@]}" 2>/dev/null || true
+  kill -CONT "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
 }
 
 # Writes the synthetic model of llama2.c's 15M or 110M shape to OUT.
