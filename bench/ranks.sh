@@ -3,8 +3,11 @@
 # and 4 in-process ranks and of 3 `accord node` processes on loopback, on
 # the synthetic 15M and 110M shapes, at the same --threads. The runs
 # alternate (plain, ranks 2, 3, 4, nodes, plain, ...) so a noisy machine
-# slows them alike; each figure is the median of RUNS, each ratio is
-# against the plain session of the same run. `protocol` is the wall time
+# slows them alike; each figure is the median of RUNS, each ratio the
+# median of the rounds' ratios against the plain session (nodes: also
+# against 3 ranks) of the same round, with the lowest and highest, since
+# this project's machines change speed by 3x between and within runs
+# (a plain 110M session at 39 to 117 tok/s). `protocol` is the wall time
 # per decode step the ranks did not spend computing, as a share of the step
 # (in-process ranks only: a node's compute time stays on the node).
 #   bench/ranks.sh [BUILD_DIR] [RUNS] [THREADS]
@@ -53,22 +56,29 @@ done
 
 python3 - "$results" "$threads" <<'EOF'
 import statistics, sys
-rows = {}
+# samples[(model, config)][round] = (tok/s, protocol us/token)
+samples = {}
 for line in open(sys.argv[1]):
-    model, config, _, rate, protocol_us = line.split()
-    rows.setdefault((model, config), []).append((float(rate), float(protocol_us)))
-print("threads: %s; medians of %d alternating runs" % (sys.argv[2], len(next(iter(rows.values())))))
+    model, config, round_, rate, protocol_us = line.split()
+    samples.setdefault((model, config), {})[round_] = (float(rate), float(protocol_us))
+
+def paired(model, config, against):
+    """Median and range of the per-round ratios: a round's runs follow one
+    another, so a machine that slows down over the run slows both alike."""
+    ratios = [samples[(model, config)][r][0] / samples[(model, against)][r][0] for r in samples[(model, config)]]
+    return "%.2f (%.2f-%.2f)" % (statistics.median(ratios), min(ratios), max(ratios))
+
+print("threads: %s; medians of %d alternating rounds; ratios are medians of each round's ratio "
+      "(lowest-highest)" % (sys.argv[2], len(next(iter(samples.values())))))
 print()
 print("| shape | run | decode tok/s | vs plain | vs 3 ranks | protocol us/token | protocol share |")
 print("|---|---|---|---|---|---|---|")
-for (model, config), samples in rows.items():
-    rate = statistics.median(s[0] for s in samples)
-    protocol = statistics.median(s[1] for s in samples)
-    plain = statistics.median(s[0] for s in rows[(model, "plain")])
-    three = statistics.median(s[0] for s in rows[(model, "ranks:3")])
-    versus_three = "%.2f" % (rate / three) if config == "nodes:3" else ""
-    share = protocol * rate / 1e6
+for (model, config), rounds in samples.items():
+    rate = statistics.median(s[0] for s in rounds.values())
+    protocol = statistics.median(s[1] for s in rounds.values())
+    share = statistics.median(s[1] * s[0] / 1e6 for s in rounds.values())
+    versus_three = paired(model, config, "ranks:3") if config == "nodes:3" else ""
     protocol_cells = ("%.0f" % protocol, "%.1f%%" % (100 * share)) if config.startswith("ranks") else ("", "")
-    print("| %s | %s | %.1f | %.2f | %s | %s | %s |" % ((model, config, rate, rate / plain, versus_three)
-                                                       + protocol_cells))
+    print("| %s | %s | %.1f | %s | %s | %s | %s |" % ((model, config, rate, paired(model, config, "plain"),
+                                                       versus_three) + protocol_cells))
 EOF
