@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Configures and builds accord into a build folder.
-#   scripts/build.sh [--target TARGET] [BUILD_DIR] [extra cmake arguments...]
-# BUILD_DIR defaults to build/; everything is built unless a target is
+#   scripts/build.sh [--target TARGET]... [BUILD_DIR] [extra cmake arguments...]
+# BUILD_DIR defaults to build/; everything is built unless targets are
 # named. Release unless the arguments say otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-target=()
-if [ "${1:-}" = "--target" ]; then
-  target=(--target "$2")
+targets=()
+while [ "${1:-}" = "--target" ]; do
+  targets+=("$2")
   shift 2
-fi
+done
 build=${1:-$root/build}
 shift || true
 mkdir -p "$build"
@@ -18,4 +18,4 @@ cmake -S "$root" -B "$build" "$@" >"$build/configure.log" 2>&1 || {
   cat "$build/configure.log"
   exit 1
 }
-cmake --build "$build" -j "$(nproc)" "${target[@]}"
+cmake --build "$build" -j "$(nproc)" ${targets[@]:+--target "${targets[@]}"}

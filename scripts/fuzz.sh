@@ -2,9 +2,12 @@
 # Builds the libFuzzer targets (clang, AddressSanitizer + UBSan, a build
 # folder of their own) and runs each one for a bounded time.
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 20; ACCORD_FUZZ_SECONDS too)
-# Seeds are written fresh by the fuzz build's own `accord synth`,
-# `accord convert` and `accord generate --prompt-cache` (a manifest), and
-# here (fault plans); each target's corpus grows in build-fuzz/corpus/.
+# Seeds are written fresh by the Release build's `accord synth`, `accord
+# convert` and `accord generate --prompt-cache` (a manifest; build/, built
+# when missing), and here (fault plans), so the fuzz build compiles only
+# what the targets link: the actors, the CLI and `accord serve` take most
+# of a build under the sanitizers. Each target's corpus grows in
+# build-fuzz/corpus/.
 # A crash, leak, sanitizer report or timeout fails the script and leaves the
 # input in build-fuzz/crash-*.
 set -euo pipefail
@@ -12,13 +15,17 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seconds=${1:-${ACCORD_FUZZ_SECONDS:-20}}
 build=$root/build-fuzz
 
+targets=(gguf_fuzz llama2c_fuzz tokenizer_fuzz manifest_fuzz fault_plan_fuzz)
+target_arguments=()
+for target in "${targets[@]}"; do target_arguments+=(--target "$target"); done
 echo "== accord: building the fuzz targets in $build"
-"$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DACCORD_FUZZ=ON -DACCORD_BUILD_TESTS=OFF -DACCORD_BUILD_BENCH=OFF -DACCORD_CUDA=OFF
+"$root/scripts/build.sh" "${target_arguments[@]}" "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_COMPILER=clang++ -DACCORD_FUZZ=ON -DACCORD_BUILD_TESTS=OFF -DACCORD_BUILD_BENCH=OFF -DACCORD_CUDA=OFF
+"$root/scripts/build.sh" --target accord "$root/build"
 
 seeds=$build/seeds
 mkdir -p "$seeds"
-accord=$build/apps/accord
+accord=$root/build/apps/accord
 "$accord" synth --dim 32 --hidden 64 --layers 1 --heads 2 --kv-heads 1 --vocab 260 --seq 8 \
   --out "$seeds/tiny.bin" >/dev/null
 for type in f32 f16 q8_0 q4_0; do
@@ -37,7 +44,7 @@ declare -A corpus=(
   [manifest_fuzz]="manifest.json"
   [fault_plan_fuzz]="fault-one fault-list"
 )
-for target in gguf_fuzz llama2c_fuzz tokenizer_fuzz manifest_fuzz fault_plan_fuzz; do
+for target in "${targets[@]}"; do
   dir=$build/corpus/$target
   mkdir -p "$dir"
   for seed in ${corpus[$target]}; do cp "$seeds/$seed" "$dir/"; done
