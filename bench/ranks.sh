@@ -6,8 +6,8 @@
 # slows them alike; each figure is the median of RUNS, each ratio the
 # median of the rounds' ratios against the plain session (nodes: also
 # against 3 ranks) of the same round, with the lowest and highest, since
-# this project's machines change speed by 3x between and within runs
-# (a plain 110M session at 39 to 117 tok/s). `protocol` is the wall time
+# this project's machines change speed by 3x between runs (a plain 110M
+# session at 39 to 117 tok/s) and by a fifth within one. `protocol` is the wall time
 # per decode step the ranks did not spend computing, as a share of the step
 # (in-process ranks only: a node's compute time stays on the node).
 #   bench/ranks.sh [BUILD_DIR] [RUNS] [THREADS]

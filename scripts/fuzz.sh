@@ -15,9 +15,16 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seconds=${1:-${ACCORD_FUZZ_SECONDS:-20}}
 build=$root/build-fuzz
 
-targets=(gguf_fuzz llama2c_fuzz tokenizer_fuzz manifest_fuzz fault_plan_fuzz)
+# Each target, with the seeds (written below) its corpus starts from.
+declare -A corpus=(
+  [gguf_fuzz]="tiny-f32.gguf tiny-f16.gguf tiny-q8_0.gguf tiny-q4_0.gguf"
+  [llama2c_fuzz]="tiny.bin"
+  [tokenizer_fuzz]="tiny.tokenizer.bin tiny-q8_0.gguf"
+  [manifest_fuzz]="manifest.json"
+  [fault_plan_fuzz]="fault-one fault-list"
+)
 target_arguments=()
-for target in "${targets[@]}"; do target_arguments+=(--target "$target"); done
+for target in "${!corpus[@]}"; do target_arguments+=(--target "$target"); done
 echo "== accord: building the fuzz targets in $build"
 "$root/scripts/build.sh" "${target_arguments[@]}" "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++ -DACCORD_FUZZ=ON -DACCORD_BUILD_TESTS=OFF -DACCORD_BUILD_BENCH=OFF -DACCORD_CUDA=OFF
@@ -37,14 +44,7 @@ cp "$(find "$seeds/cache" -name manifest.json | head -n 1)" "$seeds/manifest.jso
 printf '%s' "1:Execution:error" >"$seeds/fault-one"
 printf '%s' "0:BoundarySourceReady(0->1):drop:2;;2:PromptCacheSavePublication:corrupt" >"$seeds/fault-list"
 
-declare -A corpus=(
-  [gguf_fuzz]="tiny-f32.gguf tiny-f16.gguf tiny-q8_0.gguf tiny-q4_0.gguf"
-  [llama2c_fuzz]="tiny.bin"
-  [tokenizer_fuzz]="tiny.tokenizer.bin tiny-q8_0.gguf"
-  [manifest_fuzz]="manifest.json"
-  [fault_plan_fuzz]="fault-one fault-list"
-)
-for target in "${targets[@]}"; do
+for target in "${!corpus[@]}"; do
   dir=$build/corpus/$target
   mkdir -p "$dir"
   for seed in ${corpus[$target]}; do cp "$seeds/$seed" "$dir/"; done
