@@ -336,7 +336,8 @@ void use_low_latency_scheduling(caf::actor_system_config& config);
 // Loads CAF's middleman (TCP between nodes) with heartbeats on: CAF 0.17.6
 // leaves them off, and then a frozen peer whose connection stays open is
 // never noticed. A node whose heartbeats stop for two seconds is dropped,
-// and its ranks go down. connect() and `accord node` use it.
+// and its ranks go down. It also runs two scheduler threads instead of
+// CAF's default of at least four. connect() and `accord node` use it.
 void use_remote_connections(caf::actor_system_config& config);
 
 }  // namespace accord
