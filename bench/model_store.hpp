@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -35,11 +36,18 @@ inline Shape make_shape(std::string name, int dim, int hidden_dim, int n_layers,
   return {std::move(name), c};
 }
 
-// "15M" (dim 288), and "110M" (dim 768) when ACCORD_BENCH_110M=1.
+// The synthetic shapes by name: "15M" (dim 288) and "110M" (dim 768).
+inline std::optional<Shape> shape_named(std::string_view name) {
+  if (name == "15M") return make_shape("15M", 288, 768, 6, 6, 6, 32000, 256);
+  if (name == "110M") return make_shape("110M", 768, 2048, 12, 12, 12, 32000, 1024);
+  return std::nullopt;
+}
+
+// "15M", and "110M" when ACCORD_BENCH_110M=1.
 inline std::vector<Shape> bench_shapes() {
-  std::vector<Shape> shapes = {make_shape("15M", 288, 768, 6, 6, 6, 32000, 256)};
+  std::vector<Shape> shapes = {*shape_named("15M")};
   if (const char* v = std::getenv("ACCORD_BENCH_110M"); v != nullptr && std::string_view(v) == "1") {
-    shapes.push_back(make_shape("110M", 768, 2048, 12, 12, 12, 32000, 1024));
+    shapes.push_back(*shape_named("110M"));
   }
   return shapes;
 }
