@@ -108,6 +108,14 @@ struct DistributedStats {
   double protocol_microseconds_per_step() const {
     return forward_steps == 0 ? 0.0 : (step_seconds - compute_seconds) * 1e6 / static_cast<double>(forward_steps);
   }
+  // The same as a share of the steps' wall time.
+  double protocol_share() const { return step_seconds == 0 ? 0.0 : (step_seconds - compute_seconds) / step_seconds; }
+  // What was counted between `earlier` and this (the figures of a stretch
+  // of a run).
+  DistributedStats since(const DistributedStats& earlier) const {
+    return {forward_steps - earlier.forward_steps, step_seconds - earlier.step_seconds,
+            compute_seconds - earlier.compute_seconds, phases_run - earlier.phases_run};
+  }
 };
 
 // Protocol messages that were ignored (stale, duplicate, late, ...), by

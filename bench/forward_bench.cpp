@@ -176,7 +176,7 @@ void BM_distributed_decode(benchmark::State& state, const Shape& shape) {
   const accord::DistributedStats stats = session.stats();
   state.counters["tok"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["protocol_us"] = stats.protocol_microseconds_per_step();
-  state.counters["protocol_share"] = (stats.step_seconds - stats.compute_seconds) / stats.step_seconds;
+  state.counters["protocol_share"] = stats.protocol_share();
 }
 
 // The protocol alone: a checkpoint transaction computes nothing. Its three

@@ -112,7 +112,7 @@ struct Comparison {
   double plain_seconds = 0;
   double ranks_seconds = 0;
   std::vector<double> ratios;  // per pair of blocks: plain time / ranks time
-  DistributedStats before, after;
+  DistributedStats timed;      // the ranks' figures over the timed blocks
 };
 
 // Plain and ranks take turns, each pair in the opposite order to the last,
@@ -121,7 +121,7 @@ Comparison compare(Side& plain, Side& ranks, DistributedSession& session, const 
   Comparison result;
   run_block(plain, options.block_tokens);  // warm-up: first touches of the weights and caches
   run_block(ranks, options.block_tokens);
-  result.before = session.stats();
+  const DistributedStats before = session.stats();
   for (int b = 0; b < options.blocks; ++b) {
     double plain_block = 0;
     double ranks_block = 0;
@@ -136,19 +136,16 @@ Comparison compare(Side& plain, Side& ranks, DistributedSession& session, const 
     result.ranks_seconds += ranks_block;
     result.ratios.push_back(plain_block / ranks_block);
   }
-  result.after = session.stats();
+  result.timed = session.stats().since(before);
   return result;
 }
 
 void print_row(const Options& options, int ranks, const Comparison& c) {
   const double tokens = static_cast<double>(options.blocks) * options.block_tokens;
-  const double steps = static_cast<double>(c.after.forward_steps - c.before.forward_steps);
-  const double step_seconds = c.after.step_seconds - c.before.step_seconds;
-  const double protocol_seconds = step_seconds - (c.after.compute_seconds - c.before.compute_seconds);
   const auto [low, high] = std::minmax_element(c.ratios.begin(), c.ratios.end());
   std::printf("| %s | ranks:%d | %.1f | %.1f | %.3f (%.2f-%.2f) | %.3f | %.0f | %.2f%% |\n", options.shape.c_str(), ranks,
               tokens / c.plain_seconds, tokens / c.ranks_seconds, median(c.ratios), *low, *high,
-              c.plain_seconds / c.ranks_seconds, protocol_seconds * 1e6 / steps, 100 * protocol_seconds / step_seconds);
+              c.plain_seconds / c.ranks_seconds, c.timed.protocol_microseconds_per_step(), 100 * c.timed.protocol_share());
   std::fflush(stdout);
 }
 
