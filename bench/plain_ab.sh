@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The plain (one-rank) session of two builds side by side: greedy decode
-# tok/s on the synthetic 15M and 110M shapes at the same --threads, runs
-# alternating (base, this, base, ...) so a noisy machine slows both alike.
-# Each figure is the median of RUNS; the ratio is this build's over the
-# base's. Use it when a change touches the session's path (issue 13: the
-# one-rank Session on the one engine must be no slower).
+# tok/s on the synthetic 15M and 110M shapes at the same --threads. Each
+# round runs both builds one after the other, in the order opposite to the
+# round before, so a noisy machine slows both alike and neither always goes
+# first. The tok/s figures are medians of RUNS; the ratio is the median of
+# the rounds' own ratios (this build's over the base's), with the lowest
+# and highest. Use it when a change touches the session's path (issue 13:
+# the one-rank Session on the one engine must be no slower).
 #   bench/plain_ab.sh BASE_BUILD_DIR [BUILD_DIR] [RUNS] [THREADS]
 # Prints a markdown table. The models are written to a temporary folder.
 set -euo pipefail
@@ -29,22 +31,30 @@ results=$work/results.txt
 for shape in 15M:200 110M:64; do
   model=${shape%%:*}
   tokens=${shape##*:}
-  for _ in $(seq "$runs"); do
-    echo "$model base $(tok_s "$base" "$model" "$tokens")" >>"$results"
-    echo "$model this $(tok_s "$this" "$model" "$tokens")" >>"$results"
+  for round in $(seq "$runs"); do
+    order=(base this)
+    [ $((round % 2)) -eq 0 ] && order=(this base)
+    for build in "${order[@]}"; do
+      binary=$base
+      [ "$build" = this ] && binary=$this
+      echo "$model $round $build $(tok_s "$binary" "$model" "$tokens")" >>"$results"
+    done
   done
 done
 
 python3 - "$results" <<'PY'
 import statistics, sys
-figures = {}
+rounds = {}
 for line in open(sys.argv[1]):
-    model, build, value = line.split()
-    figures.setdefault((model, build), []).append(float(value))
-print("| shape | base tok/s | this tok/s | this / base |")
+    model, round_, build, value = line.split()
+    rounds.setdefault(model, {}).setdefault(round_, {})[build] = float(value)
+print("| shape | base tok/s | this tok/s | this / base (lowest-highest) |")
 print("|---|---|---|---|")
 for model in ("15M", "110M"):
-    base = statistics.median(figures[(model, "base")])
-    this = statistics.median(figures[(model, "this")])
-    print(f"| {model} | {base:.1f} | {this:.1f} | {this / base:.3f} |")
+    runs = rounds[model].values()
+    base = statistics.median(r["base"] for r in runs)
+    this = statistics.median(r["this"] for r in runs)
+    ratios = [r["this"] / r["base"] for r in runs]
+    print(f"| {model} | {base:.1f} | {this:.1f} | {statistics.median(ratios):.3f} "
+          f"({min(ratios):.2f}-{max(ratios):.2f}) |")
 PY
