@@ -6,12 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/aligned.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/quant.hpp"
@@ -75,6 +77,34 @@ TEST(Matmul, EveryPathGivesTheSameBitsForEveryType) {
         if (!scope.ok()) continue;  // this CPU lacks it; best_isa() is covered below
         EXPECT_TRUE(bit_identical(product(w.matrix, x, batch, 2), portable))
             << to_string(type) << " on " << to_string(isa) << ", batch " << batch;
+      }
+    }
+  }
+}
+
+// A llama2.c file's F32 weights start 28 bytes past a cache line, and the
+// vector paths may read such rows from aligned blocks (f32_row_streamed):
+// a decode product gives the portable path's bits wherever its rows lie.
+TEST(Matmul, F32RowsGiveTheSameBitsAtEveryOffsetFromACacheLine) {
+  for (int cols : {768, 173, 32}) {
+    const int rows = 9;
+    const auto values = random_floats(static_cast<std::size_t>(rows) * cols, 5);
+    const auto x = random_floats(static_cast<std::size_t>(cols), 6);
+    AlignedVector<float> storage(values.size() + 16);
+    for (int offset = 0; offset < 16; ++offset) {
+      std::copy(values.begin(), values.end(), storage.begin() + offset);
+      const Matrix w{WeightType::f32, reinterpret_cast<const std::byte*>(storage.data() + offset), rows, cols};
+      std::vector<float> portable;
+      {
+        test::CpuPathScope scope(Isa::portable);
+        ASSERT_TRUE(scope.ok());
+        portable = product(w, x, 1, 1);
+      }
+      for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        test::CpuPathScope scope(isa);
+        if (!scope.ok()) continue;  // this CPU lacks it
+        EXPECT_TRUE(bit_identical(product(w, x, 1, 1), portable))
+            << cols << " columns " << offset * 4 << " bytes past a cache line on " << to_string(isa);
       }
     }
   }

@@ -33,6 +33,15 @@ struct Avx512 {
     return _mm512_cvtph_ps(halves);
   }
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  // Rows read from aligned blocks (f32_row_streamed): lanes `shift` to
+  // shift + 15 of the two blocks lo and hi, one after the other.
+  using Index = __m512i;
+  static Index shift_index(int shift) {
+    return _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                            _mm512_set1_epi32(shift));
+  }
+  static Vec load_aligned(const std::byte* p) { return _mm512_load_ps(p); }
+  static Vec join(Vec lo, Index index, Vec hi) { return _mm512_permutex2var_ps(lo, index, hi); }
   static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
   static float reduce(Vec v) {
     const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v),

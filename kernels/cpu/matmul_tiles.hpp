@@ -117,6 +117,28 @@ void reduce_column(const typename V::Vec (&column)[R], float* out) {
   for (; r < R; ++r) out[r] = V::reduce(column[r]);
 }
 
+// The first n16 floats of an F32 row `shift` floats past a 64-byte boundary
+// against x, as float_tile sums them, lane by lane in the same order; but
+// every vector of the row except its first and last comes from the two
+// aligned blocks that hold it (V::join), so that no load of the row spans
+// two cache lines. n16 >= 2 * kLanes.
+template <class V>
+typename V::Vec f32_row_streamed(const std::byte* row, const float* x, int n16, int shift) {
+  using Vec = typename V::Vec;
+  const typename V::Index index = V::shift_index(shift);
+  const std::byte* block = row - 4 * shift;
+  Vec acc = V::fma(V::load(row), V::load(reinterpret_cast<const std::byte*>(x)), V::zero());
+  Vec lo = V::load_aligned(block + 4 * kLanes);
+  int i = kLanes;
+  for (; i + kLanes < n16; i += kLanes) {
+    const Vec hi = V::load_aligned(block + 4 * static_cast<std::size_t>(i + kLanes));
+    acc = V::fma(V::join(lo, index, hi), V::load(reinterpret_cast<const std::byte*>(x + i)), acc);
+    lo = hi;
+  }
+  return V::fma(V::load(row + 4 * static_cast<std::size_t>(i)), V::load(reinterpret_cast<const std::byte*>(x + i)),
+                acc);
+}
+
 // F32 and F16 rows against T tokens of n floats: out[t * token_step + r]
 // receives row r against token t.
 template <class V, class Format, int R, int T>
@@ -127,7 +149,17 @@ void float_tile(const std::byte* const (&rows)[R], const float* const (&tokens)[
   Vec acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = V::zero();
-  for (int i = 0; i < n16; i += kLanes) {
+  int i = 0;
+  // A decode product's row off a cache line (a llama2.c file's are 28 bytes
+  // past one) goes through f32_row_streamed where the path can join blocks.
+  if constexpr (R == 1 && T == 1 && __is_same(Format, F32Format) && requires { V::join; }) {
+    const auto offset = reinterpret_cast<std::uintptr_t>(rows[0]) % 64;
+    if (offset != 0 && offset % 4 == 0 && n16 >= 2 * kLanes) {
+      acc[0][0] = f32_row_streamed<V>(rows[0], tokens[0], n16, static_cast<int>(offset / 4));
+      i = n16;
+    }
+  }
+  for (; i < n16; i += kLanes) {
     Vec xv[T];
     for (int t = 0; t < T; ++t) xv[t] = V::load(reinterpret_cast<const std::byte*>(tokens[t] + i));
     for (int r = 0; r < R; ++r) {
@@ -142,7 +174,7 @@ void float_tile(const std::byte* const (&rows)[R], const float* const (&tokens)[
     reduce_column<V, R>(column, sums);
     for (int r = 0; r < R; ++r) {
       float s = sums[r];
-      for (int i = n16; i < n; ++i) s = __builtin_fmaf(Format::template at<V>(rows[r], i), tokens[t][i], s);
+      for (int k = n16; k < n; ++k) s = __builtin_fmaf(Format::template at<V>(rows[r], k), tokens[t][k], s);
       out[static_cast<std::size_t>(t) * token_step + r] = s;
     }
   }
