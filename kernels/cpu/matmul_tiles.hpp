@@ -126,12 +126,13 @@ template <class V>
 typename V::Vec f32_row_streamed(const std::byte* row, const float* x, int n16, int shift) {
   using Vec = typename V::Vec;
   const typename V::Index index = V::shift_index(shift);
-  const std::byte* block = row - 4 * shift;
+  // The aligned block where the lanes from `lane` begin (lane >= kLanes: inside the row).
+  const auto block_of = [&](int lane) { return row + 4 * static_cast<std::size_t>(lane - shift); };
   Vec acc = V::fma(V::load(row), V::load(reinterpret_cast<const std::byte*>(x)), V::zero());
-  Vec lo = V::load_aligned(block + 4 * kLanes);
+  Vec lo = V::load_aligned(block_of(kLanes));
   int i = kLanes;
   for (; i + kLanes < n16; i += kLanes) {
-    const Vec hi = V::load_aligned(block + 4 * static_cast<std::size_t>(i + kLanes));
+    const Vec hi = V::load_aligned(block_of(i + kLanes));
     acc = V::fma(V::join(lo, index, hi), V::load(reinterpret_cast<const std::byte*>(x + i)), acc);
     lo = hi;
   }
