@@ -106,27 +106,6 @@ std::string cpu_model_name() {
   return "unknown";
 }
 
-bool is_embedding(const StoredTensor& t) { return t.name == "token_embd.weight" || t.name == "token_embedding_table"; }
-// llama2.c's RoPE tables: stored, never read (RoPE is computed).
-bool is_rope_table(const StoredTensor& t) { return t.name.starts_with("freq_cis_"); }
-
-// The weight bytes one decode token reads: every block's matrices and
-// norms, the final norm, the classifier and one row of the token embedding
-// (a shared classifier is the embedding table, counted once, whole).
-// Counted from the file's tensors as stored, not from what the Model holds
-// today: it still dequantizes F16, Q8_0 and Q4_0 to f32 at load, and is
-// changing to keep them in their file format in memory, which is what
-// these sizes describe.
-std::uint64_t decode_weight_bytes(const Model& model) {
-  const ModelConfig& c = model.config();
-  std::uint64_t bytes = 0;
-  for (const StoredTensor& t : model.tensors()) {
-    if (is_rope_table(t)) continue;
-    const bool one_row = is_embedding(t) && !c.shared_classifier;
-    bytes += one_row ? t.bytes / static_cast<std::uint64_t>(c.vocab_size) : t.bytes;
-  }
-  return bytes;
-}
 
 std::uint64_t stored_bytes(const Model& model) {
   std::uint64_t bytes = 0;

@@ -116,6 +116,25 @@ std::map<std::string, std::uint64_t> Model::weight_bytes_by_type(const WeightSco
   return bytes;
 }
 
+namespace {
+
+bool is_embedding(const StoredTensor& t) { return t.name == "token_embd.weight" || t.name == "token_embedding_table"; }
+// llama2.c's RoPE tables: stored, never read (RoPE is computed).
+bool is_rope_table(const StoredTensor& t) { return t.name.starts_with("freq_cis_"); }
+
+}  // namespace
+
+std::uint64_t decode_weight_bytes(const Model& model) {
+  const ModelConfig& c = model.config();
+  std::uint64_t bytes = 0;
+  for (const StoredTensor& t : model.tensors()) {
+    if (is_rope_table(t)) continue;
+    const bool one_row = is_embedding(t) && !c.shared_classifier;
+    bytes += one_row ? t.bytes / static_cast<std::uint64_t>(c.vocab_size) : t.bytes;
+  }
+  return bytes;
+}
+
 std::optional<ByteRange> tensor_range(const WeightTensor& tensor, int dim, std::span<const std::byte> bytes) {
   const auto* data = tensor.matrix != nullptr ? static_cast<const std::byte*>(tensor.matrix->data)
                                               : reinterpret_cast<const std::byte*>(tensor.norm);

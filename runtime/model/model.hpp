@@ -246,4 +246,10 @@ class Model {
   MappedFile file_;
 };
 
+// The weight bytes one decode token reads: every block's matrices and
+// norms, the final norm, the classifier and one row of the token embedding
+// (a shared classifier is the embedding table, counted once, whole), as
+// the file stores them.
+std::uint64_t decode_weight_bytes(const Model& model);
+
 }  // namespace accord
