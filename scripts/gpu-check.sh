@@ -10,8 +10,9 @@
 # BUILD_DIR defaults to build-gpu/; --no-build runs what is already built
 # there (a build carried to a machine that cannot install the build's
 # packages). PEAK_GBS: the device's memory bandwidth in GB/s, by default an
-# H200's 4800. Stops at the first check that fails.
-set -euo pipefail
+# H200's 4800. Runs every check, since a device's time is scarce, and exits
+# 1 naming those that failed.
+set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_first=1
 if [ "${1:-}" = "--no-build" ]; then
@@ -25,44 +26,62 @@ shared=$(shared_dir "$root")
 if [ "$build_first" = 1 ]; then
   for target in accord accord-cuda-check; do
     "$root/scripts/build.sh" --target "$target" "$build" -DCMAKE_BUILD_TYPE=Release -DACCORD_CUDA=ON \
-      -DACCORD_BUILD_TESTS=OFF
+      -DACCORD_BUILD_TESTS=OFF || exit 1
   done
 fi
-check=$build/apps/accord-cuda-check
+check_tool=$build/apps/accord-cuda-check
 accord=$build/apps/accord
 
-echo "== devices"
-"$check" devices
-echo "== kernels against the CPU"
-"$check" kernels
-echo "== stories260K against the CPU"
-"$check" model --model "$shared/models/stories260K.bin" --tokens 200
+failed=()
+# Runs a check, a name and its command, and keeps its name if it fails.
+check() {
+  local name=$1
+  shift
+  echo "== $name"
+  "$@" || failed+=("$name")
+}
+
+check devices "$check_tool" devices
+check "kernels against the CPU" "$check_tool" kernels
+check "stories260K against the CPU" "$check_tool" model --model "$shared/models/stories260K.bin" --tokens 200
 
 # The greedy tokens of `accord generate` on these options.
 greedy_tokens() {
   "$accord" generate --model "$shared/models/stories260K.bin" --prompt "Once upon a time" --max-tokens 120 \
     --temperature 0 --json "$@" 2>/dev/null | sed -n 's/.*"generated_tokens":\(\[[^]]*\]\).*/\1/p'
 }
-echo "== accord generate --backend cuda: ranks on one device against the CPU"
-cpu_tokens=$(greedy_tokens --backend cpu)
-for ranks in 1 2 4; do
-  cuda_tokens=$(greedy_tokens --backend cuda --devices 0 --ranks "$ranks")
-  if [ -z "$cuda_tokens" ] || [ "$cuda_tokens" != "$cpu_tokens" ]; then
-    echo "ranks $ranks: tokens differ from the CPU's: FAILED"
-    echo "  cpu:  $cpu_tokens"
-    echo "  cuda: ${cuda_tokens:-(none)}"
-    "$accord" generate --model "$shared/models/stories260K.bin" --max-tokens 4 --backend cuda --ranks "$ranks" || true
-    exit 1
-  fi
-  echo "ranks $ranks: 120 greedy tokens identical to the CPU's  ok"
-done
+# Ranks on the one device: their greedy tokens are the CPU's.
+cuda_ranks_match_the_cpu() {
+  local cpu_tokens cuda_tokens ranks
+  cpu_tokens=$(greedy_tokens --backend cpu)
+  for ranks in 1 2 4; do
+    cuda_tokens=$(greedy_tokens --backend cuda --devices 0 --ranks "$ranks")
+    if [ -z "$cuda_tokens" ] || [ "$cuda_tokens" != "$cpu_tokens" ]; then
+      echo "ranks $ranks: tokens differ from the CPU's: FAILED"
+      echo "  cpu:  $cpu_tokens"
+      echo "  cuda: ${cuda_tokens:-(none)}"
+      "$accord" generate --model "$shared/models/stories260K.bin" --max-tokens 4 --backend cuda --ranks "$ranks"
+      return 1
+    fi
+    echo "ranks $ranks: 120 greedy tokens identical to the CPU's  ok"
+  done
+}
+check "accord generate --backend cuda: ranks on one device against the CPU" cuda_ranks_match_the_cpu
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "== synthetic 1B-class shape, F16 (dim 2048, 16 layers, vocab 32000)"
-"$accord" synth --dim 2048 --hidden 8192 --layers 16 --heads 32 --kv-heads 8 --vocab 32000 --seq 1024 \
-  --out "$work/1b.bin" >/dev/null
-"$accord" convert --in "$work/1b.bin" --out "$work/1b-f16.gguf" --type f16 >/dev/null
-rm "$work/1b.bin"
-"$check" model --model "$work/1b-f16.gguf" --tokens 16
-"$check" bench --model "$work/1b-f16.gguf" --tokens 256 --peak-gbs "$peak"
+if "$accord" synth --dim 2048 --hidden 8192 --layers 16 --heads 32 --kv-heads 8 --vocab 32000 --seq 1024 \
+  --out "$work/1b.bin" >/dev/null && "$accord" convert --in "$work/1b.bin" --out "$work/1b-f16.gguf" --type f16 >/dev/null; then
+  rm "$work/1b.bin"
+  check "1B-class F16 against the CPU" "$check_tool" model --model "$work/1b-f16.gguf" --tokens 16
+  check "1B-class F16 decode" "$check_tool" bench --model "$work/1b-f16.gguf" --tokens 256 --peak-gbs "$peak"
+else
+  failed+=("the 1B-class model")
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "every check passed"

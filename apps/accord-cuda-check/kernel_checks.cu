@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,35 +68,108 @@ int report(const std::string& name, const std::vector<float>& got, const std::ve
 // A weight matrix of `type` as the file stores it, from random floats.
 std::vector<std::byte> stored(cpu::WeightType type, const std::vector<float>& values) {
   std::vector<std::byte> bytes(cpu::row_bytes(type, values.size()));
-  if (type == cpu::WeightType::f32) std::copy_n(reinterpret_cast<const std::byte*>(values.data()), bytes.size(), bytes.data());
+  if (type == cpu::WeightType::f32) {
+    std::copy_n(reinterpret_cast<const std::byte*>(values.data()), bytes.size(), bytes.data());
+  }
   if (type == cpu::WeightType::f16) cpu::quantize_f16(bytes.data(), values.data(), values.size());
   if (type == cpu::WeightType::q8_0) cpu::quantize_q8_0(bytes.data(), values.data(), values.size());
   return bytes;
 }
 
-// Against the weights dequantized and a double-precision dot product: the
-// CPU's Q8_0 product quantizes its input too, so it is not the reference.
-int check_matmul(std::mt19937& random, cpu::WeightType type, int rows, int cols, int batch) {
-  const std::vector<std::byte> bytes = stored(type, random_floats(random, static_cast<std::size_t>(rows) * cols));
-  const cpu::Matrix host{type, bytes.data(), rows, cols};
-  std::vector<float> weights(static_cast<std::size_t>(rows) * cols);
-  cpu::dequantize(host, weights.data());
-  const std::vector<float> x = random_floats(random, static_cast<std::size_t>(batch) * cols);
-  std::vector<float> want(static_cast<std::size_t>(batch) * rows);
-  for (int t = 0; t < batch; ++t) {
-    for (int r = 0; r < rows; ++r) {
-      double sum = 0.0;
-      for (int c = 0; c < cols; ++c) sum += static_cast<double>(weights[static_cast<std::size_t>(r) * cols + c]) * x[static_cast<std::size_t>(t) * cols + c];
-      want[static_cast<std::size_t>(t) * rows + r] = static_cast<float>(sum);
-    }
+// A random weight matrix of `type`, as the file stores it and dequantized.
+struct RandomWeights {
+  RandomWeights(std::mt19937& random, cpu::WeightType type, int rows, int cols)
+      : bytes(stored(type, random_floats(random, static_cast<std::size_t>(rows) * cols))),
+        matrix{type, bytes.data(), rows, cols},
+        values(static_cast<std::size_t>(rows) * cols) {
+    cpu::dequantize(matrix, values.data());
   }
+  // x (batch, cols) times the dequantized weights, in double precision: the
+  // CPU's Q8_0 product quantizes its input too, so it is not the reference.
+  std::vector<float> times(const std::vector<float>& x, int batch) const {
+    std::vector<float> out(static_cast<std::size_t>(batch) * matrix.rows);
+    for (int t = 0; t < batch; ++t) {
+      for (int r = 0; r < matrix.rows; ++r) {
+        double sum = 0.0;
+        for (int c = 0; c < matrix.cols; ++c) {
+          sum += static_cast<double>(values[static_cast<std::size_t>(r) * matrix.cols + c]) *
+                 x[static_cast<std::size_t>(t) * matrix.cols + c];
+        }
+        out[static_cast<std::size_t>(t) * matrix.rows + r] = static_cast<float>(sum);
+      }
+    }
+    return out;
+  }
+  DeviceMatrix on(Uploads& device) const { return {matrix.type, device.copy(bytes), matrix.rows, matrix.cols}; }
+
+  std::vector<std::byte> bytes;
+  cpu::Matrix matrix;
+  std::vector<float> values;
+};
+
+std::string shape_name(const std::string& kernel, cpu::WeightType type, int rows, int cols, int batch) {
+  return kernel + " " + cpu::to_string(type) + " " + std::to_string(rows) + "x" + std::to_string(cols) + " batch " +
+         std::to_string(batch);
+}
+
+// matmul, and matmul_add onto a random residual.
+int check_matmul(std::mt19937& random, cpu::WeightType type, int rows, int cols, int batch) {
+  const RandomWeights w(random, type, rows, cols);
+  const std::vector<float> x = random_floats(random, static_cast<std::size_t>(batch) * cols);
+  const std::vector<float> want = w.times(x, batch);
   Uploads device;
-  const DeviceMatrix w{type, device.copy(bytes), rows, cols};
+  const DeviceMatrix dw = w.on(device);
+  float* dx = device.copy(x);
   float* out = device.zeros<float>(want.size());
-  matmul(nullptr, out, device.copy(x), w, batch);
-  return report(std::string("matmul ") + cpu::to_string(type) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
-                    " batch " + std::to_string(batch),
-                download(out, want.size()), want, 1e-5);
+  matmul(nullptr, out, dx, dw, batch);
+  int failed = report(shape_name("matmul", type, rows, cols, batch), download(out, want.size()), want, 1e-5);
+  std::vector<float> residual = random_floats(random, want.size());
+  float* summed = device.copy(residual);
+  matmul_add(nullptr, summed, dx, dw, batch);
+  for (std::size_t i = 0; i < want.size(); ++i) residual[i] += want[i];
+  failed += report(shape_name("matmul_add", type, rows, cols, batch), download(summed, want.size()), residual, 1e-5);
+  return failed;
+}
+
+// Queries, keys and values of a batch at positions 5..: each the product,
+// queries and keys rotated, keys and values at their rows of the cache and
+// nothing else of it changed.
+int check_qkv(std::mt19937& random, cpu::WeightType type, int batch, int heads, int kv_heads, int head_size) {
+  const int seq_len = 16, pos = 5, half = head_size / 2;
+  const int dim = heads * head_size, kv_dim = kv_heads * head_size;
+  const RandomWeights wq(random, type, dim, dim), wk(random, type, kv_dim, dim), wv(random, type, kv_dim, dim);
+  std::vector<float> cos(static_cast<std::size_t>(seq_len) * half), sin(cos.size());
+  cpu::rope_tables(cos.data(), sin.data(), seq_len, head_size, 10000.0f);
+  const std::vector<float> x = random_floats(random, static_cast<std::size_t>(batch) * dim);
+  std::vector<float> q = wq.times(x, batch), k = wk.times(x, batch), v = wv.times(x, batch);
+  std::vector<float> keys(static_cast<std::size_t>(seq_len) * kv_dim), values(keys.size());
+  for (int t = 0; t < batch; ++t) {
+    const std::size_t angle = static_cast<std::size_t>(pos + t) * half;
+    cpu::rope(&q[static_cast<std::size_t>(t) * dim], heads, head_size, &cos[angle], &sin[angle]);
+    cpu::rope(&k[static_cast<std::size_t>(t) * kv_dim], kv_heads, head_size, &cos[angle], &sin[angle]);
+  }
+  std::copy(k.begin(), k.end(), keys.begin() + static_cast<std::ptrdiff_t>(pos) * kv_dim);
+  std::copy(v.begin(), v.end(), values.begin() + static_cast<std::ptrdiff_t>(pos) * kv_dim);
+  Uploads device;
+  const QkvOutputs out{device.zeros<float>(q.size()), device.zeros<float>(keys.size()),
+                       device.zeros<float>(values.size()), device.copy(std::vector<int>{pos}), head_size,
+                       device.copy(cos), device.copy(sin)};
+  qkv(nullptr, out, device.copy(x), wq.on(device), wk.on(device), wv.on(device), batch);
+  const std::string name = shape_name("qkv", type, dim + 2 * kv_dim, dim, batch);
+  return report(name + ": queries", download(out.q, q.size()), q, 1e-5) +
+         report(name + ": keys", download(out.keys, keys.size()), keys, 1e-5) +
+         report(name + ": values", download(out.values, values.size()), values, 1e-5);
+}
+
+int check_gate_up(std::mt19937& random, cpu::WeightType type, int rows, int cols, int batch) {
+  const RandomWeights w1(random, type, rows, cols), w3(random, type, rows, cols);
+  const std::vector<float> x = random_floats(random, static_cast<std::size_t>(batch) * cols, 3.0f);
+  std::vector<float> want = w1.times(x, batch);
+  cpu::silu_mul(want.data(), w3.times(x, batch).data(), static_cast<int>(want.size()));
+  Uploads device;
+  float* out = device.zeros<float>(want.size());
+  gate_up(nullptr, out, device.copy(x), w1.on(device), w3.on(device), batch);
+  return report(shape_name("gate_up", type, rows, cols, batch), download(out, want.size()), want, 1e-5);
 }
 
 int check_embed(std::mt19937& random, cpu::WeightType type) {
@@ -112,58 +186,20 @@ int check_embed(std::mt19937& random, cpu::WeightType type) {
   return report(std::string("embed ") + cpu::to_string(type), download(out, want.size()), want, 0.0);
 }
 
-int check_norms(std::mt19937& random, cpu::ThreadPool& pool) {
+int check_rmsnorm(std::mt19937& random, cpu::ThreadPool& pool) {
   const int rows = 3, n = 300;
-  const std::vector<float> x = random_floats(random, rows * n), delta = random_floats(random, rows * n);
-  const std::vector<float> weight = random_floats(random, n);
-  std::vector<float> want(x.size()), summed = x, want_norm(x.size());
+  const std::vector<float> x = random_floats(random, rows * n), weight = random_floats(random, n);
+  std::vector<float> want(x.size());
   cpu::rmsnorm_rows(pool, want.data(), x.data(), weight.data(), rows, n, 1e-5f);
-  cpu::add_rmsnorm_rows(pool, summed.data(), delta.data(), want_norm.data(), weight.data(), rows, n, 1e-5f);
   Uploads device;
-  float* dx = device.copy(x);
   float* out = device.zeros<float>(x.size());
-  rmsnorm(nullptr, out, dx, device.copy(weight), rows, n, 1e-5f);
-  int failed = report("rmsnorm", download(out, x.size()), want, 1e-5);
-  add_rmsnorm(nullptr, dx, device.copy(delta), out, device.copy(weight), rows, n, 1e-5f);
-  failed += report("add_rmsnorm: the sum", download(dx, x.size()), summed, 1e-6);
-  failed += report("add_rmsnorm: the norm", download(out, x.size()), want_norm, 1e-5);
-  return failed;
+  rmsnorm(nullptr, out, device.copy(x), device.copy(weight), rows, n, 1e-5f);
+  return report("rmsnorm", download(out, x.size()), want, 1e-5);
 }
 
-int check_elementwise(std::mt19937& random) {
-  const std::size_t count = 1000;
-  std::vector<float> gate = random_floats(random, count, 8.0f), up = random_floats(random, count);
-  Uploads device;
-  float* dgate = device.copy(gate);
-  silu_mul(nullptr, dgate, device.copy(up), count);
-  cpu::silu_mul(gate.data(), up.data(), static_cast<int>(count));
-  int failed = report("silu_mul", download(dgate, count), gate, 1e-5);
-  std::vector<float> x = random_floats(random, count), delta = random_floats(random, count);
-  float* dx = device.copy(x);
-  add(nullptr, dx, device.copy(delta), count);
-  for (std::size_t i = 0; i < count; ++i) x[i] += delta[i];
-  failed += report("add", download(dx, count), x, 0.0);
-  return failed;
-}
-
-int check_rope(std::mt19937& random) {
-  const int seq_len = 64, heads = 4, head_size = 16, rows = 5, first_pos = 40, half = head_size / 2;
-  std::vector<float> cos(static_cast<std::size_t>(seq_len) * half), sin(cos.size());
-  cpu::rope_tables(cos.data(), sin.data(), seq_len, head_size, 10000.0f);
-  std::vector<float> v = random_floats(random, static_cast<std::size_t>(rows) * heads * head_size);
-  Uploads device;
-  float* dv = device.copy(v);
-  rope(nullptr, dv, rows, heads, head_size, first_pos, device.copy(cos), device.copy(sin));
-  for (int t = 0; t < rows; ++t) {
-    const std::size_t angle = static_cast<std::size_t>(first_pos + t) * half;
-    cpu::rope(&v[static_cast<std::size_t>(t) * heads * head_size], heads, head_size, &cos[angle], &sin[angle]);
-  }
-  return report("rope", download(dv, v.size()), v, 1e-6);
-}
-
-// A prefill batch across a chunk boundary, and a decode step three chunks in.
-int check_attention(std::mt19937& random, cpu::ThreadPool& pool, int rows, int first_pos) {
-  const int n_heads = 8, n_kv_heads = 2, head_size = 64, seq_len = 1024;
+// Rows from first_pos on against a cache of 1024 positions.
+int check_attention(std::mt19937& random, cpu::ThreadPool& pool, int rows, int first_pos, int head_size) {
+  const int n_heads = 8, n_kv_heads = 2, seq_len = 1024;
   const int kv_dim = n_kv_heads * head_size, q_dim = n_heads * head_size;
   const std::vector<float> keys = random_floats(random, static_cast<std::size_t>(seq_len) * kv_dim);
   const std::vector<float> values = random_floats(random, keys.size());
@@ -174,13 +210,97 @@ int check_attention(std::mt19937& random, cpu::ThreadPool& pool, int rows, int f
   Uploads device;
   float* out = device.zeros<float>(q.size());
   float* scratch = device.zeros<float>(attention_scratch_floats(rows, n_heads, head_size, seq_len));
-  attention(nullptr, out, device.copy(q), device.copy(keys), device.copy(values), rows, first_pos, n_heads, n_kv_heads,
-            head_size, scratch);
-  return report("attention rows " + std::to_string(rows) + " from " + std::to_string(first_pos),
+  attention(nullptr, out, device.copy(q), device.copy(keys), device.copy(values), rows,
+            device.copy(std::vector<int>{first_pos}), seq_len, n_heads, n_kv_heads, head_size, scratch);
+  return report("attention rows " + std::to_string(rows) + " from " + std::to_string(first_pos) + " head " +
+                    std::to_string(head_size),
                 download(out, q.size()), want, 1e-5);
 }
 
+// Microseconds `launch` takes on the device's clock: the median of 21
+// runs after two to warm up.
+double median_us(const std::function<void()>& launch) {
+  cudaEvent_t start, stop;
+  ACCORD_CUDA_CHECK(cudaEventCreate(&start));
+  ACCORD_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int i = 0; i < 23; ++i) {
+    ACCORD_CUDA_CHECK(cudaEventRecord(start));
+    launch();
+    ACCORD_CUDA_CHECK(cudaEventRecord(stop));
+    ACCORD_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    ACCORD_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i >= 2) times.push_back(ms * 1000.0f);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// A weight matrix of the shape whose bytes are any that are no NaN: the
+// values do not change the time.
+DeviceMatrix filler(Uploads& device, cpu::WeightType type, int rows, int cols) {
+  const std::size_t bytes = cpu::Matrix{type, nullptr, rows, cols}.bytes();
+  auto* data = device.zeros<std::byte>(bytes);
+  ACCORD_CUDA_CHECK(cudaMemset(data, 0x11, bytes));
+  return {type, data, rows, cols};
+}
+
 }  // namespace
+
+void time_decode_kernels(const DecodeShape& m) {
+  ACCORD_CUDA_CHECK(cudaSetDevice(0));
+  Uploads device;
+  const int head_size = m.dim / m.n_heads, kv_dim = m.n_kv_heads * head_size;
+  const DeviceMatrix wq = filler(device, m.type, m.dim, m.dim), wk = filler(device, m.type, kv_dim, m.dim),
+                     wv = filler(device, m.type, kv_dim, m.dim), wo = filler(device, m.type, m.dim, m.dim),
+                     w1 = filler(device, m.type, m.hidden, m.dim), w3 = filler(device, m.type, m.hidden, m.dim),
+                     w2 = filler(device, m.type, m.dim, m.hidden), head = filler(device, m.type, m.vocab, m.dim);
+  float* x = device.zeros<float>(static_cast<std::size_t>(std::max(m.hidden, m.vocab)));
+  float* out = device.zeros<float>(static_cast<std::size_t>(std::max(m.hidden, m.vocab)));
+  float* norm = device.zeros<float>(static_cast<std::size_t>(m.dim));
+  const std::size_t table = static_cast<std::size_t>(m.seq_len) * head_size / 2;
+  float* keys = device.zeros<float>(static_cast<std::size_t>(m.seq_len) * kv_dim);
+  float* values = device.zeros<float>(static_cast<std::size_t>(m.seq_len) * kv_dim);
+  float* scratch = device.zeros<float>(attention_scratch_floats(1, m.n_heads, head_size, m.seq_len));
+  const int middle = m.seq_len / 2;
+  const int* pos = device.copy(std::vector<int>{middle});
+  const QkvOutputs qkv_out{out, keys, values, pos, head_size, device.zeros<float>(table), device.zeros<float>(table)};
+  const auto bytes = [](const DeviceMatrix& w) { return static_cast<double>(w.bytes()); };
+  struct Timed {
+    std::string name;
+    double bytes;
+    std::function<void()> launch;
+  };
+  const std::vector<Timed> kernels = {
+      {"rmsnorm", 0, [&] { rmsnorm(nullptr, norm, x, norm, 1, m.dim, 1e-5f); }},
+      {"qkv", bytes(wq) + bytes(wk) + bytes(wv), [&] { qkv(nullptr, qkv_out, x, wq, wk, wv, 1); }},
+      {"attention at position " + std::to_string(middle), 0,
+       [&] {
+         attention(nullptr, out, x, keys, values, 1, pos, m.seq_len, m.n_heads, m.n_kv_heads, head_size, scratch);
+       }},
+      {"matmul_add wo", bytes(wo), [&] { matmul_add(nullptr, out, x, wo, 1); }},
+      {"rmsnorm", 0, [&] { rmsnorm(nullptr, norm, x, norm, 1, m.dim, 1e-5f); }},
+      {"gate_up", bytes(w1) + bytes(w3), [&] { gate_up(nullptr, out, x, w1, w3, 1); }},
+      {"matmul_add w2", bytes(w2), [&] { matmul_add(nullptr, out, x, w2, 1); }},
+  };
+  double layer_us = 0, layer_bytes = 0;
+  for (const Timed& kernel : kernels) {
+    const double us = median_us(kernel.launch);
+    layer_us += us;
+    layer_bytes += kernel.bytes;
+    std::printf("  %-28s %7.1f us", kernel.name.c_str(), us);
+    if (kernel.bytes > 0) std::printf(", %.0f GB/s", kernel.bytes / us / 1e3);
+    std::printf("\n");
+  }
+  const double head_us = median_us([&] { matmul(nullptr, out, x, head, 1); });
+  std::printf("  %-28s %7.1f us, %.0f GB/s\n", "classifier", head_us, bytes(head) / head_us / 1e3);
+  const double step_us = layer_us * m.layers + head_us;
+  std::printf("kernels one at a time: a layer %.1f us (%.0f GB/s), a step of %d layers and the head %.0f us\n",
+              layer_us, layer_bytes / layer_us / 1e3, m.layers, step_us);
+}
 
 int run_kernel_checks() {
   ACCORD_CUDA_CHECK(cudaSetDevice(0));
@@ -188,18 +308,29 @@ int run_kernel_checks() {
   cpu::ThreadPool pool(2);
   int failed = 0;
   for (cpu::WeightType type : {cpu::WeightType::f32, cpu::WeightType::f16, cpu::WeightType::q8_0}) {
+    // Widths of several rounds of loads, and batches past one pass.
     failed += check_matmul(random, type, 67, 96, 1);
-    failed += check_matmul(random, type, 67, 96, 6);
+    failed += check_matmul(random, type, 67, 2080, 6);
+    // Rows in two and four parts, the last block not full.
+    failed += check_matmul(random, type, 37, 4096, 1);
+    failed += check_matmul(random, type, 19, 8192, 5);
+    failed += check_qkv(random, type, 1, 4, 2, 16);
+    failed += check_qkv(random, type, 6, 4, 2, 16);
+    failed += check_qkv(random, type, 1, 16, 1, 2);  // 36 rows: the last block not full
+    failed += check_gate_up(random, type, 81, 96, 5);
     failed += check_embed(random, type);
   }
   // Widths the vector loads do not divide take the scalar loop.
   failed += check_matmul(random, cpu::WeightType::f32, 33, 102, 3);
   failed += check_matmul(random, cpu::WeightType::f16, 33, 102, 3);
-  failed += check_norms(random, pool);
-  failed += check_elementwise(random);
-  failed += check_rope(random);
-  failed += check_attention(random, pool, 7, 250);
-  failed += check_attention(random, pool, 1, 700);
+  failed += check_rmsnorm(random, pool);
+  // A prefill batch across chunk boundaries and decode steps; heads that
+  // split the block's threads into groups, one that does not, one wider.
+  failed += check_attention(random, pool, 7, 250, 64);
+  failed += check_attention(random, pool, 1, 700, 64);
+  failed += check_attention(random, pool, 1, 300, 8);
+  failed += check_attention(random, pool, 3, 100, 48);
+  failed += check_attention(random, pool, 1, 130, 160);
   return failed;
 }
 

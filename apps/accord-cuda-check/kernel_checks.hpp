@@ -5,6 +5,8 @@
 #include <cmath>
 #include <span>
 
+#include "kernels/cpu/matrix.hpp"
+
 namespace accord::cuda {
 
 inline double largest_magnitude(std::span<const float> values) {
@@ -24,5 +26,17 @@ inline double relative_error(std::span<const float> got, std::span<const float> 
 // Runs every check on device 0 and prints one line per check; the number
 // that failed. Throws CudaFailure when the device cannot run them.
 int run_kernel_checks();
+
+// The shape of a model's decode step.
+struct DecodeShape {
+  cpu::WeightType type;
+  int dim, hidden, layers, n_heads, n_kv_heads, vocab, seq_len;
+};
+
+// Times each kernel of a decode step on device 0, one launch at a time
+// (the median of several), and prints it with the weights' bytes it reads
+// per second: how near each comes to the bandwidth, and so how much of a
+// step the gaps between kernels take.
+void time_decode_kernels(const DecodeShape& shape);
 
 }  // namespace accord::cuda

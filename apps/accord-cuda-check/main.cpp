@@ -101,11 +101,15 @@ int bench(const Model& model, int tokens, double peak_gbs) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double per_second = steps / seconds;
-  const double gbs = static_cast<double>((*device)->weight_bytes()) * per_second / 1e9;
-  std::printf("decode: %d tokens, %.1f tok/s, weights %.1f MB, %.0f GB/s read", steps, per_second,
-              static_cast<double>((*device)->weight_bytes()) / 1e6, gbs);
+  const auto bytes = static_cast<double>(accord::decode_weight_bytes(model));
+  const double gbs = bytes * per_second / 1e9;
+  std::printf("decode: %d tokens, %.1f tok/s, weights %.1f MB a token, %.0f GB/s read", steps, per_second, bytes / 1e6,
+              gbs);
   if (peak_gbs > 0) std::printf(", %.2f of %.0f GB/s", gbs / peak_gbs, peak_gbs);
   std::printf("\n");
+  const accord::ModelConfig& c = model.config();
+  accord::cuda::time_decode_kernels({model.weights().layers.front().wq.type, c.dim, c.hidden_dim, c.n_layers, c.n_heads,
+                                     c.n_kv_heads, c.vocab_size, c.seq_len});
   return 0;
 }
 

@@ -27,13 +27,15 @@ class DeviceArray {
   }
 
   // Grows to hold `count` values; what it held is lost when it grows.
-  void ensure(std::size_t count) {
-    if (count <= count_) return;
+  // Whether it grew (and so moved).
+  bool ensure(std::size_t count) {
+    if (count <= count_) return false;
     T* fresh = nullptr;
     ACCORD_CUDA_CHECK(cudaMalloc(&fresh, count * sizeof(T)));
     if (data_ != nullptr) cudaFree(data_);
     data_ = fresh;
     count_ = count;
+    return true;
   }
   T* get() const { return data_; }
 

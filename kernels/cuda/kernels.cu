@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cuda/check.cuh"
@@ -13,14 +14,21 @@ namespace accord::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-// matmul: one warp per output row, and each pass over a row serves this
-// many tokens of the batch (a decode step's one token reads the row once).
-constexpr int kRowsPerBlock = 8;
+// Products: a warp per part of an output (see Parts), and each pass over a
+// row serves this many tokens of the batch (a decode step's one token reads
+// the row once).
+constexpr int kWarpsPerBlock = 8;
 constexpr int kTokensPerPass = 4;
-// Kernels that take a row per block, and the elementwise ones.
-constexpr int kThreads = 256;
-// attention: positions per chunk, threads per (row, head, chunk).
-constexpr int kChunk = 256;
+constexpr int kLoadsInFlight = 8;
+// Blocks of a product resident on a multiprocessor at once: the registers
+// the compiler may take are capped so that three fit.
+constexpr int kProductBlocksPerSm = 3;
+// Kernels that take a row per block: enough threads that each has a value
+// or two of a row to load, so that one wait serves them.
+constexpr int kThreads = 1024;
+// attention: positions per chunk, threads per (row, head, chunk). Short
+// chunks: a decode step's one row needs many blocks to keep the device busy.
+constexpr int kChunk = 64;
 constexpr int kAttentionThreads = 128;
 
 __device__ float warp_sum(float v) {
@@ -63,89 +71,273 @@ __device__ float value_at(const std::byte* row, int c) {
   }
 }
 
-// acc[t] += this lane's share of dot(row, x[t]) for t < tokens, a value at
-// a time: F32 and F16 rows whose width the vector loads do not divide.
+// acc[t] += this lane's share of dot(row, x[t]) for t < tokens, over
+// `cols` values; token t's values start at x + t * stride. A value at a
+// time: rows whose width the vector loads do not divide.
 template <cpu::WeightType Type>
-__device__ void scalar_row_dots(const std::byte* row, const float* x, int cols, int tokens,
+__device__ void scalar_row_dots(const std::byte* row, const float* x, int cols, int stride, int tokens,
                                 float (&acc)[kTokensPerPass]) {
   for (int c = threadIdx.x % kWarp; c < cols; c += kWarp) {
     const float w = value_at<Type>(row, c);
     for (int t = 0; t < kTokensPerPass; ++t) {
       if (t >= tokens) break;
-      acc[t] += w * x[static_cast<std::size_t>(t) * cols + c];
+      acc[t] += w * x[static_cast<std::size_t>(t) * stride + c];
     }
   }
 }
 
-// The same with vector loads: 4 floats, 8 halves or a Q8_0 block at a time.
+// A vector load of F32 or F16 weights: 4 floats or 8 halves, as floats.
 template <cpu::WeightType Type>
-__device__ void row_dots(const std::byte* row, const float* x, int cols, int tokens, float (&acc)[kTokensPerPass]) {
+struct VectorLoad;
+
+template <>
+struct VectorLoad<cpu::WeightType::f32> {
+  using Raw = float4;
+  static constexpr int kValues = 4;
+  __device__ static void to_floats(const Raw& raw, float (&w)[kValues]) {
+    w[0] = raw.x;
+    w[1] = raw.y;
+    w[2] = raw.z;
+    w[3] = raw.w;
+  }
+};
+
+template <>
+struct VectorLoad<cpu::WeightType::f16> {
+  using Raw = uint4;
+  static constexpr int kValues = 8;
+  __device__ static void to_floats(const Raw& raw, float (&w)[kValues]) {
+    const auto* h = reinterpret_cast<const __half2*>(&raw);
+    for (int i = 0; i < 4; ++i) {
+      const float2 pair = __half22float2(h[i]);
+      w[2 * i] = pair.x;
+      w[2 * i + 1] = pair.y;
+    }
+  }
+};
+
+// The same with vector loads. A decode step's product waits on memory, not
+// on arithmetic: each lane issues kLoadsInFlight loads before it uses the
+// first, so one wait serves them all.
+template <cpu::WeightType Type>
+__device__ void vector_row_dots(const std::byte* row, const float* x, int cols, int stride, int tokens,
+                                float (&acc)[kTokensPerPass]) {
+  using Load = VectorLoad<Type>;
+  using Raw = typename Load::Raw;
   const int lane = threadIdx.x % kWarp;
-  if constexpr (Type == cpu::WeightType::f32) {
-    if (cols % 4 != 0) return scalar_row_dots<Type>(row, x, cols, tokens, acc);
-    const auto* w4 = reinterpret_cast<const float4*>(row);
-    for (int c = lane; c < cols / 4; c += kWarp) {
-      const float4 w = w4[c];
-      for (int t = 0; t < kTokensPerPass; ++t) {
-        if (t >= tokens) break;
-        const float4 v = reinterpret_cast<const float4*>(x + static_cast<std::size_t>(t) * cols)[c];
-        acc[t] += w.x * v.x + w.y * v.y + w.z * v.z + w.w * v.w;
-      }
+  const int vectors = cols / Load::kValues;
+  const auto* raw_row = reinterpret_cast<const Raw*>(row);
+  for (int base = lane; base < vectors; base += kWarp * kLoadsInFlight) {
+    Raw raw[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int c = base + u * kWarp;
+      raw[u] = c < vectors ? __ldg(raw_row + c) : Raw{};
     }
-  } else if constexpr (Type == cpu::WeightType::f16) {
-    if (cols % 8 != 0) return scalar_row_dots<Type>(row, x, cols, tokens, acc);
-    const auto* w8 = reinterpret_cast<const uint4*>(row);
-    for (int c = lane; c < cols / 8; c += kWarp) {
-      const uint4 raw = w8[c];
-      const auto* h = reinterpret_cast<const __half2*>(&raw);
-      float w[8];
-      for (int i = 0; i < 4; ++i) {
-        const float2 pair = __half22float2(h[i]);
-        w[2 * i] = pair.x;
-        w[2 * i + 1] = pair.y;
-      }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int c = base + u * kWarp;
+      if (c >= vectors) break;
+      float w[Load::kValues];
+      Load::to_floats(raw[u], w);
       for (int t = 0; t < kTokensPerPass; ++t) {
         if (t >= tokens) break;
-        const auto* v4 = reinterpret_cast<const float4*>(x + static_cast<std::size_t>(t) * cols) + 2 * c;
-        const float4 a = v4[0], b = v4[1];
-        acc[t] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z +
-                  w[7] * b.w;
-      }
-    }
-  } else {
-    // A lane per block of 32: its scale, then its quants two at a time.
-    for (int b = lane; b < cols / 32; b += kWarp) {
-      const std::byte* block = row + static_cast<std::size_t>(b) * cpu::kQ8_0BlockBytes;
-      const float scale = half_at(block);
-      const auto* pairs = reinterpret_cast<const unsigned short*>(block + 2);
-      for (int t = 0; t < kTokensPerPass; ++t) {
-        if (t >= tokens) break;
-        const float* v = x + static_cast<std::size_t>(t) * cols + static_cast<std::size_t>(b) * 32;
-        float sum = 0.0f;
-        for (int i = 0; i < 16; ++i) {
-          const unsigned short two = pairs[i];
-          sum += static_cast<float>(static_cast<signed char>(two & 0xff)) * v[2 * i] +
-                 static_cast<float>(static_cast<signed char>(two >> 8)) * v[2 * i + 1];
+        const auto* x4 = reinterpret_cast<const float4*>(x + static_cast<std::size_t>(t) * stride) +
+                         static_cast<std::size_t>(c) * (Load::kValues / 4);
+#pragma unroll
+        for (int j = 0; j < Load::kValues / 4; ++j) {
+          const float4 v = x4[j];
+          acc[t] += w[4 * j] * v.x + w[4 * j + 1] * v.y + w[4 * j + 2] * v.z + w[4 * j + 3] * v.w;
         }
-        acc[t] += scale * sum;
       }
     }
   }
 }
 
-template <cpu::WeightType Type>
-__global__ void matmul_kernel(float* out, const float* x, const std::byte* w, int rows, int cols, int batch,
-                              std::size_t row_bytes) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
-  if (row >= rows) return;  // the whole warp: nothing below waits for the block
-  const std::byte* weights = w + static_cast<std::size_t>(row) * row_bytes;
+// Q8_0: a lane per block of 32, its scale, then its quants two at a time.
+__device__ void q8_0_row_dots(const std::byte* row, const float* x, int cols, int stride, int tokens,
+                              float (&acc)[kTokensPerPass]) {
+  for (int b = threadIdx.x % kWarp; b < cols / 32; b += kWarp) {
+    const std::byte* block = row + static_cast<std::size_t>(b) * cpu::kQ8_0BlockBytes;
+    const float scale = half_at(block);
+    const auto* pairs = reinterpret_cast<const unsigned short*>(block + 2);
+    for (int t = 0; t < kTokensPerPass; ++t) {
+      if (t >= tokens) break;
+      const float* v = x + static_cast<std::size_t>(t) * stride + static_cast<std::size_t>(b) * 32;
+      float sum = 0.0f;
+      for (int k = 0; k < 16; ++k) {
+        const unsigned short two = pairs[k];
+        sum += static_cast<float>(static_cast<signed char>(two & 0xff)) * v[2 * k] +
+               static_cast<float>(static_cast<signed char>(two >> 8)) * v[2 * k + 1];
+      }
+      acc[t] += scale * sum;
+    }
+  }
+}
+
+// cpu::row_bytes, on the device.
+__device__ std::size_t row_bytes_of(cpu::WeightType type, int cols) {
+  const auto n = static_cast<std::size_t>(cols);
+  if (type == cpu::WeightType::f32) return n * sizeof(float);
+  if (type == cpu::WeightType::f16) return n * 2;
+  return n / 32 * cpu::kQ8_0BlockBytes;
+}
+
+// A slice of a row: its columns [first_col, first_col + cols).
+struct RowPart {
+  const std::byte* bytes;
+  int first_col, cols;
+};
+
+// Columns [first_col, first_col + cols) of row `row` of w: first_col is a
+// multiple of the vector loads' and Q8_0 blocks' widths (part_cols).
+__device__ RowPart row_part(const DeviceMatrix& w, int row, int first_col, int cols) {
+  const std::byte* start = w.data + static_cast<std::size_t>(row) * row_bytes_of(w.type, w.cols);
+  return {start + row_bytes_of(w.type, first_col), first_col, cols};
+}
+
+// sums[t] = dot(part, x[t]) for t < tokens, in every lane of the warp; x is
+// (tokens, w.cols). The type is the same for the whole warp, so the switch
+// costs no divergence.
+__device__ void warp_dots(cpu::WeightType type, const RowPart& part, const float* x, int stride, int tokens,
+                          float (&sums)[kTokensPerPass]) {
+  for (int t = 0; t < kTokensPerPass; ++t) sums[t] = 0.0f;
+  const float* xs = x + part.first_col;
+  switch (type) {
+    case cpu::WeightType::f32:
+      if (part.cols % 4 == 0) {
+        vector_row_dots<cpu::WeightType::f32>(part.bytes, xs, part.cols, stride, tokens, sums);
+      } else {
+        scalar_row_dots<cpu::WeightType::f32>(part.bytes, xs, part.cols, stride, tokens, sums);
+      }
+      break;
+    case cpu::WeightType::f16:
+      if (part.cols % 8 == 0) {
+        vector_row_dots<cpu::WeightType::f16>(part.bytes, xs, part.cols, stride, tokens, sums);
+      } else {
+        scalar_row_dots<cpu::WeightType::f16>(part.bytes, xs, part.cols, stride, tokens, sums);
+      }
+      break;
+    default:
+      q8_0_row_dots(part.bytes, xs, part.cols, stride, tokens, sums);
+  }
+  for (int t = 0; t < kTokensPerPass; ++t) sums[t] = warp_sum(sums[t]);
+}
+
+// matmul_kernel and qkv_kernel give each warp of a block one part of the
+// block's outputs: a slice of a long row's columns (matmul: a decode step
+// has too few rows for a warp per row to keep the memory busy when each
+// takes several rounds of loads), or one row of a pair that a rotation joins
+// (qkv). The block adds or joins the parts in a fixed order, so results do
+// not vary from run to run. Each pass serves kTokensPerPass tokens.
+struct Parts {
+  float sums[kWarpsPerBlock][kTokensPerPass];
+};
+
+__device__ int warp_in_block() { return static_cast<int>(threadIdx.x) / kWarp; }
+
+// Every warp's part of the pass: sums into parts, then a barrier.
+__device__ void block_pass(cpu::WeightType type, const RowPart& part, bool valid, const float* x, int stride,
+                           int tokens, Parts& parts) {
+  float sums[kTokensPerPass] = {};
+  if (valid) warp_dots(type, part, x, stride, tokens, sums);
+  if (threadIdx.x % kWarp == 0) {
+    for (int t = 0; t < kTokensPerPass; ++t) parts.sums[warp_in_block()][t] = sums[t];
+  }
+  __syncthreads();
+}
+
+// out (batch, w.rows) = x w^T, or += when Accumulate (a residual). Each row
+// in `splits` parts of its columns, kWarpsPerBlock / splits rows a block.
+template <bool Accumulate>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
+    matmul_kernel(float* out, const float* x, DeviceMatrix w, int batch, int splits) {
+  __shared__ Parts parts;
+  const int warp = warp_in_block();
+  const int row = static_cast<int>(blockIdx.x) * (kWarpsPerBlock / splits) + warp / splits;
+  const int part_cols = w.cols / splits;
+  const bool valid = row < w.rows;
+  const RowPart part = row_part(w, valid ? row : 0, warp % splits * part_cols, part_cols);
   for (int first = 0; first < batch; first += kTokensPerPass) {
     const int tokens = min(kTokensPerPass, batch - first);
-    float acc[kTokensPerPass] = {};
-    row_dots<Type>(weights, x + static_cast<std::size_t>(first) * cols, cols, tokens, acc);
-    for (int t = 0; t < kTokensPerPass; ++t) {
-      const float sum = warp_sum(acc[t]);
-      if (threadIdx.x % kWarp == 0 && t < tokens) out[static_cast<std::size_t>(first + t) * rows + row] = sum;
+    block_pass(w.type, part, valid, x + static_cast<std::size_t>(first) * w.cols, w.cols, tokens, parts);
+    if (valid && warp % splits == 0 && threadIdx.x % kWarp == 0) {
+      for (int t = 0; t < tokens; ++t) {
+        float sum = 0.0f;
+        for (int i = 0; i < splits; ++i) sum += parts.sums[warp + i][t];
+        float& o = out[static_cast<std::size_t>(first + t) * w.rows + row];
+        o = Accumulate ? o + sum : sum;
+      }
+    }
+    __syncthreads();  // the parts are read before the next pass writes them
+  }
+}
+
+// A warp per row of wq, then wk, then wv; the queries and keys rotated, a
+// pair of neighbouring rows (neighbouring warps) a rotation; keys and values
+// straight into the cache at their positions.
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
+    qkv_kernel(QkvOutputs o, const float* x, DeviceMatrix wq, DeviceMatrix wk, DeviceMatrix wv, int batch) {
+  __shared__ Parts parts;
+  const int warp = warp_in_block();
+  int row = static_cast<int>(blockIdx.x) * kWarpsPerBlock + warp;
+  DeviceMatrix w = wq;
+  float* out = o.q;
+  std::size_t at_pos = 0;  // the cache's rows start at *pos
+  if (row >= wq.rows) {
+    row -= wq.rows;
+    w = wk;
+    out = o.keys;
+    at_pos = wk.rows;
+    if (row >= wk.rows) {
+      row -= wk.rows;
+      w = wv;
+      out = o.values;
+      at_pos = wv.rows;
+    }
+  }
+  const bool valid = row < w.rows, rotate = out != o.values;
+  const RowPart part = row_part(w, valid ? row : 0, 0, w.cols);
+  out += at_pos * *o.pos;
+  const int half = o.head_size / 2, j = row % o.head_size / 2;
+  for (int first = 0; first < batch; first += kTokensPerPass) {
+    const int tokens = min(kTokensPerPass, batch - first);
+    block_pass(w.type, part, valid, x + static_cast<std::size_t>(first) * w.cols, w.cols, tokens, parts);
+    // Rows come in pairs (the segments' sizes are even): the even warp writes both.
+    if (valid && warp % 2 == 0 && threadIdx.x % kWarp == 0) {
+      for (int t = 0; t < tokens; ++t) {
+        float v0 = parts.sums[warp][t], v1 = parts.sums[warp + 1][t];
+        if (rotate) {
+          const std::size_t angle = static_cast<std::size_t>(*o.pos + first + t) * half + j;
+          const float c = o.cos[angle], s = o.sin[angle];
+          const float r0 = v0 * c - v1 * s, r1 = v0 * s + v1 * c;
+          v0 = r0;
+          v1 = r1;
+        }
+        float* dst = out + static_cast<std::size_t>(first + t) * w.rows + row;
+        dst[0] = v0;
+        dst[1] = v1;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// The feed-forward's hidden layer, silu(w1 x) * (w3 x): a warp per row of
+// both (parts of a block of their own were slower: measured).
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
+    gate_up_kernel(float* out, const float* x, DeviceMatrix w1, DeviceMatrix w3, int batch) {
+  const int row = static_cast<int>(blockIdx.x) * kWarpsPerBlock + warp_in_block();
+  if (row >= w1.rows) return;  // the whole warp: nothing below waits for the block
+  const RowPart gate = row_part(w1, row, 0, w1.cols), up = row_part(w3, row, 0, w3.cols);
+  for (int first = 0; first < batch; first += kTokensPerPass) {
+    const int tokens = min(kTokensPerPass, batch - first);
+    const float* xs = x + static_cast<std::size_t>(first) * w1.cols;
+    float g[kTokensPerPass], u[kTokensPerPass];
+    warp_dots(w1.type, gate, xs, w1.cols, tokens, g);
+    warp_dots(w3.type, up, xs, w3.cols, tokens, u);
+    for (int t = 0; t < tokens && threadIdx.x % kWarp == 0; ++t) {
+      out[static_cast<std::size_t>(first + t) * w1.rows + row] = g[t] / (1.0f + expf(-g[t])) * u[t];
     }
   }
 }
@@ -157,6 +349,8 @@ __global__ void embed_kernel(float* out, const std::byte* embedding, std::size_t
   float* dst = out + static_cast<std::size_t>(blockIdx.x) * cols;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = value_at<Type>(row, c);
 }
+
+__global__ void set_kernel(int* at, int value) { *at = value; }
 
 __global__ void rmsnorm_kernel(float* out, const float* x, const float* weight, int n, float eps) {
   __shared__ float shared[kWarp];
@@ -170,61 +364,18 @@ __global__ void rmsnorm_kernel(float* out, const float* x, const float* weight, 
   for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = weight[i] * (inverse * in[i]);
 }
 
-__global__ void add_rmsnorm_kernel(float* x, const float* delta, float* out, const float* weight, int n, float eps) {
-  __shared__ float shared[kWarp];
-  float* row = x + static_cast<std::size_t>(blockIdx.x) * n;
-  const float* add = delta + static_cast<std::size_t>(blockIdx.x) * n;
-  float* dst = out + static_cast<std::size_t>(blockIdx.x) * n;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = row[i] + add[i];
-    row[i] = v;
-    ss += v * v;
-  }
-  ss = block_reduce<false>(ss, shared);
-  const float inverse = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = weight[i] * (inverse * row[i]);
-}
-
-__global__ void add_kernel(float* x, const float* delta, std::size_t count) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    x[i] += delta[i];
-  }
-}
-
-__global__ void silu_mul_kernel(float* gate, const float* up, std::size_t count) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
-  }
-}
-
-__global__ void rope_kernel(float* v, int heads, int head_size, int first_pos, const float* cos, const float* sin) {
-  const int half = head_size / 2;
-  float* row = v + static_cast<std::size_t>(blockIdx.x) * heads * head_size;
-  const std::size_t angle = static_cast<std::size_t>(first_pos + static_cast<int>(blockIdx.x)) * half;
-  for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
-    const int j = p % half;
-    float* pair = row + static_cast<std::size_t>(p / half) * head_size + 2 * j;
-    const float v0 = pair[0], v1 = pair[1];
-    pair[0] = v0 * cos[angle + j] - v1 * sin[angle + j];
-    pair[1] = v0 * sin[angle + j] + v1 * cos[angle + j];
-  }
-}
-
 // One chunk of one (row, head): its positions' softmax numerators, their
 // maximum and sum, and the values they weigh, unnormalized, into `part`:
-// [max, sum, acc (head_size)].
-__global__ void attention_chunk_kernel(const float* q, const float* keys, const float* values, int first_pos,
+// [max, sum, acc (head_size)]. For the values, groups of threads split the
+// positions and each thread of a group takes dimensions of the head.
+__global__ void attention_chunk_kernel(const float* q, const float* keys, const float* values, const int* first_pos,
                                        int n_heads, int group, int head_size, int kv_dim, int chunks,
                                        float* scratch) {
   const int chunk = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
-  const int length = first_pos + t + 1;
+  const int length = *first_pos + t + 1;
   const int begin = chunk * kChunk;
   float* part = scratch + ((static_cast<std::size_t>(t) * n_heads + h) * chunks + chunk) * (head_size + 2);
-  if (begin >= length) {  // the whole block: a later row's chunk past this row's end
+  if (begin >= length) {  // the whole block: a chunk past this row's end
     if (threadIdx.x == 0) {
       part[0] = -INFINITY;
       part[1] = 0.0f;
@@ -233,23 +384,33 @@ __global__ void attention_chunk_kernel(const float* q, const float* keys, const 
   }
   const int end = min(length, begin + kChunk);
   extern __shared__ float shared[];
-  float* query = shared;                 // (head_size)
-  float* scores = query + head_size;     // (kChunk)
-  float* reduce = scores + kChunk;       // (kWarp)
+  float* query = shared;                     // (head_size)
+  float* scores = query + head_size;         // (kChunk)
+  float* reduce = scores + kChunk;           // (kWarp)
+  float* partial = reduce + kWarp;           // (kAttentionThreads) or (head_size)
   const float* qh = q + (static_cast<std::size_t>(t) * n_heads + h) * head_size;
   for (int d = threadIdx.x; d < head_size; d += blockDim.x) query[d] = qh[d];
   __syncthreads();
   const std::size_t offset = static_cast<std::size_t>(h / group) * head_size;
   const float scale = sqrtf(static_cast<float>(head_size));
-  float local_max = -INFINITY;
-  for (int p = begin + threadIdx.x; p < end; p += blockDim.x) {
-    const float* key = keys + static_cast<std::size_t>(p) * kv_dim + offset;
+  // A position for each pair of neighbouring threads, each of the pair half
+  // the head: a chunk's scores in one round of loads.
+  static_assert(kAttentionThreads == 2 * kChunk);
+  {
+    const int p = begin + static_cast<int>(threadIdx.x) / 2, half = head_size / 2 * (threadIdx.x % 2);
+    const int width = threadIdx.x % 2 == 0 ? head_size / 2 : head_size - head_size / 2;
     float score = 0.0f;
-    for (int d = 0; d < head_size; ++d) score += query[d] * key[d];
-    score /= scale;
-    scores[p - begin] = score;
-    local_max = fmaxf(local_max, score);
+    if (p < end) {
+      const float* key = keys + static_cast<std::size_t>(p) * kv_dim + offset + half;
+#pragma unroll 8
+      for (int d = 0; d < width; ++d) score += query[half + d] * key[d];
+    }
+    score += __shfl_xor_sync(0xffffffffu, score, 1);
+    if (threadIdx.x % 2 == 0 && p < end) scores[p - begin] = score / scale;
   }
+  __syncthreads();
+  float local_max = -INFINITY;
+  for (int p = begin + threadIdx.x; p < end; p += blockDim.x) local_max = fmaxf(local_max, scores[p - begin]);
   const float maximum = block_reduce<true>(local_max, reduce);
   float local_sum = 0.0f;
   for (int p = begin + threadIdx.x; p < end; p += blockDim.x) {
@@ -258,9 +419,23 @@ __global__ void attention_chunk_kernel(const float* q, const float* keys, const 
     local_sum += e;
   }
   const float sum = block_reduce<false>(local_sum, reduce);  // its barriers publish the scores
+  // Groups of head_size threads, each over every groups-th position, where
+  // the head fits the block evenly; else one group, a thread per dimension.
+  const bool split = head_size <= static_cast<int>(blockDim.x) && blockDim.x % head_size == 0;
+  const int groups = split ? static_cast<int>(blockDim.x) / head_size : 1;
+  const int g = split ? threadIdx.x / head_size : 0;
+  for (int d = split ? threadIdx.x % head_size : threadIdx.x; d < head_size; d += split ? head_size : blockDim.x) {
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int p = begin + g; p < end; p += groups) {
+      acc += scores[p - begin] * values[static_cast<std::size_t>(p) * kv_dim + offset + d];
+    }
+    partial[g * head_size + d] = acc;
+  }
+  __syncthreads();
   for (int d = threadIdx.x; d < head_size; d += blockDim.x) {
     float acc = 0.0f;
-    for (int p = begin; p < end; ++p) acc += scores[p - begin] * values[static_cast<std::size_t>(p) * kv_dim + offset + d];
+    for (int i = 0; i < groups; ++i) acc += partial[i * head_size + d];
     part[2 + d] = acc;
   }
   if (threadIdx.x == 0) {
@@ -291,13 +466,27 @@ __global__ void attention_combine_kernel(float* out, const float* scratch, int n
   }
 }
 
-unsigned blocks_for(std::size_t count) {
-  return static_cast<unsigned>(std::min<std::size_t>((count + kThreads - 1) / kThreads, 4096));
-}
-
 int chunks_for(int positions) { return (positions + kChunk - 1) / kChunk; }
 
 void check_launch() { ACCORD_CUDA_CHECK(cudaGetLastError()); }
+
+// The parts a row of `cols` columns splits into for matmul_kernel: each at
+// least kPartCols wide (a round of loads of F16) and a multiple of 256
+// columns (of the vector loads and of Q8_0 blocks).
+int splits_for(int cols) {
+  constexpr int kPartCols = 2048;
+  int splits = 1;
+  while (splits < kWarpsPerBlock && cols % (2 * splits * 256) == 0 && cols / (2 * splits) >= kPartCols) splits *= 2;
+  return splits;
+}
+
+// Launches a product of `warps` warps, kWarpsPerBlock a block.
+template <class... Params, class... Args>
+void launch_warps(cudaStream_t stream, int warps, void (*kernel)(Params...), Args&&... args) {
+  const auto blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  kernel<<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(std::forward<Args>(args)...);
+  check_launch();
+}
 
 }  // namespace
 
@@ -306,40 +495,37 @@ bool supported(cpu::WeightType type) {
 }
 
 void embed(cudaStream_t stream, float* out, const DeviceMatrix& embedding, const int* tokens, int batch) {
+  const dim3 grid(static_cast<unsigned>(batch));
   const std::size_t row_bytes = embedding.row_bytes();
-  switch (embedding.type) {
-    case cpu::WeightType::f32:
-      embed_kernel<cpu::WeightType::f32><<<batch, kThreads, 0, stream>>>(out, embedding.data, row_bytes, tokens,
-                                                                       embedding.cols);
-      break;
-    case cpu::WeightType::f16:
-      embed_kernel<cpu::WeightType::f16><<<batch, kThreads, 0, stream>>>(out, embedding.data, row_bytes, tokens,
-                                                                       embedding.cols);
-      break;
-    default:
-      embed_kernel<cpu::WeightType::q8_0><<<batch, kThreads, 0, stream>>>(out, embedding.data, row_bytes, tokens,
-                                                                        embedding.cols);
-  }
+  const auto kernel = embedding.type == cpu::WeightType::f32   ? embed_kernel<cpu::WeightType::f32>
+                      : embedding.type == cpu::WeightType::f16 ? embed_kernel<cpu::WeightType::f16>
+                                                               : embed_kernel<cpu::WeightType::q8_0>;
+  kernel<<<grid, kThreads, 0, stream>>>(out, embedding.data, row_bytes, tokens, embedding.cols);
   check_launch();
 }
 
 void matmul(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch) {
-  const std::size_t row_bytes = w.row_bytes();
-  const unsigned blocks = static_cast<unsigned>((w.rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  const unsigned threads = kRowsPerBlock * kWarp;
-  switch (w.type) {
-    case cpu::WeightType::f32:
-      matmul_kernel<cpu::WeightType::f32><<<blocks, threads, 0, stream>>>(out, x, w.data, w.rows, w.cols, batch,
-                                                                        row_bytes);
-      break;
-    case cpu::WeightType::f16:
-      matmul_kernel<cpu::WeightType::f16><<<blocks, threads, 0, stream>>>(out, x, w.data, w.rows, w.cols, batch,
-                                                                        row_bytes);
-      break;
-    default:
-      matmul_kernel<cpu::WeightType::q8_0><<<blocks, threads, 0, stream>>>(out, x, w.data, w.rows, w.cols, batch,
-                                                                         row_bytes);
-  }
+  const int splits = splits_for(w.cols);
+  launch_warps(stream, w.rows * splits, matmul_kernel<false>, out, x, w, batch, splits);
+}
+
+void matmul_add(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch) {
+  const int splits = splits_for(w.cols);
+  launch_warps(stream, w.rows * splits, matmul_kernel<true>, out, x, w, batch, splits);
+}
+
+void qkv(cudaStream_t stream, const QkvOutputs& out, const float* x, const DeviceMatrix& wq, const DeviceMatrix& wk,
+         const DeviceMatrix& wv, int batch) {
+  launch_warps(stream, wq.rows + wk.rows + wv.rows, qkv_kernel, out, x, wq, wk, wv, batch);
+}
+
+void gate_up(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w1, const DeviceMatrix& w3,
+             int batch) {
+  launch_warps(stream, w1.rows, gate_up_kernel, out, x, w1, w3, batch);
+}
+
+void set(cudaStream_t stream, int* at, int value) {
+  set_kernel<<<1, 1, 0, stream>>>(at, value);
   check_launch();
 }
 
@@ -348,41 +534,21 @@ void rmsnorm(cudaStream_t stream, float* out, const float* x, const float* weigh
   check_launch();
 }
 
-void add_rmsnorm(cudaStream_t stream, float* x, const float* delta, float* out, const float* weight, int rows, int n,
-                 float eps) {
-  add_rmsnorm_kernel<<<rows, kThreads, 0, stream>>>(x, delta, out, weight, n, eps);
-  check_launch();
-}
-
-void add(cudaStream_t stream, float* x, const float* delta, std::size_t count) {
-  add_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, delta, count);
-  check_launch();
-}
-
-void silu_mul(cudaStream_t stream, float* gate, const float* up, std::size_t count) {
-  silu_mul_kernel<<<blocks_for(count), kThreads, 0, stream>>>(gate, up, count);
-  check_launch();
-}
-
-void rope(cudaStream_t stream, float* v, int rows, int heads, int head_size, int first_pos, const float* cos,
-          const float* sin) {
-  rope_kernel<<<rows, kThreads, 0, stream>>>(v, heads, head_size, first_pos, cos, sin);
-  check_launch();
-}
-
 std::size_t attention_scratch_floats(int rows, int n_heads, int head_size, int seq_len) {
   return static_cast<std::size_t>(rows) * n_heads * chunks_for(seq_len) * (static_cast<std::size_t>(head_size) + 2);
 }
 
 void attention(cudaStream_t stream, float* out, const float* q, const float* keys, const float* values, int rows,
-               int first_pos, int n_heads, int n_kv_heads, int head_size, float* scratch) {
-  const int chunks = chunks_for(first_pos + rows);
-  const std::size_t shared = (static_cast<std::size_t>(head_size) + kChunk + kWarp) * sizeof(float);
-  attention_chunk_kernel<<<dim3(chunks, n_heads, rows), kAttentionThreads, shared, stream>>>(
+               const int* first_pos, int seq_len, int n_heads, int n_kv_heads, int head_size, float* scratch) {
+  const int chunks = chunks_for(seq_len);
+  const std::size_t shared =
+      (static_cast<std::size_t>(head_size) + kChunk + kWarp + std::max(kAttentionThreads, head_size)) * sizeof(float);
+  const auto parts = static_cast<unsigned>(chunks), heads = static_cast<unsigned>(n_heads);
+  attention_chunk_kernel<<<dim3(parts, heads, static_cast<unsigned>(rows)), kAttentionThreads, shared, stream>>>(
       q, keys, values, first_pos, n_heads, n_heads / n_kv_heads, head_size, n_kv_heads * head_size, chunks, scratch);
   check_launch();
-  attention_combine_kernel<<<dim3(n_heads, rows), kAttentionThreads, 0, stream>>>(out, scratch, n_heads, head_size,
-                                                                                  chunks);
+  attention_combine_kernel<<<dim3(heads, static_cast<unsigned>(rows)), kAttentionThreads, 0, stream>>>(
+      out, scratch, n_heads, head_size, chunks);
   check_launch();
 }
 

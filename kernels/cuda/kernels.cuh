@@ -31,34 +31,52 @@ void embed(cudaStream_t stream, float* out, const DeviceMatrix& embedding, const
 // out (batch, w.rows) = x (batch, w.cols) times w transposed.
 void matmul(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch);
 
+// out (batch, w.rows) += x (batch, w.cols) times w transposed: a residual.
+void matmul_add(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch);
+
+// Where the attention's products go: queries (batch, wq.rows); keys and
+// values into the cache, (positions, kv_dim), at rows *pos, *pos + 1, ...
+// Queries and keys are rotated: row t at position *pos + t, its head's
+// pairs by cos and sin, (seq_len, head_size / 2). The position lies in
+// device memory, so that one CUDA graph serves every decode step.
+struct QkvOutputs {
+  float* q;
+  float* keys;
+  float* values;
+  const int* pos;
+  int head_size;
+  const float* cos;
+  const float* sin;
+};
+
+// The queries, keys and values of x (batch, dim), in one launch.
+void qkv(cudaStream_t stream, const QkvOutputs& out, const float* x, const DeviceMatrix& wq, const DeviceMatrix& wk,
+         const DeviceMatrix& wv, int batch);
+
+// out (batch, w1.rows) = silu(x w1^T) * (x w3^T): the feed-forward's hidden
+// layer, in one launch.
+void gate_up(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w1, const DeviceMatrix& w3,
+             int batch);
+
+// *at = value, in stream order.
+void set(cudaStream_t stream, int* at, int value);
+
 // out = weight * x / sqrt(mean(x^2) + eps), row by row. out may alias x.
 void rmsnorm(cudaStream_t stream, float* out, const float* x, const float* weight, int rows, int n, float eps);
-
-// x += delta, then out = rmsnorm(x), row by row.
-void add_rmsnorm(cudaStream_t stream, float* x, const float* delta, float* out, const float* weight, int rows, int n,
-                 float eps);
-
-// x += delta over count values.
-void add(cudaStream_t stream, float* x, const float* delta, std::size_t count);
-
-// gate = silu(gate) * up over count values.
-void silu_mul(cudaStream_t stream, float* gate, const float* up, std::size_t count);
-
-// Rotates the pairs of every head of rows (rows, heads * head_size); row t
-// sits at position first_pos + t. cos, sin: (seq_len, head_size / 2).
-void rope(cudaStream_t stream, float* v, int rows, int heads, int head_size, int first_pos, const float* cos,
-          const float* sin);
 
 // Scratch (floats) the attention needs for `rows` rows against a cache of
 // seq_len positions.
 std::size_t attention_scratch_floats(int rows, int n_heads, int head_size, int seq_len);
 
 // Causal grouped-query attention, as cpu::attention: row t at position
-// first_pos + t attends to positions 0..first_pos + t of the cache, whose
-// keys and values are (positions, kv_dim). Split over the positions in
+// *first_pos + t attends to positions 0..*first_pos + t of the cache, whose
+// keys and values are (seq_len, kv_dim). Split over the positions in
 // chunks (flash-decoding): each chunk's maximum, sum and weighted values go
 // to `scratch` (attention_scratch_floats), and a second kernel combines them.
+// The launch covers the whole cache, chunks past the rows' ends returning at
+// once, so that it does not depend on the position, which lies in device
+// memory (QkvOutputs).
 void attention(cudaStream_t stream, float* out, const float* q, const float* keys, const float* values, int rows,
-               int first_pos, int n_heads, int n_kv_heads, int head_size, float* scratch);
+               const int* first_pos, int seq_len, int n_heads, int n_kv_heads, int head_size, float* scratch);
 
 }  // namespace accord::cuda

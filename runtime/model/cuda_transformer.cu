@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,11 +58,17 @@ Status check_weight_types(const Model& model, const WeightScope& scope) {
 }
 
 // The held units' keys and values on the device, (seq_len, kv_dim) per
-// unit; rows cross to the host on the stage's stream.
+// unit; rows cross to the host on the stage's stream, after `settle` has
+// launched whatever units the stage still holds back.
 class DeviceKv final : public KvStore {
  public:
-  DeviceKv(const ModelConfig& config, int first_unit, int unit_count, const cudaStream_t& stream)
-      : KvStore(config, first_unit, unit_count), stream_(stream), keys_(unit_count), values_(unit_count) {
+  DeviceKv(const ModelConfig& config, int first_unit, int unit_count, const cudaStream_t& stream,
+           std::function<void()> settle)
+      : KvStore(config, first_unit, unit_count),
+        stream_(stream),
+        settle_(std::move(settle)),
+        keys_(unit_count),
+        values_(unit_count) {
     const std::size_t floats = static_cast<std::size_t>(capacity()) * kv_dim();
     // Zeroed as the CPU's are: a checkpoint may copy rows never written.
     for (int i = 0; i < unit_count; ++i) {
@@ -75,6 +83,7 @@ class DeviceKv final : public KvStore {
   float* values(int unit) const { return values_[static_cast<std::size_t>(unit - first_unit())].get(); }
 
   void view_rows(int unit, int first, int count, const RowsView& see) const override {
+    settle_();
     const std::size_t floats = static_cast<std::size_t>(count) * kv_dim();
     staged_keys_.resize(floats);
     staged_values_.resize(floats);
@@ -85,6 +94,7 @@ class DeviceKv final : public KvStore {
   }
 
   void write_rows(int unit, int first, int count, const float* keys_in, const float* values_in) override {
+    settle_();
     const std::size_t floats = static_cast<std::size_t>(count) * kv_dim();
     copy(row(keys(unit), first), keys_in, floats, cudaMemcpyHostToDevice);
     copy(row(values(unit), first), values_in, floats, cudaMemcpyHostToDevice);
@@ -98,6 +108,7 @@ class DeviceKv final : public KvStore {
   }
 
   const cudaStream_t& stream_;  // the stage's, created before the store
+  std::function<void()> settle_;
   std::vector<DeviceArray<float>> keys_, values_;
   mutable std::vector<float> staged_keys_, staged_values_;
 };
@@ -108,6 +119,7 @@ struct CudaTransformer::Impl {
   Impl(const Model& m, const WeightScope& s, int d) : model(m), scope(s), device(d) {}
   ~Impl() {
     cudaSetDevice(device);  // the arrays below free on it
+    forget_graphs();
     kv.reset();
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -118,6 +130,10 @@ struct CudaTransformer::Impl {
   void on_device() const { ACCORD_CUDA_CHECK(cudaSetDevice(device)); }
   void start_batch(int rows);
   void run_unit(int unit, int pos);
+  void launch_unit(int unit);
+  void settle();
+  cudaGraphExec_t graph_for(int first_unit, int count);
+  void forget_graphs();
   std::span<float> head(Transformer::Rows rows);
   std::span<float> copy_hidden();
 
@@ -126,22 +142,30 @@ struct CudaTransformer::Impl {
   int device;
   cudaStream_t stream = nullptr;
   std::vector<DeviceArray<std::byte>> weights;  // every matrix and norm, owned
-  std::size_t weight_bytes = 0;
   cuda::DeviceMatrix embedding, classifier;
   const float* rms_final = nullptr;
   std::vector<DeviceLayer> layers;  // the scope's units, from scope.first_unit
   DeviceArray<float> rope_cos, rope_sin;
   std::unique_ptr<DeviceKv> kv;
-  DeviceArray<float> x, xb, xb2, q, k, v, hb, hb2, logits, scratch;
+  DeviceArray<float> x, xb, q, hb, logits, scratch;
   DeviceArray<int> tokens;
+  DeviceArray<int> pos;  // the position of the batch's first row, for the kernels
   int batch = 0;
+  // A decode step (one row) does not launch its units one by one: a small
+  // model's kernels take less time than their launches. run_unit notes a
+  // run of consecutive units, and settle() launches it as one CUDA graph,
+  // captured the first time and replayed after, before anything reads or
+  // writes what the units change (activations, keys and values).
+  struct HeldUnits {
+    int first = 0, count = 0, pos = 0;
+  } held;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs;  // by (first unit, count); on these buffers
   std::vector<float> host_hidden, host_logits;
 };
 
 cuda::DeviceMatrix CudaTransformer::Impl::keep(const cpu::Matrix& matrix) {
   DeviceArray<std::byte> array = upload(matrix.data, matrix.bytes());
   const cuda::DeviceMatrix kept{matrix.type, array.get(), matrix.rows, matrix.cols};
-  weight_bytes += matrix.bytes();
   weights.push_back(std::move(array));
   return kept;
 }
@@ -149,7 +173,6 @@ cuda::DeviceMatrix CudaTransformer::Impl::keep(const cpu::Matrix& matrix) {
 const float* CudaTransformer::Impl::keep(const float* norm, std::size_t count) {
   DeviceArray<std::byte> array = upload(reinterpret_cast<const std::byte*>(norm), count * sizeof(float));
   const auto* kept = reinterpret_cast<const float*>(array.get());
-  weight_bytes += count * sizeof(float);
   weights.push_back(std::move(array));
   return kept;
 }
@@ -178,46 +201,83 @@ void CudaTransformer::Impl::load() {
   cpu::rope_tables(cos.data(), sin.data(), c.seq_len, c.head_size(), c.rope_theta);
   rope_cos = upload(cos.data(), table);
   rope_sin = upload(sin.data(), table);
-  kv = std::make_unique<DeviceKv>(c, scope.first_unit, scope.units, stream);
+  kv = std::make_unique<DeviceKv>(c, scope.first_unit, scope.units, stream, [this] { settle(); });
+  pos.ensure(1);
 }
 
 void CudaTransformer::Impl::start_batch(int rows) {
   const ModelConfig& c = model.config();
   const auto b = static_cast<std::size_t>(rows);
-  for (auto* buffer : {&x, &xb, &xb2, &q}) buffer->ensure(b * c.dim);
-  for (auto* buffer : {&k, &v}) buffer->ensure(b * c.kv_dim());
-  for (auto* buffer : {&hb, &hb2}) buffer->ensure(b * c.hidden_dim);
-  scratch.ensure(cuda::attention_scratch_floats(rows, c.n_heads, c.head_size(), c.seq_len));
+  settle();
+  bool moved = hb.ensure(b * c.hidden_dim);
+  for (auto* buffer : {&x, &xb, &q}) moved |= buffer->ensure(b * c.dim);
+  moved |= scratch.ensure(cuda::attention_scratch_floats(rows, c.n_heads, c.head_size(), c.seq_len));
+  if (moved) forget_graphs();
   tokens.ensure(b);
   batch = rows;
 }
 
-void CudaTransformer::Impl::run_unit(int unit, int pos) {
+void CudaTransformer::Impl::run_unit(int unit, int at) {
+  if (batch == 1) {
+    if (held.count > 0 && (unit != held.first + held.count || at != held.pos)) settle();
+    if (held.count == 0) held = {unit, 0, at};
+    ++held.count;
+    return;
+  }
+  settle();
+  cuda::set(stream, pos.get(), at);
+  launch_unit(unit);
+}
+
+void CudaTransformer::Impl::settle() {
+  if (held.count == 0) return;
+  const HeldUnits run = std::exchange(held, {});
+  cuda::set(stream, pos.get(), run.pos);
+  ACCORD_CUDA_CHECK(cudaGraphLaunch(graph_for(run.first, run.count), stream));
+}
+
+cudaGraphExec_t CudaTransformer::Impl::graph_for(int first_unit, int count) {
+  cudaGraphExec_t& exec = graphs[{first_unit, count}];
+  if (exec != nullptr) return exec;
+  // Thread-local capture: ranks on other threads may share the device.
+  ACCORD_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    for (int unit = first_unit; unit < first_unit + count; ++unit) launch_unit(unit);
+  } catch (const cuda::CudaFailure&) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    throw;
+  }
+  ACCORD_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  ACCORD_CUDA_CHECK(made);
+  return exec;
+}
+
+void CudaTransformer::Impl::forget_graphs() {
+  for (const auto& [units, exec] : graphs) {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
+  graphs.clear();
+}
+
+// The unit's kernels for the batch at the position in `pos`.
+void CudaTransformer::Impl::launch_unit(int unit) {
   const ModelConfig& c = model.config();
   const DeviceLayer& w = layers[static_cast<std::size_t>(unit - scope.first_unit)];
-  const auto rows = static_cast<std::size_t>(batch);
-  const std::size_t kv_bytes = rows * c.kv_dim() * sizeof(float);
-  const std::size_t at = static_cast<std::size_t>(pos) * c.kv_dim();
-  float* keys = kv->keys(unit);
-  float* values = kv->values(unit);
+  const cuda::QkvOutputs qkv{q.get(), kv->keys(unit), kv->values(unit), pos.get(), c.head_size(), rope_cos.get(),
+                             rope_sin.get()};
   cuda::rmsnorm(stream, xb.get(), x.get(), w.rms_att, batch, c.dim, c.norm_eps);
-  cuda::matmul(stream, q.get(), xb.get(), w.wq, batch);
-  cuda::matmul(stream, k.get(), xb.get(), w.wk, batch);
-  cuda::matmul(stream, v.get(), xb.get(), w.wv, batch);
-  cuda::rope(stream, q.get(), batch, c.n_heads, c.head_size(), pos, rope_cos.get(), rope_sin.get());
-  cuda::rope(stream, k.get(), batch, c.n_kv_heads, c.head_size(), pos, rope_cos.get(), rope_sin.get());
-  ACCORD_CUDA_CHECK(cudaMemcpyAsync(keys + at, k.get(), kv_bytes, cudaMemcpyDeviceToDevice, stream));
-  ACCORD_CUDA_CHECK(cudaMemcpyAsync(values + at, v.get(), kv_bytes, cudaMemcpyDeviceToDevice, stream));
-  cuda::attention(stream, xb.get(), q.get(), keys, values, batch, pos, c.n_heads, c.n_kv_heads, c.head_size(),
-                  scratch.get());
-  cuda::matmul(stream, xb2.get(), xb.get(), w.wo, batch);
-  // Feed-forward: w2(silu(w1 x) * w3 x).
-  cuda::add_rmsnorm(stream, x.get(), xb2.get(), xb.get(), w.rms_ffn, batch, c.dim, c.norm_eps);
-  cuda::matmul(stream, hb.get(), xb.get(), w.w1, batch);
-  cuda::matmul(stream, hb2.get(), xb.get(), w.w3, batch);
-  cuda::silu_mul(stream, hb.get(), hb2.get(), rows * c.hidden_dim);
-  cuda::matmul(stream, xb.get(), hb.get(), w.w2, batch);
-  cuda::add(stream, x.get(), xb.get(), rows * c.dim);
+  cuda::qkv(stream, qkv, xb.get(), w.wq, w.wk, w.wv, batch);
+  cuda::attention(stream, xb.get(), q.get(), qkv.keys, qkv.values, batch, pos.get(), c.seq_len, c.n_heads,
+                  c.n_kv_heads, c.head_size(), scratch.get());
+  cuda::matmul_add(stream, x.get(), xb.get(), w.wo, batch);
+  // Feed-forward: x += w2(silu(w1 x) * w3 x).
+  cuda::rmsnorm(stream, xb.get(), x.get(), w.rms_ffn, batch, c.dim, c.norm_eps);
+  cuda::gate_up(stream, hb.get(), xb.get(), w.w1, w.w3, batch);
+  cuda::matmul_add(stream, x.get(), hb.get(), w.w2, batch);
 }
 
 std::span<float> CudaTransformer::Impl::head(Transformer::Rows which) {
@@ -225,6 +285,7 @@ std::span<float> CudaTransformer::Impl::head(Transformer::Rows which) {
   const int rows = which == Transformer::Rows::all ? batch : 1;
   const float* first = x.get() + static_cast<std::size_t>(batch - rows) * c.dim;
   const std::size_t count = static_cast<std::size_t>(rows) * c.vocab_size;
+  settle();
   logits.ensure(count);
   cuda::rmsnorm(stream, xb.get(), first, rms_final, rows, c.dim, c.norm_eps);
   cuda::matmul(stream, logits.get(), xb.get(), classifier, rows);
@@ -236,6 +297,7 @@ std::span<float> CudaTransformer::Impl::head(Transformer::Rows which) {
 }
 
 std::span<float> CudaTransformer::Impl::copy_hidden() {
+  settle();
   host_hidden.resize(static_cast<std::size_t>(batch) * model.config().dim);
   ACCORD_CUDA_CHECK(cudaMemcpyAsync(host_hidden.data(), x.get(), host_hidden.size() * sizeof(float),
                                     cudaMemcpyDeviceToHost, stream));
@@ -290,6 +352,7 @@ std::span<float> CudaTransformer::hidden() {
 
 void CudaTransformer::hidden_changed() {
   impl_->on_device();
+  impl_->settle();
   const std::vector<float>& rows = impl_->host_hidden;
   ACCORD_CUDA_CHECK(cudaMemcpyAsync(impl_->x.get(), rows.data(), rows.size() * sizeof(float),
                                     cudaMemcpyHostToDevice, impl_->stream));
@@ -311,8 +374,6 @@ Result<std::span<const float>> CudaTransformer::forward(std::span<const int> tok
     return Error(ErrorCode::mechanism, std::string("CUDA forward pass failed: ") + failure.what());
   }
 }
-
-std::size_t CudaTransformer::weight_bytes() const { return impl_->weight_bytes; }
 
 bool built_with_cuda() { return true; }
 

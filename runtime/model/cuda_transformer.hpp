@@ -50,9 +50,6 @@ class CudaTransformer final : public StageBackend {
   // failed check changes nothing.
   Result<std::span<const float>> forward(std::span<const int> tokens, int pos);
 
-  // The weights' bytes on the device: what a decode step reads.
-  std::size_t weight_bytes() const;
-
  private:
   struct Impl;
   explicit CudaTransformer(std::unique_ptr<Impl> impl);
