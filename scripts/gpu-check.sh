@@ -7,21 +7,30 @@
 # 1B-class F16 model's logits and tokens, then its decode tokens/s and the
 # share of the device's memory bandwidth its weights take.
 #   scripts/gpu-check.sh [--no-build] [BUILD_DIR] [PEAK_GBS]
+#   scripts/gpu-check.sh --bundle FILE [PEAK_GBS]
 # BUILD_DIR defaults to build-gpu/; --no-build runs what is already built
-# there (a build carried to a machine that cannot install the build's
-# packages). PEAK_GBS: the device's memory bandwidth in GB/s, by default an
-# H200's 4800. Runs every check, since a device's time is scarce, and exits
+# there. --bundle runs what scripts/gpu-bundle.sh packed, with its
+# libraries and models: a build carried to a machine that cannot install
+# the build's packages. PEAK_GBS: the device's memory bandwidth in GB/s, by
+# default an H200's 4800. Runs every check, since a device's time is scarce, and exits
 # 1 naming those that failed.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_first=1
+source "$root/scripts/shared_dir.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ "${1:-}" = "--bundle" ]; then
+  tar -xJf "$2" -C "$work" || exit 1
+  export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ACCORD_SHARED="$work/shared"
+  set -- --no-build "$work/build" "${@:3}"
+fi
 if [ "${1:-}" = "--no-build" ]; then
   build_first=0
   shift
 fi
 build=${1:-$root/build-gpu}
 peak=${2:-4800}
-source "$root/scripts/shared_dir.sh"
 shared=$(shared_dir "$root")
 if [ "$build_first" = 1 ]; then
   for target in accord accord-cuda-check; do
@@ -68,8 +77,6 @@ cuda_ranks_match_the_cpu() {
 }
 check "accord generate --backend cuda: ranks on one device against the CPU" cuda_ranks_match_the_cpu
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 echo "== synthetic 1B-class shape, F16 (dim 2048, 16 layers, vocab 32000)"
 if "$accord" synth --dim 2048 --hidden 8192 --layers 16 --heads 32 --kv-heads 8 --vocab 32000 --seq 1024 \
   --out "$work/1b.bin" >/dev/null && "$accord" convert --in "$work/1b.bin" --out "$work/1b-f16.gguf" --type f16 >/dev/null; then
