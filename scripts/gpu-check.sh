@@ -12,8 +12,8 @@
 # there. --bundle runs what scripts/gpu-bundle.sh packed, with its
 # libraries and models: a build carried to a machine that cannot install
 # the build's packages. PEAK_GBS: the device's memory bandwidth in GB/s, by
-# default an H200's 4800. Runs every check, since a device's time is scarce, and exits
-# 1 naming those that failed.
+# default an H200's 4800. Once a device answers, runs every check (a
+# device's time is scarce) and exits 1 naming those that failed.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_first=1
@@ -51,6 +51,10 @@ check() {
 }
 
 check devices "$check_tool" devices
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED: devices: nothing else can run"
+  exit 1
+fi
 check "kernels against the CPU" "$check_tool" kernels
 check "stories260K against the CPU" "$check_tool" model --model "$shared/models/stories260K.bin" --tokens 200
 
