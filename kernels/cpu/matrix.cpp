@@ -1,7 +1,5 @@
 #include "kernels/cpu/matrix.hpp"
 
-#include "kernels/cpu/quant.hpp"
-
 namespace accord::cpu {
 
 const char* to_string(WeightType type) {
@@ -12,16 +10,6 @@ const char* to_string(WeightType type) {
     case WeightType::q4_0: return "Q4_0";
   }
   return "?";
-}
-
-std::size_t row_bytes(WeightType type, std::size_t cols) {
-  switch (type) {
-    case WeightType::f32: return cols * 4;
-    case WeightType::f16: return cols * 2;
-    case WeightType::q8_0: return cols / kQuantBlock * kQ8_0BlockBytes;
-    case WeightType::q4_0: return cols / kQuantBlock * kQ4_0BlockBytes;
-  }
-  return 0;
 }
 
 }  // namespace accord::cpu

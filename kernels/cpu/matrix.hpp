@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/quant.hpp"
+
 namespace accord::cpu {
 
 enum class WeightType : std::uint8_t { f32, f16, q8_0, q4_0 };
@@ -15,8 +17,16 @@ enum class WeightType : std::uint8_t { f32, f16, q8_0, q4_0 };
 const char* to_string(WeightType type);
 
 // Bytes of `cols` values of `type`; cols must be a multiple of 32 for the
-// block formats.
-std::size_t row_bytes(WeightType type, std::size_t cols);
+// block formats. constexpr, so that the CUDA kernels call it too.
+constexpr std::size_t row_bytes(WeightType type, std::size_t cols) {
+  switch (type) {
+    case WeightType::f32: return cols * 4;
+    case WeightType::f16: return cols * 2;
+    case WeightType::q8_0: return cols / kQuantBlock * kQ8_0BlockBytes;
+    case WeightType::q4_0: return cols / kQuantBlock * kQ4_0BlockBytes;
+  }
+  return 0;
+}
 
 struct Matrix {
   WeightType type = WeightType::f32;
@@ -27,9 +37,9 @@ struct Matrix {
   static Matrix of_floats(const float* data, int rows, int cols) {
     return {WeightType::f32, reinterpret_cast<const std::byte*>(data), rows, cols};
   }
-  std::size_t row_bytes() const { return cpu::row_bytes(type, static_cast<std::size_t>(cols)); }
-  std::size_t bytes() const { return static_cast<std::size_t>(rows) * row_bytes(); }
-  const std::byte* row(int r) const { return data + static_cast<std::size_t>(r) * row_bytes(); }
+  constexpr std::size_t row_bytes() const { return cpu::row_bytes(type, static_cast<std::size_t>(cols)); }
+  constexpr std::size_t bytes() const { return static_cast<std::size_t>(rows) * row_bytes(); }
+  constexpr const std::byte* row(int r) const { return data + static_cast<std::size_t>(r) * row_bytes(); }
   bool operator==(const Matrix&) const = default;
 };
 

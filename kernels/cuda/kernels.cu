@@ -175,14 +175,6 @@ __device__ void q8_0_row_dots(const std::byte* row, const float* x, int cols, in
   }
 }
 
-// cpu::row_bytes, on the device.
-__device__ std::size_t row_bytes_of(cpu::WeightType type, int cols) {
-  const auto n = static_cast<std::size_t>(cols);
-  if (type == cpu::WeightType::f32) return n * sizeof(float);
-  if (type == cpu::WeightType::f16) return n * 2;
-  return n / 32 * cpu::kQ8_0BlockBytes;
-}
-
 // A slice of a row: its columns [first_col, first_col + cols).
 struct RowPart {
   const std::byte* bytes;
@@ -192,13 +184,13 @@ struct RowPart {
 // Columns [first_col, first_col + cols) of row `row` of w: first_col is a
 // multiple of the vector loads' and Q8_0 blocks' widths (part_cols).
 __device__ RowPart row_part(const DeviceMatrix& w, int row, int first_col, int cols) {
-  const std::byte* start = w.data + static_cast<std::size_t>(row) * row_bytes_of(w.type, w.cols);
-  return {start + row_bytes_of(w.type, first_col), first_col, cols};
+  return {w.row(row) + cpu::row_bytes(w.type, static_cast<std::size_t>(first_col)), first_col, cols};
 }
 
-// sums[t] = dot(part, x[t]) for t < tokens, in every lane of the warp; x is
-// (tokens, w.cols). The type is the same for the whole warp, so the switch
-// costs no divergence.
+// sums[t] = dot(part, x[t]) for t < tokens, in every lane of the warp; token
+// t's values start at x + t * stride (the whole row's x, not the part's).
+// The type is the same for the whole warp, so the switch costs no
+// divergence.
 __device__ void warp_dots(cpu::WeightType type, const RowPart& part, const float* x, int stride, int tokens,
                           float (&sums)[kTokensPerPass]) {
   for (int t = 0; t < kTokensPerPass; ++t) sums[t] = 0.0f;
