@@ -187,6 +187,17 @@ __device__ RowPart row_part(const DeviceMatrix& w, int row, int first_col, int c
   return {w.row(row) + cpu::row_bytes(w.type, static_cast<std::size_t>(first_col)), first_col, cols};
 }
 
+// F32 or F16: with vector loads where their width divides the part's.
+template <cpu::WeightType Type>
+__device__ void float_row_dots(const RowPart& part, const float* x, int stride, int tokens,
+                               float (&acc)[kTokensPerPass]) {
+  if (part.cols % VectorLoad<Type>::kValues == 0) {
+    vector_row_dots<Type>(part.bytes, x, part.cols, stride, tokens, acc);
+  } else {
+    scalar_row_dots<Type>(part.bytes, x, part.cols, stride, tokens, acc);
+  }
+}
+
 // sums[t] = dot(part, x[t]) for t < tokens, in every lane of the warp; token
 // t's values start at x + t * stride (the whole row's x, not the part's).
 // The type is the same for the whole warp, so the switch costs no
@@ -197,18 +208,10 @@ __device__ void warp_dots(cpu::WeightType type, const RowPart& part, const float
   const float* xs = x + part.first_col;
   switch (type) {
     case cpu::WeightType::f32:
-      if (part.cols % 4 == 0) {
-        vector_row_dots<cpu::WeightType::f32>(part.bytes, xs, part.cols, stride, tokens, sums);
-      } else {
-        scalar_row_dots<cpu::WeightType::f32>(part.bytes, xs, part.cols, stride, tokens, sums);
-      }
+      float_row_dots<cpu::WeightType::f32>(part, xs, stride, tokens, sums);
       break;
     case cpu::WeightType::f16:
-      if (part.cols % 8 == 0) {
-        vector_row_dots<cpu::WeightType::f16>(part.bytes, xs, part.cols, stride, tokens, sums);
-      } else {
-        scalar_row_dots<cpu::WeightType::f16>(part.bytes, xs, part.cols, stride, tokens, sums);
-      }
+      float_row_dots<cpu::WeightType::f16>(part, xs, stride, tokens, sums);
       break;
     default:
       q8_0_row_dots(part.bytes, xs, part.cols, stride, tokens, sums);
