@@ -154,8 +154,9 @@ struct CudaTransformer::Impl {
   // A decode step (one row) does not launch its units one by one: a small
   // model's kernels take less time than their launches. run_unit notes a
   // run of consecutive units, and settle() launches it as one CUDA graph,
-  // captured the first time and replayed after, before anything reads or
-  // writes what the units change (activations, keys and values).
+  // captured the first time and replayed after, at the stage's last unit or
+  // before anything reads or writes what the units change (activations,
+  // keys and values), whichever comes first.
   struct HeldUnits {
     int first = 0, count = 0, pos = 0;
   } held;
@@ -222,6 +223,9 @@ void CudaTransformer::Impl::run_unit(int unit, int at) {
     if (held.count > 0 && (unit != held.first + held.count || at != held.pos)) settle();
     if (held.count == 0) held = {unit, 0, at};
     ++held.count;
+    // The stage's last unit launches the run at once, so that a step's
+    // units are launched within its execution, not left to a later step.
+    if (unit == scope.first_unit + scope.units - 1) settle();
     return;
   }
   settle();
