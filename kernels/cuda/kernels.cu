@@ -268,6 +268,42 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
   }
 }
 
+// Row `row` of the queries, keys and values stacked: its matrix, its row
+// there, where its outputs go (the cache's rows start at *pos), and whether
+// it is rotated.
+struct QkvRow {
+  DeviceMatrix w;
+  int row;
+  float* out;
+  bool rotate;
+};
+
+__device__ QkvRow qkv_row(const QkvOutputs& o, const DeviceMatrix& wq, const DeviceMatrix& wk, const DeviceMatrix& wv,
+                          int row) {
+  if (row < wq.rows) return {wq, row, o.q, true};
+  row -= wq.rows;
+  if (row < wk.rows) return {wk, row, o.keys + static_cast<std::size_t>(wk.rows) * *o.pos, true};
+  row -= wk.rows;
+  return {wv, row, o.values + static_cast<std::size_t>(wv.rows) * *o.pos, false};
+}
+
+// Rows come in pairs (the segments' sizes are even): an even row and the
+// next, token t of the batch, rotated together where they are queries or
+// keys.
+__device__ void store_qkv_pair(const QkvOutputs& o, const QkvRow& even, int t, float v0, float v1) {
+  if (even.rotate) {
+    const int half = o.head_size / 2, j = even.row % o.head_size / 2;
+    const std::size_t angle = static_cast<std::size_t>(*o.pos + t) * half + j;
+    const float c = o.cos[angle], s = o.sin[angle];
+    const float r0 = v0 * c - v1 * s, r1 = v0 * s + v1 * c;
+    v0 = r0;
+    v1 = r1;
+  }
+  float* dst = even.out + static_cast<std::size_t>(t) * even.w.rows + even.row;
+  dst[0] = v0;
+  dst[1] = v1;
+}
+
 // A warp per row of wq, then wk, then wv; the queries and keys rotated, a
 // pair of neighbouring rows (neighbouring warps) a rotation; keys and values
 // straight into the cache at their positions.
@@ -275,48 +311,22 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
     qkv_kernel(QkvOutputs o, const float* x, DeviceMatrix wq, DeviceMatrix wk, DeviceMatrix wv, int batch) {
   __shared__ Parts parts;
   const int warp = warp_in_block();
-  int row = static_cast<int>(blockIdx.x) * kWarpsPerBlock + warp;
-  DeviceMatrix w = wq;
-  float* out = o.q;
-  std::size_t at_pos = 0;  // the cache's rows start at *pos
-  if (row >= wq.rows) {
-    row -= wq.rows;
-    w = wk;
-    out = o.keys;
-    at_pos = wk.rows;
-    if (row >= wk.rows) {
-      row -= wk.rows;
-      w = wv;
-      out = o.values;
-      at_pos = wv.rows;
-    }
-  }
-  const bool valid = row < w.rows, rotate = out != o.values;
-  const RowPart part = row_part(w, valid ? row : 0, 0, w.cols);
-  out += at_pos * *o.pos;
-  const int half = o.head_size / 2, j = row % o.head_size / 2;
+  const int row = static_cast<int>(blockIdx.x) * kWarpsPerBlock + warp;
+  const bool valid = row < wq.rows + wk.rows + wv.rows;
+  const QkvRow target = qkv_row(o, wq, wk, wv, valid ? row : 0);
+  const RowPart part = row_part(target.w, target.row, 0, target.w.cols);
   for (int first = 0; first < batch; first += kTokensPerPass) {
     const int tokens = min(kTokensPerPass, batch - first);
-    block_pass(w.type, part, valid, x + static_cast<std::size_t>(first) * w.cols, w.cols, tokens, parts);
-    // Rows come in pairs (the segments' sizes are even): the even warp writes both.
+    block_pass(target.w.type, part, valid, x + static_cast<std::size_t>(first) * target.w.cols, target.w.cols,
+               tokens, parts);
     if (valid && warp % 2 == 0 && threadIdx.x % kWarp == 0) {
-      for (int t = 0; t < tokens; ++t) {
-        float v0 = parts.sums[warp][t], v1 = parts.sums[warp + 1][t];
-        if (rotate) {
-          const std::size_t angle = static_cast<std::size_t>(*o.pos + first + t) * half + j;
-          const float c = o.cos[angle], s = o.sin[angle];
-          const float r0 = v0 * c - v1 * s, r1 = v0 * s + v1 * c;
-          v0 = r0;
-          v1 = r1;
-        }
-        float* dst = out + static_cast<std::size_t>(first + t) * w.rows + row;
-        dst[0] = v0;
-        dst[1] = v1;
-      }
+      for (int t = 0; t < tokens; ++t) store_qkv_pair(o, target, first + t, parts.sums[warp][t], parts.sums[warp + 1][t]);
     }
     __syncthreads();
   }
 }
+
+__device__ float silu_times(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 
 // The feed-forward's hidden layer, silu(w1 x) * (w3 x): a warp per row of
 // both (parts of a block of their own were slower: measured).
@@ -332,8 +342,159 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
     warp_dots(w1.type, gate, xs, w1.cols, tokens, g);
     warp_dots(w3.type, up, xs, w3.cols, tokens, u);
     for (int t = 0; t < tokens && threadIdx.x % kWarp == 0; ++t) {
-      out[static_cast<std::size_t>(first + t) * w1.rows + row] = g[t] / (1.0f + expf(-g[t])) * u[t];
+      out[static_cast<std::size_t>(first + t) * w1.rows + row] = silu_times(g[t], u[t]);
     }
+  }
+}
+
+// A decode step's products (a batch of one row) whose input fits a warp's
+// registers: each lane holds the same values of the input for every row
+// (vectors lane, lane + 32, ... of kLoadsInFlight), so a row costs its
+// weights' loads and nothing else. Warps stay resident and take rows in
+// turn, kDecodeBlocksPerSm blocks a multiprocessor. The first row's loads
+// are issued before the input is read, so that reading it (and working out
+// an RMSNorm of it) hides behind them.
+constexpr int kDecodeBlocksPerSm = 2;
+constexpr int kDecodeInputFloats = kWarp * kLoadsInFlight * 8;  // F16's vectors of 8
+
+template <cpu::WeightType Type>
+struct LaneRow {
+  typename VectorLoad<Type>::Raw raw[kLoadsInFlight];
+};
+
+template <cpu::WeightType Type>
+__device__ void load_lane_row(LaneRow<Type>& row, const std::byte* bytes, int cols) {
+  using Raw = typename VectorLoad<Type>::Raw;
+  const int lane = threadIdx.x % kWarp, vectors = cols / VectorLoad<Type>::kValues;
+  const auto* raw_row = reinterpret_cast<const Raw*>(bytes);
+#pragma unroll
+  for (int u = 0; u < kLoadsInFlight; ++u) {
+    const int c = lane + u * kWarp;
+    row.raw[u] = c < vectors ? __ldg(raw_row + c) : Raw{};
+  }
+}
+
+// The input, weighed by `norm`'s weights where it has them, and the scale
+// each dot product takes: RMSNorm(x) . row = inverse * ((weight * x) . row).
+template <cpu::WeightType Type>
+struct LaneInput {
+  float values[kLoadsInFlight][VectorLoad<Type>::kValues];
+  float scale;
+};
+
+// The block stages the input in shared memory (a round of vector loads),
+// and each lane takes its values from there. Every thread of the block
+// calls it.
+template <cpu::WeightType Type>
+__device__ void load_lane_input(LaneInput<Type>& in, const float* x, int cols, const InputNorm& norm) {
+  using Load = VectorLoad<Type>;
+  __shared__ float4 staged[kDecodeInputFloats / 4];
+  __shared__ float reduce[kWarp];
+  float squares = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < cols / 4; i += static_cast<int>(blockDim.x)) {
+    float4 v = reinterpret_cast<const float4*>(x)[i];
+    squares += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    if (norm.weight != nullptr) {
+      const float4 w = reinterpret_cast<const float4*>(norm.weight)[i];
+      v = {w.x * v.x, w.y * v.y, w.z * v.z, w.w * v.w};
+    }
+    staged[i] = v;
+  }
+  const float total = block_reduce<false>(squares, reduce);  // its barriers publish the staged input
+  in.scale = norm.weight != nullptr ? 1.0f / sqrtf(total / static_cast<float>(cols) + norm.eps) : 1.0f;
+  const int lane = threadIdx.x % kWarp, vectors = cols / Load::kValues;
+#pragma unroll
+  for (int u = 0; u < kLoadsInFlight; ++u) {
+    const int c = lane + u * kWarp;
+#pragma unroll
+    for (int j = 0; j < Load::kValues / 4; ++j) {
+      const float4 v = c < vectors ? staged[c * (Load::kValues / 4) + j] : float4{};
+      in.values[u][4 * j] = v.x;
+      in.values[u][4 * j + 1] = v.y;
+      in.values[u][4 * j + 2] = v.z;
+      in.values[u][4 * j + 3] = v.w;
+    }
+  }
+}
+
+// dot(row, input) times the input's scale, in every lane of the warp.
+template <cpu::WeightType Type>
+__device__ float lane_dot(const LaneRow<Type>& row, const LaneInput<Type>& in) {
+  using Load = VectorLoad<Type>;
+  float sum = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kLoadsInFlight; ++u) {
+    float w[Load::kValues];
+    Load::to_floats(row.raw[u], w);
+#pragma unroll
+    for (int k = 0; k < Load::kValues; ++k) sum += w[k] * in.values[u][k];
+  }
+  return warp_sum(sum) * in.scale;
+}
+
+// This warp's first unit of work and the stride to its next: every warp of
+// the grid takes units in turn.
+__device__ int first_unit() { return static_cast<int>(blockIdx.x) * kWarpsPerBlock + warp_in_block(); }
+__device__ int unit_stride() { return static_cast<int>(gridDim.x) * kWarpsPerBlock; }
+
+template <cpu::WeightType Type, bool Accumulate>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kDecodeBlocksPerSm)
+    decode_matmul_kernel(float* out, const float* x, DeviceMatrix w) {
+  LaneRow<Type> row;
+  int r = first_unit();
+  if (r < w.rows) load_lane_row(row, w.row(r), w.cols);
+  LaneInput<Type> in;
+  load_lane_input(in, x, w.cols, InputNorm{});
+  for (; r < w.rows; r += unit_stride()) {
+    if (r != first_unit()) load_lane_row(row, w.row(r), w.cols);
+    const float sum = lane_dot(row, in);
+    if (threadIdx.x % kWarp == 0) out[r] = Accumulate ? out[r] + sum : sum;
+  }
+}
+
+// A warp per row, a block's eight rows at a time: the rows a rotation
+// joins meet in shared memory.
+template <cpu::WeightType Type>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kDecodeBlocksPerSm)
+    decode_qkv_kernel(QkvOutputs o, const float* x, InputNorm norm, DeviceMatrix wq, DeviceMatrix wk,
+                      DeviceMatrix wv) {
+  __shared__ float sums[kWarpsPerBlock];
+  const int rows = wq.rows + wk.rows + wv.rows, warp = warp_in_block();
+  const bool first_lane = threadIdx.x % kWarp == 0;
+  const int first_row = static_cast<int>(blockIdx.x) * kWarpsPerBlock;
+  LaneRow<Type> row;
+  if (first_row + warp < rows) {
+    const QkvRow target = qkv_row(o, wq, wk, wv, first_row + warp);
+    load_lane_row(row, target.w.row(target.row), wq.cols);
+  }
+  LaneInput<Type> in;
+  load_lane_input(in, x, wq.cols, norm);
+  for (int first = first_row; first < rows; first += unit_stride()) {
+    const bool valid = first + warp < rows;
+    const QkvRow target = qkv_row(o, wq, wk, wv, valid ? first + warp : 0);
+    if (valid && first != first_row) load_lane_row(row, target.w.row(target.row), wq.cols);
+    const float sum = valid ? lane_dot(row, in) : 0.0f;
+    if (first_lane) sums[warp] = sum;
+    __syncthreads();
+    if (valid && warp % 2 == 0 && first_lane) store_qkv_pair(o, target, 0, sums[warp], sums[warp + 1]);
+    __syncthreads();  // the sums are read before the next rows write them
+  }
+}
+
+template <cpu::WeightType Type>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kDecodeBlocksPerSm)
+    decode_gate_up_kernel(float* out, const float* x, InputNorm norm, DeviceMatrix w1, DeviceMatrix w3) {
+  LaneRow<Type> row;
+  int r = first_unit();
+  if (r < w1.rows) load_lane_row(row, w1.row(r), w1.cols);
+  LaneInput<Type> in;
+  load_lane_input(in, x, w1.cols, norm);
+  for (; r < w1.rows; r += unit_stride()) {
+    if (r != first_unit()) load_lane_row(row, w1.row(r), w1.cols);
+    const float gate = lane_dot(row, in);
+    load_lane_row(row, w3.row(r), w3.cols);
+    const float up = lane_dot(row, in);
+    if (threadIdx.x % kWarp == 0) out[r] = silu_times(gate, up);
   }
 }
 
@@ -483,6 +644,44 @@ void launch_warps(cudaStream_t stream, int warps, void (*kernel)(Params...), Arg
   check_launch();
 }
 
+// Whether a product of a batch over these matrices takes the decode
+// kernels: one row, F32 or F16 alike, and rows short enough that a warp's
+// registers hold the input (kLoadsInFlight vector loads a lane).
+template <class... Matrices>
+bool takes_decode_kernels(int batch, const DeviceMatrix& w, const Matrices&... more) {
+  const int values = w.type == cpu::WeightType::f32 ? VectorLoad<cpu::WeightType::f32>::kValues
+                     : w.type == cpu::WeightType::f16 ? VectorLoad<cpu::WeightType::f16>::kValues
+                                                      : 0;
+  return batch == 1 && values > 0 && ((more.type == w.type) && ...) && w.cols % values == 0 &&
+         w.cols / values <= kWarp * kLoadsInFlight;
+}
+
+// Launches a decode kernel over `units` units of work (a warp each), for F32
+// or F16 weights: enough blocks to fill the device, no more than the units.
+template <class... Params, class... Args>
+void launch_decode(cudaStream_t stream, int units, cpu::WeightType type, void (*f32)(Params...),
+                   void (*f16)(Params...), Args&&... args) {
+  int device = 0, multiprocessors = 0;
+  ACCORD_CUDA_CHECK(cudaGetDevice(&device));
+  ACCORD_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  const int blocks = std::min(multiprocessors * kDecodeBlocksPerSm, (units + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const auto kernel = type == cpu::WeightType::f32 ? f32 : f16;
+  kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(std::forward<Args>(args)...);
+  check_launch();
+}
+
+void rmsnorm_rows(cudaStream_t stream, float* out, const float* x, const float* weight, int rows, int n, float eps) {
+  rmsnorm_kernel<<<rows, kThreads, 0, stream>>>(out, x, weight, n, eps);
+  check_launch();
+}
+
+// x, or where `norm` has a weight its RMSNorm, in norm.scratch.
+const float* normalized(cudaStream_t stream, const float* x, const InputNorm& norm, int rows, int n) {
+  if (norm.weight == nullptr) return x;
+  rmsnorm_rows(stream, norm.scratch, x, norm.weight, rows, n, norm.eps);
+  return norm.scratch;
+}
+
 }  // namespace
 
 bool supported(cpu::WeightType type) {
@@ -500,23 +699,45 @@ void embed(cudaStream_t stream, float* out, const DeviceMatrix& embedding, const
 }
 
 void matmul(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch) {
+  if (takes_decode_kernels(batch, w)) {
+    launch_decode(stream, w.rows, w.type, decode_matmul_kernel<cpu::WeightType::f32, false>,
+                  decode_matmul_kernel<cpu::WeightType::f16, false>, out, x, w);
+    return;
+  }
   const int splits = splits_for(w.cols);
   launch_warps(stream, w.rows * splits, matmul_kernel<false>, out, x, w, batch, splits);
 }
 
 void matmul_add(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch) {
+  if (takes_decode_kernels(batch, w)) {
+    launch_decode(stream, w.rows, w.type, decode_matmul_kernel<cpu::WeightType::f32, true>,
+                  decode_matmul_kernel<cpu::WeightType::f16, true>, out, x, w);
+    return;
+  }
   const int splits = splits_for(w.cols);
   launch_warps(stream, w.rows * splits, matmul_kernel<true>, out, x, w, batch, splits);
 }
 
-void qkv(cudaStream_t stream, const QkvOutputs& out, const float* x, const DeviceMatrix& wq, const DeviceMatrix& wk,
-         const DeviceMatrix& wv, int batch) {
-  launch_warps(stream, wq.rows + wk.rows + wv.rows, qkv_kernel, out, x, wq, wk, wv, batch);
+void qkv(cudaStream_t stream, const QkvOutputs& out, const float* x, const InputNorm& norm, const DeviceMatrix& wq,
+         const DeviceMatrix& wk, const DeviceMatrix& wv, int batch) {
+  if (takes_decode_kernels(batch, wq, wk, wv)) {
+    launch_decode(stream, wq.rows + wk.rows + wv.rows, wq.type, decode_qkv_kernel<cpu::WeightType::f32>,
+                  decode_qkv_kernel<cpu::WeightType::f16>, out, x, norm, wq, wk, wv);
+    return;
+  }
+  const float* input = normalized(stream, x, norm, batch, wq.cols);
+  launch_warps(stream, wq.rows + wk.rows + wv.rows, qkv_kernel, out, input, wq, wk, wv, batch);
 }
 
-void gate_up(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w1, const DeviceMatrix& w3,
-             int batch) {
-  launch_warps(stream, w1.rows, gate_up_kernel, out, x, w1, w3, batch);
+void gate_up(cudaStream_t stream, float* out, const float* x, const InputNorm& norm, const DeviceMatrix& w1,
+             const DeviceMatrix& w3, int batch) {
+  if (takes_decode_kernels(batch, w1, w3)) {
+    launch_decode(stream, w1.rows, w1.type, decode_gate_up_kernel<cpu::WeightType::f32>,
+                  decode_gate_up_kernel<cpu::WeightType::f16>, out, x, norm, w1, w3);
+    return;
+  }
+  const float* input = normalized(stream, x, norm, batch, w1.cols);
+  launch_warps(stream, w1.rows, gate_up_kernel, out, input, w1, w3, batch);
 }
 
 void set(cudaStream_t stream, int* at, int value) {
@@ -525,8 +746,7 @@ void set(cudaStream_t stream, int* at, int value) {
 }
 
 void rmsnorm(cudaStream_t stream, float* out, const float* x, const float* weight, int rows, int n, float eps) {
-  rmsnorm_kernel<<<rows, kThreads, 0, stream>>>(out, x, weight, n, eps);
-  check_launch();
+  rmsnorm_rows(stream, out, x, weight, rows, n, eps);
 }
 
 std::size_t attention_scratch_floats(int rows, int n_heads, int head_size, int seq_len) {

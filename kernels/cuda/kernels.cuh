@@ -49,14 +49,24 @@ struct QkvOutputs {
   const float* sin;
 };
 
-// The queries, keys and values of x (batch, dim), in one launch.
-void qkv(cudaStream_t stream, const QkvOutputs& out, const float* x, const DeviceMatrix& wq, const DeviceMatrix& wk,
-         const DeviceMatrix& wv, int batch);
+// The RMSNorm a product applies to its input first (as rmsnorm), where
+// `weight` is not null. A decode step's product (one row) works it out in
+// the same launch; a larger batch is normalized into `scratch`, a buffer of
+// the input's size, by a launch before the product's.
+struct InputNorm {
+  const float* weight = nullptr;
+  float eps = 0.0f;
+  float* scratch = nullptr;
+};
 
-// out (batch, w1.rows) = silu(x w1^T) * (x w3^T): the feed-forward's hidden
-// layer, in one launch.
-void gate_up(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w1, const DeviceMatrix& w3,
-             int batch);
+// The queries, keys and values of x (batch, dim), normalized by `norm`.
+void qkv(cudaStream_t stream, const QkvOutputs& out, const float* x, const InputNorm& norm, const DeviceMatrix& wq,
+         const DeviceMatrix& wk, const DeviceMatrix& wv, int batch);
+
+// out (batch, w1.rows) = silu(x' w1^T) * (x' w3^T), x' = x normalized by
+// `norm`: the feed-forward's hidden layer.
+void gate_up(cudaStream_t stream, float* out, const float* x, const InputNorm& norm, const DeviceMatrix& w1,
+             const DeviceMatrix& w3, int batch);
 
 // *at = value, in stream order.
 void set(cudaStream_t stream, int* at, int value);

@@ -273,14 +273,12 @@ void CudaTransformer::Impl::launch_unit(int unit) {
   const DeviceLayer& w = layers[static_cast<std::size_t>(unit - scope.first_unit)];
   const cuda::QkvOutputs qkv{q.get(), kv->keys(unit), kv->values(unit), pos.get(), c.head_size(), rope_cos.get(),
                              rope_sin.get()};
-  cuda::rmsnorm(stream, xb.get(), x.get(), w.rms_att, batch, c.dim, c.norm_eps);
-  cuda::qkv(stream, qkv, xb.get(), w.wq, w.wk, w.wv, batch);
+  cuda::qkv(stream, qkv, x.get(), {w.rms_att, c.norm_eps, xb.get()}, w.wq, w.wk, w.wv, batch);
   cuda::attention(stream, xb.get(), q.get(), qkv.keys, qkv.values, batch, pos.get(), c.seq_len, c.n_heads,
                   c.n_kv_heads, c.head_size(), scratch.get());
   cuda::matmul_add(stream, x.get(), xb.get(), w.wo, batch);
   // Feed-forward: x += w2(silu(w1 x) * w3 x).
-  cuda::rmsnorm(stream, xb.get(), x.get(), w.rms_ffn, batch, c.dim, c.norm_eps);
-  cuda::gate_up(stream, hb.get(), xb.get(), w.w1, w.w3, batch);
+  cuda::gate_up(stream, hb.get(), x.get(), {w.rms_ffn, c.norm_eps, xb.get()}, w.w1, w.w3, batch);
   cuda::matmul_add(stream, x.get(), hb.get(), w.w2, batch);
 }
 
