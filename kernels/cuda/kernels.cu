@@ -520,31 +520,88 @@ __global__ void rmsnorm_kernel(float* out, const float* x, const float* weight, 
   for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = weight[i] * (inverse * in[i]);
 }
 
+// The attention's scratch: a count a (row, head) of the chunks that are
+// done, for as many rows as the cache has positions (so that batches of any
+// size find theirs at zero), then each (row, head, chunk)'s part, [max, sum,
+// acc (head_size)].
+struct AttentionScratch {
+  unsigned* done;
+  float* parts;
+};
+
+// Each chunk of one (row, head), rescaled to their common maximum and
+// summed, into dst: the work of the block that finishes the row's head's
+// last chunk. Parts are read past the L1 cache (other blocks wrote them).
+__device__ void combine_chunks(float* dst, const float* parts, int chunks, int head_size) {
+  const std::size_t stride = static_cast<std::size_t>(head_size) + 2;
+  float maximum = -INFINITY;
+  for (int c = 0; c < chunks; ++c) maximum = fmaxf(maximum, __ldcg(parts + c * stride));
+  float total = 0.0f;
+  for (int c = 0; c < chunks; ++c) total += __ldcg(parts + c * stride + 1) * expf(__ldcg(parts + c * stride) - maximum);
+  for (int d = threadIdx.x; d < head_size; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+      acc += expf(__ldcg(parts + c * stride) - maximum) * __ldcg(parts + c * stride + 2 + d);
+    }
+    dst[d] = acc / total;
+  }
+}
+
+// Whether this block finished the last of `chunks` chunks of its (row,
+// head): every thread's writes are made visible first, and the last block
+// puts the count back to zero for the next launch.
+__device__ bool last_chunk_done(unsigned* done, int chunks) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(done, 1u) == static_cast<unsigned>(chunks - 1);
+    if (last) *done = 0;
+  }
+  __syncthreads();
+  return last;
+}
+
+// dot(query, key) over `width` values: with vector loads where the width
+// allows them (the key then starts on 16 bytes: rows of the cache and
+// halves of a head are multiples of 4 floats).
+__device__ float half_score(const float* query, const float* key, int width) {
+  float score = 0.0f;
+  if (width % 4 == 0) {
+    const auto* key4 = reinterpret_cast<const float4*>(key);
+#pragma unroll 8
+    for (int d = 0; d < width / 4; ++d) {
+      const float4 k = key4[d];
+      score += query[4 * d] * k.x + query[4 * d + 1] * k.y + query[4 * d + 2] * k.z + query[4 * d + 3] * k.w;
+    }
+    return score;
+  }
+#pragma unroll 8
+  for (int d = 0; d < width; ++d) score += query[d] * key[d];
+  return score;
+}
+
 // One chunk of one (row, head): its positions' softmax numerators, their
-// maximum and sum, and the values they weigh, unnormalized, into `part`:
-// [max, sum, acc (head_size)]. For the values, groups of threads split the
-// positions and each thread of a group takes dimensions of the head.
-__global__ void attention_chunk_kernel(const float* q, const float* keys, const float* values, const int* first_pos,
-                                       int n_heads, int group, int head_size, int kv_dim, int chunks,
-                                       float* scratch) {
+// maximum and sum, and the values they weigh, unnormalized, into its part.
+// For the values, groups of threads split the positions and each thread of
+// a group takes dimensions of the head. The block that finishes a (row,
+// head)'s last chunk combines them into out.
+__global__ void attention_kernel(float* out, const float* q, const float* keys, const float* values,
+                                 const int* first_pos, int n_heads, int group, int head_size, int kv_dim, int chunks,
+                                 AttentionScratch scratch) {
   const int chunk = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
   const int length = *first_pos + t + 1;
   const int begin = chunk * kChunk;
-  float* part = scratch + ((static_cast<std::size_t>(t) * n_heads + h) * chunks + chunk) * (head_size + 2);
-  if (begin >= length) {  // the whole block: a chunk past this row's end
-    if (threadIdx.x == 0) {
-      part[0] = -INFINITY;
-      part[1] = 0.0f;
-    }
-    return;
-  }
+  if (begin >= length) return;  // the whole block: a chunk past this row's end
   const int end = min(length, begin + kChunk);
+  const std::size_t head = static_cast<std::size_t>(t) * n_heads + h;
+  float* part = scratch.parts + (head * chunks + chunk) * (head_size + 2);
   extern __shared__ float shared[];
   float* query = shared;                     // (head_size)
   float* scores = query + head_size;         // (kChunk)
   float* reduce = scores + kChunk;           // (kWarp)
   float* partial = reduce + kWarp;           // (kAttentionThreads) or (head_size)
-  const float* qh = q + (static_cast<std::size_t>(t) * n_heads + h) * head_size;
+  const float* qh = q + head * head_size;
   for (int d = threadIdx.x; d < head_size; d += blockDim.x) query[d] = qh[d];
   __syncthreads();
   const std::size_t offset = static_cast<std::size_t>(h / group) * head_size;
@@ -556,11 +613,7 @@ __global__ void attention_chunk_kernel(const float* q, const float* keys, const 
     const int p = begin + static_cast<int>(threadIdx.x) / 2, half = head_size / 2 * (threadIdx.x % 2);
     const int width = threadIdx.x % 2 == 0 ? head_size / 2 : head_size - head_size / 2;
     float score = 0.0f;
-    if (p < end) {
-      const float* key = keys + static_cast<std::size_t>(p) * kv_dim + offset + half;
-#pragma unroll 8
-      for (int d = 0; d < width; ++d) score += query[half + d] * key[d];
-    }
+    if (p < end) score = half_score(query + half, keys + static_cast<std::size_t>(p) * kv_dim + offset + half, width);
     score += __shfl_xor_sync(0xffffffffu, score, 1);
     if (threadIdx.x % 2 == 0 && p < end) scores[p - begin] = score / scale;
   }
@@ -598,31 +651,22 @@ __global__ void attention_chunk_kernel(const float* q, const float* keys, const 
     part[0] = maximum;
     part[1] = sum;
   }
-}
-
-// Each (row, head)'s chunks rescaled to their common maximum and summed.
-__global__ void attention_combine_kernel(float* out, const float* scratch, int n_heads, int head_size, int chunks) {
-  const int h = blockIdx.x, t = blockIdx.y;
-  const std::size_t stride = static_cast<std::size_t>(head_size) + 2;
-  const float* parts = scratch + (static_cast<std::size_t>(t) * n_heads + h) * chunks * stride;
-  float maximum = -INFINITY;
-  for (int c = 0; c < chunks; ++c) maximum = fmaxf(maximum, parts[c * stride]);
-  float total = 0.0f;
-  for (int c = 0; c < chunks; ++c) {
-    if (parts[c * stride + 1] > 0.0f) total += parts[c * stride + 1] * expf(parts[c * stride] - maximum);
-  }
-  float* dst = out + (static_cast<std::size_t>(t) * n_heads + h) * head_size;
-  for (int d = threadIdx.x; d < head_size; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int c = 0; c < chunks; ++c) {
-      // A chunk past the row's end holds no sums: its acc was never written.
-      if (parts[c * stride + 1] > 0.0f) acc += expf(parts[c * stride] - maximum) * parts[c * stride + 2 + d];
-    }
-    dst[d] = acc / total;
+  const int row_chunks = (length + kChunk - 1) / kChunk;
+  if (last_chunk_done(scratch.done + head, row_chunks)) {
+    combine_chunks(out + head * head_size, scratch.parts + head * chunks * (head_size + 2), row_chunks, head_size);
   }
 }
 
 int chunks_for(int positions) { return (positions + kChunk - 1) / kChunk; }
+
+// The counts of AttentionScratch, in floats.
+std::size_t attention_count_floats(int n_heads, int seq_len) { return static_cast<std::size_t>(seq_len) * n_heads; }
+
+// The parts of `rows` rows against seq_len positions, in floats.
+std::size_t attention_part_floats(int rows, int n_heads, int head_size, int seq_len) {
+  return static_cast<std::size_t>(rows) * n_heads * chunks_for(seq_len) * (static_cast<std::size_t>(head_size) + 2);
+}
+
 
 void check_launch() { ACCORD_CUDA_CHECK(cudaGetLastError()); }
 
@@ -750,7 +794,8 @@ void rmsnorm(cudaStream_t stream, float* out, const float* x, const float* weigh
 }
 
 std::size_t attention_scratch_floats(int rows, int n_heads, int head_size, int seq_len) {
-  return static_cast<std::size_t>(rows) * n_heads * chunks_for(seq_len) * (static_cast<std::size_t>(head_size) + 2);
+  static_assert(sizeof(unsigned) == sizeof(float));
+  return attention_count_floats(n_heads, seq_len) + attention_part_floats(rows, n_heads, head_size, seq_len);
 }
 
 void attention(cudaStream_t stream, float* out, const float* q, const float* keys, const float* values, int rows,
@@ -758,12 +803,11 @@ void attention(cudaStream_t stream, float* out, const float* q, const float* key
   const int chunks = chunks_for(seq_len);
   const std::size_t shared =
       (static_cast<std::size_t>(head_size) + kChunk + kWarp + std::max(kAttentionThreads, head_size)) * sizeof(float);
-  const auto parts = static_cast<unsigned>(chunks), heads = static_cast<unsigned>(n_heads);
-  attention_chunk_kernel<<<dim3(parts, heads, static_cast<unsigned>(rows)), kAttentionThreads, shared, stream>>>(
-      q, keys, values, first_pos, n_heads, n_heads / n_kv_heads, head_size, n_kv_heads * head_size, chunks, scratch);
-  check_launch();
-  attention_combine_kernel<<<dim3(heads, static_cast<unsigned>(rows)), kAttentionThreads, 0, stream>>>(
-      out, scratch, n_heads, head_size, chunks);
+  const AttentionScratch parts{reinterpret_cast<unsigned*>(scratch), scratch + attention_count_floats(n_heads, seq_len)};
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(n_heads), static_cast<unsigned>(rows));
+  attention_kernel<<<grid, kAttentionThreads, shared, stream>>>(out, q, keys, values, first_pos, n_heads,
+                                                                n_heads / n_kv_heads, head_size,
+                                                                n_kv_heads * head_size, chunks, parts);
   check_launch();
 }
 

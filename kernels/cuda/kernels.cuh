@@ -74,18 +74,20 @@ void set(cudaStream_t stream, int* at, int value);
 // out = weight * x / sqrt(mean(x^2) + eps), row by row. out may alias x.
 void rmsnorm(cudaStream_t stream, float* out, const float* x, const float* weight, int rows, int n, float eps);
 
-// Scratch (floats) the attention needs for `rows` rows against a cache of
-// seq_len positions.
+// Scratch (floats) the attention needs for `rows` rows (at most seq_len)
+// against a cache of seq_len positions. It is zeroed before its first use,
+// and each launch leaves its counts at zero again, whatever its rows.
 std::size_t attention_scratch_floats(int rows, int n_heads, int head_size, int seq_len);
 
 // Causal grouped-query attention, as cpu::attention: row t at position
 // *first_pos + t attends to positions 0..*first_pos + t of the cache, whose
 // keys and values are (seq_len, kv_dim). Split over the positions in
 // chunks (flash-decoding): each chunk's maximum, sum and weighted values go
-// to `scratch` (attention_scratch_floats), and a second kernel combines them.
-// The launch covers the whole cache, chunks past the rows' ends returning at
-// once, so that it does not depend on the position, which lies in device
-// memory (QkvOutputs).
+// to `scratch` (attention_scratch_floats), and the block that finishes a
+// (row, head)'s last chunk combines them, in the same launch. The launch
+// covers the whole cache, chunks past the rows' ends returning at once, so
+// that it does not depend on the position, which lies in device memory
+// (QkvOutputs).
 void attention(cudaStream_t stream, float* out, const float* q, const float* keys, const float* values, int rows,
                const int* first_pos, int seq_len, int n_heads, int n_kv_heads, int head_size, float* scratch);
 

@@ -212,7 +212,11 @@ void CudaTransformer::Impl::start_batch(int rows) {
   settle();
   bool moved = hb.ensure(b * c.hidden_dim);
   for (auto* buffer : {&x, &xb, &q}) moved |= buffer->ensure(b * c.dim);
-  moved |= scratch.ensure(cuda::attention_scratch_floats(rows, c.n_heads, c.head_size(), c.seq_len));
+  const std::size_t scratch_floats = cuda::attention_scratch_floats(rows, c.n_heads, c.head_size(), c.seq_len);
+  if (scratch.ensure(scratch_floats)) {
+    ACCORD_CUDA_CHECK(cudaMemsetAsync(scratch.get(), 0, scratch_floats * sizeof(float), stream));
+    moved = true;
+  }
   if (moved) forget_graphs();
   tokens.ensure(b);
   batch = rows;
