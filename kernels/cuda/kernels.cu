@@ -320,7 +320,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
     block_pass(target.w.type, part, valid, x + static_cast<std::size_t>(first) * target.w.cols, target.w.cols,
                tokens, parts);
     if (valid && warp % 2 == 0 && threadIdx.x % kWarp == 0) {
-      for (int t = 0; t < tokens; ++t) store_qkv_pair(o, target, first + t, parts.sums[warp][t], parts.sums[warp + 1][t]);
+      for (int t = 0; t < tokens; ++t) {
+        store_qkv_pair(o, target, first + t, parts.sums[warp][t], parts.sums[warp + 1][t]);
+      }
     }
     __syncthreads();
   }
@@ -719,6 +721,18 @@ void rmsnorm_rows(cudaStream_t stream, float* out, const float* x, const float* 
   check_launch();
 }
 
+// out = x w^T, or += when Accumulate.
+template <bool Accumulate>
+void launch_product(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch) {
+  if (takes_decode_kernels(batch, w)) {
+    launch_decode(stream, w.rows, w.type, decode_matmul_kernel<cpu::WeightType::f32, Accumulate>,
+                  decode_matmul_kernel<cpu::WeightType::f16, Accumulate>, out, x, w);
+    return;
+  }
+  const int splits = splits_for(w.cols);
+  launch_warps(stream, w.rows * splits, matmul_kernel<Accumulate>, out, x, w, batch, splits);
+}
+
 // x, or where `norm` has a weight its RMSNorm, in norm.scratch.
 const float* normalized(cudaStream_t stream, const float* x, const InputNorm& norm, int rows, int n) {
   if (norm.weight == nullptr) return x;
@@ -743,23 +757,11 @@ void embed(cudaStream_t stream, float* out, const DeviceMatrix& embedding, const
 }
 
 void matmul(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch) {
-  if (takes_decode_kernels(batch, w)) {
-    launch_decode(stream, w.rows, w.type, decode_matmul_kernel<cpu::WeightType::f32, false>,
-                  decode_matmul_kernel<cpu::WeightType::f16, false>, out, x, w);
-    return;
-  }
-  const int splits = splits_for(w.cols);
-  launch_warps(stream, w.rows * splits, matmul_kernel<false>, out, x, w, batch, splits);
+  launch_product<false>(stream, out, x, w, batch);
 }
 
 void matmul_add(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch) {
-  if (takes_decode_kernels(batch, w)) {
-    launch_decode(stream, w.rows, w.type, decode_matmul_kernel<cpu::WeightType::f32, true>,
-                  decode_matmul_kernel<cpu::WeightType::f16, true>, out, x, w);
-    return;
-  }
-  const int splits = splits_for(w.cols);
-  launch_warps(stream, w.rows * splits, matmul_kernel<true>, out, x, w, batch, splits);
+  launch_product<true>(stream, out, x, w, batch);
 }
 
 void qkv(cudaStream_t stream, const QkvOutputs& out, const float* x, const InputNorm& norm, const DeviceMatrix& wq,
@@ -803,7 +805,8 @@ void attention(cudaStream_t stream, float* out, const float* q, const float* key
   const int chunks = chunks_for(seq_len);
   const std::size_t shared =
       (static_cast<std::size_t>(head_size) + kChunk + kWarp + std::max(kAttentionThreads, head_size)) * sizeof(float);
-  const AttentionScratch parts{reinterpret_cast<unsigned*>(scratch), scratch + attention_count_floats(n_heads, seq_len)};
+  const AttentionScratch parts{reinterpret_cast<unsigned*>(scratch),
+                               scratch + attention_count_floats(n_heads, seq_len)};
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(n_heads), static_cast<unsigned>(rows));
   attention_kernel<<<grid, kAttentionThreads, shared, stream>>>(out, q, keys, values, first_pos, n_heads,
                                                                 n_heads / n_kv_heads, head_size,
