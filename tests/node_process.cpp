@@ -60,7 +60,15 @@ std::string NodeProcess::log() const {
 
 bool NodeProcess::alive() { return pid_ > 0 && wait_exit(std::chrono::milliseconds(0)) == -1; }
 
-void NodeProcess::freeze() { ::kill(pid_, SIGSTOP); }
+// A process already reaped has no pid: kill(-1, ...) would signal every
+// process this user may.
+void NodeProcess::freeze() {
+  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void NodeProcess::resume() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
 
 void NodeProcess::kill_hard() {
   if (pid_ <= 0) return;
@@ -70,6 +78,7 @@ void NodeProcess::kill_hard() {
 }
 
 int NodeProcess::terminate(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
   ::kill(pid_, SIGTERM);
   const int code = wait_exit(timeout);
   if (code == -1) kill_hard();

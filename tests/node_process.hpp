@@ -39,7 +39,8 @@ class NodeProcess {
   // Whether the process still runs.
   bool alive();
 
-  void freeze();
+  void freeze();  // SIGSTOP
+  void resume();  // SIGCONT
   void kill_hard();
   // Sends SIGTERM and returns the exit code, or -1 when the node did not
   // exit within `timeout` (it is then killed).
