@@ -716,11 +716,6 @@ void launch_decode(cudaStream_t stream, int units, cpu::WeightType type, void (*
   check_launch();
 }
 
-void rmsnorm_rows(cudaStream_t stream, float* out, const float* x, const float* weight, int rows, int n, float eps) {
-  rmsnorm_kernel<<<rows, kThreads, 0, stream>>>(out, x, weight, n, eps);
-  check_launch();
-}
-
 // out = x w^T, or += when Accumulate.
 template <bool Accumulate>
 void launch_product(cudaStream_t stream, float* out, const float* x, const DeviceMatrix& w, int batch) {
@@ -736,7 +731,7 @@ void launch_product(cudaStream_t stream, float* out, const float* x, const Devic
 // x, or where `norm` has a weight its RMSNorm, in norm.scratch.
 const float* normalized(cudaStream_t stream, const float* x, const InputNorm& norm, int rows, int n) {
   if (norm.weight == nullptr) return x;
-  rmsnorm_rows(stream, norm.scratch, x, norm.weight, rows, n, norm.eps);
+  rmsnorm(stream, norm.scratch, x, norm.weight, rows, n, norm.eps);
   return norm.scratch;
 }
 
@@ -792,7 +787,8 @@ void set(cudaStream_t stream, int* at, int value) {
 }
 
 void rmsnorm(cudaStream_t stream, float* out, const float* x, const float* weight, int rows, int n, float eps) {
-  rmsnorm_rows(stream, out, x, weight, rows, n, eps);
+  rmsnorm_kernel<<<rows, kThreads, 0, stream>>>(out, x, weight, n, eps);
+  check_launch();
 }
 
 std::size_t attention_scratch_floats(int rows, int n_heads, int head_size, int seq_len) {
