@@ -20,6 +20,7 @@ struct CoordinatorState {
   CoordinatorOptions options;
   std::vector<RankActor> ranks;
   std::vector<std::vector<RankInstruction>> held;  // for each rank, in order (send_to_ranks)
+  DriverReady ready;  // what pump takes from the driver, its buffers kept
   // A tick is on its way. The timer runs only while a phase or an abort is
   // being agreed on, so an idle session wakes no thread. Each tick carries
   // its number: one armed before the period changed is not counted.
@@ -69,7 +70,8 @@ void arm_tick(CoordinatorPointer self) {
 // was anything.
 bool pump(CoordinatorPointer self) {
   auto& s = self->state;
-  DriverReady ready = s.driver->take_ready();
+  DriverReady& ready = s.ready;
+  s.driver->take_ready(ready);
   const bool anything = !ready.messages.empty() || ready.reply.has_value();
   send_to_ranks(self, ready.messages);
   if (ready.reply) s.promise.deliver(std::move(*ready.reply));

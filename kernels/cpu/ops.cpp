@@ -105,7 +105,10 @@ void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batc
   // A later token attends to more positions, so tokens are dealt from both
   // ends (0, B-1, 1, B-2, ...) and contiguous chunks of tasks weigh alike.
   pool.parallel_for(static_cast<std::size_t>(batch) * n_heads, [&](std::size_t begin, std::size_t end) {
-    std::vector<float> scores(static_cast<std::size_t>(first_pos + batch));
+    // A buffer of the thread's own, grown to the longest context seen, so
+    // that a decode step allocates nothing.
+    thread_local std::vector<float> scores;
+    scores.resize(std::max(scores.size(), static_cast<std::size_t>(first_pos + batch)));
     for (std::size_t task = begin; task < end; ++task) {
       const int dealt = static_cast<int>(task / n_heads);
       const int t = dealt % 2 == 0 ? dealt / 2 : batch - 1 - dealt / 2;

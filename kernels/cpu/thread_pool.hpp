@@ -15,10 +15,10 @@
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -44,7 +44,24 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
-  using RangeFn = std::function<void(std::size_t begin, std::size_t end)>;
+  // What parallel_for runs on each chunk: a reference to the caller's
+  // callable, which parallel_for does not outlive (it returns when every
+  // chunk ran). A std::function would copy a lambda that captures more than
+  // two references to the heap, at every call of every kernel.
+  class RangeFn {
+   public:
+    template <class Fn>
+      requires(std::invocable<const Fn&, std::size_t, std::size_t> && !std::same_as<Fn, RangeFn>)
+    RangeFn(const Fn& fn)  // implicit: a lambda converts, as it would to std::function
+        : callable_(&fn), call_([](const void* callable, std::size_t begin, std::size_t end) {
+            (*static_cast<const Fn*>(callable))(begin, end);
+          }) {}
+    void operator()(std::size_t begin, std::size_t end) const { call_(callable_, begin, end); }
+
+   private:
+    const void* callable_;
+    void (*call_)(const void* callable, std::size_t begin, std::size_t end);
+  };
 
   // Runs fn over [0, n) in at most kChunksPerThread * size() chunks of at
   // least min_chunk indices each (fewer when n is small), and returns when

@@ -121,6 +121,8 @@ class CoordinatorAgreement {
 
   // Takes the messages to send and the decisions settled since the last call.
   CoordinatorReady take_ready();
+  // The same into `ready`, reusing its buffers (RankAgreement::take_ready).
+  void take_ready(CoordinatorReady& ready);
 
   // True while a phase waits for statuses or acknowledgements. A commit
   // held for confirmation waits for no rank, so it has no deadline.

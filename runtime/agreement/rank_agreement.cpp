@@ -239,6 +239,16 @@ PhaseDecision RankAgreement::own_poison(DecisionCause cause) const {
   return PhaseDecision{session_, epoch_, phase_, Decision::poison, std::move(cause)};
 }
 
-RankReady RankAgreement::take_ready() { return std::exchange(ready_, {}); }
+RankReady RankAgreement::take_ready() {
+  RankReady ready;
+  take_ready(ready);
+  return ready;
+}
+
+void RankAgreement::take_ready(RankReady& ready) {
+  ready.messages.clear();
+  ready.actions.clear();
+  std::swap(ready, ready_);
+}
 
 }  // namespace accord

@@ -84,6 +84,11 @@ class RankAgreement {
   void restore_failed(Epoch epoch, std::string message);
 
   RankReady take_ready();
+  // The same into `ready`, whose earlier contents are dropped and whose
+  // buffers the machine keeps for what comes next: a caller that takes
+  // into the same RankReady each time allocates nothing once they have
+  // grown (a decode step runs a dozen phases a rank).
+  void take_ready(RankReady& ready);
 
   bool poisoned() const { return poison_.has_value(); }
   // Why, while poisoned: the coordinator's decision or the rank's own finding.

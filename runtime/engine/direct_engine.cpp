@@ -76,8 +76,9 @@ struct DirectEngine::State {
     if (request.kind == TransactionKind::reset) restart_exited_ranks();
     if (auto refused = driver.start(request)) return *refused;
     std::optional<TransactionReply> reply;
+    DriverReady ready;
     for (;;) {
-      DriverReady ready = driver.take_ready();
+      driver.take_ready(ready);
       for (auto& m : ready.messages) post(m.to, std::move(m.message));
       if (ready.reply) reply = std::move(ready.reply);
       if (!queue.empty()) {

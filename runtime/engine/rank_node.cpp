@@ -53,7 +53,7 @@ void RankNode::receive(PeerData data) {
   if (epoch < machine_.epoch()) return dropped_data_.count(DropReason::stale_epoch);
   std::visit([&](auto& d) { keep(std::move(d)); }, data);
   if (!waiting_) return;
-  const RunPhase run = *waiting_;
+  const RunPhase run = std::move(*waiting_);
   waiting_.reset();
   run_guarded(run);
 }
@@ -67,16 +67,24 @@ void RankNode::run_held_back(Epoch epoch) {
 
 // --- the machine's actions -----------------------------------------------------
 
+// A phase that finishes pumps again from inside carry_out, so each level
+// takes into a RankReady of its own; they are kept for the next step.
 void RankNode::pump() {
-  RankReady ready = machine_.take_ready();
+  RankReady ready;
+  if (!spare_ready_.empty()) {
+    ready = std::move(spare_ready_.back());
+    spare_ready_.pop_back();
+  }
+  machine_.take_ready(ready);
   for (auto& message : ready.messages) {
     if (marks_.lose(message)) continue;
     std::visit([&](auto& m) { outbox_.to_coordinator(std::move(m)); }, message);
   }
   for (const auto& action : ready.actions) {
-    if (exited_) return;
+    if (exited_) break;
     carry_out(action);
   }
+  spare_ready_.push_back(std::move(ready));
 }
 
 void RankNode::carry_out(const RankAction& action) {

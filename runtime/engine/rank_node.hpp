@@ -145,6 +145,7 @@ class RankNode {
   std::optional<PredictionTargetHidden> capture_;
   std::optional<RunPhase> waiting_;
   std::optional<RunPhase> held_back_;  // by a `delay` fault
+  std::vector<RankReady> spare_ready_;  // pump's buffers, one a level of its recursion
 };
 
 }  // namespace accord

@@ -172,10 +172,10 @@ void TransactionDriver::deliver(TransactionReply reply) {
 // its decisions let begin, until it has nothing more.
 void TransactionDriver::pump() {
   for (;;) {
-    CoordinatorReady ready = agreement_.take_ready();
-    if (ready.messages.empty() && ready.settled.empty()) return;
-    for (auto& message : ready.messages) ready_.messages.push_back(std::move(message));
-    for (const auto& decision : ready.settled) settle(decision);
+    agreement_.take_ready(taken_);
+    if (taken_.messages.empty() && taken_.settled.empty()) return;
+    for (auto& message : taken_.messages) ready_.messages.push_back(std::move(message));
+    for (const auto& decision : taken_.settled) settle(decision);
   }
 }
 
@@ -211,8 +211,16 @@ void TransactionDriver::collect(const PromptCacheReport& report) {
 }
 
 DriverReady TransactionDriver::take_ready() {
+  DriverReady ready;
+  take_ready(ready);
+  return ready;
+}
+
+void TransactionDriver::take_ready(DriverReady& ready) {
   pump();
-  return std::exchange(ready_, {});
+  ready.messages.clear();
+  ready.reply.reset();
+  std::swap(ready, ready_);
 }
 
 Error reply_error(const TransactionReply& reply) {

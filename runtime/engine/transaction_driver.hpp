@@ -63,6 +63,8 @@ class TransactionDriver {
   void rank_up(RankId rank) { agreement_.rank_up(rank); }
 
   DriverReady take_ready();
+  // The same into `ready`, reusing its buffers (RankAgreement::take_ready).
+  void take_ready(DriverReady& ready);
 
   bool busy() const { return busy_ && caller_ != Caller::not_yet; }
   // A chained step runs that no caller asked for yet.
@@ -89,6 +91,7 @@ class TransactionDriver {
   bool current(Epoch epoch) const { return busy_ && epoch == reply_.epoch; }
 
   CoordinatorAgreement agreement_;
+  CoordinatorReady taken_;  // pump's buffers
   SessionId session_;
   RankId rank_count_;
   Epoch next_epoch_ = 1;
