@@ -13,10 +13,12 @@
 //
 // Prints a markdown table: decode tok/s over the timed blocks, the ratio to
 // the plain session (the median of each pair of blocks' ratios, with the
-// lowest and highest), and the protocol's wall time per step that the
-// ranks did not spend computing, with its share of a step.
+// lowest and highest), the protocol's wall time per step that the ranks
+// did not spend computing, with its share of a step, and the C++ heap
+// allocations a token of each side made (bench/allocation_count.hpp).
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "actors/distributed_session.hpp"
+#include "bench/allocation_count.hpp"
 #include "bench/model_store.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/target.hpp"
@@ -77,6 +80,7 @@ struct Side {
   Sampler sampler{SamplerOptions{0.0f, 1.0f, 0}};
   int token = 0;
   std::vector<int> picked;  // every token it sampled, in order
+  std::uint64_t allocations = 0;  // C++ heap allocations in its blocks, from any thread
 };
 
 // The fixed prompt, then the first pick.
@@ -91,6 +95,7 @@ void start(Side& side) {
 
 // Decodes one block; returns its wall seconds.
 double run_block(Side& side, int tokens) {
+  const std::uint64_t allocations_before = bench::allocations();
   const auto started = std::chrono::steady_clock::now();
   for (int i = 0; i < tokens; ++i) {
     const NextDecode next = i + 1 < tokens ? NextDecode::likely : NextDecode::unlikely;
@@ -99,7 +104,9 @@ double run_block(Side& side, int tokens) {
     side.token = step->token;
     side.picked.push_back(side.token);
   }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  side.allocations += bench::allocations() - allocations_before;
+  return seconds;
 }
 
 double median(std::vector<double> values) {
@@ -113,6 +120,8 @@ struct Comparison {
   double ranks_seconds = 0;
   std::vector<double> ratios;  // per pair of blocks: plain time / ranks time
   DistributedStats timed;      // the ranks' figures over the timed blocks
+  double plain_allocations = 0;  // a token, over the timed blocks
+  double ranks_allocations = 0;
 };
 
 // Plain and ranks take turns, each pair in the opposite order to the last,
@@ -122,6 +131,8 @@ Comparison compare(Side& plain, Side& ranks, DistributedSession& session, const 
   run_block(plain, options.block_tokens);  // warm-up: first touches of the weights and caches
   run_block(ranks, options.block_tokens);
   const DistributedStats before = session.stats();
+  const std::uint64_t plain_before = plain.allocations;
+  const std::uint64_t ranks_before = ranks.allocations;
   for (int b = 0; b < options.blocks; ++b) {
     double plain_block = 0;
     double ranks_block = 0;
@@ -137,15 +148,19 @@ Comparison compare(Side& plain, Side& ranks, DistributedSession& session, const 
     result.ratios.push_back(plain_block / ranks_block);
   }
   result.timed = session.stats().since(before);
+  const double tokens = static_cast<double>(options.blocks) * options.block_tokens;
+  result.plain_allocations = static_cast<double>(plain.allocations - plain_before) / tokens;
+  result.ranks_allocations = static_cast<double>(ranks.allocations - ranks_before) / tokens;
   return result;
 }
 
 void print_row(const Options& options, int ranks, const Comparison& c) {
   const double tokens = static_cast<double>(options.blocks) * options.block_tokens;
   const auto [low, high] = std::minmax_element(c.ratios.begin(), c.ratios.end());
-  std::printf("| %s | ranks:%d | %.1f | %.1f | %.3f (%.2f-%.2f) | %.3f | %.0f | %.2f%% |\n", options.shape.c_str(), ranks,
-              tokens / c.plain_seconds, tokens / c.ranks_seconds, median(c.ratios), *low, *high,
-              c.plain_seconds / c.ranks_seconds, c.timed.protocol_microseconds_per_step(), 100 * c.timed.protocol_share());
+  std::printf("| %s | ranks:%d | %.1f | %.1f | %.3f (%.2f-%.2f) | %.3f | %.0f | %.2f%% | %.0f / %.0f |\n",
+              options.shape.c_str(), ranks, tokens / c.plain_seconds, tokens / c.ranks_seconds, median(c.ratios), *low,
+              *high, c.plain_seconds / c.ranks_seconds, c.timed.protocol_microseconds_per_step(),
+              100 * c.timed.protocol_share(), c.plain_allocations, c.ranks_allocations);
   std::fflush(stdout);
 }
 
@@ -171,7 +186,8 @@ int main(int argc, char** argv) {
   std::printf("threads: %d; %d blocks of %d tokens a side, taking turns\n\n", options.threads, options.blocks,
               options.block_tokens);
   std::printf("| shape | run | plain tok/s | ranks tok/s | vs plain, median of blocks (range) | vs plain, all blocks "
-              "| protocol us/token | protocol share |\n|---|---|---|---|---|---|---|---|\n");
+              "| protocol us/token | protocol share | allocations a token, plain / ranks |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
   for (int ranks : options.ranks) {
     DistributedOptions distributed;
     distributed.ranks = ranks;

@@ -667,6 +667,22 @@ TEST(CoordinatorAgreementTest, ACommitThatIsNotHeldIgnoresConfirmationsAndWithdr
   EXPECT_EQ(coordinator.take_ready().settled.back(), decision(Decision::commit, {}, 1, kCommit));
 }
 
+TEST(CoordinatorAgreementTest, TakingIntoOneBufferGivesOnlyWhatBecameReadySince) {
+  CoordinatorAgreement coordinator(kSession, 2, kOptions);
+  ASSERT_TRUE(coordinator.begin(1, kExecution, PhasePosition::last).ok());
+  CoordinatorReady buffer;
+  coordinator.take_ready(buffer);
+  expect_begins(buffer, 2, 1, kExecution);
+  coordinator.step(status(0, true));
+  coordinator.step(status(1, true));
+  coordinator.take_ready(buffer);
+  EXPECT_EQ(buffer.settled, std::vector<PhaseDecision>{decision(Decision::commit)});
+  expect_sent_to(buffer.messages, decision(Decision::commit), {0, 1});
+  coordinator.take_ready(buffer);
+  EXPECT_TRUE(buffer.messages.empty()) << "a take gave an earlier take's messages again";
+  EXPECT_TRUE(buffer.settled.empty());
+}
+
 // ---------------------------------------------------------------------------
 // The rank's machine
 
@@ -702,6 +718,20 @@ TEST_F(RankAgreementTest, RunsEachPhaseReportsItAndCommitsOnTheDecision) {
   EXPECT_EQ(out.actions.back(), RankAction{CommitTransaction{1}});
   EXPECT_TRUE(rank_.settled());
   EXPECT_EQ(rank_.dropped().total(), 0u);
+}
+
+TEST_F(RankAgreementTest, TakingIntoOneBufferGivesOnlyWhatBecameReadySince) {
+  RankReady buffer;
+  rank_.step(begin(1));
+  rank_.take_ready(buffer);
+  EXPECT_EQ(buffer.actions, (std::vector<RankAction>{RunPhase{1, kExecution, kArguments}}));
+  rank_.phase_done(1, kExecution);
+  rank_.take_ready(buffer);
+  EXPECT_EQ(buffer.messages, std::vector<RankMessage>{status(1, true)});
+  EXPECT_TRUE(buffer.actions.empty()) << "the first take's RunPhase came again";
+  rank_.take_ready(buffer);
+  EXPECT_TRUE(buffer.messages.empty());
+  EXPECT_TRUE(buffer.actions.empty());
 }
 
 TEST_F(RankAgreementTest, RunsARoundsRidersRightAfterItsPhaseAndTakesTheirDecisionsInOrder) {
