@@ -211,12 +211,6 @@ void CoordinatorAgreement::rank_up(RankId rank) {
   if (rank < rank_count_) down_[rank] = false;
 }
 
-CoordinatorReady CoordinatorAgreement::take_ready() {
-  CoordinatorReady ready;
-  take_ready(ready);
-  return ready;
-}
-
 void CoordinatorAgreement::take_ready(CoordinatorReady& ready) {
   ready.messages.clear();
   ready.settled.clear();

@@ -120,7 +120,11 @@ class CoordinatorAgreement {
   bool is_down(RankId rank) const { return rank < down_.size() && down_[rank]; }
 
   // Takes the messages to send and the decisions settled since the last call.
-  CoordinatorReady take_ready();
+  CoordinatorReady take_ready() {
+    CoordinatorReady ready;
+    take_ready(ready);
+    return ready;
+  }
   // The same into `ready`, reusing its buffers (RankAgreement::take_ready).
   void take_ready(CoordinatorReady& ready);
 

@@ -239,12 +239,6 @@ PhaseDecision RankAgreement::own_poison(DecisionCause cause) const {
   return PhaseDecision{session_, epoch_, phase_, Decision::poison, std::move(cause)};
 }
 
-RankReady RankAgreement::take_ready() {
-  RankReady ready;
-  take_ready(ready);
-  return ready;
-}
-
 void RankAgreement::take_ready(RankReady& ready) {
   ready.messages.clear();
   ready.actions.clear();

@@ -83,7 +83,11 @@ class RankAgreement {
   void restored(Epoch epoch);
   void restore_failed(Epoch epoch, std::string message);
 
-  RankReady take_ready();
+  RankReady take_ready() {
+    RankReady ready;
+    take_ready(ready);
+    return ready;
+  }
   // The same into `ready`, whose earlier contents are dropped and whose
   // buffers the machine keeps for what comes next: a caller that takes
   // into the same RankReady each time allocates nothing once they have

@@ -210,12 +210,6 @@ void TransactionDriver::collect(const PromptCacheReport& report) {
   if (current(report.epoch) && report.session == session_ && report.rank == 0) first_rank_save_id_ = report.save_id;
 }
 
-DriverReady TransactionDriver::take_ready() {
-  DriverReady ready;
-  take_ready(ready);
-  return ready;
-}
-
 void TransactionDriver::take_ready(DriverReady& ready) {
   pump();
   ready.messages.clear();

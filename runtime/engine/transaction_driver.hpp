@@ -62,7 +62,11 @@ class TransactionDriver {
   void rank_down(RankId rank);
   void rank_up(RankId rank) { agreement_.rank_up(rank); }
 
-  DriverReady take_ready();
+  DriverReady take_ready() {
+    DriverReady ready;
+    take_ready(ready);
+    return ready;
+  }
   // The same into `ready`, reusing its buffers (RankAgreement::take_ready).
   void take_ready(DriverReady& ready);
 
