@@ -78,13 +78,8 @@ void CoordinatorAgreement::start_round(Epoch epoch, PhaseId phase, PhasePosition
   // Every rank is up here: a down rank poisons, and only a reset, which
   // needs every rank, opens a transaction while poisoned.
   PhaseBegin begin{session_, epoch, phase, std::move(arguments), std::move(riders)};
-  for (RankId rank = 0; rank < rank_count_; ++rank) {
-    if (rank + 1 < rank_count_) {
-      ready_.messages.emplace_back(rank, begin);
-    } else {
-      ready_.messages.emplace_back(rank, std::move(begin));  // the last takes it: a copy fewer
-    }
-  }
+  for (RankId rank = 0; rank + 1 < rank_count_; ++rank) ready_.messages.emplace_back(rank, begin);
+  if (rank_count_ > 0) ready_.messages.emplace_back(rank_count_ - 1, std::move(begin));  // a copy fewer
 }
 
 // Where `phase` is in the round, from the phase being agreed on.

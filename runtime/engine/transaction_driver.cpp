@@ -1,6 +1,7 @@
 #include "runtime/engine/transaction_driver.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace accord {
@@ -174,7 +175,8 @@ void TransactionDriver::pump() {
   for (;;) {
     agreement_.take_ready(taken_);
     if (taken_.messages.empty() && taken_.settled.empty()) return;
-    for (auto& message : taken_.messages) ready_.messages.push_back(std::move(message));
+    ready_.messages.insert(ready_.messages.end(), std::make_move_iterator(taken_.messages.begin()),
+                           std::make_move_iterator(taken_.messages.end()));
     for (const auto& decision : taken_.settled) settle(decision);
   }
 }
