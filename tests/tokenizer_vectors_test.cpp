@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 #include <sstream>
+#include <unordered_map>
 
 #include "runtime/model/tokenizer.hpp"
 #include "tests/support.hpp"
@@ -115,6 +117,95 @@ TEST(TokenizerVectors, Llama2cVocabularyConvertsToSentencePiece) {
     for (std::size_t i = 1; i < a->size(); ++i) {
       EXPECT_EQ(original->decode((*a)[i - 1], (*a)[i]), copy->decode((*b)[i - 1], (*b)[i]));
     }
+  }
+}
+
+
+// Ordinary English prose, repeated to any length.
+std::string prose(std::size_t bytes) {
+  const std::string paragraph =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine. One day, "
+      "she saw a big, red ball in the park and asked her mom if she could play with it. \"Of course,\" said mom. ";
+  std::string text;
+  while (text.size() < bytes) text += paragraph;
+  text.resize(bytes);
+  return text;
+}
+
+// The work of encoding `text` at its length and at twice its length.
+double cost_ratio_of_doubling(const Tokenizer& tokenizer, const std::string& twice) {
+  EncodeCost half_cost;
+  EncodeCost whole_cost;
+  EXPECT_TRUE(tokenizer.encode(std::string_view(twice).substr(0, twice.size() / 2), true, false, &half_cost));
+  EXPECT_TRUE(tokenizer.encode(twice, true, false, &whole_cost));
+  EXPECT_GT(half_cost.total(), 0u);
+  return static_cast<double>(whole_cost.total()) / static_cast<double>(half_cost.total());
+}
+
+// Encoding is O(n log n): a text twice as long costs at most 2.2 times the
+// work, for prose and for one long word (a single pre-tokenizer word is
+// merged as a whole), with each kind of tokenizer. Pairwise rescanning
+// (O(n^2)) costs four times.
+TEST(TokenizerCost, TwiceTheTextCostsAboutTwiceTheWork) {
+  const Tokenizer stories = test::load_stories_tokenizer();
+  const Tokenizer spm = load_vocab("ggml-vocab-llama-spm.gguf");
+  const Tokenizer bpe = load_vocab("ggml-vocab-gpt-2.gguf");
+  for (const Tokenizer* tokenizer : {&stories, &spm, &bpe}) {
+    for (const std::string& text : {prose(64 * 1024), std::string(16 * 1024, 'a')}) {
+      const double ratio = cost_ratio_of_doubling(*tokenizer, text);
+      EXPECT_LE(ratio, 2.2) << "vocabulary of " << tokenizer->vocab_size() << ", " << text.size() << " bytes";
+      EXPECT_GE(ratio, 1.8);  // the count does grow with the text
+    }
+  }
+}
+
+// run.c's merge loop, as it was before the queue: rescan every pair, merge
+// the best-scoring one, leftmost on ties.
+std::vector<int> merged_by_rescanning(const Tokenizer& tokenizer, std::vector<int> tokens) {
+  std::unordered_map<std::string, int> ids;
+  for (int id = tokenizer.vocab_size() - 1; id >= 0; --id) ids[tokenizer.piece(id)] = id;
+  for (;;) {
+    float best_score = -1e10f;
+    int best_id = -1;
+    std::size_t best_index = 0;
+    for (std::size_t i = 0; i + 1 < tokens.size(); ++i) {
+      const auto it = ids.find(tokenizer.piece(tokens[i]) + tokenizer.piece(tokens[i + 1]));
+      if (it != ids.end() && tokenizer.score(it->second) > best_score) {
+        best_score = tokenizer.score(it->second);
+        best_id = it->second;
+        best_index = i;
+      }
+    }
+    if (best_id < 0) return tokens;
+    tokens[best_index] = best_id;
+    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_index) + 1);
+  }
+}
+
+// The queue merges exactly as rescanning does, ties included, on random
+// texts of a small alphabet (many equal pairs, many ties).
+TEST(TokenizerCost, TheQueueMergesAsRescanningDoes) {
+  const Tokenizer tokenizer = test::load_stories_tokenizer();
+  std::mt19937 random(7);
+  const std::string alphabet = "aeiou tnsrhl.,";
+  for (int round = 0; round < 200; ++round) {
+    std::string text(1 + random() % 200, ' ');
+    for (char& c : text) c = alphabet[random() % alphabet.size()];
+    auto merged = tokenizer.encode(text, false, false);
+    ASSERT_TRUE(merged);
+    // One token per character, the dummy prefix first: what the merges start from.
+    std::vector<int> characters;
+    for (char c : " " + text) {
+      const std::string piece(1, c);
+      for (int id = 0; id < tokenizer.vocab_size(); ++id) {
+        if (tokenizer.piece(id) == piece) {
+          characters.push_back(id);
+          break;
+        }
+      }
+    }
+    ASSERT_EQ(characters.size(), text.size() + 1);
+    EXPECT_EQ(*merged, merged_by_rescanning(tokenizer, characters)) << "'" << text << "'";
   }
 }
 

@@ -1,11 +1,13 @@
 #include "runtime/model/tokenizer.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <queue>
 
 #include "runtime/io/mapped_file.hpp"
 #include "runtime/model/unicode.hpp"
@@ -51,6 +53,63 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
   return out;
 }
 
+
+// Symbols being merged, as a doubly linked list over their first
+// positions: a merge keeps the left symbol and unlinks the right one.
+class SymbolList {
+ public:
+  explicit SymbolList(std::size_t size) : previous_(size), next_(size), alive_(size, true) {
+    for (std::size_t i = 0; i < size; ++i) {
+      previous_[i] = static_cast<int>(i) - 1;
+      next_[i] = i + 1 < size ? static_cast<int>(i) + 1 : -1;
+    }
+  }
+  int next(int at) const { return next_[static_cast<std::size_t>(at)]; }
+  int previous(int at) const { return previous_[static_cast<std::size_t>(at)]; }
+  bool alive(int at) const { return alive_[static_cast<std::size_t>(at)]; }
+  // Unlinks the symbol after `at`, which takes its place.
+  void absorb_next(int at) {
+    const int gone = next(at);
+    alive_[static_cast<std::size_t>(gone)] = false;
+    const int after = next(gone);
+    next_[static_cast<std::size_t>(at)] = after;
+    if (after >= 0) previous_[static_cast<std::size_t>(after)] = at;
+  }
+
+ private:
+  std::vector<int> previous_;
+  std::vector<int> next_;
+  std::vector<bool> alive_;
+};
+
+constexpr float kNoMergeScore = -1e10f;
+
+// A SentencePiece merge candidate: the highest score comes first, the
+// leftmost among equals (positions keep their order as symbols merge).
+struct ScoredPair {
+  float score;
+  int left;
+  int right;
+  int left_id;   // the symbols' tokens when it was pushed
+  int right_id;
+  int id;        // the merged piece
+  bool operator<(const ScoredPair& other) const {
+    return score != other.score ? score < other.score : left > other.left;
+  }
+};
+
+// A byte-level BPE merge candidate: the lowest rank first, then leftmost.
+struct RankedPair {
+  int rank;
+  int left;
+  int right;
+  std::size_t left_size;  // the symbols' lengths when it was pushed
+  std::size_t right_size;
+  bool operator<(const RankedPair& other) const {
+    return rank != other.rank ? rank > other.rank : left > other.left;
+  }
+};
+
 }  // namespace
 
 Result<Tokenizer> Tokenizer::build(TokenizerKind kind, std::vector<std::string> pieces, std::vector<float> scores,
@@ -70,6 +129,7 @@ Result<Tokenizer> Tokenizer::build(TokenizerKind kind, std::vector<std::string> 
   for (int id = 0; id < t.vocab_size(); ++id) {
     const std::string& piece = t.pieces_[static_cast<std::size_t>(id)];
     t.ids_.emplace(piece, id);
+    t.longest_piece_bytes_ = std::max(t.longest_piece_bytes_, piece.size());
     const int byte = byte_piece_value(piece);
     if (byte >= 0 && t.byte_ids_[static_cast<std::size_t>(byte)] < 0) t.byte_ids_[static_cast<std::size_t>(byte)] = id;
   }
@@ -159,11 +219,11 @@ int Tokenizer::lookup(std::string_view piece) const {
   return it == ids_.end() ? -1 : it->second;
 }
 
-Result<std::vector<int>> Tokenizer::encode(std::string_view text, bool bos, bool eos) const {
+Result<std::vector<int>> Tokenizer::encode(std::string_view text, bool bos, bool eos, EncodeCost* cost) const {
   if ((bos && bos_id_ < 0) || (eos && eos_id_ < 0)) {
     return Error(ErrorCode::contract, "the vocabulary names no BOS or EOS token");
   }
-  auto body = kind_ == TokenizerKind::byte_bpe ? encode_bpe(text) : encode_sentencepiece(text);
+  auto body = kind_ == TokenizerKind::byte_bpe ? encode_bpe(text, cost) : encode_sentencepiece(text, cost);
   if (!body) return body.error();
   std::vector<int> tokens;
   tokens.reserve(body->size() + 2);
@@ -173,7 +233,7 @@ Result<std::vector<int>> Tokenizer::encode(std::string_view text, bool bos, bool
   return tokens;
 }
 
-Result<std::vector<int>> Tokenizer::encode_sentencepiece(std::string_view text) const {
+Result<std::vector<int>> Tokenizer::encode_sentencepiece(std::string_view text, EncodeCost* cost) const {
   std::vector<int> tokens;
   if (text.empty()) return tokens;
   // Non-empty text starts with a dummy-prefix space; GGUF vocabularies
@@ -182,7 +242,7 @@ Result<std::vector<int>> Tokenizer::encode_sentencepiece(std::string_view text) 
   normalized += text;
   if (kind_ == TokenizerKind::sentencepiece) normalized = replace_all(normalized, " ", kSpaceMark);
   if (Status ok = append_code_points(normalized, tokens); !ok) return ok.error();
-  merge_by_score(tokens);
+  merge_by_score(tokens, cost);
   return tokens;
 }
 
@@ -211,27 +271,46 @@ Status Tokenizer::append_code_points(std::string_view text, std::vector<int>& to
 }
 
 // Merges the best-scoring adjacent pair until no pair forms a piece. Ties
-// go to the leftmost pair, as in run.c.
-void Tokenizer::merge_by_score(std::vector<int>& tokens) const {
+// go to the leftmost pair, as in run.c. A priority queue of candidate pairs
+// keeps it O(n log n): a merge pushes only the two pairs it makes, and a
+// candidate whose symbols changed since it was pushed is dropped when it
+// comes up.
+void Tokenizer::merge_by_score(std::vector<int>& tokens, EncodeCost* cost) const {
+  SymbolList symbols(tokens.size());
+  std::priority_queue<ScoredPair> queue;
   std::string joined;
-  for (;;) {
-    float best_score = -1e10f;
-    int best_id = -1;
-    std::size_t best_index = 0;
-    for (std::size_t i = 0; i + 1 < tokens.size(); ++i) {
-      joined = piece(tokens[i]);
-      joined += piece(tokens[i + 1]);
-      const int id = lookup(joined);
-      if (id >= 0 && scores_[static_cast<std::size_t>(id)] > best_score) {
-        best_score = scores_[static_cast<std::size_t>(id)];
-        best_id = id;
-        best_index = i;
-      }
+  const auto offer = [&](int left) {
+    const int right = symbols.next(left);
+    if (right < 0) return;
+    joined = piece(tokens[static_cast<std::size_t>(left)]);
+    joined += piece(tokens[static_cast<std::size_t>(right)]);
+    if (cost != nullptr) ++cost->pair_lookups;
+    const int id = lookup(joined);
+    // run.c's search starts from a score of -1e10: a piece scored at or
+    // below it (or NaN) never wins.
+    if (id < 0 || !(scores_[static_cast<std::size_t>(id)] > kNoMergeScore)) return;
+    queue.push({scores_[static_cast<std::size_t>(id)], left, right, tokens[static_cast<std::size_t>(left)],
+                tokens[static_cast<std::size_t>(right)], id});
+  };
+  for (int i = 0; i + 1 < static_cast<int>(tokens.size()); ++i) offer(i);
+  while (!queue.empty()) {
+    const ScoredPair best = queue.top();
+    queue.pop();
+    if (cost != nullptr) ++cost->queue_pops;
+    const auto left = static_cast<std::size_t>(best.left);
+    const auto right = static_cast<std::size_t>(best.right);
+    if (!symbols.alive(best.left) || symbols.next(best.left) != best.right || tokens[left] != best.left_id ||
+        tokens[right] != best.right_id) {
+      continue;  // stale: one of its symbols merged since
     }
-    if (best_id < 0) return;
-    tokens[best_index] = best_id;
-    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_index) + 1);
+    tokens[left] = best.id;
+    symbols.absorb_next(best.left);
+    if (const int before = symbols.previous(best.left); before >= 0) offer(before);
+    offer(best.left);
   }
+  std::size_t kept = 0;
+  for (int i = 0; i >= 0 && !tokens.empty(); i = symbols.next(i)) tokens[kept++] = tokens[static_cast<std::size_t>(i)];
+  tokens.resize(kept);
 }
 
 int Tokenizer::merge_rank(const std::string& left, const std::string& right) const {
@@ -240,30 +319,51 @@ int Tokenizer::merge_rank(const std::string& left, const std::string& right) con
 }
 
 // Merges the adjacent pair of lowest merge rank until no pair has one. Ties
-// go to the leftmost pair, as in llama.cpp.
-void Tokenizer::merge_by_rank(std::vector<std::string>& symbols) const {
-  for (;;) {
-    int best_rank = -1;
-    std::size_t best = 0;
-    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const int rank = merge_rank(symbols[i], symbols[i + 1]);
-      if (rank >= 0 && (best_rank < 0 || rank < best_rank)) {
-        best_rank = rank;
-        best = i;
-      }
+// go to the leftmost pair, as in llama.cpp. The same queue as
+// merge_by_score: a symbol is a span of the word, so a candidate is stale
+// once either of its symbols is longer than when it was pushed.
+void Tokenizer::merge_by_rank(std::vector<std::string>& symbols, EncodeCost* cost) const {
+  SymbolList list(symbols.size());
+  std::priority_queue<RankedPair> queue;
+  const auto offer = [&](int left) {
+    const int right = list.next(left);
+    if (right < 0) return;
+    const std::string& a = symbols[static_cast<std::size_t>(left)];
+    const std::string& b = symbols[static_cast<std::size_t>(right)];
+    if (cost != nullptr) ++cost->pair_lookups;
+    if (const int rank = merge_rank(a, b); rank >= 0) queue.push({rank, left, right, a.size(), b.size()});
+  };
+  for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i) offer(i);
+  while (!queue.empty()) {
+    const RankedPair best = queue.top();
+    queue.pop();
+    if (cost != nullptr) ++cost->queue_pops;
+    std::string& a = symbols[static_cast<std::size_t>(best.left)];
+    std::string& b = symbols[static_cast<std::size_t>(best.right)];
+    if (!list.alive(best.left) || list.next(best.left) != best.right || a.size() != best.left_size ||
+        b.size() != best.right_size) {
+      continue;
     }
-    if (best_rank < 0) return;
-    symbols[best] += symbols[best + 1];
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    a += b;
+    b.clear();
+    list.absorb_next(best.left);
+    if (const int before = list.previous(best.left); before >= 0) offer(before);
+    offer(best.left);
   }
+  std::size_t kept = 0;
+  for (int i = 0; i >= 0 && !symbols.empty(); i = list.next(i)) {
+    if (kept != static_cast<std::size_t>(i)) symbols[kept] = std::move(symbols[static_cast<std::size_t>(i)]);
+    ++kept;
+  }
+  symbols.resize(kept);
 }
 
-Result<std::vector<int>> Tokenizer::encode_bpe(std::string_view text) const {
+Result<std::vector<int>> Tokenizer::encode_bpe(std::string_view text, EncodeCost* cost) const {
   std::vector<int> tokens;
   for (std::string_view word : unicode::gpt2_words(text)) {
     std::vector<std::string> symbols;
     for (char c : word) symbols.push_back(unicode::byte_to_unicode(static_cast<std::uint8_t>(c)));
-    merge_by_rank(symbols);
+    merge_by_rank(symbols, cost);
     for (const std::string& symbol : symbols) {
       const int id = lookup(symbol);
       if (id < 0) return Error(ErrorCode::contract, "cannot encode '" + symbol + "': the vocabulary has no token for it");

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,6 +37,15 @@ enum class TokenizerKind {
   llama2c,        // llama2.c tokenizer.bin: SentencePiece pieces with literal spaces
   sentencepiece,  // GGUF tokenizer.ggml.model "llama": spaces spelt U+2581
   byte_bpe,       // GGUF tokenizer.ggml.model "gpt2": byte-level BPE with merges
+};
+
+// The work one encode did, counted for tests of its complexity: the
+// adjacent pairs looked up in the vocabulary and the merge candidates taken
+// from the queue.
+struct EncodeCost {
+  std::uint64_t pair_lookups = 0;
+  std::uint64_t queue_pops = 0;
+  std::uint64_t total() const { return pair_lookups + queue_pops; }
 };
 
 class Tokenizer {
@@ -78,8 +88,12 @@ class Tokenizer {
 
   // Fails (contract error) only when a byte has neither a piece of its own
   // nor a `<0xNN>` fallback piece in the vocabulary (for BPE: a symbol with
-  // no token).
-  Result<std::vector<int>> encode(std::string_view text, bool bos, bool eos) const;
+  // no token). O(n log n) in the text's length; `cost`, when given, is
+  // added the work done.
+  Result<std::vector<int>> encode(std::string_view text, bool bos, bool eos, EncodeCost* cost = nullptr) const;
+  // The most bytes one token stands for: a text of more bytes than a
+  // context's tokens times this cannot fit that context.
+  std::size_t longest_piece_bytes() const { return longest_piece_bytes_; }
 
   // The bytes printed for `token` when it follows `previous`. SentencePiece
   // kinds print what run.c prints: the leading space is dropped after BOS,
@@ -94,11 +108,11 @@ class Tokenizer {
                                  int bos_id, int eos_id);
   int lookup(std::string_view piece) const;
   bool is_byte_piece(int id) const;
-  Result<std::vector<int>> encode_sentencepiece(std::string_view text) const;
-  Result<std::vector<int>> encode_bpe(std::string_view text) const;
+  Result<std::vector<int>> encode_sentencepiece(std::string_view text, EncodeCost* cost) const;
+  Result<std::vector<int>> encode_bpe(std::string_view text, EncodeCost* cost) const;
   Status append_code_points(std::string_view text, std::vector<int>& tokens) const;
-  void merge_by_score(std::vector<int>& tokens) const;
-  void merge_by_rank(std::vector<std::string>& symbols) const;
+  void merge_by_score(std::vector<int>& tokens, EncodeCost* cost) const;
+  void merge_by_rank(std::vector<std::string>& symbols, EncodeCost* cost) const;
   int merge_rank(const std::string& left, const std::string& right) const;
   std::string decode_sentencepiece(int previous, int token) const;
   std::string decode_bpe(int token) const;
@@ -111,6 +125,7 @@ class Tokenizer {
   std::unordered_map<std::string, int> merge_ranks_;  // "left right" -> rank (BPE)
   std::vector<std::string> merges_;                   // in rank order (BPE)
   bool add_space_prefix_ = true;                      // SentencePiece dummy prefix
+  std::size_t longest_piece_bytes_ = 1;
   int bos_id_ = 1;
   int eos_id_ = 2;
 };
