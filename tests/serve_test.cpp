@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -58,7 +59,7 @@ TEST(ServeRequest, EveryParameterIsRead) {
   EXPECT_EQ(request->max_tokens, 5);
   EXPECT_EQ(request->temperature, 0.0f);
   EXPECT_EQ(request->top_p, 0.5f);
-  EXPECT_EQ(request->seed, ~std::uint64_t{0});
+  EXPECT_FALSE(request->seed);  // -1: a random seed, as llama-server takes it
   EXPECT_EQ(request->stop, (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(request->stream);
   EXPECT_TRUE(request->include_usage);
@@ -70,7 +71,7 @@ TEST(ServeRequest, BadInputNamesTheField) {
   EXPECT_EQ(parse_error("[1]").message, "the request body must be a JSON object, got an array");
   EXPECT_EQ(parse_error(R"({"prompt":"p"})").param, "model");
   EXPECT_EQ(parse_error(R"({"model":"m"})").param, "prompt");
-  EXPECT_EQ(parse_error(R"({"model":"m","prompt":3})").message, "'prompt' must be a string, got a number");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":3})").message, "'prompt' must be a string, got 3");
   EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","max_tokens":"5"})").param, "max_tokens");
   EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","max_tokens":0})").message,
             "'max_tokens' must be at least 1, got 0");
@@ -89,6 +90,63 @@ TEST(ServeRequest, BadInputNamesTheField) {
   EXPECT_EQ(parse_error(R"({"model":"m","messages":[{"role":"user","content":5}]})", Endpoint::chat_completions)
                 .param,
             "messages[0].content");
+}
+
+// Every message prints the number the client sent, never one wrapped into
+// another type's range.
+TEST(ServeRequest, MessagesPrintTheNumbersSent) {
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","max_tokens":-9223372036854775808})").message,
+            "'max_tokens' must be at least 1, got -9223372036854775808");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","max_tokens":1.5})").message,
+            "'max_tokens' must be an integer, got 1.5");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","seed":-2})").message,
+            "'seed' must be between 0 and 18446744073709551615, or -1 for a random seed, got -2");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","seed":18446744073709551616})").message,
+            "'seed' must be an integer, got 1.8446744073709552e+19");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","n":3})").message, "'n' other than 1 is not supported, got 3");
+  // Past int64 and past the context: as many tokens as the context holds.
+  for (const char* huge : {"9223372036854775808", "18446744073709551615"}) {
+    auto request = serve::parse_request(std::string(R"({"model":"m","prompt":"p","max_tokens":)") + huge + "}",
+                                        Endpoint::completions);
+    ASSERT_TRUE(request) << request.error().message;
+    EXPECT_EQ(request->max_tokens, std::numeric_limits<int>::max());
+  }
+  auto seeded = serve::parse_request(R"({"model":"m","prompt":"p","seed":18446744073709551615})", Endpoint::completions);
+  ASSERT_TRUE(seeded);
+  EXPECT_EQ(seeded->seed, ~std::uint64_t{0});
+}
+
+// What a request asks of a parameter accord does not implement is refused,
+// naming it; the neutral values OpenAI clients send are taken.
+TEST(ServeRequest, UnsupportedParametersAreRefusedWhenTheyAskForSomething) {
+  auto neutral = serve::parse_request(
+      R"({"model":"m","prompt":"p","presence_penalty":0,"frequency_penalty":0,"logit_bias":{},"user":"u",
+          "logprobs":null,"suffix":"","n":1,"best_of":1})",
+      Endpoint::completions);
+  ASSERT_TRUE(neutral) << neutral.error().message;
+  auto chat = serve::parse_request(
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],"logprobs":false,"top_logprobs":0,"tools":[],
+          "response_format":{"type":"text"}})",
+      Endpoint::chat_completions);
+  ASSERT_TRUE(chat) << chat.error().message;
+  const std::vector<std::pair<std::string, std::string>> asking = {
+      {R"("presence_penalty":0.5)", "presence_penalty"}, {R"("frequency_penalty":-1)", "frequency_penalty"},
+      {R"("logit_bias":{"50256":-100})", "logit_bias"},  {R"("logprobs":0)", "logprobs"},
+      {R"("logprobs":5)", "logprobs"},                   {R"("suffix":"end")", "suffix"},
+      {R"("best_of":2)", "best_of"},
+  };
+  for (const auto& [field, name] : asking) {
+    const serve::ApiError error = parse_error(R"({"model":"m","prompt":"p",)" + field + "}");
+    EXPECT_EQ(error.param, name) << field;
+    EXPECT_EQ(error.code, "unsupported_value") << field;
+    EXPECT_NE(error.message.find("'" + name + "'"), std::string::npos) << error.message;
+  }
+  const std::string messages = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
+  EXPECT_EQ(parse_error(messages + R"("logprobs":true})", Endpoint::chat_completions).param, "logprobs");
+  EXPECT_EQ(parse_error(messages + R"("top_logprobs":3})", Endpoint::chat_completions).param, "top_logprobs");
+  EXPECT_EQ(parse_error(messages + R"("tools":[{"type":"function"}]})", Endpoint::chat_completions).param, "tools");
+  EXPECT_EQ(parse_error(messages + R"("response_format":{"type":"json_object"}})", Endpoint::chat_completions).param,
+            "response_format");
 }
 
 TEST(ServeRequest, ChatContentPartsAreJoined) {
@@ -247,6 +305,10 @@ class RecordingResponder final : public serve::Responder {
     std::lock_guard lock(mutex_);
     return events_;
   }
+  bool answered() {
+    std::lock_guard lock(mutex_);
+    return answered_;
+  }
 
  private:
   void end() {
@@ -283,6 +345,39 @@ class FaultySlot final : public serve::SlotSession {
   std::unique_ptr<DistributedTarget> target_;
 };
 
+// A slot that holds its request until released.
+class HeldSlot final : public serve::SlotSession {
+ public:
+  HeldSlot(const Model& model, cpu::ThreadPool& pool) : inner_(model, pool) {}
+  GenerationTarget& target() override { return inner_.target(); }
+  Status reset() override {
+    std::unique_lock lock(mutex_);
+    held_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return open_; });
+    return inner_.reset();
+  }
+  // Until the slot took its request.
+  void wait_until_held() {
+    std::unique_lock lock(mutex_);
+    EXPECT_TRUE(changed_.wait_for(lock, std::chrono::minutes(2), [&] { return held_; }));
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      open_ = true;
+    }
+    changed_.notify_all();
+  }
+
+ private:
+  serve::SessionSlot inner_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool held_ = false;
+  bool open_ = false;
+};
+
 class ServeServiceTest : public ::testing::Test {
  protected:
   void start(int slots, int queue_limit = 8, const std::vector<Fault>& faults = {}) {
@@ -294,17 +389,34 @@ class ServeServiceTest : public ::testing::Test {
         sessions.push_back(std::make_unique<FaultySlot>(model_, faults));
       }
     }
+    start_with(std::move(sessions), queue_limit);
+  }
+  // One slot that holds its first request until released.
+  HeldSlot& start_held() {
+    auto held = std::make_unique<HeldSlot>(model_, pool_);
+    HeldSlot& slot = *held;
+    std::vector<std::unique_ptr<serve::SlotSession>> sessions;
+    sessions.push_back(std::move(held));
+    start_with(std::move(sessions));
+    return slot;
+  }
+  void start_with(std::vector<std::unique_ptr<serve::SlotSession>> sessions, int queue_limit = 8) {
     scheduler_ = std::make_unique<serve::Scheduler>(tokenizer_, std::move(sessions), queue_limit);
-    serve::ServiceOptions options;
-    options.model_id = "stories260K";
-    options.context = model_.config().seq_len;
-    service_ = std::make_unique<serve::Service>(tokenizer_, *scheduler_, metrics_, options);
+    options_.model_id = "stories260K";
+    options_.context = model_.config().seq_len;
+    service_ = std::make_unique<serve::Service>(tokenizer_, *scheduler_, metrics_, options_);
   }
 
-  std::shared_ptr<RecordingResponder> post(const std::string& path, const json& body) {
+  std::shared_ptr<RecordingResponder> post(const std::string& path, const json& body,
+                                           const std::string& authorization = "") {
     auto responder = std::make_shared<RecordingResponder>();
-    service_->handle({"POST", path, body.dump()}, responder);
+    service_->handle({"POST", path, body.dump(), authorization}, responder);
     return responder;
+  }
+  serve::HttpResponse get(const std::string& path, const std::string& authorization = "") {
+    auto responder = std::make_shared<RecordingResponder>();
+    service_->handle({"GET", path, "", authorization}, responder);
+    return responder->wait();
   }
 
   // The text `accord generate` gives greedily after `prompt`.
@@ -325,6 +437,7 @@ class ServeServiceTest : public ::testing::Test {
   const Tokenizer tokenizer_ = test::load_stories_tokenizer();
   cpu::ThreadPool pool_{2};  // the slots share it, as accord serve's do
   serve::Metrics metrics_;
+  serve::ServiceOptions options_;  // start() fills in the model
   std::unique_ptr<serve::Scheduler> scheduler_;
   std::unique_ptr<serve::Service> service_;
 };
@@ -337,6 +450,10 @@ std::pair<std::string, std::string> streamed(const std::vector<std::string>& eve
   for (const std::string& event : events) {
     if (event == serve::kStreamDone) continue;
     const json chunk = json::parse(event.substr(std::string_view("data: ").size()));
+    if (chunk.contains("error")) {
+      finish = "error: " + chunk["error"]["message"].get<std::string>();
+      continue;
+    }
     const json& choice = chunk["choices"][0];
     text += choice.value("text", "");
     if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
@@ -413,7 +530,7 @@ TEST_F(ServeServiceTest, AClientThatGoesAwayStopsItsGeneration) {
   auto responder = std::make_shared<RecordingResponder>();
   responder->go_after(3);
   service_->handle({"POST", "/v1/completions",
-                    json{{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 200}, {"stream", true}}.dump()},
+                    json{{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 200}, {"stream", true}}.dump(), ""},
                    responder);
   responder->wait();
   EXPECT_LE(responder->events().size(), 4u);
@@ -441,17 +558,110 @@ TEST_F(ServeServiceTest, AShutdownMayEndTheServiceBeforeItsRunningJob) {
   scheduler_.reset();
   const auto [text, finish] = streamed(responder->events());
   EXPECT_FALSE(text.empty());
+  EXPECT_EQ(finish, "error: " + std::string(serve::kShutdownCutMessage));
   EXPECT_EQ(responder->wait().content_type, "text/event-stream");
   EXPECT_NE(metrics_.prometheus_text().find("accord_requests_total{endpoint=\"/v1/completions\""), std::string::npos);
 }
 
-TEST_F(ServeServiceTest, PromptPastTheContextIsRefusedBeforeQueueing) {
+// A prompt of more bytes than the context's tokens could hold is refused
+// before it is queued (a queue of none would answer 429) and tokenized.
+TEST_F(ServeServiceTest, APromptOfMoreBytesThanTheContextHoldsIsRefusedBeforeQueueing) {
   start(1, /*queue_limit=*/0);
+  const std::size_t most = static_cast<std::size_t>(model_.config().seq_len) * tokenizer_.longest_piece_bytes();
+  const serve::HttpResponse response =
+      post("/v1/completions", {{"model", "stories260K"}, {"prompt", std::string(most + 1, 'a')}})->wait();
+  EXPECT_EQ(response.status, 400);
+  const json error = json::parse(response.body)["error"];
+  EXPECT_EQ(error["code"], "context_length_exceeded");
+  EXPECT_EQ(error["param"], "prompt");
+}
+
+// Tokens are counted on the slot, not on the thread that hands the request
+// in (the server's one I/O thread): a prompt past the context in tokens is
+// answered only once its slot takes it, with the context's error.
+TEST_F(ServeServiceTest, TheSlotTokenizesAndRefusesAPromptPastTheContext) {
+  HeldSlot& slot = start_held();
   std::string prompt;
   for (int i = 0; i < model_.config().seq_len; ++i) prompt += " a";
-  const serve::HttpResponse response = post("/v1/completions", {{"model", "stories260K"}, {"prompt", prompt}})->wait();
+  ASSERT_LE(prompt.size(), static_cast<std::size_t>(model_.config().seq_len) * tokenizer_.longest_piece_bytes());
+  auto responder = post("/v1/completions", {{"model", "stories260K"}, {"prompt", prompt}});
+  EXPECT_EQ(get("/health").status, 200);  // the caller is free meanwhile
+  EXPECT_FALSE(responder->answered());
+  slot.release();
+  const serve::HttpResponse response = responder->wait();
   EXPECT_EQ(response.status, 400);
-  EXPECT_EQ(json::parse(response.body)["error"]["code"], "context_length_exceeded");
+  const json error = json::parse(response.body)["error"];
+  EXPECT_EQ(error["code"], "context_length_exceeded");
+  EXPECT_NE(error["message"].get<std::string>().find("past the model's context of 512 tokens"), std::string::npos);
+}
+
+// A shutdown answers queued and new completions 503 and lets the running one
+// finish; stop_running then cuts what still runs.
+TEST_F(ServeServiceTest, AShutdownAnswersTheQueue503AndLetsTheRunningFinish) {
+  HeldSlot& slot = start_held();
+  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 12},
+                     {"temperature", 0}};
+  auto running = post("/v1/completions", body);
+  slot.wait_until_held();
+  auto queued = post("/v1/completions", body);
+  service_->shut_down();
+  EXPECT_EQ(queued->wait().status, 503);
+  EXPECT_EQ(json::parse(queued->wait().body)["error"]["message"], serve::kShutdownMessage);
+  EXPECT_EQ(post("/v1/completions", body)->wait().status, 503);
+  EXPECT_EQ(get("/ready").status, 503);
+  EXPECT_EQ(get("/health").status, 200);
+  slot.release();
+  const serve::HttpResponse finished = running->wait();
+  ASSERT_EQ(finished.status, 200) << finished.body;
+  EXPECT_EQ(json::parse(finished.body)["choices"][0]["text"], generated("Once upon a time", 12));
+}
+
+TEST_F(ServeServiceTest, StopRunningCutsAWholeAnswerWith503) {
+  HeldSlot& slot = start_held();
+  auto running = post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 400}});
+  slot.wait_until_held();
+  service_->shut_down();
+  service_->stop_running();
+  slot.release();
+  const serve::HttpResponse cut = running->wait();
+  EXPECT_EQ(cut.status, 503) << cut.body;
+  EXPECT_EQ(json::parse(cut.body)["error"]["message"], serve::kShutdownCutMessage);
+}
+
+// With a key, every endpoint but /health and /ready asks for it, as OpenAI
+// does: Bearer, compared whole.
+TEST_F(ServeServiceTest, AnApiKeyGuardsAllButHealthAndReady) {
+  options_.api_key = "s3cret-key";
+  start(1);
+  EXPECT_EQ(get("/health").status, 200);
+  EXPECT_EQ(get("/ready").status, 200);
+  for (const std::string& authorization : {std::string(), std::string("Bearer s3cret"),
+                                           std::string("Bearer s3cret-key2"), std::string("Basic s3cret-key"),
+                                           std::string("s3cret-key")}) {
+    const serve::HttpResponse refused = get("/v1/models", authorization);
+    EXPECT_EQ(refused.status, 401) << authorization;
+    EXPECT_EQ(json::parse(refused.body)["error"]["code"], "invalid_api_key");
+    EXPECT_EQ(refused.headers, "WWW-Authenticate: Bearer\r\n");
+    EXPECT_EQ(get("/metrics", authorization).status, 401);
+    EXPECT_EQ(post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"}}, authorization)->wait().status,
+              401);
+  }
+  EXPECT_EQ(get("/v1/models", "Bearer s3cret-key").status, 200);
+  EXPECT_EQ(get("/v1/models", "bearer s3cret-key").status, 200);  // the scheme in any case
+  EXPECT_EQ(get("/metrics", "Bearer s3cret-key").status, 200);
+  const serve::HttpResponse done =
+      post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 3}}, "Bearer s3cret-key")
+          ->wait();
+  EXPECT_EQ(done.status, 200) << done.body;
+  EXPECT_NE(metrics_.prometheus_text().find("endpoint=\"/v1/completions\",status=\"401\""), std::string::npos);
+}
+
+TEST_F(ServeServiceTest, MetricsMayBePublicBehindAKey) {
+  options_.api_key = "k";
+  options_.metrics_public = true;
+  start(1);
+  EXPECT_EQ(get("/metrics").status, 200);
+  EXPECT_EQ(get("/v1/models").status, 401);
 }
 
 TEST_F(ServeServiceTest, AbortedStepsAreRetriedAndTheTextIsUnchanged) {
@@ -486,11 +696,6 @@ TEST_F(ServeServiceTest, ChatUsesTheTemplateAndStreamsARoleFirst) {
 
 TEST_F(ServeServiceTest, OtherEndpointsAnswer) {
   start(1);
-  auto get = [&](const std::string& path) {
-    auto responder = std::make_shared<RecordingResponder>();
-    service_->handle({"GET", path, ""}, responder);
-    return responder->wait();
-  };
   EXPECT_EQ(get("/health").status, 200);
   EXPECT_EQ(get("/ready").status, 200);
   EXPECT_EQ(json::parse(get("/v1/models").body)["data"][0]["id"], "stories260K");

@@ -1,5 +1,7 @@
 // accord: run a language-model text session from the command line.
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -22,6 +24,9 @@ void warn(const std::string& message) { std::cerr << "accord: warning: " << prin
 }  // namespace accord::cli
 
 int main(int argc, char** argv) {
+  // The log goes to stderr: stdout carries what scripts read (serve's
+  // address line, generate's text or --json).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("accord"));
   CLI::App app{"accord: a transaction-safe runtime for language-model text sessions"};
   app.require_subcommand(1);
   const accord::cli::Command generate = accord::cli::add_generate_command(app);

@@ -2,7 +2,12 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/ip/address.hpp>
+
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -46,6 +51,10 @@ struct ServeArgs {
   int heal_attempts = GenerationOptions{}.heal_attempts;
   int phase_timeout_ms = DistributedOptions{}.phase_timeout_ms;
   int batch_window_us = static_cast<int>(StepBatcher::kDefaultGatherWindow.count());
+  std::string api_key;
+  std::string api_key_file;
+  bool metrics_public = false;
+  int shutdown_grace_ms = 10000;
 };
 
 // A slot on a distributed session: in-process ranks, or remote nodes.
@@ -101,6 +110,25 @@ Result<serve::ChatTemplate> chat_template(const ServeArgs& args) {
   return recognised;
 }
 
+// --api-key, or the first line of --api-key-file; empty: none.
+Result<std::string> api_key(const ServeArgs& args) {
+  if (args.api_key_file.empty()) return args.api_key;
+  std::ifstream file(args.api_key_file);
+  std::string key;
+  if (!file || !std::getline(file, key)) {
+    return Error(ErrorCode::io, "--api-key-file: cannot read " + args.api_key_file);
+  }
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+  if (key.empty()) return Error(ErrorCode::contract, "--api-key-file: " + args.api_key_file + " holds no key");
+  return key;
+}
+
+bool is_loopback(const std::string& host) {
+  boost::system::error_code error;
+  const auto address = boost::asio::ip::make_address(host, error);
+  return !error && address.is_loopback();
+}
+
 Result<HttpOptions> http_options(const ServeArgs& args) {
   auto address = parse_node_address(args.listen, /*allow_any_port=*/true);
   if (!address) return Error(address.error().code(), "--listen: " + address.error().message());
@@ -109,6 +137,7 @@ Result<HttpOptions> http_options(const ServeArgs& args) {
   options.port = address->port;
   options.body_limit = args.max_body_bytes;
   options.request_timeout = std::chrono::milliseconds(args.request_timeout_ms);
+  options.shutdown_grace = std::chrono::milliseconds(args.shutdown_grace_ms);
   return options;
 }
 
@@ -120,6 +149,11 @@ int run_serve(ServeArgs args) {
   }
   auto http = http_options(args);
   if (!http) return fail(http.error().message());
+  auto key = api_key(args);
+  if (!key) return fail(key.error().message());
+  if (key->empty() && !is_loopback(http->host)) {
+    spdlog::warn("listening on {} without an API key: anyone who reaches it may use it (--api-key-file)", http->host);
+  }
   // Each slot injects ACCORD_FAULTS' plan into its own session.
   auto faults = faults_from_environment();
   if (!faults) return fail(faults.error().message());
@@ -174,13 +208,25 @@ int run_serve(ServeArgs args) {
   options.prompt_cache = args.prompt_cache;
   options.retries = args.retries;
   options.heal_attempts = args.heal_attempts;
+  options.api_key = *key;
+  options.metrics_public = args.metrics_public;
   serve::Service service(*tokenizer, scheduler, metrics, options);
   spdlog::info("model '{}', chat template {}, {} slot(s)", options.model_id, chat->name(), args.parallel);
   // One line on stdout that scripts wait for.
   std::printf("accord: serving on http://%s\n", bound->c_str());
   std::fflush(stdout);
-  server.run(service);
-  return 0;
+  const int status = server.run(service) == ServeEnd::drained ? 0 : 1;
+  if (!scheduler.idle()) {
+    // A slot is inside a step whose client was answered (cut at the grace
+    // period, or gone): end now rather than wait for it. A prompt cache it
+    // may be writing is published atomically or not at all.
+    spdlog::info("ending with a step still running");
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::_Exit(status);
+  }
+  spdlog::info("stopped: every request was answered");
+  return status;
 }
 
 }  // namespace
@@ -235,6 +281,19 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--request-timeout-ms", args->request_timeout_ms,
                   "a request must arrive whole within it (else 408), and each write of an answer complete")
       ->check(CLI::Range(1, 3600 * 1000))
+      ->capture_default_str();
+  auto* key = cmd->add_option("--api-key", args->api_key,
+                              "clients must send 'Authorization: Bearer KEY' (all but /health, /ready; "
+                              "/metrics too unless --metrics-public); visible to other users in the process list, "
+                              "--api-key-file is not")
+                 ->check([](const std::string& value) { return value.empty() ? "the key must not be empty" : ""; });
+  cmd->add_option("--api-key-file", args->api_key_file, "the API key: the file's first line")
+      ->check(CLI::ExistingFile)
+      ->excludes(key);
+  cmd->add_flag("--metrics-public", args->metrics_public, "/metrics answers without the API key");
+  cmd->add_option("--shutdown-grace-ms", args->shutdown_grace_ms,
+                  "after SIGTERM or SIGINT, running requests may finish within it; then they are cut")
+      ->check(CLI::Range(0, 3600 * 1000))
       ->capture_default_str();
   cmd->add_option("--retries", args->retries, "times an aborted step is run again")->capture_default_str();
   cmd->add_option("--heal-attempts", args->heal_attempts, "times a poisoned session is healed within a request")

@@ -21,6 +21,15 @@ struct HttpOptions {
   // A client must send a whole request within it (a slow client is cut
   // off with 408), and take each piece of an answer within it.
   std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
+  // After SIGINT or SIGTERM, how long running requests may go on before
+  // they are cut (docs/serve.md, "Shutdown").
+  std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
+};
+
+// How serving ended.
+enum class ServeEnd {
+  drained,  // every request was answered: finished, refused 503, or cut at the grace period
+  forced,   // a second signal ended it at once
 };
 
 class HttpServer {
@@ -32,8 +41,10 @@ class HttpServer {
 
   // Binds the address; returns it as HOST:PORT (the port chosen, for 0).
   Result<std::string> listen();
-  // Serves `service` until SIGINT or SIGTERM.
-  void run(serve::Service& service);
+  // Serves `service` until SIGINT or SIGTERM, then shuts down gracefully:
+  // no new connection, idle ones closed, queued and new completions
+  // answered 503, running ones given the grace period, then cut.
+  ServeEnd run(serve::Service& service);
 
  private:
   class Impl;

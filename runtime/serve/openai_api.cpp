@@ -32,8 +32,12 @@ std::string type_name(const json& value) {
   return "null";
 }
 
+// What the client sent, for a message: a number as written (never wrapped
+// into another type's range), anything else by its type.
+std::string as_sent(const json& value) { return value.is_number() ? value.dump() : type_name(value); }
+
 ApiError wrong_type(const std::string& field, const json& value, std::string_view expected) {
-  return bad_request(in_quotes(field) + " must be " + std::string(expected) + ", got " + type_name(value), field);
+  return bad_request(in_quotes(field) + " must be " + std::string(expected) + ", got " + as_sent(value), field);
 }
 
 // The reader of one request object: each field read is checked, and the
@@ -73,11 +77,14 @@ class Fields {
       const json* value = find(name);
       if (value == nullptr) continue;
       if (!value->is_number_integer()) return fail(wrong_type(name, *value, "an integer"));
-      const auto count = value->get<std::int64_t>();
-      if (count < 1) {
-        return fail(bad_request(in_quotes(name) + " must be at least 1, got " + std::to_string(count), name));
+      // Read as unsigned where it is not negative, so that a count past
+      // int64's range is no negative number: it asks for as many tokens as
+      // the context allows.
+      const bool negative = !value->is_number_unsigned();
+      if (negative || value->get<std::uint64_t>() == 0) {
+        return fail(bad_request(in_quotes(name) + " must be at least 1, got " + value->dump(), name));
       }
-      out = static_cast<int>(std::min<std::int64_t>(count, std::numeric_limits<int>::max()));
+      out = static_cast<int>(std::min<std::uint64_t>(value->get<std::uint64_t>(), std::numeric_limits<int>::max()));
     }
   }
 
@@ -85,9 +92,18 @@ class Fields {
     const json* value = find("seed");
     if (value == nullptr) return;
     if (!value->is_number_integer()) return fail(wrong_type("seed", *value, "an integer"));
-    // A negative seed is taken as its two's complement, as numpy does.
-    out = value->is_number_unsigned() ? value->get<std::uint64_t>()
-                                      : static_cast<std::uint64_t>(value->get<std::int64_t>());
+    if (value->is_number_unsigned()) {
+      out = value->get<std::uint64_t>();
+      return;
+    }
+    // -1 asks for a random seed, as llama-server takes it.
+    if (value->get<std::int64_t>() == -1) return;
+    if (value->get<std::int64_t>() < 0) {
+      return fail(bad_request("'seed' must be between 0 and 18446744073709551615, or -1 for a random seed, got " +
+                                  value->dump(),
+                              "seed"));
+    }
+    out = static_cast<std::uint64_t>(value->get<std::int64_t>());
   }
 
   void read_stop(std::vector<std::string>& out) {
@@ -109,18 +125,46 @@ class Fields {
     }
   }
 
-  // n, best_of and logprobs ask for what one sequence per request cannot give.
+  // Fields that ask for what accord does not do are refused by name when
+  // they ask for something; their neutral values, which OpenAI clients
+  // send by default, are accepted.
   void refuse_unsupported() {
     for (const char* name : {"n", "best_of"}) {
       const json* value = find(name);
-      if (value != nullptr && *value != 1) {
-        fail(bad_request(in_quotes(name) + " other than 1 is not supported", name, "unsupported_value"));
-      }
+      if (value != nullptr && *value != 1) fail(unsupported(name, "other than 1", *value));
+    }
+    for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+      const json* value = find(name);
+      if (value != nullptr && *value != 0) fail(unsupported(name, "other than 0", *value));
+    }
+    for (const char* name : {"logit_bias", "tools", "functions", "suffix"}) {
+      const json* value = find(name);
+      const bool empty = value == nullptr || (value->is_string() ? value->get_ref<const std::string&>().empty()
+                                                                 : value->empty());
+      if (!empty) fail(unsupported(name, "", *value));
+    }
+    // Log-probabilities: completions ask with any `logprobs` (0 asks for the
+    // chosen token's), chat with `logprobs: true`.
+    if (const json* logprobs = find("logprobs"); logprobs != nullptr && *logprobs != false) {
+      fail(unsupported("logprobs", "", *logprobs));
+    }
+    if (const json* top = find("top_logprobs"); top != nullptr && *top != 0) fail(unsupported("top_logprobs", "", *top));
+    if (const json* format = find("response_format");
+        format != nullptr && !(format->is_object() && format->value("type", "") == "text")) {
+      fail(unsupported("response_format", "other than {\"type\": \"text\"}", *format));
     }
   }
 
   void fail(ApiError error) {
     if (!error_) error_ = std::move(error);
+  }
+
+  static ApiError unsupported(const std::string& name, std::string_view values, const json& value) {
+    std::string message = in_quotes(name);
+    if (!values.empty()) message.append(" ").append(values);
+    message += " is not supported";
+    if (value.is_number()) message += ", got " + value.dump();
+    return bad_request(std::move(message), name, "unsupported_value");
   }
   const std::optional<ApiError>& error() const { return error_; }
 

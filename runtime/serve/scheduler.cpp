@@ -25,7 +25,8 @@ bool Scheduler::ready() const {
 }
 
 Scheduler::~Scheduler() {
-  shutting_down_ = true;
+  shut_down();
+  stop_running();
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -37,12 +38,30 @@ Scheduler::~Scheduler() {
 bool Scheduler::submit(Job job) {
   {
     std::lock_guard lock(mutex_);
-    if (queue_.size() >= queue_limit_) return false;
+    if (closed_ || queue_.size() >= queue_limit_) return false;
     queue_.push_back(std::move(job));
   }
   wake_.notify_one();
   report_load();
   return true;
+}
+
+void Scheduler::shut_down() {
+  std::deque<Job> unrun;
+  {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    unrun.swap(queue_);
+  }
+  for (Job& job : unrun) job.on_done(GenerationFailure{Error(ErrorCode::state, std::string(kShutdownMessage)), {}});
+  if (!unrun.empty()) report_load();
+}
+
+void Scheduler::stop_running() { cutting_ = true; }
+
+bool Scheduler::idle() const {
+  std::lock_guard lock(mutex_);
+  return queue_.empty() && active_ == 0;
 }
 
 void Scheduler::report_load() {
@@ -100,12 +119,16 @@ void Scheduler::run(Slot& slot, Job& job) {
   }
   auto asked = std::move(job.options.stop_requested);
   job.options.stop_requested = [this, &asked, &abandoned] {
-    return shutting_down_.load() || abandoned() || (asked && asked());
+    return cutting_.load() || abandoned() || (asked && asked());
   };
   slot.session->begin_request();
-  const GenerationOutcome outcome =
+  GenerationOutcome outcome =
       generate(slot.session->target(), tokenizer_, job.prompt, job.options, job.on_piece, warn_);
   slot.session->end_request();
+  if (outcome && outcome->stop_reason == StopReason::stopped && cutting_.load()) {
+    outcome->stop_reason = StopReason::error;
+    outcome = GenerationFailure{Error(ErrorCode::state, std::string(kShutdownCutMessage)), std::move(*outcome)};
+  }
   if (!outcome && outcome.error().partial.poisoned) slot.ready = false;
   job.on_done(outcome);
   // Heal now, so that the next request does not wait for it.

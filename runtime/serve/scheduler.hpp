@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -83,6 +84,9 @@ struct Job {
   std::function<bool()> abandoned;
 };
 
+inline constexpr std::string_view kShutdownMessage = "the server is shutting down";
+inline constexpr std::string_view kShutdownCutMessage = "the server shut down before the completion finished";
+
 // Called with the queue's depth and the slots in use whenever they change.
 using LoadSink = std::function<void(int queued, int active)>;
 
@@ -95,8 +99,18 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // False when queue_limit jobs already wait: the caller answers 429.
+  // False when queue_limit jobs already wait (the caller answers 429), or
+  // after shut_down().
   bool submit(Job job);
+  // The first step of a graceful shutdown: takes no more jobs and ends each
+  // queued one, unrun, with the failure kShutdownMessage (a state error);
+  // running jobs go on.
+  void shut_down();
+  // The last: each running job stops after its step and ends with the
+  // failure kShutdownCutMessage, its partial result with it.
+  void stop_running();
+  // No job queued or running.
+  bool idle() const;
   // Every slot usable: none is poisoned or recovering.
   bool ready() const;
   int slots() const { return static_cast<int>(slots_.size()); }
@@ -117,12 +131,13 @@ class Scheduler {
   const std::size_t queue_limit_;
   LoadSink load_;
   WarningSink warn_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;
   int active_ = 0;
   bool stopping_ = false;
-  std::atomic<bool> shutting_down_{false};  // asked by running jobs after each step
+  bool closed_ = false;  // shut_down() was called
+  std::atomic<bool> cutting_{false};  // stop_running(): asked by running jobs after each step
   std::vector<std::thread> workers_;
 };
 

@@ -1,5 +1,11 @@
 #include "runtime/serve/service.hpp"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <array>
+#include <cctype>
+#include <optional>
 #include <random>
 
 #include "runtime/serve/stop_filter.hpp"
@@ -20,10 +26,37 @@ std::int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-HttpResponse json_response(int status, std::string body) { return {status, "application/json", std::move(body)}; }
+HttpResponse json_response(int status, std::string body) { return {status, "application/json", std::move(body), {}}; }
 
 ApiError server_error(int status, std::string message) {
   return ApiError{status, std::move(message), "server_error", "", ""};
+}
+
+// SHA-256 of `text`: keys are compared by their digests, which have one
+// length whatever the key's.
+std::array<unsigned char, 32> digest_of(std::string_view text) {
+  std::array<unsigned char, 32> digest{};
+  unsigned int length = 0;
+  EVP_Digest(text.data(), text.size(), digest.data(), &length, EVP_sha256(), nullptr);
+  return digest;
+}
+
+// In constant time: how long it takes tells nothing of how much of a
+// guessed key was right, nor of the key's length.
+bool same_key(std::string_view given, std::string_view key) {
+  const auto a = digest_of(given);
+  const auto b = digest_of(key);
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+// The token of "Bearer <token>" (the scheme in any case), or nothing.
+std::optional<std::string_view> bearer_token(std::string_view authorization) {
+  constexpr std::string_view scheme = "bearer ";
+  if (authorization.size() < scheme.size()) return std::nullopt;
+  for (std::size_t i = 0; i < scheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i]) return std::nullopt;
+  }
+  return authorization.substr(scheme.size());
 }
 
 // The finish reason OpenAI gives for how generation ended.
@@ -34,8 +67,10 @@ std::string finish_reason(StopReason reason) {
 // One completion in flight: what its callbacks share, on the slot's thread.
 struct Exchange {
   Exchange(std::string endpoint, ReplyHeader reply, std::shared_ptr<Responder> client,
-           const CompletionRequest& wanted, std::vector<std::string> stops)
+           const CompletionRequest& wanted, std::vector<std::string> stops, int context_tokens)
       : path(std::move(endpoint)),
+        context(context_tokens),
+        prompt_field(wanted.endpoint == Endpoint::chat_completions ? "messages" : "prompt"),
         header(std::move(reply)),
         responder(std::move(client)),
         stream(wanted.stream),
@@ -44,6 +79,8 @@ struct Exchange {
         filter(std::move(stops)) {}
 
   std::string path;
+  int context;               // the model's, in tokens
+  std::string prompt_field;  // what a refused prompt's error names
   ReplyHeader header;
   std::shared_ptr<Responder> responder;
   bool stream;
@@ -77,6 +114,19 @@ struct Exchange {
   }
 };
 
+// How a generation's failure is answered: the request's own fault (an
+// unencodable prompt, one past the context) 400; a poisoned session, a
+// session that refuses work or a server shutting down 503; else 500.
+ApiError failure_error(const GenerationFailure& failure, const Exchange& exchange) {
+  const GenerationResult& partial = failure.partial;
+  if (failure.error.code() == ErrorCode::contract) {
+    const bool too_long = static_cast<int>(partial.prompt_tokens.size()) > exchange.context;
+    return bad_request(failure.message(), exchange.prompt_field, too_long ? "context_length_exceeded" : "");
+  }
+  const bool unavailable = partial.poisoned || failure.error.code() == ErrorCode::state;
+  return server_error(unavailable ? 503 : 500, failure.message());
+}
+
 GenerationCounts counts_of(const GenerationResult& result) {
   GenerationCounts counts;
   counts.prompt_tokens = static_cast<int>(result.prompt_tokens.size());
@@ -101,8 +151,7 @@ int finish(Exchange& exchange, const GenerationOutcome& outcome) {
     return kClientClosed;
   }
   if (!outcome) {
-    // A poisoned session is the service's state, not this request's fault.
-    const ApiError error = server_error(result.poisoned ? 503 : 500, outcome.error().message());
+    const ApiError error = failure_error(outcome.error(), exchange);
     if (!exchange.opened) {
       responder.respond(json_response(error.http_status, error.body()));
       return error.http_status;
@@ -150,21 +199,46 @@ void Service::answer_error(const std::string& endpoint, const std::shared_ptr<Re
   answer(endpoint, responder, json_response(error.http_status, error.body()));
 }
 
+bool Service::authorized(const HttpRequest& request, std::string_view path) const {
+  if (options_.api_key.empty() || path == "/health" || path == "/ready") return true;
+  if (path == "/metrics" && options_.metrics_public) return true;
+  const auto token = bearer_token(request.authorization);
+  return token && same_key(*token, options_.api_key);
+}
+
+void Service::shut_down() {
+  shutting_down_ = true;
+  scheduler_.shut_down();
+}
+
 void Service::handle(const HttpRequest& request, const std::shared_ptr<Responder>& responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
+  if (!authorized(request, path)) {
+    // OpenAI's answer to a missing or wrong key.
+    const ApiError error{401,
+                         request.authorization.empty()
+                             ? "no API key: send it as the header 'Authorization: Bearer KEY'"
+                             : "the API key is not the server's (--api-key)",
+                         "invalid_request_error", "", "invalid_api_key"};
+    HttpResponse response = json_response(error.http_status, error.body());
+    response.headers = "WWW-Authenticate: Bearer\r\n";
+    return answer(path == kCompletionsPath || path == kChatPath ? path : "other", responder, std::move(response));
+  }
   const bool get = request.method == "GET";
   const bool post = request.method == "POST";
   if (path == kCompletionsPath && post) return complete(request, Endpoint::completions, responder);
   if (path == kChatPath && post) return complete(request, Endpoint::chat_completions, responder);
   if (path == "/health" && get) return answer(path, responder, json_response(200, R"({"status":"ok"})"));
   if (path == "/ready" && get) {
-    const bool ready = scheduler_.ready();
-    return answer(path, responder,
-                  json_response(ready ? 200 : 503, ready ? R"({"status":"ready"})" : R"({"status":"recovering"})"));
+    const char* state = shutting_down_ ? R"({"status":"shutting down"})"
+                        : scheduler_.ready() ? R"({"status":"ready"})"
+                                             : R"({"status":"recovering"})";
+    const bool ready = !shutting_down_ && scheduler_.ready();
+    return answer(path, responder, json_response(ready ? 200 : 503, state));
   }
   if (path == "/v1/models" && get) return answer(path, responder, json_response(200, models_body(options_.model_id, started_)));
   if (path == "/metrics" && get) {
-    return answer(path, responder, {200, "text/plain; version=0.0.4", metrics_.prometheus_text()});
+    return answer(path, responder, {200, "text/plain; version=0.0.4", metrics_.prometheus_text(), {}});
   }
   const bool known = path == kCompletionsPath || path == kChatPath || path == "/health" || path == "/ready" ||
                      path == "/v1/models" || path == "/metrics";
@@ -187,15 +261,19 @@ void Service::complete(const HttpRequest& request, Endpoint endpoint, const std:
                                           options_.model_id + "'",
                                  "invalid_request_error", "model", "model_not_found"});
   }
+  if (shutting_down_) return answer_error(path, responder, server_error(503, std::string(kShutdownMessage)));
   const bool chat = endpoint == Endpoint::chat_completions;
   std::string prompt = chat ? options_.chat_template.render(wanted.messages) : wanted.prompt;
-  auto tokens = tokenizer_.encode(prompt, /*bos=*/true, /*eos=*/false);
-  if (!tokens) return answer_error(path, responder, bad_request(tokens.error().message(), chat ? "messages" : "prompt"));
-  if (static_cast<int>(tokens->size()) > options_.context) {
+  // The slot tokenizes the prompt and refuses it there when its tokens are
+  // past the context; a prompt of more bytes than any context's tokens can
+  // hold is refused here, before it waits in the queue.
+  const std::size_t most_bytes = static_cast<std::size_t>(options_.context) * tokenizer_.longest_piece_bytes();
+  if (prompt.size() > most_bytes) {
     return answer_error(path, responder,
-                        bad_request("the prompt is " + std::to_string(tokens->size()) +
-                                        " tokens long, past the model's context of " +
-                                        std::to_string(options_.context) + " tokens",
+                        bad_request("the prompt is " + std::to_string(prompt.size()) +
+                                        " bytes long: more than the model's context of " +
+                                        std::to_string(options_.context) + " tokens can hold (a token is at most " +
+                                        std::to_string(tokenizer_.longest_piece_bytes()) + " bytes)",
                                     chat ? "messages" : "prompt", "context_length_exceeded"));
   }
 
@@ -206,7 +284,8 @@ void Service::complete(const HttpRequest& request, Endpoint endpoint, const std:
   const std::uint64_t id = next_id_++;
   ReplyHeader header{(chat ? "chatcmpl-" : "cmpl-") + std::to_string(started_) + "-" + std::to_string(id),
                      unix_seconds(), options_.model_id, endpoint};
-  auto exchange = std::make_shared<Exchange>(path, std::move(header), responder, wanted, std::move(stops));
+  auto exchange =
+      std::make_shared<Exchange>(path, std::move(header), responder, wanted, std::move(stops), options_.context);
 
   Job job;
   job.prompt = std::move(prompt);
@@ -236,6 +315,7 @@ void Service::complete(const HttpRequest& request, Endpoint endpoint, const std:
     metrics.observe_request(exchange->path, std::chrono::duration<double>(Clock::now() - exchange->start).count());
   };
   if (!scheduler_.submit(std::move(job))) {
+    if (shutting_down_) return answer_error(path, responder, server_error(503, std::string(kShutdownMessage)));
     return answer_error(path, responder,
                         ApiError{429, "the server is busy: its queue is full; try again later", "rate_limit_exceeded",
                                  "", "rate_limit_exceeded"});

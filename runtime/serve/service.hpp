@@ -22,12 +22,14 @@ struct HttpRequest {
   std::string method;  // GET, POST, ...
   std::string target;  // the path, query included
   std::string body;
+  std::string authorization;  // the Authorization header, or empty
 };
 
 struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::string headers;  // further header lines, each ending in CRLF
 };
 
 // One request's way back to its client. Any thread may call it; it
@@ -51,6 +53,10 @@ struct ServiceOptions {
   std::filesystem::path prompt_cache;  // empty: none
   int retries = GenerationOptions{}.retries;
   int heal_attempts = GenerationOptions{}.heal_attempts;
+  // Non-empty: every endpoint but /health and /ready (and /metrics, when
+  // metrics_public) asks for "Authorization: Bearer <api_key>".
+  std::string api_key;
+  bool metrics_public = false;
 };
 
 // Answers the HTTP API's requests and queues their generations on the Scheduler. The jobs it queues report to
@@ -59,9 +65,23 @@ class Service {
  public:
   Service(const Tokenizer& tokenizer, Scheduler& scheduler, Metrics& metrics, ServiceOptions options);
 
+  // Routes a request. It runs on the caller's thread (the server's one I/O
+  // thread) and does no work that grows faster than the request's bytes:
+  // tokenizing and the model's work run on the slots.
   void handle(const HttpRequest& request, const std::shared_ptr<Responder>& responder);
+  // Counts an answer the HTTP side gave without handle() (a malformed or
+  // oversized request, one that came too slowly).
+  void count_refused(int http_status) { metrics_.count_request("other", http_status); }
+
+  // A graceful shutdown, in two steps: shut_down() answers queued and new
+  // completions 503 while running ones go on; stop_running() (at the end of
+  // the grace period) ends each running one after its step: a stream with
+  // an error event and [DONE], a whole answer with 503.
+  void shut_down();
+  void stop_running() { scheduler_.stop_running(); }
 
  private:
+  bool authorized(const HttpRequest& request, std::string_view path) const;
   void complete(const HttpRequest& request, Endpoint endpoint, const std::shared_ptr<Responder>& responder);
   void answer(const std::string& endpoint, const std::shared_ptr<Responder>& responder, HttpResponse response);
   void answer_error(const std::string& endpoint, const std::shared_ptr<Responder>& responder, const ApiError& error);
@@ -72,6 +92,7 @@ class Service {
   const ServiceOptions options_;
   const std::int64_t started_;  // Unix seconds, the models' "created"
   std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<bool> shutting_down_{false};
 };
 
 }  // namespace accord::serve

@@ -5,6 +5,7 @@ Run by tests/serve/end_to_end.sh, which makes the virtual environment:
     end_to_end.py ACCORD_BINARY SHARED_DIR
 """
 import concurrent.futures
+import http.client as http_client
 import json
 import os
 import socket
@@ -35,9 +36,9 @@ def check(condition, what):
 class Server:
     """An `accord serve` process on a free loopback port."""
 
-    def __init__(self, *options, env=None):
-        command = [ACCORD, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--log-level", "warn", *options]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
+    def __init__(self, *options, env=None, model=MODEL, listen="127.0.0.1:0", stderr=None):
+        command = [ACCORD, "serve", "--model", model, "--listen", listen, "--log-level", "warn", *options]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                         env={**os.environ, **(env or {})})
         line = self.process.stdout.readline()
         if "serving on http://" not in line:
@@ -148,7 +149,34 @@ def test_bad_input(server, client):
         except OSError:
             pass
         check(answer.startswith(b"HTTP/1.1 408"), f"a slow client gets 408, got {answer[:40]!r}")
+    # The HTTP parser's refusals are counted too.
+    with socket.create_connection(server.address.split(":")) as garbage:
+        garbage.settimeout(60)
+        garbage.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        check(garbage.recv(4096).startswith(b"HTTP/1.1 400"), "a malformed request gets 400")
+    metrics = http(server, "GET", "/metrics")[1]
+    for status in ("400", "408", "413"):
+        check(f'status="{status}"' in metrics, f"/metrics counts the {status} answers")
     check(http(server, "GET", "/ready")[0] == 200, "ready after the bad input")
+
+
+def test_keep_alive(server):
+    """Whole answers keep the connection where the client asks (HTTP/1.1's default); streams close it."""
+    connection = http_client.HTTPConnection(*server.address.split(":"), timeout=120)
+    body = json.dumps({"model": MODEL_ID, "prompt": PROMPTS[1], "max_tokens": 4, "temperature": 0})
+    sockets = []
+    for _ in range(3):
+        connection.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        reply = connection.getresponse()
+        check(reply.status == 200 and reply.getheader("Connection") == "keep-alive",
+              f"a completion keeps the connection ({reply.status}, {reply.getheader('Connection')})")
+        reply.read()
+        sockets.append(connection.sock)
+    check(sockets[0] is not None and all(sock is sockets[0] for sock in sockets),
+          "three completions on one connection")
+    connection.request("GET", "/health")
+    check(connection.getresponse().read() == b'{"status":"ok"}', "a GET after them on the same connection")
+    connection.close()
 
 
 def test_disconnect(server):
@@ -163,6 +191,120 @@ def test_disconnect(server):
             break
         time.sleep(0.1)
     check('status="499"' in metrics, "a client that went away is counted 499")
+
+
+def test_api_key():
+    """--api-key-file: OpenAI clients send the key as a Bearer token; /health stays open."""
+    key_file = tempfile.NamedTemporaryFile("w", suffix=".key", delete=False)
+    key_file.write("k3y-for-the-tests\n")
+    key_file.close()
+    server = Server("--api-key-file", key_file.name)
+    try:
+        good = openai.OpenAI(base_url=server.url + "/v1", api_key="k3y-for-the-tests", max_retries=0)
+        reply = good.completions.create(model=MODEL_ID, prompt="Once", max_tokens=3, temperature=0)
+        check(reply.usage.completion_tokens == 3, "the right key is served")
+        try:
+            openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).models.list()
+            check(False, "a wrong key is refused")
+        except openai.AuthenticationError as error:
+            check(error.status_code == 401, f"a wrong key gets 401 ({error.status_code})")
+        check(http(server, "GET", "/health")[0] == 200, "/health needs no key")
+        check(http(server, "GET", "/metrics")[0] == 401, "/metrics needs the key")
+    finally:
+        server.stop()
+        os.unlink(key_file.name)
+    # Beyond loopback without a key: a warning, before any request.
+    with tempfile.TemporaryFile("w+") as log:
+        exposed = Server(listen="0.0.0.0:0", stderr=log)
+        exposed.stop()
+        log.seek(0)
+        check("without an API key" in log.read(), "listening beyond loopback without a key warns")
+
+
+def raw_request(server, body, timeout=120):
+    """A socket that sent one completion request, for answers read as they come."""
+    connection = socket.create_connection(server.address.split(":"))
+    connection.settimeout(timeout)
+    data = json.dumps(body).encode()
+    connection.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return connection
+
+
+def read_to_close(connection):
+    answer = b""
+    try:
+        while chunk := connection.recv(65536):
+            answer += chunk
+    except OSError:
+        pass
+    connection.close()
+    return answer
+
+
+def wait_for(condition, what, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            check(False, what)
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def slow_model(folder):
+    """A synthetic model slow enough that a request is still running when the tests signal."""
+    path = os.path.join(folder, "slow.bin")
+    subprocess.run([ACCORD, "synth", "--dim", "288", "--hidden", "768", "--layers", "6", "--heads", "6",
+                    "--vocab", "512", "--seq", "4096", "--out", path], check=True, capture_output=True)
+    return path
+
+
+def test_shutdown(model):
+    """SIGTERM: queued requests 503, running ones finish within the grace period or are cut; exit 0.
+    A second SIGTERM ends at once."""
+    # Greedy: the random weights never sample the end of the text from "Once" (4000 tokens, a few seconds).
+    long_stream = {"model": "slow", "prompt": "Once", "max_tokens": 4000, "stream": True, "temperature": 0}
+    server = Server("--parallel", "1", "--shutdown-grace-ms", "1000", model=model)
+    stream = raw_request(server, long_stream)
+    check(stream.recv(4096).startswith(b"HTTP/1.1 200"), "the long stream began")
+    queued = concurrent.futures.ThreadPoolExecutor(1).submit(
+        http, server, "POST", "/v1/completions", {"model": "slow", "prompt": "Once", "max_tokens": 5})
+    wait_for(lambda: metric(server, "accord_queued_requests") == 1, "the second request is queued")
+    signalled = time.monotonic()
+    server.process.terminate()
+    status, body = queued.result(timeout=120)
+    check(status == 503 and "shutting down" in body, f"a queued request is answered 503 ({status} {body})")
+    events = read_to_close(stream).decode(errors="replace")
+    check('"error"' in events and events.rstrip().endswith("data: [DONE]"),
+          f"a stream past the grace period ends with an error event and [DONE]: ...{events[-300:]!r}")
+    code = server.process.wait(timeout=60)
+    seconds = time.monotonic() - signalled
+    check(code == 0, f"exit 0 after the grace period ({code})")
+    check(seconds < 30, f"the process ended soon after the grace period ({seconds:.1f} s)")
+
+    # Within the grace period a running request finishes whole.
+    server = Server("--parallel", "1", "--shutdown-grace-ms", "120000", model=model)
+    running = concurrent.futures.ThreadPoolExecutor(1).submit(
+        http, server, "POST", "/v1/completions", {"model": "slow", "prompt": "Once", "max_tokens": 300,
+                                                  "temperature": 0})
+    wait_for(lambda: metric(server, "accord_active_requests") == 1, "the request runs")
+    server.process.terminate()
+    status, body = running.result(timeout=300)
+    check(status == 200 and json.loads(body)["usage"]["completion_tokens"] == 300,
+          f"a request running at SIGTERM finishes whole ({status})")
+    check(server.process.wait(timeout=60) == 0, "exit 0 after a clean drain")
+
+    # A second signal does not wait.
+    server = Server("--parallel", "1", "--shutdown-grace-ms", "120000", model=model)
+    stream = raw_request(server, long_stream)
+    check(stream.recv(4096).startswith(b"HTTP/1.1 200"), "the long stream began")
+    server.process.terminate()
+    time.sleep(0.5)
+    server.process.terminate()
+    code = server.process.wait(timeout=60)
+    check(code == 1, f"a second SIGTERM ends at once, status 1 ({code})")
+    stream.close()
 
 
 def load(server, clients, requests, max_tokens, expected):
@@ -226,6 +368,7 @@ def main():
         reused = metric(server, "accord_prompt_cache_tokens_total")
         check(reused is not None and reused > 0, f"repeated prompts reuse the prompt cache ({reused} tokens)")
         test_bad_input(server, client)
+        test_keep_alive(server)
         test_disconnect(server)
         print("load: 32 clients x 8 requests, 4 slots", flush=True)
         errors, wrong = load(server, 32, 8, 16, expected)
@@ -238,6 +381,13 @@ def main():
     finally:
         server.stop()
         shutil.rmtree(cache, ignore_errors=True)
+
+    test_api_key()
+    folder = tempfile.mkdtemp(prefix="accord-serve-slow-")
+    try:
+        test_shutdown(slow_model(folder))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
     load_with_faults(expected, "1:Execution:error:3;0:Commit:error:7", "2 slots of 2 ranks", "--parallel", "2",
                      "--ranks", "2")
