@@ -4,13 +4,16 @@ does SIGTERM end the process within the grace period?
 
     bench/serve_flood.py ACCORD [SECONDS]
 
-Writes a synthetic 15M-shaped model of context 32768 (`accord synth`, random
-weights) into a temporary folder, serves it with --parallel 4, and has 4
-clients send 68 KB prompts of prose (max_tokens 1) back to back for SECONDS
-(default 60) while a prober asks GET /health every 50 ms on a connection of
-its own. Prints the probes' latency percentiles and the flood's answers,
-then sends SIGTERM (grace 10 s) and prints how long the process took to end.
-Only loopback is used.
+Writes a synthetic 15M-shaped model (`accord synth`, random weights) into a
+temporary folder, serves it with --parallel 4, and has 4 clients send 68 KB
+prompts of prose (max_tokens 1) back to back for SECONDS (default 60) while
+a prober asks GET /health every 50 ms on a connection of its own. The
+context is 40960: the synthetic vocabulary makes 68 KB of prose 34,259
+tokens, past 32768, and the flood must be of prompts the server admits
+(tokenizes and prefills), not of ones it refuses. Then the clients stop,
+SIGTERM is sent (grace 10 s), and the script prints the probes' latency
+percentiles, the flood's answers by status (those cut at the grace period
+are 503) and how long the process took to end. Only loopback is used.
 """
 import concurrent.futures
 import json
@@ -78,7 +81,7 @@ def main():
     try:
         model = os.path.join(folder, "flood.bin")
         subprocess.run([ACCORD, "synth", "--dim", "288", "--hidden", "768", "--layers", "6", "--heads", "6",
-                        "--vocab", "32000", "--seq", "32768", "--out", model], check=True, capture_output=True)
+                        "--vocab", "32000", "--seq", "40960", "--out", model], check=True, capture_output=True)
         server = subprocess.Popen([ACCORD, "serve", "--model", model, "--listen", "127.0.0.1:0", "--parallel",
                                    str(CLIENTS), "--log-level", "warn", "--shutdown-grace-ms", str(GRACE_MS)],
                                   stdout=subprocess.PIPE, text=True)
@@ -91,11 +94,11 @@ def main():
             for _ in range(CLIENTS):
                 pool.submit(flood, "http://" + address, stop, answers)
             time.sleep(SECONDS)
+            stop.set()
             signalled = time.monotonic()
             server.send_signal(signal.SIGTERM)
             code = server.wait(timeout=120)
             ended = time.monotonic() - signalled
-            stop.set()
         statuses = {status: answers.count(status) for status in set(answers)}
         print(f"flood: {CLIENTS} clients of {PROMPT_BYTES // 1024} KB prompts for {SECONDS:.0f} s; "
               f"answers by status {statuses}")

@@ -48,6 +48,8 @@ class ConnectionSet {
   explicit ConnectionSet(std::function<void()> all_closed) : all_closed_(std::move(all_closed)) {}
 
   void opened(const std::shared_ptr<Connection>& connection) {
+    // Amortized: the list never holds many more than the open connections.
+    if (connections_.size() >= 2 * static_cast<std::size_t>(open_) + 64) prune();
     connections_.push_back(connection);
     ++open_;
   }
@@ -57,7 +59,7 @@ class ConnectionSet {
   }
   template <class Action>
   void for_each(Action action) {
-    std::erase_if(connections_, [](const std::weak_ptr<Connection>& c) { return c.expired(); });
+    prune();
     for (const auto& weak : connections_) {
       if (auto connection = weak.lock()) action(*connection);
     }
@@ -69,6 +71,10 @@ class ConnectionSet {
   bool shutting_down() const { return shutting_down_; }
 
  private:
+  void prune() {
+    std::erase_if(connections_, [](const std::weak_ptr<Connection>& c) { return c.expired(); });
+  }
+
   std::function<void()> all_closed_;
   std::vector<std::weak_ptr<Connection>> connections_;
   int open_ = 0;
