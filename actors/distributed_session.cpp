@@ -928,6 +928,10 @@ Result<std::span<const float>> DistributedTarget::keep(Result<DistributedStep> s
   return std::span<const float>(logits_);
 }
 
+Result<std::span<const float>> DistributedTarget::forward(std::span<const int> tokens) {
+  return keep(session_.forward(tokens));
+}
+
 Result<std::span<const float>> DistributedTarget::prefill(std::span<const int> tokens) {
   return keep(session_.prefill(tokens));
 }

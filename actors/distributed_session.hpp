@@ -306,6 +306,7 @@ class DistributedTarget final : public GenerationTarget {
 
   const ModelConfig& config() const override { return model_.config(); }
   int position() const override { return session_.position(); }
+  Result<std::span<const float>> forward(std::span<const int> tokens) override;
   Result<std::span<const float>> prefill(std::span<const int> tokens) override;
   Result<std::span<const float>> decode(int token) override;
   Result<SampledToken> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,

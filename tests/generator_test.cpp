@@ -3,6 +3,7 @@
 // out of retries ends generation with the error and the figures so far.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -28,8 +29,19 @@ class FaultyTarget final : public GenerationTarget {
 
   const ModelConfig& config() const override { return inner_.config(); }
   int position() const override { return inner_.position(); }
-  Result<std::span<const float>> prefill(std::span<const int> tokens) override { return inner_.prefill(tokens); }
-  Result<std::span<const float>> decode(int token) override { return inner_.decode(token); }
+  // The steps that return logits (log-probabilities) fail as planned too.
+  Result<std::span<const float>> forward(std::span<const int> tokens) override {
+    if (auto error = planned_failure()) return *error;
+    return count(inner_.forward(tokens));
+  }
+  Result<std::span<const float>> prefill(std::span<const int> tokens) override {
+    if (auto error = planned_failure()) return *error;
+    return count(inner_.prefill(tokens));
+  }
+  Result<std::span<const float>> decode(int token) override {
+    if (auto error = planned_failure()) return *error;
+    return count(inner_.decode(token));
+  }
   Result<SampledToken> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
                                           std::span<const int> stop_tokens) override {
     if (auto error = planned_failure()) return *error;
@@ -68,9 +80,10 @@ class FaultyTarget final : public GenerationTarget {
     --planned->second.times;
     return planned->second.error;
   }
-  Result<SampledToken> count(Result<SampledToken> sampled) {
-    if (sampled) ++step_;
-    return sampled;
+  template <class Step>
+  Step count(Step done) {
+    if (done) ++step_;
+    return done;
   }
 
   GenerationTarget& inner_;
@@ -230,6 +243,85 @@ TEST_F(GeneratorRetries, APoisonedCacheLoadStopsGeneration) {
   EXPECT_EQ(result.error().message(), poisoned().message());
   EXPECT_TRUE(result.error().partial.poisoned);
   EXPECT_TRUE(result.error().partial.generated_tokens.empty());
+}
+
+TEST(Logprobs, AreTheLogSoftmaxOfTheLogits) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f};
+  const double total = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0));
+  const TokenLogprobs got = logprobs_of(logits, 2, 3);
+  EXPECT_EQ(got.chosen.token, 2);
+  EXPECT_NEAR(got.chosen.logprob, 2.0 - total, 1e-6);
+  ASSERT_EQ(got.top.size(), 3u);
+  EXPECT_EQ(got.top[0].token, 1);  // a tie goes to the lower id
+  EXPECT_EQ(got.top[1].token, 3);
+  EXPECT_EQ(got.top[2].token, 2);
+  EXPECT_NEAR(got.top[0].logprob, 3.0 - total, 1e-6);
+  EXPECT_TRUE(logprobs_of(logits, 0, 0).top.empty());
+  EXPECT_EQ(logprobs_of(logits, 0, 20).top.size(), 4u);  // no more than the vocabulary
+}
+
+// Asking for log-probabilities changes no token: the generator samples the
+// step's logits as the target would have, sampled or greedy, retried or not.
+TEST_F(GeneratorRetries, LogprobsLeaveTheTokensAsTheyWere) {
+  const auto expected = unfaulted_tokens();
+  options_.top_logprobs = 3;
+  auto result = generate_with([](FaultyTarget& target) {
+    target.fail_step(0, 1, aborted());
+    target.fail_step(4, 2, aborted());
+  });
+  ASSERT_TRUE(result) << result.error().message();
+  EXPECT_EQ(result->generated_tokens, expected);
+  EXPECT_EQ(result->retries, 3);
+  ASSERT_EQ(result->generated_logprobs.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const TokenLogprobs& token = result->generated_logprobs[i];
+    EXPECT_EQ(token.chosen.token, expected[i]);
+    EXPECT_LE(token.chosen.logprob, 0.0f);
+    ASSERT_EQ(token.top.size(), 3u);
+    EXPECT_GE(token.top[0].logprob, token.chosen.logprob);  // the likeliest is at least as likely
+    const int previous = i == 0 ? result->prompt_tokens.back() : expected[i - 1];
+    EXPECT_EQ(token.chosen.text, tokenizer_.decode(previous, expected[i]));
+  }
+  EXPECT_TRUE(result->prompt_logprobs.empty());
+}
+
+// The prompt's log-probabilities, in steps of a few rows, are those that
+// prefilling each prefix alone gives for the token after it.
+TEST_F(GeneratorRetries, PromptLogprobsAreThoseOfEachPrefix) {
+  const auto expected_tokens = unfaulted_tokens();
+  options_.top_logprobs = 2;
+  options_.prompt_logprobs = true;
+  options_.prompt_logprob_floats = 3 * 512;  // three rows a step
+  std::vector<std::pair<TokenLogprobs, bool>> told;
+  options_.on_logprobs = [&](const TokenLogprobs& token, bool prompt) { told.emplace_back(token, prompt); };
+  auto result = generate_with([](FaultyTarget& target) { target.fail_step(1, 1, aborted()); });
+  ASSERT_TRUE(result) << result.error().message();
+  const std::vector<int>& prompt = result->prompt_tokens;
+  ASSERT_EQ(result->prompt_logprobs.size(), prompt.size() - 1);
+  ASSERT_EQ(told.size(), result->prompt_logprobs.size() + result->generated_logprobs.size());
+  std::string text;
+  for (std::size_t at = 1; at < prompt.size(); ++at) {
+    Session alone(model_, pool_);
+    auto step = alone.prefill(std::span<const int>(prompt).first(at));
+    ASSERT_TRUE(step);
+    const TokenLogprobs expected = logprobs_of(step->logits, prompt[at], 2);
+    const TokenLogprobs& got = result->prompt_logprobs[at - 1];
+    EXPECT_EQ(got.chosen.token, prompt[at]);
+    EXPECT_FLOAT_EQ(got.chosen.logprob, expected.chosen.logprob) << at;
+    EXPECT_EQ(got.top[0].token, expected.top[0].token);
+    EXPECT_TRUE(told[at - 1].second);
+    text += got.chosen.text;
+  }
+  EXPECT_EQ(text, "Once upon a time");
+  EXPECT_EQ(result->generated_tokens, expected_tokens);
+}
+
+TEST_F(GeneratorRetries, LogprobsOutOfRangeAreRefused) {
+  options_.top_logprobs = 21;
+  EXPECT_EQ(generate_with([](FaultyTarget&) {}).error().error.code(), ErrorCode::contract);
+  options_.top_logprobs = -1;
+  options_.prompt_logprobs = true;
+  EXPECT_EQ(generate_with([](FaultyTarget&) {}).error().error.code(), ErrorCode::contract);
 }
 
 }  // namespace

@@ -116,6 +116,26 @@ TEST(ServeRequest, MessagesPrintTheNumbersSent) {
   EXPECT_EQ(seeded->seed, ~std::uint64_t{0});
 }
 
+TEST(ServeRequest, LogprobsAreReadAsEachEndpointSpellsThem) {
+  EXPECT_EQ(serve::parse_request(R"({"model":"m","prompt":"p"})", Endpoint::completions)->top_logprobs, -1);
+  EXPECT_EQ(serve::parse_request(R"({"model":"m","prompt":"p","logprobs":0})", Endpoint::completions)->top_logprobs, 0);
+  EXPECT_EQ(serve::parse_request(R"({"model":"m","prompt":"p","logprobs":20})", Endpoint::completions)->top_logprobs,
+            20);
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","logprobs":21})").message,
+            "'logprobs' must be between 0 and 20, got 21");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","logprobs":-1})").param, "logprobs");
+  const std::string chat = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
+  EXPECT_EQ(serve::parse_request(chat + R"("logprobs":true})", Endpoint::chat_completions)->top_logprobs, 0);
+  EXPECT_EQ(serve::parse_request(chat + R"("logprobs":true,"top_logprobs":5})", Endpoint::chat_completions)
+                ->top_logprobs,
+            5);
+  EXPECT_EQ(serve::parse_request(chat + R"("logprobs":false})", Endpoint::chat_completions)->top_logprobs, -1);
+  EXPECT_EQ(parse_error(chat + R"("top_logprobs":3})", Endpoint::chat_completions).message,
+            "'top_logprobs' needs 'logprobs': true");
+  EXPECT_EQ(parse_error(chat + R"("logprobs":true,"top_logprobs":30})", Endpoint::chat_completions).param,
+            "top_logprobs");
+}
+
 // What a request asks of a parameter accord does not implement is refused,
 // naming it; the neutral values OpenAI clients send are taken.
 TEST(ServeRequest, UnsupportedParametersAreRefusedWhenTheyAskForSomething) {
@@ -131,8 +151,7 @@ TEST(ServeRequest, UnsupportedParametersAreRefusedWhenTheyAskForSomething) {
   ASSERT_TRUE(chat) << chat.error().message;
   const std::vector<std::pair<std::string, std::string>> asking = {
       {R"("presence_penalty":0.5)", "presence_penalty"}, {R"("frequency_penalty":-1)", "frequency_penalty"},
-      {R"("logit_bias":{"50256":-100})", "logit_bias"},  {R"("logprobs":0)", "logprobs"},
-      {R"("logprobs":5)", "logprobs"},                   {R"("suffix":"end")", "suffix"},
+      {R"("logit_bias":{"50256":-100})", "logit_bias"},  {R"("suffix":"end")", "suffix"},
       {R"("best_of":2)", "best_of"},
   };
   for (const auto& [field, name] : asking) {
@@ -142,8 +161,6 @@ TEST(ServeRequest, UnsupportedParametersAreRefusedWhenTheyAskForSomething) {
     EXPECT_NE(error.message.find("'" + name + "'"), std::string::npos) << error.message;
   }
   const std::string messages = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
-  EXPECT_EQ(parse_error(messages + R"("logprobs":true})", Endpoint::chat_completions).param, "logprobs");
-  EXPECT_EQ(parse_error(messages + R"("top_logprobs":3})", Endpoint::chat_completions).param, "top_logprobs");
   EXPECT_EQ(parse_error(messages + R"("tools":[{"type":"function"}]})", Endpoint::chat_completions).param, "tools");
   EXPECT_EQ(parse_error(messages + R"("response_format":{"type":"json_object"}})", Endpoint::chat_completions).param,
             "response_format");
@@ -692,6 +709,76 @@ TEST_F(ServeServiceTest, ChatUsesTheTemplateAndStreamsARoleFirst) {
   }
   const std::string whole = generated("User: Hi\nAssistant:", 6);
   EXPECT_EQ(text, whole.substr(0, whole.find("\nUser:")));
+}
+
+// Log-probabilities as OpenAI's completions give them: with echo the
+// prompt's tokens (after BOS) before the completion's, whose texts make the
+// reply's text at their offsets; streamed, the same tokens come with the
+// chunks that carry their text.
+TEST_F(ServeServiceTest, CompletionsGiveTheLogprobsOfThePromptAndTheCompletion) {
+  start(1);
+  json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 8},
+               {"temperature", 0},       {"logprobs", 2},                  {"echo", true}};
+  const serve::HttpResponse response = post("/v1/completions", body)->wait();
+  ASSERT_EQ(response.status, 200) << response.body;
+  const json choice = json::parse(response.body)["choices"][0];
+  const json& logprobs = choice["logprobs"];
+  const json& tokens = logprobs["tokens"];
+  ASSERT_EQ(tokens.size(), 4u + 8u);
+  std::string text;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    EXPECT_EQ(logprobs["text_offset"][i], text.size()) << i;
+    text += tokens[i].get<std::string>();
+    const json& top = logprobs["top_logprobs"][i];
+    ASSERT_FALSE(top.empty());
+    EXPECT_LE(top.size(), 2u);  // two, or one where both alternatives read the same
+    float likeliest = -1e30f;
+    for (const auto& [piece, logprob] : top.items()) likeliest = std::max(likeliest, logprob.get<float>());
+    EXPECT_LE(logprobs["token_logprobs"][i].get<float>(), likeliest);
+    // Greedy: each completion token is its step's likeliest.
+    if (i >= 4) {
+      EXPECT_FLOAT_EQ(logprobs["token_logprobs"][i].get<float>(), likeliest) << i;
+    }
+  }
+  EXPECT_EQ(text, choice["text"]);
+
+  body["stream"] = true;
+  auto streamed_reply = post("/v1/completions", body);
+  streamed_reply->wait();
+  json chunked = json::array();
+  for (const std::string& event : streamed_reply->events()) {
+    if (event == serve::kStreamDone) continue;
+    const json chunk = json::parse(event.substr(6))["choices"][0];
+    if (chunk["logprobs"].is_null()) continue;
+    for (const json& token : chunk["logprobs"]["tokens"]) chunked.push_back(token);
+  }
+  EXPECT_EQ(chunked, tokens);
+}
+
+TEST_F(ServeServiceTest, ChatGivesEachTokensLogprobWithItsAlternatives) {
+  start(1);
+  const json body = {{"model", "stories260K"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                     {"max_tokens", 6},         {"temperature", 0},
+                     {"logprobs", true},        {"top_logprobs", 3}};
+  const serve::HttpResponse response = post("/v1/chat/completions", body)->wait();
+  ASSERT_EQ(response.status, 200) << response.body;
+  const json reply = json::parse(response.body);
+  const json& content = reply["choices"][0]["logprobs"]["content"];
+  EXPECT_EQ(content.size(), reply["usage"]["completion_tokens"].get<std::size_t>());
+  for (const json& token : content) {
+    ASSERT_EQ(token["top_logprobs"].size(), 3u);
+    EXPECT_FLOAT_EQ(token["logprob"].get<float>(), token["top_logprobs"][0]["logprob"].get<float>());
+    const std::string piece = token["token"];
+    EXPECT_EQ(token["bytes"], json(std::vector<int>(piece.begin(), piece.end())));
+  }
+  const json plain = json::parse(post("/v1/chat/completions", {{"model", "stories260K"},
+                                                               {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                                               {"max_tokens", 6},
+                                                               {"temperature", 0}})
+                                     ->wait()
+                                     .body);
+  EXPECT_TRUE(plain["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(plain["choices"][0]["message"], reply["choices"][0]["message"]);  // the same reply
 }
 
 TEST_F(ServeServiceTest, OtherEndpointsAnswer) {

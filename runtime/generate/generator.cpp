@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "runtime/io/digest.hpp"
@@ -27,7 +28,17 @@ Status check_request(const GenerationTarget& target, const Tokenizer& tokenizer,
     return Error(ErrorCode::contract, "heal attempts must be at least 0, got " + std::to_string(options.heal_attempts));
   }
   if (Status ok = validate(options.sampler); !ok) return ok;
+  if (options.top_logprobs < -1 || options.top_logprobs > kMaxTopLogprobs) {
+    return Error(ErrorCode::contract, "top log-probabilities must be 0 to " + std::to_string(kMaxTopLogprobs) +
+                                          ", got " + std::to_string(options.top_logprobs));
+  }
+  if (options.prompt_logprobs && options.top_logprobs < 0) {
+    return Error(ErrorCode::contract, "the prompt's log-probabilities come with the generated tokens'");
+  }
   if (options.drafter != nullptr) {
+    if (options.top_logprobs >= 0) {
+      return Error(ErrorCode::contract, "log-probabilities need plain decoding, not speculative");
+    }
     if (options.sampler.temperature != 0.0f) {
       return Error(ErrorCode::contract, "speculative decoding verifies drafts greedily: it needs temperature 0");
     }
@@ -175,6 +186,7 @@ class Generation {
   // samples the first token.
   Result<SampledToken> prefill() {
     const std::span<const int> prompt(result_.prompt_tokens);
+    if (options_.prompt_logprobs) return prefill_with_logprobs(prompt);
     if (!options_.prompt_cache.empty() && prompt.size() >= 2) {
       auto use = try_prompt_cache(target_, options_.prompt_cache, prompt);
       if (!use) return use.error();
@@ -188,7 +200,70 @@ class Generation {
       }
     }
     const auto rest = prompt.subspan(static_cast<std::size_t>(result_.prompt_cache_tokens_reused));
-    return with_retries([&] { return target_.prefill_and_sample(rest, sampler_, stop_tokens_); });
+    return sampling_step([&] { return target_.prefill(rest); },
+                         [&] { return target_.prefill_and_sample(rest, sampler_, stop_tokens_); });
+  }
+
+  // The prompt in forward steps that return every row's logits: each row
+  // gives the log-probabilities of the prompt's next token, the last row's
+  // sample the first generated one.
+  Result<SampledToken> prefill_with_logprobs(std::span<const int> prompt) {
+    const auto vocab = static_cast<std::size_t>(target_.config().vocab_size);
+    const std::size_t rows = std::max<std::size_t>(1, options_.prompt_logprob_floats / vocab);
+    for (std::size_t first = 0;; first += rows) {
+      const auto chunk = prompt.subspan(first, std::min(rows, prompt.size() - first));
+      const bool last = first + chunk.size() == prompt.size();
+      auto step = with_retries([&]() -> Result<std::optional<SampledToken>> {
+        auto logits = target_.forward(chunk);
+        if (!logits) return logits.error();
+        record_prompt_logprobs(*logits, first, chunk.size());
+        if (!last) return std::optional<SampledToken>();
+        return std::optional<SampledToken>(sample_here(logits->last(vocab)));
+      });
+      if (!step) return step.error();
+      if (last) return **step;
+    }
+  }
+
+  // The log-probabilities of the prompt tokens that rows first.. of a step
+  // predict.
+  void record_prompt_logprobs(std::span<const float> logits, std::size_t first, std::size_t rows) {
+    const auto vocab = static_cast<std::size_t>(target_.config().vocab_size);
+    const std::vector<int>& prompt = result_.prompt_tokens;
+    for (std::size_t row = 0; row < rows && first + row + 1 < prompt.size(); ++row) {
+      const std::size_t at = first + row + 1;
+      TokenLogprobs logprobs = logprobs_of(logits.subspan(row * vocab, vocab), prompt[at], options_.top_logprobs);
+      name(logprobs, prompt[at - 1]);
+      if (options_.on_logprobs) options_.on_logprobs(logprobs, /*prompt=*/true);
+      result_.prompt_logprobs.push_back(std::move(logprobs));
+    }
+  }
+
+  // A step that samples the next token: on the target, or, when
+  // log-probabilities are asked for, here from the logits the step returns
+  // (the same token: the sampler is the one the target would use).
+  template <class LogitsStep, class SampledStep>
+  Result<SampledToken> sampling_step(const LogitsStep& logits_step, const SampledStep& sampled_step) {
+    if (options_.top_logprobs < 0) return with_retries(sampled_step);
+    return with_retries([&]() -> Result<SampledToken> {
+      auto logits = logits_step();
+      if (!logits) return logits.error();
+      return sample_here(*logits);
+    });
+  }
+
+  // Samples the last row's `logits` and keeps their log-probabilities for
+  // the token, until keep() takes it.
+  SampledToken sample_here(std::span<const float> logits) {
+    const SampledToken sampled = sample_token(sampler_, logits, stop_tokens_);
+    sampled_logprobs_ = logprobs_of(logits, sampled.token, options_.top_logprobs);
+    return sampled;
+  }
+
+  // The texts of a token and its alternatives, each after `previous`.
+  void name(TokenLogprobs& logprobs, int previous) const {
+    logprobs.chosen.text = tokenizer_.decode(previous, logprobs.chosen.token);
+    for (TokenChoice& choice : logprobs.top) choice.text = tokenizer_.decode(previous, choice.token);
   }
 
   // Saves the prompt's prefix when the cache asked for it: `saved` stays
@@ -235,11 +310,18 @@ class Generation {
 
   int generated() const { return static_cast<int>(result_.generated_tokens.size()); }
 
-  // Adds a generated token and emits its piece.
+  // Adds a generated token (and its log-probabilities, when asked for) and
+  // emits its piece.
   void keep(int token) {
     const auto& before = result_.generated_tokens.empty() ? result_.prompt_tokens : result_.generated_tokens;
     const int previous = before.back();
     result_.generated_tokens.push_back(token);
+    if (sampled_logprobs_) {
+      name(*sampled_logprobs_, previous);
+      if (options_.on_logprobs) options_.on_logprobs(*sampled_logprobs_, /*prompt=*/false);
+      result_.generated_logprobs.push_back(std::move(*sampled_logprobs_));
+      sampled_logprobs_.reset();
+    }
     emit(previous, token);
   }
 
@@ -248,7 +330,8 @@ class Generation {
     // After this step: the token it samples kept, the position one on.
     const bool room = generated() + 1 < options_.max_tokens && target_.position() + 1 < target_.config().seq_len;
     const NextDecode after = room && options_.drafter == nullptr ? NextDecode::likely : NextDecode::unlikely;
-    return with_retries([&] { return target_.decode_and_sample(next, sampler_, stop_tokens_, after); });
+    return sampling_step([&] { return target_.decode(next); },
+                         [&] { return target_.decode_and_sample(next, sampler_, stop_tokens_, after); });
   }
 
   // One speculative step after `next`: drafts, verifies, keeps what the
@@ -349,6 +432,7 @@ class Generation {
   // The generator's stop rule: sampling BOS or EOS ends generation.
   const std::vector<int> stop_tokens_;
   GenerationResult result_;
+  std::optional<TokenLogprobs> sampled_logprobs_;  // of the token sampled last, until kept
 };
 
 }  // namespace

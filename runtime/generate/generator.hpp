@@ -37,6 +37,7 @@
 #include "runtime/model/sampler.hpp"
 #include "runtime/model/tokenizer.hpp"
 #include "runtime/generate/drafter.hpp"
+#include "runtime/generate/logprobs.hpp"
 #include "runtime/generate/target.hpp"
 
 namespace accord {
@@ -61,7 +62,24 @@ struct GenerationOptions {
   // there, with stop reason `stopped` (a service's stop string, or a client
   // that went away). Empty: never.
   std::function<bool()> stop_requested;
+  // Log-probabilities (logprobs.hpp) of each generated token, with the
+  // top_logprobs likeliest tokens of its step (0 to kMaxTopLogprobs); none
+  // when negative. The step then returns its logits to the generator, which
+  // samples them as the target would have: the tokens do not change. Not
+  // with a drafter.
+  int top_logprobs = -1;
+  // With top_logprobs: those of the prompt's tokens after BOS too. The
+  // prompt is then run in forward steps that return every row's logits, at
+  // most prompt_logprob_floats of them a step (so that memory stays
+  // bounded), and no prompt cache is read or written.
+  bool prompt_logprobs = false;
+  std::size_t prompt_logprob_floats = std::size_t{1} << 22;  // 16 MiB
+  // Receives each token's log-probabilities as soon as they are known: the
+  // prompt's (prompt: true) during the prefill, then each generated
+  // token's before its piece goes to the PieceSink.
+  std::function<void(const TokenLogprobs&, bool prompt)> on_logprobs;
 };
+
 
 // stopped: options.stop_requested said so. error: generation ended with an
 // error (a GenerationFailure's partial result).
@@ -104,6 +122,10 @@ struct GenerationResult {
   int replayed_tokens = 0;  // committed tokens prefilled again by the heals
   bool poisoned = false;  // generation ended because the session is poisoned
   std::string poison_cause;
+  // With options.top_logprobs: one per prompt token after BOS (with
+  // prompt_logprobs), and one per generated token.
+  std::vector<TokenLogprobs> prompt_logprobs;
+  std::vector<TokenLogprobs> generated_logprobs;
 
   double prefill_tokens_per_second() const;
   // Tokens the decode steps produced: one each, and the draft tokens kept.

@@ -49,6 +49,8 @@ class GenerationTarget {
 
   virtual const ModelConfig& config() const = 0;
   virtual int position() const = 0;
+  // The logits of every token, (tokens, vocab), valid until the next call.
+  virtual Result<std::span<const float>> forward(std::span<const int> tokens) = 0;
   // The logits of the last token, valid until the next call.
   virtual Result<std::span<const float>> prefill(std::span<const int> tokens) = 0;
   virtual Result<std::span<const float>> decode(int token) = 0;
@@ -97,6 +99,11 @@ class SessionTarget final : public GenerationTarget {
 
   const ModelConfig& config() const override { return session_.model().config(); }
   int position() const override { return session_.position(); }
+  Result<std::span<const float>> forward(std::span<const int> tokens) override {
+    auto step = session_.forward(tokens);
+    if (!step) return step.error();
+    return step->logits;
+  }
   Result<std::span<const float>> prefill(std::span<const int> tokens) override {
     auto step = session_.prefill(tokens);
     if (!step) return step.error();

@@ -106,6 +106,34 @@ class Fields {
     out = static_cast<std::uint64_t>(value->get<std::int64_t>());
   }
 
+  // A count in [0, high].
+  void read_count(const std::string& name, int& out, int high) {
+    const json* value = find(name);
+    if (value == nullptr) return;
+    if (!value->is_number_integer()) return fail(wrong_type(name, *value, "an integer"));
+    // nlohmann reads every integer from 0 up as unsigned.
+    if (!value->is_number_unsigned() || value->get<std::uint64_t>() > static_cast<std::uint64_t>(high)) {
+      return fail(bad_request(in_quotes(name) + " must be between 0 and " + std::to_string(high) + ", got " +
+                                  value->dump(),
+                              name));
+    }
+    out = value->get<int>();
+  }
+
+  // Completions: `logprobs: N`, the alternatives wanted. Chat:
+  // `logprobs: true`, and `top_logprobs: N` with it.
+  void read_logprobs(Endpoint endpoint, int& top) {
+    if (endpoint == Endpoint::completions) return read_count("logprobs", top, kMaxTopLogprobs);
+    bool wanted = false;
+    read_bool("logprobs", wanted);
+    int count = 0;
+    read_count("top_logprobs", count, kMaxTopLogprobs);
+    if (!wanted && find("top_logprobs") != nullptr && count > 0) {
+      return fail(bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs"));
+    }
+    if (wanted) top = count;
+  }
+
   void read_stop(std::vector<std::string>& out) {
     const json* value = find("stop");
     if (value == nullptr) return;
@@ -143,12 +171,6 @@ class Fields {
                                                                  : value->empty());
       if (!empty) fail(unsupported(name, "", *value));
     }
-    // Log-probabilities: completions ask with any `logprobs` (0 asks for the
-    // chosen token's), chat with `logprobs: true`.
-    if (const json* logprobs = find("logprobs"); logprobs != nullptr && *logprobs != false) {
-      fail(unsupported("logprobs", "", *logprobs));
-    }
-    if (const json* top = find("top_logprobs"); top != nullptr && *top != 0) fail(unsupported("top_logprobs", "", *top));
     if (const json* format = find("response_format");
         format != nullptr && !(format->is_object() && format->value("type", "") == "text")) {
       fail(unsupported("response_format", "other than {\"type\": \"text\"}", *format));
@@ -239,17 +261,60 @@ json usage(const CompletionOutcome& outcome) {
           {"total_tokens", outcome.prompt_tokens + outcome.completion_tokens}};
 }
 
+json utf8_bytes(const std::string& text) {
+  json bytes = json::array();
+  for (char c : text) bytes.push_back(static_cast<unsigned char>(c));
+  return bytes;
+}
+
+// OpenAI's legacy shape for completions: parallel lists.
+json completion_logprobs(const Logprobs& logprobs) {
+  json tokens = json::array();
+  json values = json::array();
+  json tops = json::array();
+  for (const TokenLogprobs& token : logprobs.tokens) {
+    tokens.push_back(token.chosen.text);
+    values.push_back(token.chosen.logprob);
+    json top = json::object();
+    for (const TokenChoice& choice : token.top) top.emplace(choice.text, choice.logprob);
+    tops.push_back(std::move(top));
+  }
+  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops},
+          {"text_offset", logprobs.text_offsets}};
+}
+
+json chat_choice(const TokenChoice& choice) {
+  return {{"token", choice.text}, {"logprob", choice.logprob}, {"bytes", utf8_bytes(choice.text)}};
+}
+
+// Chat's shape: one object per token.
+json chat_logprobs(const Logprobs& logprobs) {
+  json content = json::array();
+  for (const TokenLogprobs& token : logprobs.tokens) {
+    json entry = chat_choice(token.chosen);
+    entry["top_logprobs"] = json::array();
+    for (const TokenChoice& choice : token.top) entry["top_logprobs"].push_back(chat_choice(choice));
+    content.push_back(std::move(entry));
+  }
+  return {{"content", content}};
+}
+
+json logprobs_json(Endpoint endpoint, const Logprobs* logprobs) {
+  if (logprobs == nullptr) return nullptr;
+  return endpoint == Endpoint::completions ? completion_logprobs(*logprobs) : chat_logprobs(*logprobs);
+}
+
 json reply_head(const ReplyHeader& header, bool chunk) {
   const bool chat = header.endpoint == Endpoint::chat_completions;
   const char* object = chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   return {{"id", header.id}, {"object", object}, {"created", header.created}, {"model", header.model}};
 }
 
-json choice(const ReplyHeader& header, std::string_view text, const json& finish_reason, bool chunk) {
-  json entry = {{"index", 0}, {"finish_reason", finish_reason}};
+json choice(const ReplyHeader& header, std::string_view text, const json& finish_reason, bool chunk,
+            const Logprobs* logprobs = nullptr) {
+  json entry = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", logprobs_json(header.endpoint, logprobs)}};
   if (header.endpoint == Endpoint::completions) {
     entry["text"] = text;
-    entry["logprobs"] = nullptr;
   } else if (chunk) {
     entry["delta"] = text.empty() ? json::object() : json{{"content", text}};
   } else {
@@ -304,6 +369,7 @@ Result<CompletionRequest, ApiError> parse_request(std::string_view body, Endpoin
     fields.fail(bad_request("'top_p' must be greater than 0", "top_p"));
   }
   fields.read_seed(request.seed);
+  fields.read_logprobs(endpoint, request.top_logprobs);
   fields.read_stop(request.stop);
   fields.read_bool("stream", request.stream);
   fields.refuse_unsupported();
@@ -321,7 +387,8 @@ Result<CompletionRequest, ApiError> parse_request(std::string_view body, Endpoin
 
 std::string completion_body(const ReplyHeader& header, const CompletionOutcome& outcome) {
   json reply = reply_head(header, /*chunk=*/false);
-  reply["choices"] = json::array({choice(header, outcome.text, outcome.finish_reason, /*chunk=*/false)});
+  const Logprobs* logprobs = outcome.logprobs ? &*outcome.logprobs : nullptr;
+  reply["choices"] = json::array({choice(header, outcome.text, outcome.finish_reason, /*chunk=*/false, logprobs)});
   reply["usage"] = usage(outcome);
   return dump(reply);
 }
@@ -331,8 +398,8 @@ std::string stream_role_event(const ReplyHeader& header) {
   return event(chunk_with(header, std::move(entry)));
 }
 
-std::string stream_text_event(const ReplyHeader& header, std::string_view text) {
-  return event(chunk_with(header, choice(header, text, nullptr, /*chunk=*/true)));
+std::string stream_text_event(const ReplyHeader& header, std::string_view text, const Logprobs* logprobs) {
+  return event(chunk_with(header, choice(header, text, nullptr, /*chunk=*/true, logprobs)));
 }
 
 std::string stream_finish_event(const ReplyHeader& header, std::string_view finish_reason) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/error.hpp"
+#include "runtime/generate/logprobs.hpp"
 
 namespace accord::serve {
 
@@ -49,6 +50,11 @@ struct CompletionRequest {
   std::vector<std::string> stop;      // at most four
   bool stream = false;
   bool echo = false;  // completions: the prompt before the completion
+  // Log-probabilities of the generated tokens with this many alternatives
+  // each (0 to kMaxTopLogprobs), -1: none. Completions' `logprobs: N`
+  // (with `echo`, the prompt's too); chat's `logprobs: true` with
+  // `top_logprobs: N`.
+  int top_logprobs = -1;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the counts
 };
 
@@ -56,12 +62,21 @@ struct CompletionRequest {
 // type or out of range, or a missing prompt is an ApiError naming the field.
 Result<CompletionRequest, ApiError> parse_request(std::string_view body, Endpoint endpoint);
 
+// The log-probabilities a reply or chunk carries: its tokens in order and,
+// for completions, where each one's text starts in the prompt and
+// completion together (OpenAI's text_offset).
+struct Logprobs {
+  std::vector<TokenLogprobs> tokens;
+  std::vector<std::size_t> text_offsets;
+};
+
 // What the reply says of a finished completion.
 struct CompletionOutcome {
   std::string text;
   std::string finish_reason;  // "stop" or "length"
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  std::optional<Logprobs> logprobs;  // when the request asked for them
 };
 
 // The reply's identity, shared by a stream's chunks.
@@ -78,7 +93,7 @@ std::string completion_body(const ReplyHeader& header, const CompletionOutcome& 
 // or with `finish_reason` the last chunk. Chat streams open with a chunk
 // that gives the role.
 std::string stream_role_event(const ReplyHeader& header);
-std::string stream_text_event(const ReplyHeader& header, std::string_view text);
+std::string stream_text_event(const ReplyHeader& header, std::string_view text, const Logprobs* logprobs = nullptr);
 std::string stream_finish_event(const ReplyHeader& header, std::string_view finish_reason);
 std::string stream_usage_event(const ReplyHeader& header, const CompletionOutcome& outcome);
 std::string stream_error_event(const ApiError& error);

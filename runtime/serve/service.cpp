@@ -7,6 +7,7 @@
 #include <cctype>
 #include <optional>
 #include <random>
+#include <utility>
 
 #include "runtime/serve/stop_filter.hpp"
 
@@ -76,7 +77,9 @@ struct Exchange {
         stream(wanted.stream),
         include_usage(wanted.include_usage),
         echoed(wanted.echo ? wanted.prompt : std::string()),
-        filter(std::move(stops)) {}
+        filter(std::move(stops)),
+        logprobs(wanted.top_logprobs >= 0),
+        completion_offset(wanted.prompt.size()) {}
 
   std::string path;
   int context;               // the model's, in tokens
@@ -91,6 +94,14 @@ struct Exchange {
   bool opened = false;
   Clock::time_point start = Clock::now();
   Clock::time_point last_step;
+  // Log-probabilities, when asked for: the prompt's (with echo) and the
+  // generated tokens' not yet sent with their text; offsets count from the
+  // prompt's start, a completion's from the prompt's end, as OpenAI's do.
+  bool logprobs;
+  Logprobs echo_logprobs;
+  Logprobs pending;
+  std::size_t prompt_offset = 0;
+  std::size_t completion_offset;
 
   // Streams open when the first piece is ready, on the slot's thread, so
   // that a request refused with 429 never had a 200 sent.
@@ -99,7 +110,7 @@ struct Exchange {
     opened = true;
     responder->open_stream();
     if (header.endpoint == Endpoint::chat_completions) responder->send_event(stream_role_event(header));
-    if (!echoed.empty()) responder->send_event(stream_text_event(header, echoed));
+    if (!echoed.empty()) responder->send_event(stream_text_event(header, echoed, logprobs ? &echo_logprobs : nullptr));
   }
 
   void take(std::string_view piece) {
@@ -107,10 +118,34 @@ struct Exchange {
     if (ready.empty()) return;
     if (stream) {
       open();
-      responder->send_event(stream_text_event(header, ready));
+      send_text(ready);
     } else {
       text += ready;
     }
+  }
+
+  // A stream's text, with the log-probabilities of the tokens that came
+  // since the last.
+  void send_text(std::string_view ready) {
+    const Logprobs sent = std::exchange(pending, {});
+    responder->send_event(stream_text_event(header, ready, logprobs ? &sent : nullptr));
+  }
+
+  void take_logprobs(const TokenLogprobs& token, bool prompt) {
+    Logprobs& into = prompt ? echo_logprobs : pending;
+    std::size_t& offset = prompt ? prompt_offset : completion_offset;
+    into.tokens.push_back(token);
+    into.text_offsets.push_back(offset);
+    offset += token.chosen.text.size();
+  }
+
+  // A whole answer's: the echoed prompt's, then the completion's.
+  std::optional<Logprobs> all_logprobs() const {
+    if (!logprobs) return std::nullopt;
+    Logprobs all = echoed.empty() ? Logprobs{} : echo_logprobs;
+    all.tokens.insert(all.tokens.end(), pending.tokens.begin(), pending.tokens.end());
+    all.text_offsets.insert(all.text_offsets.end(), pending.text_offsets.begin(), pending.text_offsets.end());
+    return all;
   }
 };
 
@@ -163,7 +198,7 @@ int finish(Exchange& exchange, const GenerationOutcome& outcome) {
   }
   const CompletionOutcome done{exchange.echoed + exchange.text + exchange.filter.flush(),
                                finish_reason(result.stop_reason), static_cast<int>(result.prompt_tokens.size()),
-                               static_cast<int>(result.generated_tokens.size())};
+                               static_cast<int>(result.generated_tokens.size()), exchange.all_logprobs()};
   if (!exchange.stream) {
     responder.respond(json_response(200, completion_body(exchange.header, done)));
     return 200;
@@ -171,7 +206,7 @@ int finish(Exchange& exchange, const GenerationOutcome& outcome) {
   exchange.open();
   // What the filter still held (streamed text is not in exchange.text).
   const std::string tail = done.text.substr(exchange.echoed.size());
-  if (!tail.empty()) responder.send_event(stream_text_event(exchange.header, tail));
+  if (!tail.empty() || !exchange.pending.tokens.empty()) exchange.send_text(tail);
   responder.send_event(stream_finish_event(exchange.header, done.finish_reason));
   if (exchange.include_usage) responder.send_event(stream_usage_event(exchange.header, done));
   responder.send_event(std::string(kStreamDone));
@@ -295,6 +330,8 @@ void Service::complete(const HttpRequest& request, Endpoint endpoint, const std:
   job.options.retries = options_.retries;
   job.options.heal_attempts = options_.heal_attempts;
   job.options.emit_prompt = false;
+  job.options.top_logprobs = wanted.top_logprobs;
+  job.options.prompt_logprobs = wanted.echo && wanted.top_logprobs >= 0;
   // The job's callbacks hold the metrics, never the Service: the Scheduler may run a job's last step and its
   // on_done after the Service is gone (a shutdown destroys the Service before the Scheduler joins its workers).
   Metrics& metrics = metrics_;
@@ -307,6 +344,11 @@ void Service::complete(const HttpRequest& request, Endpoint endpoint, const std:
     return exchange->filter.stopped();
   };
   job.on_piece = [exchange](std::string_view piece) { exchange->take(piece); };
+  if (wanted.top_logprobs >= 0) {
+    job.options.on_logprobs = [exchange](const TokenLogprobs& token, bool of_prompt) {
+      exchange->take_logprobs(token, of_prompt);
+    };
+  }
   job.abandoned = [exchange] { return exchange->responder->client_gone(); };
   job.on_done = [&metrics, exchange](const GenerationOutcome& outcome) {
     const GenerationResult& result = outcome ? *outcome : outcome.error().partial;

@@ -105,6 +105,15 @@ def test_clients(server, client):
     events = curl(server, "/v1/completions", {"model": MODEL_ID, "prompt": PROMPTS[0], "max_tokens": 24,
                                               "temperature": 0, "stream": True}, "-N")
     check(events.rstrip().endswith("data: [DONE]"), "curl's stream ends in [DONE]")
+    scored = client.completions.create(model=MODEL_ID, prompt=PROMPTS[0], max_tokens=4, temperature=0, logprobs=2,
+                                       echo=True).choices[0]
+    check("".join(scored.logprobs.tokens) == scored.text and len(scored.logprobs.token_logprobs) == 4 + 4,
+          f"completion log-probabilities with echo: {scored.logprobs.tokens!r} make {scored.text!r}")
+    chat_scored = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=4, temperature=0,
+                                                 logprobs=True, top_logprobs=2)
+    check(len(chat_scored.choices[0].logprobs.content) == chat_scored.usage.completion_tokens and
+          all(len(token.top_logprobs) == 2 for token in chat_scored.choices[0].logprobs.content),
+          "chat log-probabilities, two alternatives a token")
     seeded = [client.completions.create(model=MODEL_ID, prompt="Once", max_tokens=20, temperature=1.0, seed=42)
               .choices[0].text for _ in range(2)]
     check(seeded[0] == seeded[1], "the same seed gives the same sampled text")
