@@ -3,8 +3,9 @@
 //   ways; another secret, a recorded hello, a forged node proof, mixed
 //   modes and garbage are refused;
 // - the gate (runtime/net/node_gate.hpp): it admits only after the
-//   handshake, turns away peers over its limit and closes handshakes that
-//   do not finish;
+//   handshake, turns away peers when admitted connections fill its limit,
+//   gives a newcomer the slot of the oldest handshake, takes at most 4
+//   handshakes from one address and closes handshakes that do not finish;
 // - the node actor in process (actors/node.hpp): it loads only files of its
 //   model folder by plain name, drops a refused model and the model of the
 //   session before, refuses a second coordinator and fault plans it was not
@@ -14,6 +15,7 @@
 //   prompt caches confined to the node's folder.
 #include <caf/all.hpp>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -194,14 +196,55 @@ TEST(PlainNames, LoopbackIsTheLoopbackNetworkOnly) {
 
 // --- the gate -------------------------------------------------------------
 
-// A bare TCP connection to 127.0.0.1:port, past no handshake.
-UniqueFd raw_connection(std::uint16_t port) {
+// A bare TCP connection to 127.0.0.1:port from `source`, past no
+// handshake. On Linux every address of 127.0.0.0/8 is loopback, so the
+// tests play peers of several machines from this one.
+UniqueFd raw_connection(std::uint16_t port, const std::string& source = "127.0.0.1") {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  EXPECT_EQ(::inet_pton(AF_INET, source.c_str(), &from.sin_addr), 1) << source;
+  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&from), sizeof from), 0) << source;
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(port);
   address.sin_addr.s_addr = htonl(0x7f000001);
   EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  // A node that never answers fails a test that reads, instead of hanging it.
+  const timeval patience{20, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
+  return fd;
+}
+
+// `count` bytes from `fd`, or fewer if it closes first.
+std::string receive(int fd, std::size_t count) {
+  std::string bytes(count, '\0');
+  std::size_t got = 0;
+  while (got < count) {
+    const ssize_t n = ::recv(fd, bytes.data() + got, count - got, 0);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  bytes.resize(got);
+  return bytes;
+}
+
+// Whether the node greeted `fd` as a peer whose handshake it started
+// (not one it turned away at once), reading the greeting.
+bool greeted(int fd) {
+  const std::string greeting = receive(fd, kGreetingBytes);
+  return greeting.size() == kGreetingBytes && static_cast<Verdict>(greeting[kMagicBytes]) == Verdict::admitted;
+}
+
+// dial_node from `source`: the coordinator's side of the handshake on a
+// raw connection to 127.0.0.1:port.
+Result<UniqueFd> dial_from(const std::string& source, std::uint16_t port, const std::optional<Secret>& secret) {
+  UniqueFd fd = raw_connection(port, source);
+  CoordinatorHandshake handshake(secret);
+  auto hello = handshake.take_greeting(receive(fd.get(), kGreetingBytes));
+  if (!hello) return hello.error();
+  ::send(fd.get(), hello->data(), hello->size(), MSG_NOSIGNAL);
+  if (Status ok = handshake.take_answer(receive(fd.get(), kAnswerBytes)); !ok) return ok.error();
   return fd;
 }
 
@@ -227,7 +270,10 @@ class GateTest : public ::testing::Test {
     return dial_node("127.0.0.1", gate_->port(), secret, std::chrono::seconds(10));
   }
 
-  UniqueFd idle_connection() { return raw_connection(gate_->port()); }
+  UniqueFd idle_connection(const std::string& source = "127.0.0.1") { return raw_connection(gate_->port(), source); }
+  Result<UniqueFd> dial_from(const std::string& source, const std::optional<Secret>& secret) {
+    return accord::dial_from(source, gate_->port(), secret);
+  }
 
   std::size_t admitted() {
     std::lock_guard lock(mutex_);
@@ -287,19 +333,64 @@ TEST_F(GateTest, AdmitsOnlyAfterTheHandshakeAndCountsTheConnection) {
   EXPECT_NE(reports().find("refused, the coordinator's secret is not the node's"), std::string::npos) << reports();
 }
 
-TEST_F(GateTest, TurnsAwayPeersOverItsLimitUntilOneGoes) {
-  // Handshakes that would time out only long after the test's patience.
-  open(GateOptions{std::nullopt, 2, std::chrono::minutes(10)});
-  UniqueFd first = idle_connection();
-  UniqueFd second = idle_connection();
-  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 2; }));
+TEST_F(GateTest, TurnsAwayPeersWhenAdmittedConnectionsFillItsLimit) {
+  open(GateOptions{std::nullopt, 2});
+  auto first = dial(std::nullopt);
+  auto second = dial(std::nullopt);
+  ASSERT_TRUE(first && second);
+  ASSERT_TRUE(eventually([&] { return admitted() == 2; }));
   auto busy = dial(std::nullopt);
   ASSERT_FALSE(busy);
   EXPECT_NE(busy.error().message().find("connection limit"), std::string::npos) << busy.error().message();
-  first = UniqueFd();
-  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 1; }));
+  drop_admitted();
+  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 0; }));
   auto admitted_now = dial(std::nullopt);
   EXPECT_TRUE(admitted_now) << admitted_now.error().message();
+}
+
+// Issue 47: handshakes that never finish, reopened as they time out, kept
+// the coordinator out with `busy`.
+TEST_F(GateTest, ACoordinatorWithTheSecretGetsInWhileHandshakesHoldEverySlot) {
+  const Secret shared = secret("a shared secret of the cluster");
+  // Handshakes that would time out only long after the test's patience.
+  open(GateOptions{shared, 8, std::chrono::minutes(10)});
+  std::vector<UniqueFd> held;
+  for (const std::string source : {"127.0.0.2", "127.0.0.3"}) {
+    for (int i = 0; i < 4; ++i) held.push_back(idle_connection(source));
+  }
+  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 8; }));
+  auto coordinator = dial(shared);
+  ASSERT_TRUE(coordinator) << coordinator.error().message();
+  ASSERT_TRUE(eventually([&] { return admitted() == 1; }));
+  EXPECT_EQ(gate_->open_connections(), 8);
+  // The oldest handshake gave up its slot; the others keep theirs.
+  EXPECT_TRUE(closed_by_peer(held.front().get()));
+  EXPECT_NE(reports().find("gave way to a newer peer at the connection limit"), std::string::npos) << reports();
+}
+
+// Issue 47: one address could hold every slot.
+TEST_F(GateTest, AFifthHandshakeFromOneAddressIsRefusedAtOnceWhileOthersAreAdmitted) {
+  open(GateOptions{std::nullopt, 64, std::chrono::minutes(10)});
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 4; ++i) held.push_back(idle_connection("127.0.0.2"));
+  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 4; }));
+  auto fifth = dial_from("127.0.0.2", std::nullopt);
+  ASSERT_FALSE(fifth);
+  EXPECT_NE(fifth.error().message().find("too many handshakes in progress from this address"), std::string::npos)
+      << fifth.error().message();
+  auto other = dial_from("127.0.0.3", std::nullopt);
+  ASSERT_TRUE(other) << other.error().message();
+  // Once one of its handshakes ends, the address may start another.
+  held.pop_back();
+  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 4; }));  // 3 handshakes, 1 admitted
+  auto again = dial_from("127.0.0.2", std::nullopt);
+  EXPECT_TRUE(again) << again.error().message();
+  EXPECT_TRUE(eventually([&] { return admitted() == 2; }));  // handed on just after the answer is sent
+  // The node's log names the address it refused.
+  const std::string reported = reports();
+  const auto refusal = reported.find(": refused, the node has too many handshakes in progress from this address");
+  ASSERT_NE(refusal, std::string::npos) << reported;
+  EXPECT_EQ(reported.rfind("127.0.0.2:", refusal), reported.rfind('\n', refusal) + 1) << reported;
 }
 
 TEST_F(GateTest, ClosesAHandshakeThatDoesNotFinish) {
@@ -540,11 +631,13 @@ TEST(NodeProcessSecurity, RandomBytesTruncatedAndOversizedFramesLeaveItServing) 
   EXPECT_NE(node.log().find("a frame of 4294967280 bytes is over the limit"), std::string::npos) << node.log();
 }
 
-// 100 connections to `node` that say nothing; each must be closed by the
-// node: over its limit at once, the others when their handshake times out.
+// 100 connections to `node` that say nothing, 5 from each of 20 addresses
+// of 127.0.0.0/8; each must be closed by the node: at once when its
+// address has 4 handshakes in progress, the others when a newer peer takes
+// their slot or their handshake times out.
 void flood_with_idle_connections(const NodeProcess& node) {
   std::vector<UniqueFd> flood;
-  for (int i = 0; i < 100; ++i) flood.push_back(raw_connection(node.port()));
+  for (int i = 0; i < 100; ++i) flood.push_back(raw_connection(node.port(), "127.0.1." + std::to_string(1 + i / 5)));
   for (const UniqueFd& fd : flood) EXPECT_TRUE(closed_by_peer(fd.get()));
 }
 
@@ -554,8 +647,27 @@ TEST(NodeProcessSecurity, AFloodOfIdleConnectionsIsClosedAndTheNodeServesOn) {
   ASSERT_NE(node.port(), 0);
   flood_with_idle_connections(node);
   expect_serving(node);
-  EXPECT_NE(node.log().find("the node is at its connection limit"), std::string::npos) << node.log();
+  EXPECT_NE(node.log().find("the node has too many handshakes in progress from this address"), std::string::npos)
+      << node.log();
+  EXPECT_NE(node.log().find("gave way to a newer peer at the connection limit"), std::string::npos) << node.log();
   EXPECT_NE(node.log().find("the handshake timed out"), std::string::npos) << node.log();
+}
+
+// Issue 47, as an operator met it: connections that never prove the
+// secret, holding every slot, kept the coordinator out ("busy").
+TEST(NodeProcessSecurity, TheCoordinatorGetsInWhileIdleConnectionsHoldEverySlot) {
+  test::TempDir dir;
+  const std::string shared = write_secret(dir, "shared", "a shared secret of the cluster");
+  NodeProcess node(dir, with(test::test_node_options(), {"--secret-file", shared, "--max-connections", "8"}));
+  ASSERT_NE(node.port(), 0);
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 8; ++i) {
+    held.push_back(raw_connection(node.port(), i < 4 ? "127.0.0.2" : "127.0.0.3"));
+    ASSERT_TRUE(greeted(held.back().get())) << "connection " << i << " was not let in:\n" << node.log();
+  }
+  DistributedOptions right;
+  right.secret_file = shared;
+  expect_serving(node, right);
 }
 
 // Out of descriptors, a node left the flood in its listen queue, which

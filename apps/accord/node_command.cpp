@@ -188,14 +188,20 @@ Command add_node_command(CLI::App& app) {
   cmd->add_option("--secret-file", args->secret_file,
                   "file of the cluster's shared secret (or ACCORD_SECRET_FILE); coordinators and the "
                   "session's other nodes must prove it. Without one only loopback peers are admitted");
-  cmd->add_option("--max-connections", args->max_connections, "connections open at once, handshaking or admitted")
+  cmd->add_option("--max-connections", args->max_connections,
+                  "connections open at once, handshaking or admitted; at the limit a new peer takes the slot of "
+                  "the oldest handshake, so only admitted connections keep a coordinator out. Each address has "
+                  "at most " + std::to_string(GateOptions{}.max_handshakes_per_address) +
+                      " handshakes in progress")
       ->capture_default_str();
   cmd->add_option("--max-frame-bytes", args->max_frame_bytes,
                   "largest message a connection takes; a larger one closes it")
+      ->check(whole_number_range())
       ->capture_default_str();
   cmd->add_option("--max-resident-bytes", args->max_resident_bytes,
                   "keep at most this many bytes of the rank's weights in memory, streaming the other layers each "
-                  "step (default 0: all resident, or the coordinator's budget)");
+                  "step (default 0: all resident, or the coordinator's budget)")
+      ->check(whole_number_range());
   add_backend_options(*cmd, args->compute);
   return [args] { return run_node(*args); };
 }

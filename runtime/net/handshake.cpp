@@ -103,6 +103,7 @@ std::string describe(Verdict verdict) {
     case Verdict::loopback_only:
       return "the node has no secret, so it admits only peers on its own machine (give both sides --secret-file)";
     case Verdict::busy: return "the node is at its connection limit";
+    case Verdict::address_busy: return "the node has too many handshakes in progress from this address";
   }
   return "verdict " + std::to_string(static_cast<int>(verdict));
 }

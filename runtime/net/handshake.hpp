@@ -67,6 +67,7 @@ enum class Verdict : std::uint8_t {
   malformed = 4,      // not a hello of this protocol
   loopback_only = 5,  // the node has no secret and the peer is not on loopback
   busy = 6,           // the node is at its connection limit
+  address_busy = 7,   // the node has as many handshakes from the peer's address as it takes
 };
 
 // Why a node refused, in words, for the coordinator's error.
@@ -79,7 +80,7 @@ class NodeHandshake {
   explicit NodeHandshake(std::optional<Secret> secret);
 
   std::string greeting() const;
-  // The greeting of a peer turned away at once (loopback_only, busy).
+  // The greeting of a peer turned away at once (loopback_only, busy, address_busy).
   static std::string refusal(Verdict verdict);
 
   std::string take(std::string_view hello);

@@ -42,7 +42,8 @@ ConnectionSlot::~ConnectionSlot() {
 
 struct NodeGate::Pending {
   UniqueFd fd;
-  std::string peer;
+  std::string peer;  // HOST:PORT, for reports
+  std::string host;  // what the per-address limit counts by
   NodeHandshake handshake;
   std::string received;
   Clock::time_point deadline;
@@ -140,17 +141,37 @@ void NodeGate::accept_all(std::vector<Pending>& pending) {
       return;
     }
     const std::string peer = describe(address);
-    if (open_->load() >= options_.max_connections) {
-      turn_away(std::move(fd), Verdict::busy, peer);
-    } else if (!options_.secret && !is_loopback(address)) {
-      turn_away(std::move(fd), Verdict::loopback_only, peer);
-    } else {
-      NodeHandshake handshake(options_.secret);
-      if (!send_now(fd.get(), handshake.greeting())) continue;
-      pending.push_back(Pending{std::move(fd), peer, std::move(handshake), {},
-                                Clock::now() + options_.handshake_timeout, ConnectionSlot(open_)});
+    if (const Verdict verdict = admission(address, pending); verdict != Verdict::admitted) {
+      turn_away(std::move(fd), verdict, peer);
+      continue;
     }
+    NodeHandshake handshake(options_.secret);
+    if (!send_now(fd.get(), handshake.greeting())) continue;
+    pending.push_back(Pending{std::move(fd), peer, host_of(address), std::move(handshake), {},
+                              Clock::now() + options_.handshake_timeout, ConnectionSlot(open_)});
   }
+}
+
+// Whether a peer at `address` may start a handshake now (admitted), or why
+// not. At the limit it makes room by closing the oldest handshake.
+Verdict NodeGate::admission(const sockaddr_storage& address, std::vector<Pending>& pending) {
+  if (!options_.secret && !is_loopback(address)) return Verdict::loopback_only;
+  const std::string host = host_of(address);
+  const auto from_host =
+      std::count_if(pending.begin(), pending.end(), [&](const Pending& peer) { return peer.host == host; });
+  if (from_host >= options_.max_handshakes_per_address) return Verdict::address_busy;
+  if (open_->load() >= options_.max_connections && !make_room(pending)) return Verdict::busy;
+  return Verdict::admitted;
+}
+
+// Closes the oldest handshake in progress, the one least likely to be a
+// coordinator's (which takes a round trip); false when there is none, every
+// slot being an admitted connection's.
+bool NodeGate::make_room(std::vector<Pending>& pending) {
+  if (pending.empty()) return false;
+  report_(pending.front().peer + ": closed, its handshake gave way to a newer peer at the connection limit");
+  pending.erase(pending.begin());
+  return true;
 }
 
 void NodeGate::turn_away(UniqueFd fd, Verdict verdict, const std::string& peer) {

@@ -5,9 +5,17 @@
 // sends before it is admitted is read into a buffer of at most a
 // handshake's size, so bytes from anyone never reach CAF.
 //
-// It turns away at once a peer over the connection limit, and, without a
-// secret, a peer not on loopback; it closes a handshake not finished
-// within the timeout. No CAF inside.
+// It turns away at once, without a secret, a peer not on loopback; a peer
+// whose address has as many handshakes in progress as it takes; and, when
+// every slot holds an admitted connection, any peer. It closes a handshake
+// not finished within the timeout. No CAF inside.
+//
+// A handshake never keeps a coordinator out: at the connection limit a new
+// peer takes the slot of the oldest handshake in progress. A coordinator
+// that holds the secret finishes its handshake in one round trip, so only
+// a flood that fills every slot within that round trip can crowd it out;
+// one that opens connections and says nothing, reopened as they time out,
+// cannot.
 #pragma once
 
 #include <atomic>
@@ -18,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/net/handshake.hpp"
 #include "runtime/net/socket.hpp"
@@ -28,6 +37,9 @@ struct GateOptions {
   std::optional<Secret> secret;  // none: loopback peers only
   int max_connections = 64;      // handshaking and admitted, together
   std::chrono::milliseconds handshake_timeout{5000};
+  // Handshakes in progress from one peer address (its host, any port): one
+  // address cannot take every slot, or keep taking the oldest.
+  int max_handshakes_per_address = 4;
 };
 
 // One connection of a node, counted against the node's limit while it
@@ -69,6 +81,8 @@ class NodeGate {
   void run();
   void accept_all(std::vector<Pending>& pending);
   bool advance(Pending& peer);
+  Verdict admission(const sockaddr_storage& address, std::vector<Pending>& pending);
+  bool make_room(std::vector<Pending>& pending);
   void turn_away(UniqueFd fd, Verdict verdict, const std::string& peer);
 
   UniqueFd listener_;

@@ -173,19 +173,21 @@ bool is_loopback(const sockaddr_storage& address) {
   return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
 }
 
-std::string describe(const sockaddr_storage& address) {
+std::string host_of(const sockaddr_storage& address) {
   char host[INET6_ADDRSTRLEN] = "?";
-  std::uint16_t port = 0;
   if (address.ss_family == AF_INET) {
-    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
-    ::inet_ntop(AF_INET, &v4.sin_addr, host, sizeof host);
-    port = ntohs(v4.sin_port);
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(address).sin_addr, host, sizeof host);
   } else if (address.ss_family == AF_INET6) {
-    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
-    ::inet_ntop(AF_INET6, &v6.sin6_addr, host, sizeof host);
-    port = ntohs(v6.sin6_port);
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(address).sin6_addr, host, sizeof host);
   }
-  return std::string(host) + ":" + std::to_string(port);
+  return host;
+}
+
+std::string describe(const sockaddr_storage& address) {
+  std::uint16_t port = 0;
+  if (address.ss_family == AF_INET) port = ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
+  if (address.ss_family == AF_INET6) port = ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port);
+  return host_of(address) + ":" + std::to_string(port);
 }
 
 Result<UniqueFd> dial_node(const std::string& host, std::uint16_t port, const std::optional<Secret>& secret,

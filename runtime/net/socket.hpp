@@ -46,6 +46,8 @@ bool is_loopback(const sockaddr_storage& address);
 
 // "HOST:PORT" of `address`, for logs.
 std::string describe(const sockaddr_storage& address);
+// "HOST" of `address` (no port): one per machine, as the node gate counts peers.
+std::string host_of(const sockaddr_storage& address);
 
 // Connects to `host`:`port` and runs the coordinator's side of the
 // handshake, all within `timeout`: the admitted connection, ready for CAF,
