@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/reference.hpp"
@@ -165,15 +166,10 @@ TEST(Cli, RefusesAFileThatIsNeitherGgufNorLlama2c) {
 }
 
 TEST(Cli, RefusesBadOptions) {
-  expect_failure(generate_args({"--max-tokens", "0"}), 1, "max tokens must be at least 1");
-  expect_failure(generate_args({"--max-tokens", "-3"}), 1, "max tokens must be at least 1");
-  expect_failure(generate_args({"--temperature", "-1"}), 1, "temperature");
-  expect_failure(generate_args({"--top-p", "2"}), 1, "top-p");
   expect_failure(generate_args({"--threads", "0"}), 2, "threads");
   // The bound is the int's, printed as such (not a double's 300 digits).
   expect_failure(generate_args({"--phase-timeout-ms", "0"}), 2,
                  "--phase-timeout-ms: Value 0 not in range 1 to 2147483647\n");
-  expect_failure(generate_args({"--retries", "-1"}), 1, "retries must be at least 0, got -1");
   expect_failure(generate_args({"--max-tokens", "many"}), 2, "max-tokens");
   expect_failure(generate_args({"--frobnicate"}), 2, "frobnicate");
   expect_failure({"launch"}, 2, "launch");
@@ -181,15 +177,103 @@ TEST(Cli, RefusesBadOptions) {
   expect_failure({"generate"}, 2, "--model");
 }
 
+// Issue 47: these were checked only once the model had loaded, and exited
+// 1 after a report line of 0 tokens; --max-resident-bytes -1 was read as
+// 2^64-1. Each is a command-line error now, before the model is opened:
+// the model named does not exist, and the error is still the option's.
+TEST(Cli, RefusesBadOptionsBeforeOpeningTheModel) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--max-tokens", "0"}, "--max-tokens: Value 0 not in range 1 to 2147483647"},
+      {{"--max-tokens", "-3"}, "--max-tokens: Value -3 not in range 1 to 2147483647"},
+      {{"--temperature", "nan"}, "--temperature: expected a finite number >= 0, got 'nan'"},
+      {{"--temperature", "-1"}, "--temperature: expected a finite number >= 0, got '-1'"},
+      {{"--temperature", "inf"}, "--temperature: expected a finite number >= 0, got 'inf'"},
+      {{"--top-p", "0"}, "--top-p: expected a number in (0, 1], got '0'"},
+      {{"--top-p", "2"}, "--top-p: expected a number in (0, 1], got '2'"},
+      {{"--top-p", "nan"}, "--top-p: expected a number in (0, 1], got 'nan'"},
+      {{"--retries", "-5"}, "--retries: Value -5 not in range 0 to 2147483647"},
+      {{"--max-resident-bytes", "-1"},
+       "--max-resident-bytes: expected a whole number from 0 to 18446744073709551615, got '-1'"},
+      {{"--speculative", "lookup"}, "--speculative: drafts are verified greedily: it needs --temperature 0, got "
+                                    "the default 1"},
+      {{"--speculative", "lookup", "--temperature", "0.5"},
+       "--speculative: drafts are verified greedily: it needs --temperature 0, got 0.5"},
+  };
+  test::TempDir dir;
+  for (const auto& [options, message] : refused) {
+    const auto result = run_accord(generate_args(dir.file("absent.bin"), test::stories_tokenizer(), options));
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find("accord: error: " + message + "\n"), std::string::npos)
+        << "expected '" << message << "' in:\n" << result.output;
+    EXPECT_EQ(result.output.find("prompt tokens"), std::string::npos) << "a report line:\n" << result.output;
+    EXPECT_EQ(result.output.find("absent.bin"), std::string::npos) << "the model was opened:\n" << result.output;
+  }
+  // A node's byte counts, which CLI11 alone also read -1 into 2^64-1.
+  for (const std::string option : {"--max-resident-bytes", "--max-frame-bytes"}) {
+    expect_failure({"node", "--listen", "127.0.0.1:0", "--model", dir.file("absent.bin"), option, "-1"}, 2,
+                   option + ": expected a whole number from 0 to 18446744073709551615, got '-1'");
+  }
+}
+
 // CLI11 alone reads a negative or too large seed as 2^64-1.
 TEST(Cli, RefusesSeedsOutsideZeroToTwoToTheSixtyFourMinusOne) {
-  for (const std::string seed : {"-1", "18446744073709551616", "99999999999999999999999", "1.5", "0x10", ""}) {
+  for (const std::string seed : {"-2", "18446744073709551616", "99999999999999999999999", "1.5", "0x10", ""}) {
     expect_failure(generate_args({"--seed", seed}), 2,
-                   "--seed: expected a whole number from 0 to 18446744073709551615, got '" + seed + "'");
+                   "--seed: expected a whole number from 0 to 18446744073709551615, or -1 for a random seed, got '" +
+                       seed + "'");
   }
   expect_failure({"synth", "--seed", "-1", "--out", "/nonexistent/x.bin"}, 2, "--seed: expected a whole number");
   const auto largest = run_accord(generate_args({"--seed", "18446744073709551615", "--max-tokens", "2"}));
   EXPECT_EQ(largest.exit_code, 0) << largest.output;
+}
+
+// Issue 47: -1 draws a seed at random, as llama-server takes it; the
+// report names the seed used, so that the run can be repeated.
+TEST(Cli, SeedMinusOneDrawsASeedThatTheReportNames) {
+  auto sample = [](const std::string& seed) {
+    return run_accord(generate_args({"--prompt", "Once upon a time", "--temperature", "1", "--top-p", "1",
+                                     "--max-tokens", "20", "--json", "--seed", seed}));
+  };
+  const auto first = sample("-1");
+  const auto second = sample("-1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const std::uint64_t seed = report_in(first.output).at("seed").get<std::uint64_t>();
+  EXPECT_NE(report_in(second.output).at("seed").get<std::uint64_t>(), seed) << "two draws, one seed";
+  const auto repeated = sample(std::to_string(seed));
+  ASSERT_EQ(repeated.exit_code, 0) << repeated.output;
+  EXPECT_EQ(report_in(repeated.output).at("seed").get<std::uint64_t>(), seed);
+  EXPECT_EQ(report_in(repeated.output).at("generated_tokens"), report_in(first.output).at("generated_tokens"));
+  // Streamed, a drawn seed has a line of its own; a seed given has none.
+  const auto streamed = run_accord(generate_args({"--max-tokens", "2", "--seed", "-1"}));
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.output;
+  EXPECT_NE(streamed.output.find(", drawn at random (--seed "), std::string::npos) << streamed.output;
+  const auto given = run_accord(generate_args({"--max-tokens", "2", "--seed", "7"}));
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  EXPECT_EQ(given.output.find("drawn at random"), std::string::npos) << given.output;
+}
+
+// Issue 47: a FIFO as the model hung: opening it for reading waits for a
+// writer. Every command that opens a model refuses it at once.
+TEST(Cli, AFifoAsTheModelOrKeyIsRefusedAtOnce) {
+  test::TempDir dir;
+  const std::string fifo = dir.file("model.bin");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::vector<std::vector<std::string>> commands = {
+      {"generate", "--model", fifo, "--tokenizer", test::stories_tokenizer()},
+      {"serve", "--model", fifo, "--tokenizer", test::stories_tokenizer(), "--listen", "127.0.0.1:0"},
+      {"node", "--model", fifo, "--listen", "127.0.0.1:0"},
+      {"inspect", fifo},
+      // Not a model, but opened the same way.
+      {"serve", "--model", test::stories_model(), "--api-key-file", fifo, "--listen", "127.0.0.1:0"},
+  };
+  for (const auto& args : commands) {
+    test::CommandResult result{-1, ""};
+    EXPECT_TRUE(test::finishes_unaided(fifo, [&] { result = run_accord(args); })) << args[0] << " hung";
+    EXPECT_EQ(result.exit_code, 1) << args[0] << ":\n" << result.output;
+    EXPECT_NE(result.output.find(fifo + " is not a regular file"), std::string::npos) << args[0] << ":\n"
+                                                                                      << result.output;
+  }
 }
 
 // Below about 1e-37 a logit divided by the temperature overflows a float;
@@ -590,7 +674,7 @@ TEST(Cli, SpeculativeDecodingRefusesBadOptions) {
   expect_failure(generate_args({"--speculative", "model:"}), 2, "expected `lookup` or `model:PATH`");
   expect_failure(generate_args({"--speculative", "lookup", "--draft-tokens", "0"}), 2, "--draft-tokens");
   expect_failure(generate_args({"--draft-tokens", "4"}), 2, "--draft-tokens requires --speculative");
-  expect_failure(generate_args({"--speculative", "lookup"}), 1, "it needs temperature 0");
+  expect_failure(generate_args({"--speculative", "lookup"}), 2, "it needs --temperature 0");
   expect_failure(generate_args({"--speculative", "model:/nonexistent/draft.bin", "--temperature", "0"}), 1,
                  "the draft model");
   const test::TempDir dir;

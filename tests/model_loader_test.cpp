@@ -2,6 +2,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/model/gguf_model.hpp"
@@ -271,6 +276,48 @@ TEST(ModelLoader, MissingFileIsAnIoError) {
   ASSERT_FALSE(model);
   EXPECT_EQ(model.error().code(), ErrorCode::io);
   EXPECT_NE(model.error().message().find("/nonexistent/accord/model.bin"), std::string::npos);
+}
+
+// A Unix socket bound at `path`; the file stays when the socket closes.
+void bind_unix_socket(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  ASSERT_LT(path.size(), sizeof address.sun_path) << path;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << path;
+  ::close(fd);
+}
+
+// The error `open` returns; "opened" when it returns none.
+template <class Open>
+std::string refusal(Open open) {
+  auto result = open();
+  return result ? "opened" : result.error().message();
+}
+
+// Issue 47: a FIFO as the model hung, opening it for reading waiting for a
+// writer before fstat could refuse it. Every loader opens files through
+// MappedFile, so each is asked here about each kind of file that is not one.
+TEST(ModelLoader, AFifoASocketADeviceOrAFolderIsRefusedAtOnce) {
+  TempDir dir;
+  const std::string fifo = dir.file("model.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string socket = dir.file("model.sock");
+  bind_unix_socket(socket);
+  for (const std::string& path : {fifo, socket, std::string("/dev/null"), dir.path().string()}) {
+    const std::vector<std::function<std::string()>> loaders = {
+        [&] { return refusal([&] { return Model::read_header(path); }); },
+        [&] { return refusal([&] { return Model::load(path); }); },
+        [&] { return refusal([&] { return Tokenizer::load(path); }); },
+    };
+    for (std::size_t i = 0; i < loaders.size(); ++i) {
+      std::string said;
+      EXPECT_TRUE(test::finishes_unaided(fifo, [&] { said = loaders[i](); })) << "loader " << i << " hung on " << path;
+      EXPECT_EQ(said, path + " is not a regular file") << "loader " << i;
+    }
+  }
 }
 
 }  // namespace

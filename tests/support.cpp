@@ -3,13 +3,16 @@
 #include "runtime/model/sampler.hpp"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <random>
 
 namespace accord::test {
@@ -143,6 +146,16 @@ CommandResult run_accord(const std::vector<std::string>& args) {
   // A crash shows as 128 + signal, so tests can tell it from a clean failure.
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+bool finishes_unaided(const std::string& fifo, const std::function<void()>& work) {
+  auto done = std::async(std::launch::async, work);
+  if (done.wait_for(std::chrono::seconds(60)) == std::future_status::ready) return true;
+  // O_NONBLOCK: succeeds at once when a reader is waiting, fails when none is.
+  const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (writer >= 0) ::close(writer);
+  done.wait();
+  return false;
 }
 
 MismatchedFiles truncated_model_and_foreign_tokenizer(const TempDir& dir) {

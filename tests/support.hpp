@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,12 @@ struct CommandResult {
 
 // Runs the accord binary with the given arguments (shell-quoted here).
 CommandResult run_accord(const std::vector<std::string>& args);
+
+// Runs `work` on a thread of its own; whether it finished within 60 s
+// unaided. Past that the writing end of the FIFO `fifo` is opened and
+// closed, which releases anything blocked opening it for reading (this
+// process or another), so that a test of such a hang fails, not hangs.
+bool finishes_unaided(const std::string& fifo, const std::function<void()>& work);
 
 // A model that a load would find damaged and a tokenizer that does not fit
 // it, written into dir: stories260K cut in half, and the tokenizer of a

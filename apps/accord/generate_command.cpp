@@ -34,7 +34,8 @@ struct GenerateArgs {
   int max_tokens = 256;
   float temperature = 1.0f;
   float top_p = 0.9f;
-  std::uint64_t seed = 0;
+  std::string seed_text = "0";  // --seed as given; -1: draw one
+  SamplerSeed seed;             // from seed_text; reported, so that a run with a drawn one can be repeated
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool json = false;
   std::string prompt_cache;
@@ -185,7 +186,7 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
   options.drafter = drafter;
   options.draft_tokens = args.draft_tokens;
   options.max_tokens = args.max_tokens;
-  options.sampler = {args.temperature, args.top_p, args.seed};
+  options.sampler = {args.temperature, args.top_p, args.seed.value};
   options.prompt_cache = args.prompt_cache;
   options.retries = args.retries;
   options.heal_attempts = args.heal_attempts;
@@ -200,6 +201,7 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
   const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
   if (args.json) {
     nlohmann::json json = to_json(result, model, args.threads);
+    json["seed"] = args.seed.value;
     json["ranks"] = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
     extend(json);
     if (drafter != nullptr) {
@@ -213,6 +215,10 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
     print_json(json);
   } else {
     print_summary(result);
+    if (args.seed.drawn) {
+      const auto seed = static_cast<unsigned long long>(args.seed.value);
+      std::fprintf(stderr, "accord: seed %llu, drawn at random (--seed %llu repeats this run)\n", seed, seed);
+    }
   }
   return outcome ? 0 : fail(outcome.error().message());
 }
@@ -241,6 +247,7 @@ Result<std::vector<Fault>> fault_plan(const GenerateArgs& args) {
 }
 
 int run_generate(GenerateArgs args) {
+  args.seed = sampler_seed(args.seed_text);
   // With --peers the ranks compute on the nodes, and each node caps the
   // count it is sent by its own cores.
   if (args.peers.empty()) args.threads = capped_threads(args.threads);
@@ -308,6 +315,17 @@ int run_generate(GenerateArgs args) {
   });
 }
 
+// Speculative decoding verifies drafts greedily, so it needs --temperature 0;
+// checked once `cmd` is parsed, before anything is loaded.
+void check_speculation(const GenerateArgs& args, const CLI::App& cmd) {
+  if (args.speculative.empty() || args.temperature == 0.0f) return;
+  const CLI::Option* temperature = cmd.get_option("--temperature");
+  const std::string given = temperature->count() > 0 ? temperature->as<std::string>()
+                                                       : "the default " + temperature->get_default_str();
+  throw CLI::ValidationError("--speculative",
+                             "drafts are verified greedily: it needs --temperature 0, got " + given);
+}
+
 // Parses "HOST:PORT,..." into `nodes`, or refuses `option`'s value.
 std::function<void(const std::string&)> node_list(std::vector<NodeAddress>& nodes, const std::string& option) {
   return [&nodes, option](const std::string& text) {
@@ -327,14 +345,23 @@ Command add_generate_command(CLI::App& app) {
                   "tokenizer file, llama2.c or GGUF (default: a GGUF model's own vocabulary; for .bin "
                   "NAME.tokenizer.bin, tokenizer.bin or tok<vocab>.bin beside the model)");
   cmd->add_option("--prompt", args->prompt, "prompt text (default: empty, start from BOS alone)");
-  cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate, prompt excluded")->capture_default_str();
+  // Every option is checked here, as it is parsed, so that a bad one is a
+  // command-line error (exit 2) before the model is opened, not a failed
+  // generation after a long load.
+  cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate, prompt excluded")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   cmd->add_option("--temperature", args->temperature,
                   "0 = greedy; so is a temperature so small that a logit divided by it overflows a float "
                   "(below about 1e-37 with the logits of usual models)")
+      ->check(finite_at_least_zero())
       ->capture_default_str();
-  cmd->add_option("--top-p", args->top_p, "nucleus sampling threshold in (0, 1]; 1 = off")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "random seed of the sampler, 0 to 2^64-1")
-      ->check(seed_range())
+  cmd->add_option("--top-p", args->top_p, "nucleus sampling threshold in (0, 1]; 1 = off")
+      ->check(above_zero_up_to_one())
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed_text,
+                  "random seed of the sampler, 0 to 2^64-1; -1 draws one at random (reported, to repeat the run)")
+      ->check(sampler_seed_range())
       ->capture_default_str();
   cmd->add_option("--threads", args->threads,
                   "CPU threads of the compute pool, which in-process ranks share; each node of --peers makes "
@@ -371,6 +398,7 @@ Command add_generate_command(CLI::App& app) {
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))
       ->capture_default_str();
   cmd->add_option("--retries", args->retries, "times an aborted step is run again before generation fails")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
       ->capture_default_str();
   cmd->add_option("--heal-attempts", args->heal_attempts,
                   "times a poisoned session (a rank lost) is healed over a generation: lost ranks started afresh, "
@@ -384,7 +412,8 @@ Command add_generate_command(CLI::App& app) {
       ->needs("--peers");
   cmd->add_option("--max-resident-bytes", args->max_resident_bytes,
                   "each rank keeps at most this many bytes of its weights in memory and streams its other layers "
-                  "every step, the outputs unchanged (docs/residency.md; default 0: all resident)");
+                  "every step, the outputs unchanged (docs/residency.md; default 0: all resident)")
+      ->check(whole_number_range());
   add_backend_options(*cmd, args->compute);
   CLI::Option* speculative = cmd->add_option("--speculative", args->speculative,
                   "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
@@ -400,6 +429,7 @@ Command add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", args->json,
                 "print one JSON object at the end (tokens, text, speeds) instead of streaming text");
+  cmd->callback([args, cmd] { check_speculation(*args, *cmd); });
   return [args] { return run_generate(*args); };
 }
 

@@ -1,26 +1,83 @@
 #include "apps/accord/options.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <string>
+#include <string_view>
 
 #include "apps/accord/commands.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace accord::cli {
 
-CLI::Validator seed_range() {
+namespace {
+
+constexpr std::string_view kRandomSeed = "-1";
+
+bool is_whole_number(const std::string& text) {
+  std::uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  return !text.empty() && error == std::errc() && stop == end;
+}
+
+std::string whole_number_expected() {
+  return "expected a whole number from 0 to " + std::to_string(std::numeric_limits<std::uint64_t>::max());
+}
+
+// A validator of a float option: `accepts` judges the value CLI11 would
+// read, so that the check and the option agree on what the text means.
+// Text that is no number passes here and CLI11 refuses it itself.
+CLI::Validator float_check(bool (*accepts)(float), std::string expected) {
   return CLI::Validator(
-      [](std::string& text) {
-        std::uint64_t seed = 0;
-        const char* end = text.data() + text.size();
-        const auto [stop, error] = std::from_chars(text.data(), end, seed);
-        if (!text.empty() && error == std::errc() && stop == end) return std::string();
-        return "expected a whole number from 0 to " + std::to_string(std::numeric_limits<std::uint64_t>::max()) +
-               ", got '" + text + "'";
+      [accepts, expected](std::string& text) {
+        float value = 0.0f;
+        if (!CLI::detail::lexical_cast(text, value) || accepts(value)) return std::string();
+        return "expected " + expected + ", got '" + text + "'";
       },
       "");
+}
+
+}  // namespace
+
+CLI::Validator whole_number_range() {
+  return CLI::Validator(
+      [](std::string& text) {
+        return is_whole_number(text) ? std::string() : whole_number_expected() + ", got '" + text + "'";
+      },
+      "");
+}
+
+CLI::Validator seed_range() { return whole_number_range(); }
+
+CLI::Validator sampler_seed_range() {
+  return CLI::Validator(
+      [](std::string& text) {
+        if (text == kRandomSeed || is_whole_number(text)) return std::string();
+        return whole_number_expected() + ", or -1 for a random seed, got '" + text + "'";
+      },
+      "");
+}
+
+SamplerSeed sampler_seed(const std::string& text) {
+  if (text == kRandomSeed) {
+    std::random_device device;  // 32 bits a draw
+    return {(std::uint64_t{device()} << 32) | device(), true};
+  }
+  SamplerSeed seed;
+  std::from_chars(text.data(), text.data() + text.size(), seed.value);
+  return seed;
+}
+
+CLI::Validator finite_at_least_zero() {
+  return float_check([](float value) { return std::isfinite(value) && value >= 0.0f; }, "a finite number >= 0");
+}
+
+CLI::Validator above_zero_up_to_one() {
+  return float_check([](float value) { return value > 0.0f && value <= 1.0f; }, "a number in (0, 1]");
 }
 
 int capped_threads(int requested) {

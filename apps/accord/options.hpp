@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,9 +11,30 @@
 
 namespace accord::cli {
 
-// A seed: a whole number from 0 to 2^64-1. CLI11 alone reads "-1", 2^64 and
-// anything larger as 2^64-1, so all of them would silently be one seed.
+// A whole number from 0 to 2^64-1, for a std::uint64_t option. CLI11 alone
+// reads "-1", 2^64 and anything larger as 2^64-1, so all of them would
+// silently be one value.
+CLI::Validator whole_number_range();
+
+// A seed: a whole number from 0 to 2^64-1 (whole_number_range).
 CLI::Validator seed_range();
+
+// A sampler's seed, as llama-server takes it: 0 to 2^64-1, or -1 for a
+// seed drawn at random.
+CLI::Validator sampler_seed_range();
+// The seed a sampler_seed_range() text names; -1 draws one from
+// std::random_device, which the caller reports so that the run can be
+// repeated.
+struct SamplerSeed {
+  std::uint64_t value = 0;
+  bool drawn = false;  // at random, for -1
+};
+SamplerSeed sampler_seed(const std::string& text);
+
+// A float CLI11 reads, finite and >= 0 (a temperature).
+CLI::Validator finite_at_least_zero();
+// A float CLI11 reads, in (0, 1] (a top-p).
+CLI::Validator above_zero_up_to_one();
 
 // The threads a pool of this process gets for --threads: past
 // cpu::max_useful_threads() they would only take turns on this machine's

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <fstream>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -22,6 +21,7 @@
 #include "apps/accord/serve_http.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/fault/fault_plan.hpp"
+#include "runtime/io/mapped_file.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/serve/chat_template.hpp"
 #include "runtime/serve/progress.hpp"
@@ -110,14 +110,16 @@ Result<serve::ChatTemplate> chat_template(const ServeArgs& args) {
   return recognised;
 }
 
-// --api-key, or the first line of --api-key-file; empty: none.
+// --api-key, or the first line of --api-key-file; empty: none. The file is
+// opened as models are: anything but a regular file is refused, never
+// waited on.
 Result<std::string> api_key(const ServeArgs& args) {
   if (args.api_key_file.empty()) return args.api_key;
-  std::ifstream file(args.api_key_file);
+  auto file = MappedFile::open(args.api_key_file);
+  if (!file) return Error(file.error().code(), "--api-key-file: " + file.error().message());
   std::string key;
-  if (!file || !std::getline(file, key)) {
-    return Error(ErrorCode::io, "--api-key-file: cannot read " + args.api_key_file);
-  }
+  if (file->size() > 0) key.assign(reinterpret_cast<const char*>(file->bytes().data()), file->size());
+  key = key.substr(0, key.find('\n'));
   while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
   if (key.empty()) return Error(ErrorCode::contract, "--api-key-file: " + args.api_key_file + " holds no key");
   return key;

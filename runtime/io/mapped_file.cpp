@@ -20,11 +20,28 @@ Error io_error(const std::string& what, const std::string& path) {
   return Error(ErrorCode::io, what + " " + path + ": " + std::strerror(errno));
 }
 
+// Whether `path` names something other than a regular file (a FIFO, a
+// socket, a device, a folder).
+bool names_other_than_file(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode);
+}
+
 }  // namespace
 
+// O_NONBLOCK: opening a FIFO for reading blocks until a writer opens it, and
+// a model given as a FIFO hung before fstat could refuse it; without a
+// writer it now opens at once. It changes nothing for a regular file, and
+// nothing is read before fstat says the file is one. O_NOCTTY: a terminal
+// named as a model does not become this process's.
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return io_error("cannot open", path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    Error error = io_error("cannot open", path);
+    // A socket cannot be opened at all (ENXIO); say what it is.
+    if (names_other_than_file(path)) return Error(ErrorCode::io, path + " is not a regular file");
+    return error;
+  }
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
     Error error = io_error("cannot stat", path);

@@ -40,6 +40,8 @@ void confine_mapping(std::span<const std::byte> mapping, std::vector<ByteRange> 
 
 class MappedFile {
  public:
+  // A regular file only: a FIFO, socket, device or folder is refused at
+  // once ("PATH is not a regular file"), never waited on.
   static Result<MappedFile> open(const std::string& path);
 
   MappedFile() = default;
