@@ -370,8 +370,7 @@ class HttpServer::Impl {
   ServeEnd run(serve::Service& service) {
     service_ = &service;
     accept();
-    net::signal_set signals(io_, SIGINT, SIGTERM);
-    on_signals(signals);
+    on_signals();
     io_.run();
     return end_;
   }
@@ -392,8 +391,8 @@ class HttpServer::Impl {
   }
 
   // The first signal shuts down gracefully; a second ends at once.
-  void on_signals(net::signal_set& signals) {
-    signals.async_wait([this, &signals](beast::error_code error, int signal) {
+  void on_signals() {
+    signals_.async_wait([this](beast::error_code error, int signal) {
       if (error) return;
       if (connections_.shutting_down()) {
         spdlog::warn("signal {} again: stopping now", signal);
@@ -402,7 +401,7 @@ class HttpServer::Impl {
       }
       spdlog::info("signal {}: shutting down; running requests have {} ms", signal, options_.shutdown_grace.count());
       shut_down();
-      on_signals(signals);
+      on_signals();
     });
   }
 
@@ -431,6 +430,10 @@ class HttpServer::Impl {
   const HttpOptions options_;
   net::io_context io_{1};
   tcp::acceptor acceptor_{io_};
+  // Caught from construction on: a signal that comes between the address
+  // line and run() (a script that reads the line and stops the server at
+  // once) waits for run() instead of killing the process.
+  net::signal_set signals_{io_, SIGINT, SIGTERM};
   net::steady_timer grace_{io_};
   ConnectionSet connections_{[this] { io_.stop(); }};
   serve::Service* service_ = nullptr;
