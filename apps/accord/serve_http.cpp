@@ -199,6 +199,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void reject(int status, const std::string& message) {
     spdlog::debug("refused a request: {} {}", status, message);
     service_.count_refused(status);
+    answered_ = true;  // nothing more for this connection, a shutdown's cut included
     write(error_response(status, message));
     close_after_writes_ = true;
   }
