@@ -755,6 +755,29 @@ TEST_F(ServeServiceTest, CompletionsGiveTheLogprobsOfThePromptAndTheCompletion) 
   EXPECT_EQ(chunked, tokens);
 }
 
+// The same log-probabilities on two ranks as on one, an aborted step
+// retried included: the output owner's logits are the single rank's.
+TEST_F(ServeServiceTest, LogprobsAreTheSameOnTwoRanks) {
+  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 8},
+                     {"temperature", 0},       {"logprobs", 3},                  {"echo", true}};
+  start(1);
+  const serve::HttpResponse alone = post("/v1/completions", body)->wait();
+  ASSERT_EQ(alone.status, 200) << alone.body;
+  start(1, 8, {*parse_fault("1:Execution:error:3")});
+  const serve::HttpResponse ranks = post("/v1/completions", body)->wait();
+  ASSERT_EQ(ranks.status, 200) << ranks.body;
+  const json a = json::parse(alone.body)["choices"][0];
+  const json b = json::parse(ranks.body)["choices"][0];
+  EXPECT_EQ(a["text"], b["text"]);
+  EXPECT_EQ(a["logprobs"]["tokens"], b["logprobs"]["tokens"]);
+  ASSERT_EQ(a["logprobs"]["token_logprobs"].size(), b["logprobs"]["token_logprobs"].size());
+  for (std::size_t i = 0; i < a["logprobs"]["token_logprobs"].size(); ++i) {
+    EXPECT_FLOAT_EQ(a["logprobs"]["token_logprobs"][i].get<float>(), b["logprobs"]["token_logprobs"][i].get<float>())
+        << i;
+  }
+  EXPECT_NE(metrics_.prometheus_text().find("accord_retries_total 1\n"), std::string::npos);
+}
+
 TEST_F(ServeServiceTest, ChatGivesEachTokensLogprobWithItsAlternatives) {
   start(1);
   const json body = {{"model", "stories260K"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
