@@ -205,8 +205,8 @@ class Generation {
   }
 
   // The prompt in forward steps that return every row's logits: each row
-  // gives the log-probabilities of the prompt's next token, the last row's
-  // sample the first generated one.
+  // gives the log-probabilities of the prompt's next token, and the last
+  // row's logits are sampled for the first generated token.
   Result<SampledToken> prefill_with_logprobs(std::span<const int> prompt) {
     const auto vocab = static_cast<std::size_t>(target_.config().vocab_size);
     const std::size_t rows = std::max<std::size_t>(1, options_.prompt_logprob_floats / vocab);
