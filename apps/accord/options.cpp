@@ -51,8 +51,6 @@ CLI::Validator whole_number_range() {
       "");
 }
 
-CLI::Validator seed_range() { return whole_number_range(); }
-
 CLI::Validator sampler_seed_range() {
   return CLI::Validator(
       [](std::string& text) {

@@ -16,9 +16,6 @@ namespace accord::cli {
 // silently be one value.
 CLI::Validator whole_number_range();
 
-// A seed: a whole number from 0 to 2^64-1 (whole_number_range).
-CLI::Validator seed_range();
-
 // A sampler's seed, as llama-server takes it: 0 to 2^64-1, or -1 for a
 // seed drawn at random.
 CLI::Validator sampler_seed_range();

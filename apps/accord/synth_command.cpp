@@ -47,7 +47,7 @@ Command add_synth_command(CLI::App& app) {
   cmd->add_option("--vocab", c.vocab_size, "vocabulary size (at least 259)")->capture_default_str();
   cmd->add_option("--seq", c.seq_len, "context length")->capture_default_str();
   cmd->add_option("--seed", args->options.seed, "weight seed, 0 to 2^64-1")
-      ->check(seed_range())
+      ->check(whole_number_range())
       ->capture_default_str();
   cmd->add_flag("--separate-classifier", args->separate_classifier,
                 "store a classifier of its own instead of sharing the embedding");

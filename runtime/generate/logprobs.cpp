@@ -16,7 +16,9 @@ TokenLogprobs logprobs_of(std::span<const float> logits, int token, int top) {
   };
   TokenLogprobs out;
   out.chosen = {token, logprob(token), {}};
-  const auto count = static_cast<std::size_t>(std::clamp(top, 0, std::min<int>(kMaxTopLogprobs, static_cast<int>(logits.size()))));
+  const auto count =
+      static_cast<std::size_t>(std::clamp(top, 0, std::min<int>(kMaxTopLogprobs, static_cast<int>(logits.size()))));
+  if (count == 0) return out;
   std::vector<int> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(count), ids.end(), [&](int a, int b) {

@@ -35,19 +35,16 @@ ApiError server_error(int status, std::string message) {
 
 // SHA-256 of `text`: keys are compared by their digests, which have one
 // length whatever the key's.
-std::array<unsigned char, 32> digest_of(std::string_view text) {
-  std::array<unsigned char, 32> digest{};
+KeyDigest digest_of(std::string_view text) {
+  KeyDigest digest{};
   unsigned int length = 0;
   EVP_Digest(text.data(), text.size(), digest.data(), &length, EVP_sha256(), nullptr);
   return digest;
 }
 
-// In constant time: how long it takes tells nothing of how much of a
-// guessed key was right, nor of the key's length.
-bool same_key(std::string_view given, std::string_view key) {
-  const auto a = digest_of(given);
-  const auto b = digest_of(key);
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+// The field a refused prompt's error names.
+std::string prompt_param(Endpoint endpoint) {
+  return endpoint == Endpoint::chat_completions ? "messages" : "prompt";
 }
 
 // The token of "Bearer <token>" (the scheme in any case), or nothing.
@@ -71,7 +68,7 @@ struct Exchange {
            const CompletionRequest& wanted, std::vector<std::string> stops, int context_tokens)
       : path(std::move(endpoint)),
         context(context_tokens),
-        prompt_field(wanted.endpoint == Endpoint::chat_completions ? "messages" : "prompt"),
+        prompt_field(prompt_param(wanted.endpoint)),
         header(std::move(reply)),
         responder(std::move(client)),
         stream(wanted.stream),
@@ -221,6 +218,7 @@ Service::Service(const Tokenizer& tokenizer, Scheduler& scheduler, Metrics& metr
       scheduler_(scheduler),
       metrics_(metrics),
       options_(std::move(options)),
+      key_digest_(digest_of(options_.api_key)),
       started_(unix_seconds()) {}
 
 void Service::answer(const std::string& endpoint, const std::shared_ptr<Responder>& responder,
@@ -238,7 +236,11 @@ bool Service::authorized(const HttpRequest& request, std::string_view path) cons
   if (options_.api_key.empty() || path == "/health" || path == "/ready") return true;
   if (path == "/metrics" && options_.metrics_public) return true;
   const auto token = bearer_token(request.authorization);
-  return token && same_key(*token, options_.api_key);
+  if (!token) return false;
+  // In constant time: how long it takes tells nothing of how much of a
+  // guessed key was right, nor of the key's length.
+  const KeyDigest given = digest_of(*token);
+  return CRYPTO_memcmp(given.data(), key_digest_.data(), given.size()) == 0;
 }
 
 void Service::shut_down() {
@@ -265,11 +267,11 @@ void Service::handle(const HttpRequest& request, const std::shared_ptr<Responder
   if (path == kChatPath && post) return complete(request, Endpoint::chat_completions, responder);
   if (path == "/health" && get) return answer(path, responder, json_response(200, R"({"status":"ok"})"));
   if (path == "/ready" && get) {
+    const bool slots_ready = scheduler_.ready();
     const char* state = shutting_down_ ? R"({"status":"shutting down"})"
-                        : scheduler_.ready() ? R"({"status":"ready"})"
-                                             : R"({"status":"recovering"})";
-    const bool ready = !shutting_down_ && scheduler_.ready();
-    return answer(path, responder, json_response(ready ? 200 : 503, state));
+                        : slots_ready  ? R"({"status":"ready"})"
+                                       : R"({"status":"recovering"})";
+    return answer(path, responder, json_response(!shutting_down_ && slots_ready ? 200 : 503, state));
   }
   if (path == "/v1/models" && get) return answer(path, responder, json_response(200, models_body(options_.model_id, started_)));
   if (path == "/metrics" && get) {
@@ -309,7 +311,7 @@ void Service::complete(const HttpRequest& request, Endpoint endpoint, const std:
                                         " bytes long: more than the model's context of " +
                                         std::to_string(options_.context) + " tokens can hold (a token is at most " +
                                         std::to_string(tokenizer_.longest_piece_bytes()) + " bytes)",
-                                    chat ? "messages" : "prompt", "context_length_exceeded"));
+                                    prompt_param(endpoint), "context_length_exceeded"));
   }
 
   std::vector<std::string> stops = wanted.stop;

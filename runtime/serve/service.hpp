@@ -5,6 +5,7 @@
 // own.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -45,6 +46,9 @@ class Responder {
   // The client closed its connection: nobody reads the answer any more.
   virtual bool client_gone() const = 0;
 };
+
+// SHA-256, the form in which API keys are compared.
+using KeyDigest = std::array<unsigned char, 32>;
 
 struct ServiceOptions {
   std::string model_id;  // what /v1/models lists and requests name
@@ -90,6 +94,7 @@ class Service {
   Scheduler& scheduler_;
   Metrics& metrics_;
   const ServiceOptions options_;
+  const KeyDigest key_digest_;  // of options_.api_key
   const std::int64_t started_;  // Unix seconds, the models' "created"
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<bool> shutting_down_{false};
