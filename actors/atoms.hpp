@@ -12,7 +12,6 @@ using restart_atom = caf::atom_constant<caf::atom("restart")>;
 using faults_atom = caf::atom_constant<caf::atom("faults")>;
 using rank_state_atom = caf::atom_constant<caf::atom("rankstate")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
-using topology_atom = caf::atom_constant<caf::atom("topology")>;
 using assign_atom = caf::atom_constant<caf::atom("assign")>;
 using shard_atom = caf::atom_constant<caf::atom("shard")>;
 using name_atom = caf::atom_constant<caf::atom("name")>;

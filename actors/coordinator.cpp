@@ -152,18 +152,17 @@ CoordinatorActor::behavior_type coordinator_actor(CoordinatorPointer self, Sessi
     pump(self);
   };
   return {
-      [=](restart_atom, RankId rank, const caf::actor& actor) {
+      [=](restart_atom, RankId rank, const RankActor& actor) {
         auto& st = self->state;
         if (rank >= st.ranks.size()) return;
-        st.ranks[rank] = caf::actor_cast<RankActor>(actor);
+        st.ranks[rank] = actor;
         st.held[rank].clear();  // the decisions of the rank it replaces
         self->monitor(st.ranks[rank]);
         st.driver->rank_up(rank);
       },
-      [=](topology_atom, const std::vector<caf::actor>& ranks) {
+      [=](const RankTopology& topology) {
         auto& st = self->state;
-        st.ranks.clear();
-        for (const auto& rank : ranks) st.ranks.push_back(caf::actor_cast<RankActor>(rank));
+        st.ranks = topology.ranks;
         for (const auto& rank : st.ranks) self->monitor(rank);
         st.held.assign(st.ranks.size(), {});
       },

@@ -1,5 +1,5 @@
-// The coordinator of a distributed session (DESIGN.md, "The phase
-// protocol"): an event-based actor that turns each TransactionRequest into
+// The coordinator of a distributed session (docs/protocol.md, "Actors"):
+// an event-based actor that turns each TransactionRequest into
 // the operation's phase sequence, runs CoordinatorAgreement (the pure
 // decision logic) over the ranks' replies, its own timer and the ranks'
 // down messages, and answers with one TransactionReply. The caller blocks
@@ -31,7 +31,7 @@ struct CoordinatorOptions {
 };
 
 // Spawns the coordinator (CoordinatorActor, actors/interfaces.hpp) of
-// `rank_count` ranks. Send it topology_atom with the ranks' actors (in rank
+// `rank_count` ranks. Send it a RankTopology with the ranks' actors (in rank
 // order) before any request. Asked with down_atom, it answers the ranks it
 // saw go down.
 CoordinatorActor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,

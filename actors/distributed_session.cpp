@@ -23,8 +23,8 @@
 #include "runtime/model/identity.hpp"
 #include "runtime/model/residency.hpp"
 #include "runtime/model/transformer.hpp"
-#include "runtime/session/partition.hpp"
-#include "runtime/session/rank_worker.hpp"
+#include "runtime/rank/partition.hpp"
+#include "runtime/rank/rank_worker.hpp"
 
 namespace accord {
 
@@ -144,7 +144,7 @@ void use_remote_connections(caf::actor_system_config& config) {
   // a client's coordinator needs one. The rest only wake up and take cores
   // from the node that computes: with two, three nodes on two cores switch
   // threads a fifth less often and decode about 5% faster
-  // (bench/README.md, "Eleventh pass").
+  // (docs/perf-log.md, "Eleventh pass").
   config.set("scheduler.max-threads", std::size_t{2});
   config.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(250)});
   config.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(2)});
@@ -223,10 +223,7 @@ struct DistributedSession::Impl {
     if (options.phase_timeout_ms < 1) return Error(ErrorCode::contract, "the phase timeout must be positive");
     RankOptions rank_options;
     rank_options.phase_timeout = std::chrono::milliseconds(options.phase_timeout_ms);
-    auto environment = faults_from_environment();
-    if (!environment) return environment.error();
     rank_options.faults = options.faults;
-    rank_options.faults.insert(rank_options.faults.end(), environment->begin(), environment->end());
     rank_options.stage = {options.backend, options.max_resident_bytes};
     if (Status ok = check_fault_plan(rank_options.faults, partition->ranks()); !ok) return ok;
     if (Status ok = check_local_residency(*partition, options.max_resident_bytes); !ok) return ok;
@@ -247,16 +244,9 @@ struct DistributedSession::Impl {
     for (int r = 0; r < partition->ranks(); ++r) {
       if (Status ok = start_rank(r, layout->options); !ok) return ok;
     }
-    for (const auto& rank : ranks) (*caller)->send(rank, topology_atom::value, topology());
-    (*caller)->send(coordinator, topology_atom::value, topology());
+    for (const auto& rank : ranks) (*caller)->send(rank, RankTopology{ranks});
+    (*caller)->send(coordinator, RankTopology{ranks});
     return {};
-  }
-
-  // Every rank's actor, in rank order, as the topology message carries them.
-  std::vector<caf::actor> topology() const {
-    std::vector<caf::actor> all;
-    for (const auto& rank : ranks) all.push_back(caf::actor_cast<caf::actor>(rank));
-    return all;
   }
 
   // Starts rank r's actors: in this process, or on its node.
@@ -352,18 +342,21 @@ struct DistributedSession::Impl {
   }
 
   // Dials rank r's node and sends it `request...`; its reply, a refusal
-  // (empty: none) and a `Reply`, goes to `take`. A refusal, or no reply, is
-  // the call's error.
+  // and a `Reply`, goes to `take`. A refusal, or no reply, is the call's
+  // error; `refused` says which refusal it was.
   template <class Reply, class... Request>
-  Status ask_node(int r, const std::function<void(Reply&)>& take, Request&&... request) {
+  Status ask_node(int r, NodeRefusalCode& refused, const std::function<void(Reply&)>& take,
+                  Request&&... request) {
+    refused = NodeRefusalCode::none;
     const NodeAddress& address = nodes[static_cast<std::size_t>(r)];
     auto node = dial_node_actor(*system, address, secret, kConnectTimeout);
     if (!node) return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + node.error().message());
     std::optional<Error> failure;
     (*caller)->request(*node, kNodeSetupTimeout, std::forward<Request>(request)...)
         .receive(
-            [&](std::string& refusal, Reply& reply) {
-              if (!refusal.empty()) failure = Error(ErrorCode::architecture, refusal);
+            [&](NodeRefusal& refusal, Reply& reply) {
+              refused = refusal.code;
+              if (refusal.refused()) failure = Error(ErrorCode::architecture, refusal.message);
               take(reply);
             },
             [&](caf::error& e) {
@@ -375,8 +368,9 @@ struct DistributedSession::Impl {
 
   // Asks rank r's node for the digests of the rank's shard.
   Status shard_digests(int r, std::vector<std::string>& digests) {
+    NodeRefusalCode refused;
     return ask_node<std::vector<std::string>>(
-        r, [&](std::vector<std::string>& shard) { digests = std::move(shard); }, shard_atom::value,
+        r, refused, [&](std::vector<std::string>& shard) { digests = std::move(shard); }, shard_atom::value,
         assignment_for(r, layout->options));
   }
 
@@ -387,19 +381,13 @@ struct DistributedSession::Impl {
   Status assign_node(int r, const RankOptions& options) {
     const auto give_up = std::chrono::steady_clock::now() + kTakenRankPatience;
     for (;;) {
-      Status assigned = assign_node_once(r, options);
-      if (assigned || assigned.error().message().find(kRankTakenRefusal) == std::string::npos ||
-          std::chrono::steady_clock::now() > give_up) {
-        return assigned;
-      }
+      NodeRefusalCode refused;
+      Status assigned = ask_node<RankActor>(
+          r, refused, [&](RankActor& rank) { ranks[static_cast<std::size_t>(r)] = std::move(rank); },
+          assign_atom::value, assignment_for(r, options), coordinator);
+      if (refused != NodeRefusalCode::rank_taken || std::chrono::steady_clock::now() > give_up) return assigned;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-  }
-
-  Status assign_node_once(int r, const RankOptions& options) {
-    return ask_node<caf::actor>(
-        r, [&](caf::actor& rank) { ranks[static_cast<std::size_t>(r)] = caf::actor_cast<RankActor>(rank); },
-        assign_atom::value, assignment_for(r, options), caf::actor_cast<caf::actor>(coordinator));
   }
 
   // Which ranks are gone. A local rank is asked: a request to an exited
@@ -442,11 +430,11 @@ struct DistributedSession::Impl {
       if (Status ok = start_rank(static_cast<int>(r), fresh); !ok) {
         return std::move(Error(ok.error()).mark_before_state_mutation());
       }
-      (*caller)->send(coordinator, restart_atom::value, static_cast<RankId>(r), caf::actor_cast<caf::actor>(ranks[r]));
+      (*caller)->send(coordinator, restart_atom::value, static_cast<RankId>(r), ranks[r]);
       ++restarted;
     }
     if (restarted > 0) {
-      for (const auto& rank : ranks) (*caller)->send(rank, topology_atom::value, topology());
+      for (const auto& rank : ranks) (*caller)->send(rank, RankTopology{ranks});
     }
     return restarted;
   }

@@ -20,16 +20,16 @@
 
 #include "actors/node_address.hpp"
 #include "runtime/agreement/dropped_messages.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/generate/target.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 #include "runtime/model/stage_backend.hpp"
 #include "messages/protocol.hpp"
-#include "runtime/session/observer.hpp"
+#include "runtime/rank/observer.hpp"
 #include "runtime/session/session.hpp"
-#include "runtime/session/prompt_input.hpp"
+#include "runtime/rank/prompt_input.hpp"
 
 namespace caf {
 class actor_system;
@@ -47,14 +47,14 @@ struct DistributedOptions {
   // this many for its rank, capped at what its machine can use.
   int threads = 1;
   int phase_timeout_ms = 5000;  // a rank that does not report within it aborts the step
-  // Faults to inject (runtime/fault/fault_plan.hpp). create() adds those of
-  // the ACCORD_FAULTS environment variable, so a service that embeds accord
-  // runs the same scenarios as `accord generate --fault`.
+  // Faults to inject (runtime/fault/fault_plan.hpp). A service that wants
+  // ACCORD_FAULTS' scenarios, as `accord generate` runs them, adds those of
+  // read_environment() (runtime/base/environment.hpp).
   std::vector<Fault> faults;
   // connect(): the file of the cluster's secret, which the nodes must prove
   // and this coordinator proves to them (docs/protocol.md, "Node
-  // security"). Empty: the ACCORD_SECRET_FILE environment variable, else
-  // none, and only nodes on loopback admit the coordinator.
+  // security"). Empty: none, and only nodes on loopback admit the
+  // coordinator.
   std::string secret_file;
   // connect(): nodes that take the rank of a node that cannot be reached,
   // at the start or when the session heals, in order; each serves once.
@@ -159,7 +159,7 @@ class DistributedSession {
   Result<DistributedStep> prefill(std::span<const int> tokens);  // logits of the last row
   Result<DistributedStep> decode(int token);
 
-  // The same steps with an observer (runtime/session/observer.hpp), lent to
+  // The same steps with an observer (runtime/rank/observer.hpp), lent to
   // every rank for the step: each rank calls on_unit_output for its own
   // units, the output owner calls on_logits in OutputObservation, and what
   // on_logits leaves is what OutputPublication publishes. Ranks run one
@@ -194,7 +194,7 @@ class DistributedSession {
 
   // Steps for speculative decoding's target model, as
   // Session::prefill/decode_prediction_target(_input)
-  // (runtime/session/prediction_target.hpp): after OutputObservation the
+  // (runtime/rank/prediction_target.hpp): after OutputObservation the
   // output owner verifies the draft and captures the residual stream after
   // the last unit (before the final norm) of the last kept row
   // (PredictionTargetCapture) and sends both to every rank, each of which
@@ -244,7 +244,7 @@ class DistributedSession {
                                                  const PromptCacheDescriptor& expected, std::span<const int> prefix,
                                                  const std::string& prepared_input);
   // Heals a cache a killed save left on mixed generations
-  // (runtime/session/prompt_cache_recovery.hpp) when every rank runs in
+  // (runtime/rank/prompt_cache_recovery.hpp) when every rank runs in
   // this process and so shares its file system. Over remote nodes each
   // rank's folder is its node's, and nothing is done (action none).
   Result<PromptCacheRecovery> recover_prompt_cache(const std::filesystem::path& root);

@@ -2,6 +2,7 @@
 
 #include <caf/actor_system_config.hpp>
 
+#include "actors/interfaces.hpp"
 #include "messages/fault.hpp"
 #include "messages/node_api.hpp"
 #include "messages/protocol.hpp"
@@ -32,6 +33,10 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<TransactionReply>("accord.TransactionReply");
   config.add_message_type<std::vector<std::uint64_t>>("accord.Counters");
   config.add_message_type<NodeAssignment>("accord.NodeAssignment");
+  config.add_message_type<NodeRefusal>("accord.NodeRefusal");
+  config.add_message_type<RankActor>("accord.RankActor");
+  config.add_message_type<CoordinatorActor>("accord.CoordinatorActor");
+  config.add_message_type<RankTopology>("accord.RankTopology");
   config.add_message_type<Fault>("accord.Fault");
   config.add_message_type<std::vector<Fault>>("accord.FaultPlan");
 }

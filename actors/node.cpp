@@ -13,25 +13,27 @@
 #include "runtime/io/env.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/residency.hpp"
-#include "runtime/session/partition.hpp"
-#include "runtime/session/rank_worker.hpp"
+#include "runtime/rank/partition.hpp"
+#include "runtime/rank/rank_worker.hpp"
 
 namespace accord {
 
 namespace {
 
-// The reply to an assignment: an empty failure and the rank's actor, or why
-// the node refused.
-using AssignReply = std::tuple<std::string, caf::actor>;
-// The reply to a request for a shard's digests: an empty failure and the
+// The reply to an assignment: no refusal and the rank's actor, or why the
+// node refused.
+using AssignReply = std::tuple<NodeRefusal, RankActor>;
+// The reply to a request for a shard's digests: no refusal and the
 // digests, or why the node cannot read the shard.
-using ShardReply = std::tuple<std::string, std::vector<std::string>>;
+using ShardReply = std::tuple<NodeRefusal, std::vector<std::string>>;
+
+NodeRefusal refusal(NodeRefusalCode code, const Error& why) { return {code, why.message()}; }
 
 struct NodeState {
   NodeOptions options;
   std::shared_ptr<const Model> model;  // the one its rank runs, or the last loaded
   RankActor rank;                      // the rank this node runs, or none
-  caf::actor coordinator;              // the rank's session's, while it lives
+  CoordinatorActor coordinator;        // the rank's session's, while it lives
   std::vector<NodeActor> later_nodes;  // those the node connected to (connect_to_later_ranks)
 };
 
@@ -42,9 +44,9 @@ void release_rank(NodePointer self) {
   auto& s = self->state;
   if (!s.rank) return;
   self->send_exit(s.rank, caf::exit_reason::user_shutdown);
-  self->demonitor(s.coordinator);
+  self->demonitor(s.coordinator.address());
   s.rank = RankActor{};
-  s.coordinator = caf::actor{};
+  s.coordinator = CoordinatorActor{};
   s.later_nodes.clear();
 }
 
@@ -78,10 +80,11 @@ void connect_to_later_ranks(NodePointer self, const NodeAssignment& assignment) 
 }
 
 // Another session's coordinator may not take the rank of a running one.
-Status check_not_taken(const NodeState& s, const caf::actor& coordinator) {
+Status check_not_taken(const NodeState& s, const CoordinatorActor& coordinator) {
   if (!s.rank || coordinator == s.coordinator) return {};
-  return Error(ErrorCode::state, s.options.name + " " + kRankTakenRefusal +
-                                     "; it takes a new one when that session's coordinator is gone");
+  return Error(ErrorCode::state, s.options.name +
+                                     " runs a rank of another session; it takes a new one when that session's "
+                                     "coordinator is gone");
 }
 
 // The threads of the rank's pool: the coordinator's count, which knows
@@ -198,12 +201,23 @@ Status check_faults_allowed(const NodeState& s, const NodeAssignment& assignment
   return Error(ErrorCode::contract, s.options.name + " does not take fault plans (start it with --allow-faults)");
 }
 
-Result<RankActor> start_rank(NodePointer self, const NodeAssignment& assignment, const caf::actor& coordinator) {
-  const NodeState& s = self->state;
-  if (Status ok = check_faults_allowed(s, assignment); !ok) return ok.error();
-  if (Status ok = check_fault_plan(assignment.faults, static_cast<int>(assignment.unit_counts.size())); !ok) {
-    return ok.error();
+// Why the node turns `assignment` down before reading any model, or none.
+NodeRefusal check_assignment(const NodeState& s, const NodeAssignment& assignment) {
+  if (Status ok = check_faults_allowed(s, assignment); !ok) {
+    return refusal(NodeRefusalCode::faults_not_allowed, ok.error());
   }
+  if (Status ok = check_rank_in_partition(assignment); !ok) {
+    return refusal(NodeRefusalCode::invalid_assignment, ok.error());
+  }
+  if (Status ok = check_fault_plan(assignment.faults, static_cast<int>(assignment.unit_counts.size())); !ok) {
+    return refusal(NodeRefusalCode::invalid_assignment, ok.error());
+  }
+  return {};
+}
+
+// Reads the rank's shard and starts the rank; an error is the model's.
+Result<RankActor> start_rank(NodePointer self, const NodeAssignment& assignment, const CoordinatorActor& coordinator) {
+  const NodeState& s = self->state;
   auto model = shard_model(self, assignment);
   if (!model) return model.error();
   if (Status ok = check_shard(s, **model, assignment); !ok) {
@@ -217,8 +231,7 @@ Result<RankActor> start_rank(NodePointer self, const NodeAssignment& assignment,
   options.phase_timeout = std::chrono::milliseconds(assignment.phase_timeout_ms);
   options.confinement = NodeConfinement{s.options.prompt_cache_dir, s.options.allow_faults};
   return spawn_rank(self->system(), std::move(*worker), assignment.session,
-                    static_cast<RankId>(assignment.unit_counts.size()), caf::actor_cast<CoordinatorActor>(coordinator),
-                    options);
+                    static_cast<RankId>(assignment.unit_counts.size()), coordinator, options);
 }
 
 // --- node: the node's own work, on its own thread --------------------------
@@ -239,18 +252,22 @@ NodeActor::behavior_type node_actor(NodePointer self, NodeOptions options) {
   });
   return {
       [=](name_atom, std::string& name) { self->state.options.name = std::move(name); },
-      [=](assign_atom, const NodeAssignment& assignment, caf::actor coordinator) -> AssignReply {
+      [=](assign_atom, const NodeAssignment& assignment, CoordinatorActor coordinator) -> AssignReply {
         auto& s = self->state;
         if (Status free = check_not_taken(s, coordinator); !free) {
           spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, free.error().message());
-          return {free.error().message(), caf::actor{}};
+          return {refusal(NodeRefusalCode::rank_taken, free.error()), RankActor{}};
         }
         release_rank(self);
+        if (NodeRefusal refused = check_assignment(s, assignment); refused.refused()) {
+          spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, printable(refused.message));
+          return {std::move(refused), RankActor{}};
+        }
         auto rank = start_rank(self, assignment, coordinator);
         if (!rank) {
           // The error may quote what the coordinator sent (a model path).
           spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, printable(rank.error().message()));
-          return {rank.error().message(), caf::actor{}};
+          return {refusal(NodeRefusalCode::model_refused, rank.error()), RankActor{}};
         }
         s.rank = *rank;
         s.coordinator = std::move(coordinator);
@@ -258,12 +275,12 @@ NodeActor::behavior_type node_actor(NodePointer self, NodeOptions options) {
         connect_to_later_ranks(self, assignment);
         spdlog::info("{}: runs rank {} of {} of session {:x}", s.options.name, assignment.rank,
                      assignment.unit_counts.size(), assignment.session);
-        return {std::string(), caf::actor_cast<caf::actor>(s.rank)};
+        return {NodeRefusal{}, s.rank};
       },
       [=](shard_atom, const NodeAssignment& assignment) -> ShardReply {
         auto shard = shard_model(self, assignment);
-        if (!shard) return {shard.error().message(), {}};
-        return {std::string(), (*shard)->tensor_digests()};
+        if (!shard) return {refusal(NodeRefusalCode::model_refused, shard.error()), {}};
+        return {NodeRefusal{}, (*shard)->tensor_digests()};
       },
   };
 }
@@ -277,7 +294,7 @@ NodeActor::behavior_type node_actor(NodePointer self, NodeOptions options) {
 // an actor, which lets ~actor_system go on, before it sends its down
 // messages), where nothing drains it (abstract_broker::cleanup skips the
 // mailbox). A detached actor held so is never destroyed, and ~actor_system
-// waits for its thread forever (issue 16); a scheduled one held so is only
+// waits for its thread forever; a scheduled one held so is only
 // memory the process gives back as it exits.
 NodeActor::behavior_type front_actor(NodeActor::pointer self, NodeActor node) {
   // However the front ends, the node actor is told to stop, so it releases
@@ -292,20 +309,20 @@ NodeActor::behavior_type front_actor(NodeActor::pointer self, NodeActor node) {
   return {
       [=](name_atom name, std::string& text) { self->send(node, name, std::move(text)); },
       [=](assign_atom assign, NodeAssignment& assignment,
-          caf::actor& coordinator) -> caf::typed_response_promise<std::string, caf::actor> {
-        auto reply = self->make_response_promise<std::string, caf::actor>();
-        auto answer = [=](std::string& failure, caf::actor& rank) mutable {
-          reply.deliver(std::move(failure), std::move(rank));
+          CoordinatorActor& coordinator) -> caf::typed_response_promise<NodeRefusal, RankActor> {
+        auto reply = self->make_response_promise<NodeRefusal, RankActor>();
+        auto answer = [=](NodeRefusal& refusal, RankActor& rank) mutable {
+          reply.deliver(std::move(refusal), std::move(rank));
         };
         auto fail = [=](caf::error& error) mutable { reply.deliver(std::move(error)); };
         self->request(node, caf::infinite, assign, std::move(assignment), std::move(coordinator)).then(answer, fail);
         return reply;
       },
       [=](shard_atom shard, NodeAssignment& assignment)
-          -> caf::typed_response_promise<std::string, std::vector<std::string>> {
-        auto reply = self->make_response_promise<std::string, std::vector<std::string>>();
-        auto answer = [=](std::string& failure, std::vector<std::string>& digests) mutable {
-          reply.deliver(std::move(failure), std::move(digests));
+          -> caf::typed_response_promise<NodeRefusal, std::vector<std::string>> {
+        auto reply = self->make_response_promise<NodeRefusal, std::vector<std::string>>();
+        auto answer = [=](NodeRefusal& refusal, std::vector<std::string>& digests) mutable {
+          reply.deliver(std::move(refusal), std::move(digests));
         };
         auto fail = [=](caf::error& error) mutable { reply.deliver(std::move(error)); };
         self->request(node, caf::infinite, shard, std::move(assignment)).then(answer, fail);

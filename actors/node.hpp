@@ -1,6 +1,6 @@
 // A node of a remote cluster (`accord node`): a process that runs one rank
-// of a session whose coordinator lives elsewhere (DESIGN.md, "Ranks as
-// actors"). Its node actor, published with CAF's middleman, waits for an
+// of a session whose coordinator lives elsewhere (docs/protocol.md, "Remote
+// ranks"). Its node actor, published with CAF's middleman, waits for an
 // assignment (messages/node_api.hpp), loads its shard of the model (only
 // the tensors of its rank: docs/residency.md), checks their digests against
 // the session's, spawns the rank's actors (actors/rank_actors.hpp) and

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 namespace accord {
 

@@ -17,10 +17,7 @@ class ActorOutbox final : public RankOutbox {
   ActorOutbox(RankActor::pointer self, CoordinatorActor coordinator, std::chrono::milliseconds fault_delay)
       : self_(self), coordinator_(std::move(coordinator)), fault_delay_(fault_delay) {}
 
-  void set_ranks(const std::vector<caf::actor>& ranks) {
-    ranks_.clear();
-    for (const auto& rank : ranks) ranks_.push_back(caf::actor_cast<RankActor>(rank));
-  }
+  void set_ranks(const std::vector<RankActor>& ranks) { ranks_ = ranks; }
 
   // Held until the handler that reported it ends (flush).
   void to_coordinator(RankReport report) override { held_.push_back(std::move(report)); }
@@ -106,7 +103,7 @@ RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self,
       [=](RouteTransfer& transfer) { to_node(PeerData(std::move(transfer))); },
       [=](const SamplingResult& sampled) { to_node(PeerData(sampled)); },
       [=](PredictionTargetHidden& capture) { to_node(PeerData(std::move(capture))); },
-      [=](topology_atom, const std::vector<caf::actor>& ranks) { self->state.outbox->set_ranks(ranks); },
+      [=](const RankTopology& topology) { self->state.outbox->set_ranks(topology.ranks); },
       [=](const LentObserver& lent) { self->state.node->lend_observer(lent.observer); },
       [=](rank_state_atom) -> RankStateReport { return self->state.node->state_report(); },
       [=](faults_atom, const std::vector<Fault>& plan) -> bool {

@@ -1,5 +1,5 @@
-// One rank of a distributed session as one CAF actor (DESIGN.md, "Ranks as
-// actors"). The rank actor owns the rank's RankNode
+// One rank of a distributed session as one CAF actor (docs/protocol.md,
+// "Actors"). The rank actor owns the rank's RankNode
 // (runtime/engine/rank_node.hpp): its agreement machine, worker, prompt
 // cache and fault plan, the same ones the direct engine runs. It hands the
 // node every message in turn and sends what the node sends: statuses and
@@ -12,7 +12,7 @@
 // other threads keep the protocol moving; and a message between actors on
 // the scheduler goes into the sending thread's own queue, where a detached
 // actor's would wake a thread for every phase of every rank (measured in
-// bench/README.md, "Ranks (issue 13)").
+// docs/perf-log.md, "One engine (second pass)").
 #pragma once
 
 #include <caf/actor_system.hpp>
@@ -25,8 +25,8 @@
 #include "actors/interfaces.hpp"
 #include "messages/protocol.hpp"
 #include "runtime/fault/fault_plan.hpp"
-#include "runtime/session/observer.hpp"
-#include "runtime/session/rank_worker.hpp"
+#include "runtime/rank/observer.hpp"
+#include "runtime/rank/rank_worker.hpp"
 
 namespace accord {
 
@@ -50,7 +50,7 @@ struct RankOptions {
 // Spawns the rank actor (RankActor, actors/interfaces.hpp) over `worker`
 // (detached, on a thread of its own, when the worker computes on a device),
 // rank worker->rank() of `rank_count`, its only holder. It reports to
-// `coordinator` and, once told with topology_atom every rank's actor (in
+// `coordinator` and, once told in a RankTopology every rank's actor (in
 // rank order), sends its activations to the next rank and, on the output
 // owner, what it samples and captures to every rank.
 RankActor spawn_rank(caf::actor_system& system, std::shared_ptr<RankWorker> worker, SessionId session,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side CPU speed of accord and llama.cpp on the same GGUF files
-# (issue 14): decode tg64 and prefill pp128, 1 and 2 threads.
+# (bench/README.md, "Against llama.cpp"): decode tg64 and prefill pp128,
+# 1 and 2 threads.
 #
 #   bench/compare-llama-cpp.sh LLAMA_BENCH ACCORD MODEL_DIR [RUNS] > table.md
 #

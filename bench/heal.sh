@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How long healing takes (issue 16): a greedy generation on the synthetic
+# How long healing takes (docs/healing.md): a greedy generation on the synthetic
 # 110M shape over 3 `accord node` processes and a spare, on loopback; rank
 # 1's node is killed with SIGKILL DELAY_MS into the run. Prints, per run,
 # whether the tokens equal an uninterrupted run's, the heals, heal_seconds,

@@ -10,7 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/model_store.hpp"
-#include "runtime/session/partition.hpp"
+#include "runtime/rank/partition.hpp"
 
 namespace accord::bench {
 namespace {

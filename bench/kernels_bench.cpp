@@ -10,15 +10,30 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/aligned.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
 namespace {
+
+// ACCORD_CPU_PATH forces a path here as it does for `accord`.
+[[maybe_unused]] const bool forced_path = [] {
+  const char* path = std::getenv("ACCORD_CPU_PATH");
+  if (path == nullptr) return false;
+  if (const std::string refused = accord::cpu::use_isa(path); !refused.empty()) {
+    std::fprintf(stderr, "ACCORD_CPU_PATH: %s\n", refused.c_str());
+    std::exit(2);
+  }
+  return true;
+}();
 
 using accord::cpu::WeightType;
 

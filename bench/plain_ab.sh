@@ -5,8 +5,9 @@
 # round before, so a noisy machine slows both alike and neither always goes
 # first. The tok/s figures are medians of RUNS; the ratio is the median of
 # the rounds' own ratios (this build's over the base's), with the lowest
-# and highest. Use it when a change touches the session's path (issue 13:
-# the one-rank Session on the one engine must be no slower).
+# and highest. Use it when a change touches the session's path (the
+# one-rank Session on the one engine must be no slower: bench/README.md,
+# "Ranks").
 #   bench/plain_ab.sh BASE_BUILD_DIR [BUILD_DIR] [RUNS] [THREADS]
 # Prints a markdown table. The models are written to a temporary folder.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What ranks cost (issue 13): greedy decode tok/s of a plain session, of 2, 3
+# What ranks cost: greedy decode tok/s of a plain session, of 2, 3
 # and 4 in-process ranks and of 3 `accord node` processes on loopback, on
 # the synthetic 15M and 110M shapes, at the same --threads. The runs
 # alternate (plain, ranks 2, 3, 4, nodes, plain, ...) so a noisy machine

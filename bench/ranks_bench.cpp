@@ -1,4 +1,4 @@
-// What ranks cost (issue 13), measured so that the host's noise falls on
+// What ranks cost, measured so that the host's noise falls on
 // both sides alike: a plain session and a session of N in-process ranks
 // over the same model in one process, decoding greedily in turns of a few
 // tokens (a block), so that each ratio compares runs some hundred

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# accord serve against llama.cpp's llama-server (issue 15), side by side:
+# accord serve against llama.cpp's llama-server (docs/serve.md), side by side:
 # aggregate tokens/s of STREAMS concurrent greedy completions, and the time
 # to first token of one request alone against `accord generate`'s prefill.
 #

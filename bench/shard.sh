@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a rank holds of the model (issue 19, docs/residency.md), on the
+# What a rank holds of the model (docs/residency.md), on the
 # synthetic 110M shape, all in one run so the ratios share the machine's
 # state:
 # - peak RSS of a one-process run, of each of 3 `accord node` processes

@@ -29,7 +29,8 @@
 #include "runtime/generate/generator.hpp"
 #include "bench/model_store.hpp"
 #include "runtime/model/synthetic.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/synthetic_tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a pipelined decode step's time goes (issue 13), from the binary as
+# Where a pipelined decode step's time goes, from the binary as
 # built, without a line of code added: perf uprobes time each rank's
 # compute (RankWorker::run_units, entry and return), the output owner's
 # pick (RankWorker::sample's return) and the coordinator's reply to the

@@ -7,7 +7,8 @@
 include(CMakePackageConfigHelpers)
 include(GNUInstallDirs)
 
-set(accord_libraries accord_settings accord_messages accord_kernels accord_runtime accord_actors accord_serve)
+set(accord_libraries accord_settings accord_messages accord_kernels accord_base accord_agreement accord_model
+    accord_text accord_net accord_rank accord_engine accord_session accord_generate accord_runtime accord_actors accord_serve)
 # A runtime built with CUDA links its kernels (and the static CUDA runtime).
 if(ACCORD_HAVE_CUDA)
   list(APPEND accord_libraries accord_cuda_kernels)

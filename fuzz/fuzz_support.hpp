@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "runtime/model/model.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace accord::fuzz {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_support.hpp"
-#include "runtime/session/prompt_cache.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   auto manifest = accord::manifest_from_json(std::string_view(reinterpret_cast<const char*>(data), size));

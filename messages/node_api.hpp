@@ -37,11 +37,29 @@ struct NodeAssignment {
   bool operator==(const NodeAssignment&) const = default;
 };
 
-// Begins the refusal of a node whose rank belongs to a session whose
-// coordinator it still sees alive. A coordinator that just went away is
-// seen gone within the connection timeout, so a new one tries again until
-// then.
-inline constexpr const char* kRankTakenRefusal = "runs a rank of another session";
+// Why a node turned an assignment or a shard request down.
+enum class NodeRefusalCode : std::uint8_t {
+  none = 0,  // it did as asked
+  // It runs a rank of a session whose coordinator it still sees alive. A
+  // coordinator that just went away is seen gone within the connection
+  // timeout, so a new one asks again until then.
+  rank_taken = 1,
+  faults_not_allowed = 2,  // the assignment carries faults; the node was started without --allow-faults
+  invalid_assignment = 3,  // a rank outside the partition, or a fault plan that does not fit it
+  model_refused = 4,       // the node cannot read the rank's shard, or its tensors are not the session's
+};
+
+struct NodeRefusal {
+  NodeRefusalCode code = NodeRefusalCode::none;
+  std::string message;  // names the node and says why, for the coordinator's error
+
+  bool refused() const { return code != NodeRefusalCode::none; }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NodeRefusal& x) {
+  return f(x.code, x.message);
+}
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeAssignment& x) {

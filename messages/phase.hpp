@@ -1,5 +1,5 @@
 // The phases every rank agrees on, one by one, in a distributed session
-// transaction (DESIGN.md, "The phase protocol"), and the id that names one
+// transaction (docs/protocol.md), and the id that names one
 // phase on the wire: the phase plus, for the two boundary phases, the route
 // between consecutive ranks it concerns.
 //
@@ -19,7 +19,8 @@ namespace accord {
 using RankId = std::uint32_t;
 inline constexpr RankId kNoRank = std::numeric_limits<RankId>::max();
 
-// In the order of DESIGN.md's phase table; the values travel on the wire.
+// The phase table: each phase, with what a rank's ok status for it says.
+// Keep the order: the values travel on the wire.
 enum class DistributedExecutionPhase : std::uint8_t {
   StateCheckpoint,                     // captured the checkpoint for rollback
   PromptCacheLoadPreflight,            // accepts the cache identity and input

@@ -1,6 +1,6 @@
-// The messages of the phase protocol (DESIGN.md, "The phase protocol";
-// docs/protocol.md): the coordinator sends PhaseBegin to every rank, each
-// rank answers PhaseStatus, the coordinator sends one PhaseDecision to all;
+// The messages of the phase protocol (docs/protocol.md): the coordinator
+// sends PhaseBegin to every rank, each rank answers PhaseStatus, the
+// coordinator sends one PhaseDecision to all;
 // after an abort every rank answers AbortAcknowledgement. Activations on a
 // route travel as WireTensor.
 //
@@ -231,10 +231,11 @@ struct WireTensor {
 // On the wire the floats travel as their raw bytes, little-endian: CAF
 // 0.17.6's binary serializer packs floats in a portable form that loses
 // subnormals, and a remote rank must see the activations bit for bit
-// (invariant 1). A byte sequence is also what CAF copies in one piece
-// rather than value by value, which matters for a step's logits (tens of
-// thousands of floats). CAF's inspectors say whether they read a value
-// (serializers, printing) or write one (deserializers).
+// (docs/invariants.md, invariant 1). A byte sequence is also what CAF
+// copies in one piece rather than value by value, which matters for a
+// step's logits (tens of thousands of floats). CAF's inspectors say
+// whether they read a value (serializers, printing) or write one
+// (deserializers).
 static_assert(std::endian::native == std::endian::little, "WireTensor sends its floats as they lie in memory");
 
 inline std::vector<unsigned char> float_bytes(const std::vector<float>& values) {
@@ -315,7 +316,7 @@ typename Inspector::result_type inspect(Inspector& f, SamplingResult& x) {
 }
 
 // The output owner's prediction-target capture of transaction `epoch`
-// (runtime/session/prediction_target.hpp): the residual stream after the
+// (runtime/rank/prediction_target.hpp): the residual stream after the
 // last unit, before the final norm, of the last kept row, (1, dim), and
 // the verdict on the step's draft. Sent in
 // PredictionTargetCapturePublication to every other rank and to the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA backend's checks on a machine with a GPU (issue 18, docs/gpu.md),
+# The CUDA backend's checks on a machine with a GPU (docs/gpu.md),
 # in one run of a few minutes: the devices; each kernel against the CPU's;
 # stories260K's logits and greedy tokens against the CPU's; `accord
 # generate --backend cuda` on 1, 2 and 4 ranks sharing the one device, its

@@ -33,9 +33,9 @@ run_suite() {
 }
 
 # The Release build also compiles the benchmarks, so they cannot rot.
-run_suite "$root/build" -DCMAKE_BUILD_TYPE=Release -DACCORD_BUILD_BENCH=ON
+run_suite "$root/build" -DCMAKE_BUILD_TYPE=Release -DACCORD_BUILD_BENCH=ON -DACCORD_WERROR=ON
 # The CUDA code builds once, in the Release build: nothing here runs it, and nvcc knows no sanitizer.
-run_suite "$root/build-sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCORD_SANITIZE=ON -DACCORD_BUILD_BENCH=OFF \
+run_suite "$root/build-sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCORD_SANITIZE=ON -DACCORD_WERROR=ON -DACCORD_BUILD_BENCH=OFF \
   -DACCORD_CUDA=OFF
 "$root/scripts/fuzz.sh"
 echo "accord: $passed passed, 0 failed"

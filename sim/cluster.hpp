@@ -23,7 +23,7 @@
 #include "runtime/engine/engine_message.hpp"
 #include "runtime/io/mem_env.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/session/partition.hpp"
+#include "runtime/rank/partition.hpp"
 #include "sim/random.hpp"
 
 namespace accord::sim {

@@ -9,8 +9,8 @@
 #include "runtime/engine/direct_engine.hpp"
 #include "runtime/engine/session_requests.hpp"
 #include "runtime/io/digest.hpp"
-#include "runtime/session/prompt_cache.hpp"
-#include "runtime/session/prompt_cache_recovery.hpp"
+#include "runtime/rank/prompt_cache.hpp"
+#include "runtime/rank/prompt_cache_recovery.hpp"
 #include "sim/cluster.hpp"
 
 namespace accord::sim {

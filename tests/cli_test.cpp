@@ -177,9 +177,9 @@ TEST(Cli, RefusesBadOptions) {
   expect_failure({"generate"}, 2, "--model");
 }
 
-// Issue 47: these were checked only once the model had loaded, and exited
-// 1 after a report line of 0 tokens; --max-resident-bytes -1 was read as
-// 2^64-1. Each is a command-line error now, before the model is opened:
+// Bad options are command-line errors before the model is opened, not
+// checked only once the model has loaded (an exit 1 after a report line of
+// 0 tokens), and --max-resident-bytes -1 is refused, not read as 2^64-1:
 // the model named does not exist, and the error is still the option's.
 TEST(Cli, RefusesBadOptionsBeforeOpeningTheModel) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
@@ -227,7 +227,7 @@ TEST(Cli, RefusesSeedsOutsideZeroToTwoToTheSixtyFourMinusOne) {
   EXPECT_EQ(largest.exit_code, 0) << largest.output;
 }
 
-// Issue 47: -1 draws a seed at random, as llama-server takes it; the
+// -1 draws a seed at random, as llama-server takes it; the
 // report names the seed used, so that the run can be repeated.
 TEST(Cli, SeedMinusOneDrawsASeedThatTheReportNames) {
   auto sample = [](const std::string& seed) {
@@ -253,8 +253,9 @@ TEST(Cli, SeedMinusOneDrawsASeedThatTheReportNames) {
   EXPECT_EQ(given.output.find("drawn at random"), std::string::npos) << given.output;
 }
 
-// Issue 47: a FIFO as the model hung: opening it for reading waits for a
-// writer. Every command that opens a model refuses it at once.
+// A FIFO given as the model is refused, not waited on: opening it for
+// reading waits for a writer. Every command that opens a model refuses it
+// at once.
 TEST(Cli, AFifoAsTheModelOrKeyIsRefusedAtOnce) {
   test::TempDir dir;
   const std::string fifo = dir.file("model.bin");

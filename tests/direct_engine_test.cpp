@@ -1,8 +1,9 @@
 // The transaction engine over the direct transport (runtime/engine): the
 // same plan, machines and local work as the actors, in the caller's thread.
-// Any number of ranks gives the logits of one (DESIGN.md invariant 1),
-// every fault kind aborts or poisons with every rank as it was, and time
-// passes in ticks, so deadlines never depend on the machine's speed.
+// Any number of ranks gives the logits of one (docs/invariants.md,
+// invariant 1), every fault kind aborts or poisons with every rank as it
+// was, and time passes in ticks, so deadlines never depend on the
+// machine's speed.
 #include "runtime/engine/direct_engine.hpp"
 
 #include <gtest/gtest.h>
@@ -12,8 +13,8 @@
 #include "runtime/engine/transaction_driver.hpp"
 #include "runtime/io/mem_env.hpp"
 #include "runtime/model/identity.hpp"
-#include "runtime/model/sampler.hpp"
-#include "runtime/session/prompt_cache.hpp"
+#include "runtime/text/sampler.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
 

@@ -8,7 +8,7 @@
 #include "actors/distributed_session_actor.hpp"
 #include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 #include "tests/support.hpp"
 
 namespace accord {

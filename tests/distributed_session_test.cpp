@@ -1,16 +1,17 @@
 // The distributed session: N in-process ranks of CAF actors agree on every
-// phase and give the tokens and logits of one rank (DESIGN.md invariant 1);
-// checkpoints, rollback and reset run on every rank; a failed phase aborts
-// everywhere; a rank that is gone poisons the session.
+// phase and give the tokens and logits of one rank (docs/invariants.md,
+// invariant 1); checkpoints, rollback and reset run on every rank; a failed
+// phase aborts everywhere; a rank that is gone poisons the session.
 #include "actors/distributed_session.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/generate/generator.hpp"
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 #include "tests/reference.hpp"
 #include "tests/support.hpp"
 
@@ -60,6 +61,18 @@ TEST(DistributedSession, OneToFiveRanksMatchRunCAndOneRank) {
     }
     EXPECT_EQ(tokens, reference.generated_tokens) << ranks << " ranks";
   }
+}
+
+// A service that embeds accord injects the faults it passes, never those of
+// a variable set in its environment (read_environment() is for commands).
+TEST(DistributedSession, ReadsNoFaultsFromTheEnvironment) {
+  const Model model = test::load_stories_model();
+  ::setenv("ACCORD_FAULTS", "0:Execution:error", 1);
+  auto session = make_session(model, 2);
+  ::unsetenv("ACCORD_FAULTS");
+  ASSERT_TRUE(session);
+  auto step = session->prefill(std::vector<int>{1, 403});
+  EXPECT_TRUE(step) << step.error().message();
 }
 
 TEST(DistributedSession, UnevenPartitionsOfASyntheticModelAgree) {

@@ -1,6 +1,6 @@
 // runtime/error.hpp: printable(), which every message the command line
 // prints goes through, so that quoted input cannot drive the terminal.
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 #include <gtest/gtest.h>
 

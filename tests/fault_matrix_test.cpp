@@ -1,5 +1,6 @@
-// The fault matrix (DESIGN.md, "Fault injection"): every phase an operation
-// uses × every rank × every fault kind, on 1 to 4 ranks of stories260K.
+// The fault matrix (docs/faults.md, docs/fault-matrix.md): every phase an
+// operation uses × every rank × every fault kind, on 1 to 4 ranks of
+// stories260K.
 // Each case ends in exactly one of:
 // - committed: the output, and the step after it, equal the unfaulted run;
 // - aborted: every rank's state digest and the position equal those before
@@ -36,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 // The faulted operation runs on short real deadlines, so that the drop and
 // delay faults abort quickly; everything else (the set-up, the run after an
 // abort or a reset) on generous ones, with no fault armed, so that a loaded
-// machine only makes it slower (DESIGN.md invariant 6).
+// machine only makes it slower (docs/invariants.md, invariant 6).
 constexpr int kPhaseTimeoutMs = 200;
 constexpr int kSetUpTimeoutMs = 10 * 60 * 1000;
 // The longest a faulted operation may take: a held-back local work (1.5

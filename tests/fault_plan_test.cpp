@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 
+#include "runtime/base/environment.hpp"
+
 namespace accord {
 namespace {
 
@@ -71,11 +73,21 @@ TEST(FaultPlan, ListsAndTheEnvironment) {
   EXPECT_FALSE(parse_fault_list("1:Execution:error;oops"));
 
   ::setenv("ACCORD_FAULTS", "0:StateCheckpoint:delay", 1);
-  auto from_env = faults_from_environment();
+  ::setenv("ACCORD_SECRET_FILE", "/some/secret", 1);
+  auto from_env = read_environment();
+  ::setenv("ACCORD_FAULTS", "0:StateCheckpoint:oops", 1);
+  auto malformed = read_environment();
   ::unsetenv("ACCORD_FAULTS");
+  ::unsetenv("ACCORD_SECRET_FILE");
   ASSERT_TRUE(from_env) << from_env.error().message();
-  EXPECT_EQ(from_env->size(), 1u);
-  EXPECT_TRUE(faults_from_environment()->empty());
+  EXPECT_EQ(from_env->faults.size(), 1u);
+  EXPECT_EQ(from_env->secret_file, "/some/secret");
+  ASSERT_FALSE(malformed);
+  EXPECT_NE(malformed.error().message().find("ACCORD_FAULTS: "), std::string::npos);
+  auto unset = read_environment();
+  ASSERT_TRUE(unset);
+  EXPECT_TRUE(unset->faults.empty());
+  EXPECT_TRUE(unset->secret_file.empty());
 }
 
 TEST(FaultPlan, IsCheckedAgainstTheTopology) {

@@ -11,7 +11,7 @@
 #include "runtime/session/session.hpp"
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/transformer.hpp"
 #include "tests/reference.hpp"

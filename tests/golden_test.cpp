@@ -1,5 +1,6 @@
 // The golden tests: stories260K against llama2.c's run.c, and the
-// determinism guarantees of the forward pass (DESIGN.md invariant 1).
+// determinism guarantees of the forward pass (docs/invariants.md,
+// invariant 1).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "runtime/generate/generator.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
+#include "runtime/text/synthetic_tokenizer.hpp"
 #include "runtime/model/transformer.hpp"
 #include "tests/reference.hpp"
 #include "tests/support.hpp"

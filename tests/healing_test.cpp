@@ -1,4 +1,4 @@
-// Issue 16's healing (docs/healing.md): a rank that is lost, in process or
+// Healing (docs/healing.md): a rank that is lost, in process or
 // on a node, is started afresh, the committed tokens are replayed and
 // generation goes on with the tokens of a run without the failure; heals
 // are bounded and a session that cannot heal fails naming why. Then the
@@ -278,7 +278,7 @@ TEST_F(RemoteHealingTest, ChaosNodesKilledFrozenAndResumed) {
     for (int r = 0; r < 3; ++r) peers.push_back(nodes_[static_cast<std::size_t>(r)]->address());
     auto session = DistributedSession::connect(peers, model_, options);
     if (!session) {
-      // Once (stop 43, a fresh clone's suite): a node that a run before had
+      // Seen once, in a fresh clone's suite: a node that a run before had
       // killed, frozen or resumed did not answer the shard request in 60 s.
       // A supervisor would connect again; the logs say what the nodes did.
       std::cout << "run " << i << ": connecting failed (" << session.error().message() << "), once more\n"

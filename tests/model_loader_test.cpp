@@ -297,9 +297,10 @@ std::string refusal(Open open) {
   return result ? "opened" : result.error().message();
 }
 
-// Issue 47: a FIFO as the model hung, opening it for reading waiting for a
-// writer before fstat could refuse it. Every loader opens files through
-// MappedFile, so each is asked here about each kind of file that is not one.
+// A FIFO given as the model is refused, not waited on: opening it for
+// reading blocks for a writer before fstat can refuse it, unless opened
+// without blocking. Every loader opens files through MappedFile, so each
+// is asked here about each kind of file that is not one.
 TEST(ModelLoader, AFifoASocketADeviceOrAFolderIsRefusedAtOnce) {
   TempDir dir;
   const std::string fifo = dir.file("model.fifo");

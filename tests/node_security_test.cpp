@@ -1,4 +1,5 @@
-// Issue 16's security of nodes, from the bytes up:
+// The security of nodes (docs/protocol.md, "Node security"), from the
+// bytes up:
 // - the handshake (runtime/net/handshake.hpp): the same secret admits both
 //   ways; another secret, a recorded hello, a forged node proof, mixed
 //   modes and garbage are refused;
@@ -348,7 +349,7 @@ TEST_F(GateTest, TurnsAwayPeersWhenAdmittedConnectionsFillItsLimit) {
   EXPECT_TRUE(admitted_now) << admitted_now.error().message();
 }
 
-// Issue 47: handshakes that never finish, reopened as they time out, kept
+// Handshakes that never finish, reopened as they time out, must not keep
 // the coordinator out with `busy`.
 TEST_F(GateTest, ACoordinatorWithTheSecretGetsInWhileHandshakesHoldEverySlot) {
   const Secret shared = secret("a shared secret of the cluster");
@@ -368,7 +369,7 @@ TEST_F(GateTest, ACoordinatorWithTheSecretGetsInWhileHandshakesHoldEverySlot) {
   EXPECT_NE(reports().find("gave way to a newer peer at the connection limit"), std::string::npos) << reports();
 }
 
-// Issue 47: one address could hold every slot.
+// One address must not be able to hold every slot.
 TEST_F(GateTest, AFifthHandshakeFromOneAddressIsRefusedAtOnceWhileOthersAreAdmitted) {
   open(GateOptions{std::nullopt, 64, std::chrono::minutes(10)});
   std::vector<UniqueFd> held;
@@ -426,7 +427,9 @@ class NodeActorTest : public ::testing::Test {
     node_ = spawn_node(system_, std::move(options));
   }
 
-  caf::actor coordinator() { return system_.spawn(silent_coordinator, 0); }
+  CoordinatorActor coordinator() {
+    return caf::actor_cast<CoordinatorActor>(system_.spawn(silent_coordinator, 0));
+  }
 
   NodeAssignment assignment_for(const Model& model, std::uint64_t session = 1) const {
     NodeAssignment assignment;
@@ -438,13 +441,18 @@ class NodeActorTest : public ::testing::Test {
     return assignment;
   }
 
-  // The node's refusal; empty when it started the rank.
-  std::string assign(const NodeAssignment& assignment, const caf::actor& from) {
-    std::string refusal = "no answer";
+  // The node's refusal; code none when it started the rank.
+  NodeRefusal refusal_of(const NodeAssignment& assignment, const CoordinatorActor& from) {
+    NodeRefusal refusal{NodeRefusalCode::none, "no answer"};
     self_->request(node_, kPatience, assign_atom::value, assignment, from)
-        .receive([&](std::string& failure, caf::actor&) { refusal = std::move(failure); },
-                 [&](caf::error& e) { refusal = system_.render(e); });
+        .receive([&](NodeRefusal& answer, RankActor&) { refusal = std::move(answer); },
+                 [&](caf::error& e) { refusal.message = system_.render(e); });
     return refusal;
+  }
+
+  // Why the node refused; empty when it started the rank.
+  std::string assign(const NodeAssignment& assignment, const CoordinatorActor& from) {
+    return refusal_of(assignment, from).message;
   }
 
   ~NodeActorTest() override { caf::anon_send_exit(node_, caf::exit_reason::user_shutdown); }
@@ -487,7 +495,9 @@ TEST_F(NodeActorTest, ServesSuccessiveModelsAndKeepsNoRefusedOne) {
   // node holds nothing that would refuse the next session.
   NodeAssignment wrong = assignment_for(first);
   wrong.model_name = "second.bin";
-  EXPECT_NE(assign(wrong, coordinator()).find("has another model named 'second.bin'"), std::string::npos);
+  const NodeRefusal another = refusal_of(wrong, coordinator());
+  EXPECT_EQ(another.code, NodeRefusalCode::model_refused);
+  EXPECT_NE(another.message.find("has another model named 'second.bin'"), std::string::npos);
   auto owner = coordinator();
   EXPECT_EQ(assign(assignment_for(first, 1), owner), "");
   // The first session's coordinator goes; the next session brings its model.
@@ -507,8 +517,9 @@ TEST_F(NodeActorTest, ARunningSessionsRankIsNotTakenOver) {
   const Model model = test::synthetic_model(models_, synthetic, "small.bin");
   auto owner = coordinator();
   EXPECT_EQ(assign(assignment_for(model, 1), owner), "");
-  const std::string taken = assign(assignment_for(model, 2), coordinator());
-  EXPECT_NE(taken.find("runs a rank of another session"), std::string::npos) << taken;
+  const NodeRefusal taken = refusal_of(assignment_for(model, 2), coordinator());
+  EXPECT_EQ(taken.code, NodeRefusalCode::rank_taken) << taken.message;
+  EXPECT_NE(taken.message.find("runs a rank of another session"), std::string::npos) << taken.message;
   // Its own coordinator assigns it again (a reset); once it is gone, anyone may.
   EXPECT_EQ(assign(assignment_for(model, 1), owner), "");
   caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
@@ -523,8 +534,9 @@ TEST_F(NodeActorTest, FaultPlansNeedAllowFaults) {
   const Model model = test::synthetic_model(models_, synthetic, "small.bin");
   NodeAssignment assignment = assignment_for(model);
   assignment.faults = {parse_fault("0:Execution:exit").value()};
-  EXPECT_NE(assign(assignment, coordinator()).find("does not take fault plans (start it with --allow-faults)"),
-            std::string::npos);
+  const NodeRefusal refusal = refusal_of(assignment, coordinator());
+  EXPECT_EQ(refusal.code, NodeRefusalCode::faults_not_allowed);
+  EXPECT_NE(refusal.message.find("does not take fault plans (start it with --allow-faults)"), std::string::npos);
 }
 
 // --- `accord node` processes -----------------------------------------------
@@ -653,8 +665,8 @@ TEST(NodeProcessSecurity, AFloodOfIdleConnectionsIsClosedAndTheNodeServesOn) {
   EXPECT_NE(node.log().find("the handshake timed out"), std::string::npos) << node.log();
 }
 
-// Issue 47, as an operator met it: connections that never prove the
-// secret, holding every slot, kept the coordinator out ("busy").
+// As an operator would meet it: connections that never prove the secret,
+// holding every slot, must not keep the coordinator out ("busy").
 TEST(NodeProcessSecurity, TheCoordinatorGetsInWhileIdleConnectionsHoldEverySlot) {
   test::TempDir dir;
   const std::string shared = write_secret(dir, "shared", "a shared secret of the cluster");

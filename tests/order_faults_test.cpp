@@ -32,9 +32,9 @@
 #include "messages/session_api.hpp"
 #include "runtime/agreement/dropped_messages.hpp"
 #include "runtime/model/identity.hpp"
-#include "runtime/session/partition.hpp"
+#include "runtime/rank/partition.hpp"
 #include "runtime/fault/fault_plan.hpp"
-#include "runtime/session/rank_worker.hpp"
+#include "runtime/rank/rank_worker.hpp"
 #include "tests/support.hpp"
 
 namespace accord {
@@ -164,13 +164,13 @@ class ScriptedCluster {
   explicit ScriptedCluster(RankId ranks) {
     options_.agreement = kDeadlines;
     coordinator_ = spawn_coordinator(sys_.system, kSession, ranks, options_);
-    std::vector<caf::actor> rank_actors;
+    RankTopology topology;
     for (RankId r = 0; r < ranks; ++r) {
       logs_.push_back(std::make_shared<RankLog>());
-      rank_actors.push_back(sys_.system.spawn(scripted_rank, logs_.back()));
+      ranks_.push_back(sys_.system.spawn(scripted_rank, logs_.back()));
+      topology.ranks.push_back(caf::actor_cast<RankActor>(ranks_.back()));
     }
-    ranks_ = rank_actors;
-    caf::anon_send(coordinator_, topology_atom::value, std::move(rank_actors));
+    caf::anon_send(coordinator_, std::move(topology));
     caller_ = sys_.system.spawn(caller, caf::actor_cast<caf::actor>(coordinator_), caller_log_);
     sys_.deliver();
   }
@@ -720,14 +720,14 @@ class RankUnderTest {
     options.faults = std::move(faults);
     actor_ = spawn_rank(sys_.system, std::move(worker), kSession, static_cast<RankId>(ranks),
                         caf::actor_cast<CoordinatorActor>(coordinator_), options);
-    std::vector<caf::actor> topology;
+    RankTopology topology;
     for (int r = 0; r < ranks; ++r) {
       auto other = std::make_shared<RankLog>();
       other->arrivals = arrivals_;
-      topology.push_back(r == rank ? caf::actor_cast<caf::actor>(actor_) : sys_.system.spawn(scripted_rank, other));
+      others_.push_back(r == rank ? caf::actor_cast<caf::actor>(actor_) : sys_.system.spawn(scripted_rank, other));
+      topology.ranks.push_back(caf::actor_cast<RankActor>(others_.back()));
     }
-    others_ = topology;
-    caf::anon_send(actor_, topology_atom::value, std::move(topology));
+    caf::anon_send(actor_, std::move(topology));
     prober_ = sys_.system.spawn(caller, caf::actor_cast<caf::actor>(actor_), prober_log_);
     sys_.deliver();
   }

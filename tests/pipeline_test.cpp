@@ -1,12 +1,12 @@
 // Pipeline partitions: N rank stages that hand activations along give the
-// logits of one rank bit for bit (DESIGN.md invariant 1), for every N up to
-// one unit per rank.
+// logits of one rank bit for bit (docs/invariants.md, invariant 1), for
+// every N up to one unit per rank.
 #include <gtest/gtest.h>
 
 #include <memory>
 
-#include "runtime/model/sampler.hpp"
-#include "runtime/session/rank_stage.hpp"
+#include "runtime/text/sampler.hpp"
+#include "runtime/rank/rank_stage.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
 

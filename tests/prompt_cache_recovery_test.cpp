@@ -1,5 +1,5 @@
 // A save that did not publish on every rank heals the next time the cache
-// is opened (runtime/session/prompt_cache_recovery.hpp): rolled forward
+// is opened (runtime/rank/prompt_cache_recovery.hpp): rolled forward
 // when every rank holds the new generation whole, back when one lost it,
 // emptied when no generation is whole everywhere. Each mixed state is laid
 // on disk exactly as a killed save leaves it, from real saves: the new
@@ -11,7 +11,7 @@
 
 #include "actors/distributed_session.hpp"
 #include "runtime/io/durable_file.hpp"
-#include "runtime/session/prompt_cache_recovery.hpp"
+#include "runtime/rank/prompt_cache_recovery.hpp"
 #include "tests/support.hpp"
 
 namespace accord {

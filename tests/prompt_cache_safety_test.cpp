@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/durable_file.hpp"
-#include "runtime/session/prompt_cache_recovery.hpp"
+#include "runtime/rank/prompt_cache_recovery.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
 

@@ -19,7 +19,7 @@
 
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/thread_pool.hpp"
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 #include "tests/node_process.hpp"
 #include "tests/support.hpp"
 
@@ -324,10 +324,10 @@ TEST_F(RemoteClusterTest, ANodeStopsCleanlyOnSigterm) {
   EXPECT_NE(nodes_[2]->log().find("SIGTERM received"), std::string::npos) << nodes_[2]->log();
 }
 
-// Issue 16: a node that had served a session sometimes never stopped on
-// SIGTERM (~actor_system waited for a detached actor that the middleman
+// A node stops on SIGTERM, even one that has served a session (once it
+// did not: ~actor_system waited for a detached actor that the middleman
 // still held). Every other node serves one short `generate --peers` and is
-// sent SIGTERM right after the client exits, as the issue's nodes were; the
+// sent SIGTERM right after the client exits, as the hung nodes were; the
 // others are sent it while they run a rank of an open session. Every one
 // must exit with status 0. The goal is a stop within 2 s; the wait is
 // generous so a loaded machine cannot fail the test.

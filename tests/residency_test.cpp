@@ -14,8 +14,8 @@
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/residency.hpp"
-#include "runtime/model/sampler.hpp"
-#include "runtime/session/partition.hpp"
+#include "runtime/text/sampler.hpp"
+#include "runtime/rank/partition.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
 

@@ -1,4 +1,4 @@
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "runtime/fault/fault_plan.hpp"
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 #include "tests/support.hpp"
 
 namespace accord {

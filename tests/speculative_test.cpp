@@ -1,5 +1,5 @@
 // Speculative decoding: prediction-target steps that verify a draft on a
-// lane (runtime/session/prediction_target.hpp), on one rank and across
+// lane (runtime/rank/prediction_target.hpp), on one rank and across
 // ranks; the drafters; and generation with them, which must give exactly
 // plain greedy decoding's tokens.
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include "runtime/generate/drafter.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/model/identity.hpp"
-#include "runtime/model/sampler.hpp"
-#include "runtime/session/rank_worker.hpp"
+#include "runtime/text/sampler.hpp"
+#include "runtime/rank/rank_worker.hpp"
 #include "tests/reference.hpp"
 #include "tests/support.hpp"
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "runtime/model/stage_backend.hpp"
-#include "runtime/session/partition.hpp"
-#include "runtime/session/rank_stage.hpp"
-#include "runtime/session/state.hpp"
+#include "runtime/rank/partition.hpp"
+#include "runtime/rank/rank_stage.hpp"
+#include "runtime/rank/state.hpp"
 #include "tests/support.hpp"
 
 namespace accord {

@@ -1,7 +1,7 @@
 // Continuous batching: several sequences in one forward pass compute what
 // each computes alone, bit for bit, and one session's abort leaves the
 // others' tokens as they were.
-#include "runtime/session/step_batcher.hpp"
+#include "runtime/rank/step_batcher.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <functional>
 #include <thread>
 
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
 

@@ -1,6 +1,6 @@
 #include "tests/support.hpp"
 
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 
 #include <gtest/gtest.h>
 #include <fcntl.h>

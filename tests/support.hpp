@@ -15,9 +15,9 @@
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 #include "runtime/model/synthetic.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 #include "runtime/session/session.hpp"
 
 namespace accord::test {

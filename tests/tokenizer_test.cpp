@@ -1,8 +1,9 @@
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 #include <gtest/gtest.h>
 
 #include "runtime/model/synthetic.hpp"
+#include "runtime/text/synthetic_tokenizer.hpp"
 #include "tests/reference.hpp"
 #include "tests/support.hpp"
 

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 #include "tests/support.hpp"
 
 namespace accord {

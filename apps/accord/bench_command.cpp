@@ -26,7 +26,7 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/session/session.hpp"
 

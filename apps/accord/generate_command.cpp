@@ -15,12 +15,13 @@
 #include "apps/accord/options.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "runtime/base/environment.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/io/env.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/residency.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 #include "runtime/session/session.hpp"
 
 namespace accord::cli {
@@ -235,12 +236,14 @@ std::vector<Fault> parse_faults(const std::vector<std::string>& entries) {
 }
 
 // The faults to inject, from --fault and ACCORD_FAULTS together, checked
-// against the ranks before anything is loaded.
-Result<std::vector<Fault>> fault_plan(const GenerateArgs& args) {
-  auto from_environment = faults_from_environment();
-  if (!from_environment) return from_environment.error();
+// against the ranks before anything is loaded; ACCORD_SECRET_FILE stands
+// in for a missing --secret-file.
+Result<std::vector<Fault>> fault_plan(GenerateArgs& args) {
+  auto environment = read_environment();
+  if (!environment) return environment.error();
+  if (args.secret_file.empty()) args.secret_file = environment->secret_file;
   std::vector<Fault> plan = args.faults;
-  plan.insert(plan.end(), from_environment->begin(), from_environment->end());
+  plan.insert(plan.end(), environment->faults.begin(), environment->faults.end());
   const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
   if (Status ok = check_fault_plan(plan, ranks); !ok) return ok.error();
   return plan;
@@ -293,7 +296,7 @@ int run_generate(GenerateArgs args) {
   options.ranks = args.ranks;
   options.threads = args.threads;
   options.phase_timeout_ms = args.phase_timeout_ms;
-  options.faults = args.faults;  // create() adds ACCORD_FAULTS' own
+  options.faults = *faults;
   options.secret_file = args.secret_file;
   options.spares = args.spares;
   options.max_resident_bytes = args.max_resident_bytes;

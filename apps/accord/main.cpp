@@ -8,7 +8,7 @@
 
 #include "apps/accord/commands.hpp"
 #include "kernels/cpu/isa.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 namespace accord::cli {
 

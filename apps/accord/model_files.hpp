@@ -6,10 +6,10 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/gguf.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace accord::cli {
 

@@ -21,6 +21,7 @@
 #include "actors/node_port.hpp"
 #include "apps/accord/commands.hpp"
 #include "apps/accord/options.hpp"
+#include "runtime/base/environment.hpp"
 
 namespace accord::cli {
 
@@ -65,9 +66,10 @@ constexpr auto kStopLimit = std::chrono::seconds(5);
 
 // A last resort, not the fix: should the actor system still not have shut
 // down `kStopLimit` after the signal, the node says so and exits with status
-// 1, so that stopping a node never takes kill -9. Issue 16 was such a hang
-// (a detached actor kept alive by the middleman; actors/node.hpp keeps
-// detached actors from other nodes); this bounds any that remains unknown.
+// 1, so that stopping a node never takes kill -9. One such hang was found
+// and fixed (a detached actor kept alive by the middleman; actors/node.hpp
+// keeps detached actors from other nodes); this bounds any that remains
+// unknown.
 void exit_if_not_stopped_in(std::chrono::seconds limit) {
   std::thread([limit] {
     std::this_thread::sleep_for(limit);
@@ -132,7 +134,9 @@ int run_node(const NodeArgs& args) {
   if (!listen) return fail(listen.error().message());
   auto options = node_options(args, *listen);
   if (!options) return fail(options.error().message());
-  auto secret = secret_from(args.secret_file);
+  auto environment = read_environment();
+  if (!environment) return fail(environment.error().message());
+  auto secret = secret_from(args.secret_file.empty() ? environment->secret_file : args.secret_file);
   if (!secret) return fail(secret.error().message());
   options->secret = *secret;
   if (args.max_connections < 1) return fail("--max-connections must be at least 1");

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/stage_backend.hpp"
 
 namespace accord::cli {

@@ -20,6 +20,7 @@
 #include "apps/accord/options.hpp"
 #include "apps/accord/serve_http.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "runtime/base/environment.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/io/mapped_file.hpp"
 #include "runtime/model/model.hpp"
@@ -73,7 +74,7 @@ class DistributedSlot final : public serve::SlotSession {
 // A single-rank slot computes on the shared `pool`, in `batcher`'s batches,
 // injects `faults` itself and times its phases into `metrics`; a
 // distributed session makes pools of its own, so each gets a share of the
-// threads, and injects ACCORD_FAULTS' plan when it is created.
+// threads. Each injects `faults`.
 Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model,
                                                       const std::vector<Fault>& faults, cpu::ThreadPool& pool,
                                                       StepBatcher& batcher, serve::Metrics& metrics) {
@@ -90,6 +91,7 @@ Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, con
   options.threads = std::max(1, args.threads / args.parallel);
   options.phase_timeout_ms = args.phase_timeout_ms;
   options.secret_file = args.secret_file;
+  options.faults = faults;
   auto session = args.peers.empty() ? DistributedSession::create(model, options)
                                     : DistributedSession::connect(args.peers, model, options);
   if (!session) return session.error();
@@ -157,10 +159,12 @@ int run_serve(ServeArgs args) {
     spdlog::warn("listening on {} without an API key: anyone who reaches it may use it (--api-key-file)", http->host);
   }
   // Each slot injects ACCORD_FAULTS' plan into its own session.
-  auto faults = faults_from_environment();
-  if (!faults) return fail(faults.error().message());
+  auto environment = read_environment();
+  if (!environment) return fail(environment.error().message());
+  const std::vector<Fault>& faults = environment->faults;
+  if (args.secret_file.empty()) args.secret_file = environment->secret_file;
   const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
-  if (Status ok = check_fault_plan(*faults, ranks); !ok) return fail(ok.error().message());
+  if (Status ok = check_fault_plan(faults, ranks); !ok) return fail(ok.error().message());
   auto header = Model::read_header(args.model);
   if (!header) return fail(header.error().message());
   auto tokenizer = find_tokenizer(args.tokenizer, args.model, *header);
@@ -191,7 +195,7 @@ int run_serve(ServeArgs args) {
   serve::Metrics metrics;
   std::vector<std::unique_ptr<serve::SlotSession>> slots;
   for (int i = 0; i < args.parallel; ++i) {
-    auto slot = make_slot(args, *model, *faults, pool, batcher, metrics);
+    auto slot = make_slot(args, *model, faults, pool, batcher, metrics);
     if (!slot) return fail(slot.error().message());
     slots.push_back(std::move(*slot));
   }

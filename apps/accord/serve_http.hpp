@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/serve/service.hpp"
 
 namespace accord::cli {

@@ -7,6 +7,7 @@
 #include "apps/accord/model_files.hpp"
 #include "apps/accord/options.hpp"
 #include "runtime/model/synthetic.hpp"
+#include "runtime/text/synthetic_tokenizer.hpp"
 
 namespace accord::cli {
 

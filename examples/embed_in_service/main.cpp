@@ -11,7 +11,7 @@
 #include "actors/distributed_session_actor.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 
 namespace {
 

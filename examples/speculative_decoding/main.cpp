@@ -12,7 +12,7 @@
 #include "runtime/generate/drafter.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace {
 

@@ -1,7 +1,6 @@
 #include "kernels/cpu/isa.hpp"
 
 #include <atomic>
-#include <cstdlib>
 
 #include "kernels/cpu/kernel_table.hpp"
 
@@ -46,15 +45,8 @@ bool parse(std::string_view name, Isa& isa) {
   return false;
 }
 
-Isa initial_isa() {
-  Isa isa;
-  const char* named = std::getenv("ACCORD_CPU_PATH");
-  if (named != nullptr && parse(named, isa) && supported(isa)) return isa;
-  return best_isa();
-}
-
 std::atomic<Isa>& active() {
-  static std::atomic<Isa> isa{initial_isa()};
+  static std::atomic<Isa> isa{best_isa()};
   return isa;
 }
 

@@ -20,13 +20,11 @@ const char* to_string(Isa isa);
 // AVX2, FMA and F16C; avx512 needs AVX-512 F, BW, VL and VNNI besides.
 Isa best_isa();
 
-// The path in use: the one named by the environment variable
-// ACCORD_CPU_PATH when it is set and supported (see use_isa), else
-// best_isa(). Read once, at the first call.
+// The path in use: best_isa() until use_isa() names another.
 Isa active_isa();
 
-// Switches to the path `name`, for tests and for the command line's check
-// of ACCORD_CPU_PATH. Returns an empty string, or why the path was refused
+// Switches to the path `name`, for tests and for the command line's
+// ACCORD_CPU_PATH. Returns an empty string, or why the path was refused
 // (an unknown name, or one this CPU lacks). Not to be called while kernels
 // run on other threads.
 std::string use_isa(std::string_view name);

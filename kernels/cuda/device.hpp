@@ -1,4 +1,4 @@
-// The CUDA devices this process sees, for the CUDA backend (issue 18) and
+// The CUDA devices this process sees, for the CUDA backend (docs/gpu.md) and
 // for `accord-cuda-check`. Plain C++: no CUDA header leaks into callers.
 #pragma once
 

@@ -5,7 +5,7 @@
 // take_ready(), and hands the settled decisions to the caller. Every
 // ordering, timeout and duplicate can be tested without threads.
 //
-// Rules (DESIGN.md, "The phase protocol"; docs/protocol.md):
+// Rules (docs/protocol.md, "Decision rules (coordinator)"):
 // - begin() sends PhaseBegin to every rank. Every status ok: proceed, or
 //   commit when the caller said the phase is the transaction's last.
 // - A phase may have riders (transaction_plan.hpp): phases that begin with
@@ -34,7 +34,7 @@
 
 #include "messages/protocol.hpp"
 #include "runtime/agreement/dropped_messages.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 namespace accord {
 

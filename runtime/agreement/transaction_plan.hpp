@@ -12,7 +12,7 @@
 // in order; a round only saves the round trips between them: a rank runs
 // each rider as soon as its data is here and sends its status without
 // waiting for the decisions in between (docs/protocol.md, "Rounds", and
-// where that goes beyond DESIGN.md's wording).
+// why phases with work may ride too).
 #pragma once
 
 #include <optional>

@@ -1,8 +1,8 @@
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 #include <cstdio>
 
-#include "runtime/model/unicode.hpp"
+#include "runtime/base/utf8.hpp"
 
 namespace accord {
 

@@ -24,12 +24,12 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/agreement/coordinator_agreement.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/session/partition.hpp"
+#include "runtime/rank/partition.hpp"
 #include "runtime/engine/rank_node.hpp"
-#include "runtime/session/rank_worker.hpp"
+#include "runtime/rank/rank_worker.hpp"
 
 namespace accord {
 

@@ -25,10 +25,10 @@
 #include "runtime/agreement/dropped_messages.hpp"
 #include "runtime/agreement/rank_agreement.hpp"
 #include "runtime/engine/rank_wire.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/fault/fault_plan.hpp"
-#include "runtime/session/rank_prompt_cache.hpp"
-#include "runtime/session/rank_worker.hpp"
+#include "runtime/rank/rank_prompt_cache.hpp"
+#include "runtime/rank/rank_worker.hpp"
 
 namespace accord {
 

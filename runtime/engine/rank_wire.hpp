@@ -7,12 +7,12 @@
 #include <string>
 
 #include "runtime/fault/fault_plan.hpp"
-#include "runtime/session/prompt_cache_shard.hpp"
+#include "runtime/rank/prompt_cache_shard.hpp"
 #include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
 #include "runtime/agreement/rank_agreement.hpp"
-#include "runtime/error.hpp"
-#include "runtime/session/rank_worker.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/rank/rank_worker.hpp"
 
 namespace accord {
 

@@ -1,7 +1,7 @@
 #include "runtime/engine/session_requests.hpp"
 
 #include "runtime/engine/transaction_driver.hpp"
-#include "runtime/session/prompt_cache_shard.hpp"
+#include "runtime/rank/prompt_cache_shard.hpp"
 
 namespace accord {
 

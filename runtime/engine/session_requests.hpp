@@ -9,10 +9,10 @@
 #include <string>
 
 #include "messages/session_api.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/session/prompt_cache.hpp"
-#include "runtime/session/transaction_record.hpp"
+#include "runtime/rank/prompt_cache.hpp"
+#include "runtime/rank/transaction_record.hpp"
 
 namespace accord {
 

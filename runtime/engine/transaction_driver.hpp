@@ -27,7 +27,7 @@
 #include "messages/session_api.hpp"
 #include "runtime/agreement/coordinator_agreement.hpp"
 #include "runtime/agreement/transaction_plan.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 namespace accord {
 

@@ -2,7 +2,6 @@
 
 #include <array>
 #include <charconv>
-#include <cstdlib>
 
 namespace accord {
 
@@ -135,14 +134,6 @@ Result<std::vector<Fault>> parse_fault_list(std::string_view text) {
     if (!fault) return fault.error();
     plan.push_back(*fault);
   }
-  return plan;
-}
-
-Result<std::vector<Fault>> faults_from_environment() {
-  const char* text = std::getenv("ACCORD_FAULTS");
-  if (text == nullptr) return std::vector<Fault>{};
-  auto plan = parse_fault_list(text);
-  if (!plan) return Error(ErrorCode::contract, "ACCORD_FAULTS: " + plan.error().message());
   return plan;
 }
 

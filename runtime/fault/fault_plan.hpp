@@ -1,4 +1,4 @@
-// Fault plans (DESIGN.md, "Fault injection"): which rank fails, in which
+// Fault plans (docs/faults.md): which rank fails, in which
 // phase, how, and at which occurrence. The same plan comes from the C++ API,
 // from `accord generate --fault RANK:PHASE:KIND[:AT]` and from the
 // ACCORD_FAULTS environment variable (entries separated by ';'), so a
@@ -21,7 +21,7 @@
 
 #include "messages/fault.hpp"
 #include "messages/phase.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/io/env.hpp"
 
 namespace accord {
@@ -35,8 +35,6 @@ std::string to_string(const Fault& fault);
 Result<Fault> parse_fault(std::string_view text);
 // Entries separated by ';'; empty entries are ignored.
 Result<std::vector<Fault>> parse_fault_list(std::string_view text);
-// The plan in ACCORD_FAULTS; empty when the variable is unset.
-Result<std::vector<Fault>> faults_from_environment();
 
 // Checks a plan against a session of `ranks` ranks: each rank and route
 // exists, and each kind is one of FaultKind's (a plan may come off the wire).

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 
 namespace accord {
 

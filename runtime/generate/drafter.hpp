@@ -1,6 +1,6 @@
 // Speculative decoding's drafters: cheap guesses at the tokens that follow
 // a context. The target verifies a guess in one prediction-target step
-// (runtime/session/prediction_target.hpp) and keeps only what greedy
+// (runtime/rank/prediction_target.hpp) and keeps only what greedy
 // decoding would have produced, so a drafter decides the speed of
 // generation, never its tokens.
 #pragma once
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/session/session.hpp"
 

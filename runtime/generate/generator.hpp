@@ -33,9 +33,9 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.hpp"
-#include "runtime/model/sampler.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/text/sampler.hpp"
+#include "runtime/text/tokenizer.hpp"
 #include "runtime/generate/drafter.hpp"
 #include "runtime/generate/logprobs.hpp"
 #include "runtime/generate/target.hpp"

@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <span>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/sampler.hpp"
-#include "runtime/session/prompt_cache.hpp"
-#include "runtime/session/prompt_cache_recovery.hpp"
+#include "runtime/text/sampler.hpp"
+#include "runtime/rank/prompt_cache.hpp"
+#include "runtime/rank/prompt_cache_recovery.hpp"
 #include "runtime/session/session.hpp"
 
 namespace accord {

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 namespace accord {
 

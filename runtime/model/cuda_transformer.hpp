@@ -1,4 +1,4 @@
-// The CUDA backend of the seam in stage_backend.hpp (issue 18): a rank's
+// The CUDA backend of the seam in stage_backend.hpp (docs/gpu.md): a rank's
 // share of the Llama forward pass on one device, its weights and its keys
 // and values resident there, the kernels of kernels/cuda. It computes what
 // the CPU stage computes within a tolerance (the order of each reduction
@@ -18,7 +18,7 @@
 #include <memory>
 #include <span>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/stage_backend.hpp"
 

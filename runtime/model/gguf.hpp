@@ -18,7 +18,7 @@
 #include <variant>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 namespace accord::gguf {
 

@@ -10,10 +10,9 @@
 #include <span>
 #include <string>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/gguf.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/tokenizer.hpp"
 
 namespace accord {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
 
 namespace accord {

@@ -13,7 +13,7 @@
 #include <span>
 #include <string>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
 
 namespace accord::llama2c {

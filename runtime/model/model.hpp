@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/matrix.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/io/mapped_file.hpp"
 
 namespace accord {

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "messages/weights.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
 
 namespace accord {

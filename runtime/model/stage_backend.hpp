@@ -1,4 +1,4 @@
-// Where a rank's units compute: the backend seam (issue 18).
+// Where a rank's units compute: the backend seam (docs/gpu.md).
 //
 // A StageBackend runs a rank's share of the forward pass one unit at a time
 // and keeps that share's keys and values (its KvStore). The session's
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/kv_cache.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/transformer.hpp"

@@ -11,7 +11,7 @@
 
 #include "kernels/cpu/aligned.hpp"
 #include "kernels/cpu/thread_pool.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/kv_cache.hpp"
 #include "runtime/model/model.hpp"
 

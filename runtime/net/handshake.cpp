@@ -78,12 +78,7 @@ Result<Secret> Secret::from_bytes(std::string bytes) {
   return Secret(std::move(bytes));
 }
 
-Result<std::optional<Secret>> secret_from(const std::string& option) {
-  std::string file = option;
-  if (file.empty()) {
-    const char* variable = std::getenv("ACCORD_SECRET_FILE");
-    if (variable != nullptr) file = variable;
-  }
+Result<std::optional<Secret>> secret_from(const std::string& file) {
   if (file.empty()) return std::optional<Secret>();
   auto secret = Secret::read(file);
   if (!secret) return secret.error();

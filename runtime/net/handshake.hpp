@@ -25,7 +25,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 namespace accord {
 
@@ -47,9 +47,8 @@ class Secret {
   std::string bytes_;
 };
 
-// The secret of `--secret-file PATH`, else of the ACCORD_SECRET_FILE
-// environment variable, else none.
-Result<std::optional<Secret>> secret_from(const std::string& option);
+// The secret in `file`; none when `file` is empty.
+Result<std::optional<Secret>> secret_from(const std::string& file);
 
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kProofBytes = 32;

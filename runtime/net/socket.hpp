@@ -8,7 +8,7 @@
 #include <string>
 #include <sys/socket.h>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/net/handshake.hpp"
 
 namespace accord {

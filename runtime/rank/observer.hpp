@@ -7,7 +7,7 @@
 
 #include <span>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 namespace accord {
 

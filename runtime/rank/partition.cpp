@@ -1,4 +1,4 @@
-#include "runtime/session/partition.hpp"
+#include "runtime/rank/partition.hpp"
 
 #include <optional>
 #include <string>

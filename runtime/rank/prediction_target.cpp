@@ -1,8 +1,8 @@
-#include "runtime/session/prediction_target.hpp"
+#include "runtime/rank/prediction_target.hpp"
 
 #include <string>
 
-#include "runtime/model/sampler.hpp"
+#include "runtime/text/sampler.hpp"
 
 namespace accord {
 

@@ -18,9 +18,9 @@
 #include <span>
 #include <vector>
 
-#include "runtime/error.hpp"
-#include "runtime/session/rank_stage.hpp"
-#include "runtime/session/state.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/rank/rank_stage.hpp"
+#include "runtime/rank/state.hpp"
 
 namespace accord {
 

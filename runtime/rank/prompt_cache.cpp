@@ -1,4 +1,4 @@
-#include "runtime/session/prompt_cache.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 
 #include <cstdio>
 #include <cstring>

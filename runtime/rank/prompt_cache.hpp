@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/io/env.hpp"
 
 namespace accord {

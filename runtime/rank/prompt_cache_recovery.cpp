@@ -1,4 +1,4 @@
-#include "runtime/session/prompt_cache_recovery.hpp"
+#include "runtime/rank/prompt_cache_recovery.hpp"
 
 #include <algorithm>
 #include <map>
@@ -6,7 +6,7 @@
 #include <set>
 #include <vector>
 
-#include "runtime/session/prompt_cache.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 
 namespace accord {
 

@@ -23,7 +23,7 @@
 #include <filesystem>
 #include <string>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/io/env.hpp"
 
 namespace accord {

@@ -1,4 +1,4 @@
-#include "runtime/session/prompt_cache_shard.hpp"
+#include "runtime/rank/prompt_cache_shard.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/session/partition.hpp"
-#include "runtime/session/prompt_cache.hpp"
-#include "runtime/session/state.hpp"
+#include "runtime/rank/partition.hpp"
+#include "runtime/rank/prompt_cache.hpp"
+#include "runtime/rank/state.hpp"
 
 namespace accord {
 

@@ -1,4 +1,4 @@
-#include "runtime/session/prompt_input.hpp"
+#include "runtime/rank/prompt_input.hpp"
 
 #include "runtime/io/digest.hpp"
 

@@ -8,7 +8,7 @@
 #include <span>
 #include <string>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 
 namespace accord {
 

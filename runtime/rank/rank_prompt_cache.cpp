@@ -1,4 +1,4 @@
-#include "runtime/session/rank_prompt_cache.hpp"
+#include "runtime/rank/rank_prompt_cache.hpp"
 
 #include "runtime/fault/fault_plan.hpp"
 

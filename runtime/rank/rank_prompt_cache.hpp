@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.hpp"
-#include "runtime/session/prompt_cache_shard.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/rank/prompt_cache_shard.hpp"
 
 namespace accord {
 

@@ -1,4 +1,4 @@
-#include "runtime/session/rank_stage.hpp"
+#include "runtime/rank/rank_stage.hpp"
 
 #include <string>
 

@@ -20,15 +20,15 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/residency.hpp"
 #include "runtime/model/stage_backend.hpp"
 #include "runtime/model/transformer.hpp"
-#include "runtime/session/observer.hpp"
-#include "runtime/session/partition.hpp"
-#include "runtime/session/state.hpp"
-#include "runtime/session/step_batcher.hpp"
+#include "runtime/rank/observer.hpp"
+#include "runtime/rank/partition.hpp"
+#include "runtime/rank/state.hpp"
+#include "runtime/rank/step_batcher.hpp"
 
 namespace accord {
 

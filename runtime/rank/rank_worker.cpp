@@ -1,4 +1,4 @@
-#include "runtime/session/rank_worker.hpp"
+#include "runtime/rank/rank_worker.hpp"
 
 #include <chrono>
 #include <string>

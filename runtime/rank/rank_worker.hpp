@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
-#include "runtime/error.hpp"
-#include "runtime/session/prompt_cache_shard.hpp"
-#include "runtime/model/sampler.hpp"
-#include "runtime/session/observer.hpp"
-#include "runtime/session/prediction_target.hpp"
-#include "runtime/session/rank_stage.hpp"
+#include "runtime/base/error.hpp"
+#include "runtime/rank/prompt_cache_shard.hpp"
+#include "runtime/text/sampler.hpp"
+#include "runtime/rank/observer.hpp"
+#include "runtime/rank/prediction_target.hpp"
+#include "runtime/rank/rank_stage.hpp"
 
 namespace accord {
 

@@ -1,4 +1,4 @@
-#include "runtime/session/state.hpp"
+#include "runtime/rank/state.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "runtime/session/step_batcher.hpp"
+#include "runtime/rank/step_batcher.hpp"
 
 #include <algorithm>
 #include <exception>

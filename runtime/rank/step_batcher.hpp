@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/kv_cache.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/transformer.hpp"

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/serve/openai_api.hpp"
 
 namespace accord::serve {

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/generate/logprobs.hpp"
 
 namespace accord::serve {

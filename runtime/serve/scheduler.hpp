@@ -23,9 +23,9 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/generate/target.hpp"
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 #include "runtime/session/session.hpp"
-#include "runtime/session/step_batcher.hpp"
+#include "runtime/rank/step_batcher.hpp"
 
 namespace accord::serve {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 #include "runtime/serve/chat_template.hpp"
 #include "runtime/serve/metrics.hpp"
 #include "runtime/serve/scheduler.hpp"

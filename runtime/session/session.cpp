@@ -6,7 +6,7 @@
 #include "runtime/engine/session_requests.hpp"
 #include "runtime/engine/transaction_driver.hpp"
 #include "runtime/model/identity.hpp"
-#include "runtime/session/partition.hpp"
+#include "runtime/rank/partition.hpp"
 
 namespace accord {
 

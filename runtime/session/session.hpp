@@ -22,18 +22,18 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/engine/direct_engine.hpp"
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/transformer.hpp"
-#include "runtime/session/observer.hpp"
-#include "runtime/session/phase.hpp"
-#include "runtime/session/prediction_target.hpp"
-#include "runtime/session/prompt_cache.hpp"
-#include "runtime/session/prompt_input.hpp"
-#include "runtime/session/state.hpp"
+#include "runtime/rank/observer.hpp"
+#include "runtime/rank/phase.hpp"
+#include "runtime/rank/prediction_target.hpp"
+#include "runtime/rank/prompt_cache.hpp"
+#include "runtime/rank/prompt_input.hpp"
+#include "runtime/rank/state.hpp"
 #include "messages/session_api.hpp"
-#include "runtime/session/transaction_record.hpp"
+#include "runtime/rank/transaction_record.hpp"
 
 namespace accord {
 

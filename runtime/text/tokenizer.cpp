@@ -1,4 +1,4 @@
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -10,7 +10,7 @@
 #include <queue>
 
 #include "runtime/io/mapped_file.hpp"
-#include "runtime/model/unicode.hpp"
+#include "runtime/text/unicode.hpp"
 
 namespace accord {
 

@@ -28,7 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/error.hpp"
+#include "runtime/base/error.hpp"
 #include "runtime/model/gguf.hpp"
 
 namespace accord {

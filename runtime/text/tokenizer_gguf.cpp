@@ -1,7 +1,7 @@
 // Tokenizer <-> the tokenizer.ggml.* metadata of GGUF files.
 #include <optional>
 
-#include "runtime/model/tokenizer.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace accord {
 

@@ -1,5 +1,5 @@
-// The Unicode pieces of GPT-2 style byte-level BPE: UTF-8 decoding, the
-// GPT-2 pre-tokenizer and the byte <-> printable-character table.
+// The Unicode pieces of GPT-2 style byte-level BPE: the GPT-2
+// pre-tokenizer and the byte <-> printable-character table.
 //
 // Character classes come from ICU (Debian's libicu): letters are the
 // general categories L*, numbers N*, whitespace the White_Space property,
@@ -11,20 +11,9 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/base/utf8.hpp"
+
 namespace accord::unicode {
-
-struct CodePoint {
-  std::uint32_t value = 0;  // 0xFFFD for a byte that starts no valid sequence
-  std::size_t length = 1;   // bytes taken from the text
-  bool valid = true;
-};
-
-// Decodes the code point at text[at] (at < text.size()). Invalid, overlong
-// or truncated sequences give a one-byte, invalid code point.
-CodePoint decode_utf8(std::string_view text, std::size_t at);
-
-// Appends the UTF-8 encoding of `value` (<= 0x10FFFF) to `out`.
-void append_utf8(std::string& out, std::uint32_t value);
 
 // Splits text into the words of GPT-2's pre-tokenizer regex
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
