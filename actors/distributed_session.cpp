@@ -51,43 +51,6 @@ std::string describe_node(const NodeAddress& node, int rank) {
   return "node " + node.to_string() + " (rank " + std::to_string(rank) + ")";
 }
 
-// What a forward step asks for besides its tokens.
-struct StepRequest {
-  bool all_rows = false;                    // logits of every row, or the last
-  std::shared_ptr<StepObserver> observer;   // lent to every rank, or none
-  Sampler* sampler = nullptr;               // a generation step samples with it
-  std::span<const int> stop_tokens;         // with the sampler
-  bool capture_prediction_target = false;   // the prediction-target phases
-  int draft_tokens = 0;                     // with them: the last tokens that are a draft
-  bool logits = true;                       // the reply carries the logits
-  bool chain_next = false;                  // a sampled decode step: the coordinator begins the next
-};
-
-// A step that returns logits only, perhaps with an observer.
-StepRequest logits_step(bool all_rows, std::shared_ptr<StepObserver> observer = nullptr) {
-  StepRequest step;
-  step.all_rows = all_rows;
-  step.observer = std::move(observer);
-  return step;
-}
-
-StepRequest sampled_step(Sampler& sampler, std::span<const int> stop_tokens,
-                         DistributedSession::SampledLogits logits, NextDecode next = NextDecode::unlikely) {
-  StepRequest step;
-  step.sampler = &sampler;
-  step.stop_tokens = stop_tokens;
-  step.logits = logits == DistributedSession::SampledLogits::returned;
-  step.chain_next = next == NextDecode::likely;
-  return step;
-}
-
-StepRequest prediction_target_step(int draft_tokens) {
-  StepRequest step;
-  step.capture_prediction_target = true;
-  step.draft_tokens = draft_tokens;
-  return step;
-}
-
 // Lends a step's observer to every in-process rank for one call, and takes
 // it back. The lend reaches each rank's mailbox before the coordinator
 // receives the request, and so before any begin of the step; the return
@@ -475,8 +438,8 @@ struct DistributedSession::Impl {
 
   int position() const { return static_cast<int>(tokens.size()); }
 
-  Result<DistributedStep> step(std::span<const int> step_tokens, const StepRequest& options) {
-    if (Status ok = check_tokens(model->config(), step_tokens, position()); !ok) {
+  Result<DistributedStep> step(const StepOptions& options) {
+    if (Status ok = check_step(model->config(), options, position()); !ok) {
       return std::move(Error(ok.error()).mark_before_state_mutation());
     }
     if (options.observer && !nodes.empty()) {
@@ -484,17 +447,13 @@ struct DistributedSession::Impl {
                                                   "the nodes, not in the caller's process")
                            .mark_before_state_mutation());
     }
-    if (options.sampler != nullptr) {
-      if (Status ok = validate(options.sampler->options()); !ok) {
-        return std::move(Error(ok.error()).mark_before_state_mutation());
-      }
-    }
-    TransactionRequest request = step_request(step_tokens, options.all_rows,
-                                              options.capture_prediction_target ? options.draft_tokens : -1);
+    const std::span<const int> step_tokens = options.tokens;
+    TransactionRequest request =
+        step_request(step_tokens, options.all_rows, options.prediction_target ? options.draft_tokens : -1);
     request.sample = options.sampler != nullptr;
-    request.return_logits = options.logits;
+    request.return_logits = options.return_logits || !request.sample;
     if (request.sample) request.sampling = sampling_arguments(*options.sampler, options.stop_tokens);
-    request.chain_next = options.chain_next && request.sample;
+    request.chain_next = options.next == NextDecode::likely && request.sample;
     if (options.observer) end_chain();  // the step begun without it must not call it
     // A chained step began when the step before it committed.
     const bool taken = chained && asks_for_chained_step(request, *chained);
@@ -506,7 +465,7 @@ struct DistributedSession::Impl {
     stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++stats.forward_steps;
     if (!reply) return reply.error();
-    const auto kept = options.capture_prediction_target ? step_tokens.first(static_cast<std::size_t>(
+    const auto kept = options.prediction_target ? step_tokens.first(static_cast<std::size_t>(
                                                               reply->prediction_target.kept_rows))
                                                         : step_tokens;
     tokens.insert(tokens.end(), kept.begin(), kept.end());
@@ -523,13 +482,6 @@ struct DistributedSession::Impl {
       result.sampled = {reply->sampled.token, reply->sampled.stop};
     }
     return result;
-  }
-
-  Result<DistributedStep> prediction_step(const PredictionTargetInput& input, bool decode) {
-    if (Status ok = check_prediction_input(input, decode); !ok) {
-      return std::move(Error(ok.error()).mark_before_state_mutation());
-    }
-    return step(input.tokens, prediction_target_step(input.draft_tokens));
   }
 
   Result<PromptCacheSaveResult> save_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
@@ -571,7 +523,7 @@ struct DistributedSession::Impl {
     }
     const auto rest = std::span<const int>(committed).subspan(static_cast<std::size_t>(cached));
     if (!rest.empty()) {
-      auto replayed = step(rest, logits_step(false));
+      auto replayed = step({.tokens = rest});
       if (!replayed) return replayed.error();
     }
     return cached;
@@ -620,38 +572,9 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(caf::acto
   return std::unique_ptr<DistributedSession>(new DistributedSession(std::move(impl)));
 }
 
-Result<DistributedStep> DistributedSession::forward(std::span<const int> tokens) {
-  return impl_->step(tokens, logits_step(true));
-}
-Result<DistributedStep> DistributedSession::prefill(std::span<const int> tokens) {
-  return impl_->step(tokens, logits_step(false));
-}
-Result<DistributedStep> DistributedSession::decode(int token) { return impl_->step({&token, 1}, logits_step(false)); }
+Result<DistributedStep> DistributedSession::step(const StepOptions& options) { return impl_->step(options); }
 
-Result<DistributedStep> DistributedSession::forward_with_observer(std::span<const int> tokens,
-                                                                  std::shared_ptr<StepObserver> observer) {
-  return impl_->step(tokens, logits_step(true, std::move(observer)));
-}
-Result<DistributedStep> DistributedSession::prefill_with_observer(std::span<const int> tokens,
-                                                                  std::shared_ptr<StepObserver> observer) {
-  return impl_->step(tokens, logits_step(false, std::move(observer)));
-}
-Result<DistributedStep> DistributedSession::decode_with_observer(int token, std::shared_ptr<StepObserver> observer) {
-  return impl_->step({&token, 1}, logits_step(false, std::move(observer)));
-}
-
-Result<DistributedStep> DistributedSession::prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
-                                                               std::span<const int> stop_tokens,
-                                                               SampledLogits logits) {
-  return impl_->step(tokens, sampled_step(sampler, stop_tokens, logits));
-}
-Result<DistributedStep> DistributedSession::decode_and_sample(int token, Sampler& sampler,
-                                                              std::span<const int> stop_tokens, SampledLogits logits,
-                                                              NextDecode next) {
-  return impl_->step({&token, 1}, sampled_step(sampler, stop_tokens, logits, next));
-}
-
-Result<DistributedCheckpoint> DistributedSession::checkpoint_distributed() {
+Result<DistributedCheckpoint> DistributedSession::checkpoint() {
   TransactionRequest request;
   request.kind = TransactionKind::checkpoint;
   auto reply = impl_->call(request);
@@ -668,7 +591,7 @@ Result<DistributedCheckpoint> DistributedSession::checkpoint_distributed() {
   return cp;
 }
 
-Status DistributedSession::rollback_distributed(const DistributedCheckpoint& checkpoint) {
+Status DistributedSession::rollback(const DistributedCheckpoint& checkpoint) {
   if (checkpoint.session_id != impl_->session_id) {
     return std::move(Error(ErrorCode::state, "the checkpoint belongs to another session").mark_before_state_mutation());
   }
@@ -682,7 +605,7 @@ Status DistributedSession::rollback_distributed(const DistributedCheckpoint& che
 Result<HealReport> DistributedSession::heal() {
   // A checkpoint is the cheapest transaction that tells a usable session
   // from a poisoned one.
-  auto probe = checkpoint_distributed();
+  auto probe = checkpoint();
   if (probe) return HealReport{};
   if (probe.error().code() != ErrorCode::commit_indeterminate) return probe.error();
   const std::vector<int> committed = impl_->tokens;
@@ -696,44 +619,44 @@ Result<HealReport> DistributedSession::heal() {
   return HealReport{true, *replaced, static_cast<int>(committed.size()) - *cached, *cached};
 }
 
-Status DistributedSession::reset_distributed() {
+Status DistributedSession::reset() {
   if (auto restarted = impl_->restart_exited_ranks(); !restarted) return restarted.error();
   return impl_->reset();
 }
 
-Result<DistributedCompleteCheckpoint> DistributedSession::checkpoint_complete_distributed() {
-  auto state = checkpoint_distributed();
+Result<DistributedCompleteCheckpoint> DistributedSession::checkpoint_complete() {
+  auto state = checkpoint();
   if (!state) return state.error();
   return DistributedCompleteCheckpoint{std::move(*state), committed_prompt_input_identity()};
 }
 
-Status DistributedSession::rollback_complete_distributed(const DistributedCompleteCheckpoint& checkpoint) {
+Status DistributedSession::rollback_complete(const DistributedCompleteCheckpoint& checkpoint) {
   if (Status ok = check_prompt_matches_position(checkpoint.prompt, checkpoint.state.position); !ok) return ok;
-  if (Status s = rollback_distributed(checkpoint.state); !s) return s;
+  if (Status s = rollback(checkpoint.state); !s) return s;
   impl_->prepared.restore(checkpoint.prompt);
   return {};
 }
 
-Result<PromptCacheSaveResult> DistributedSession::save_prompt_cache_distributed(const std::filesystem::path& root,
+Result<PromptCacheSaveResult> DistributedSession::save_prompt_cache(const std::filesystem::path& root,
                                                                                 const PromptCacheDescriptor& descriptor,
                                                                                 std::span<const int> prefix) {
   return impl_->save_cache(root, descriptor, prefix, "");
 }
 
-Result<PromptCacheSaveResult> DistributedSession::save_prompt_cache_for_input_distributed(
+Result<PromptCacheSaveResult> DistributedSession::save_prompt_cache_for_input(
     const std::filesystem::path& root, const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
     const std::string& prepared_input) {
   if (Status ok = check_prepared_input_named(prepared_input); !ok) return ok.error();
   return impl_->save_cache(root, descriptor, prefix, prepared_input);
 }
 
-Status DistributedSession::load_prompt_cache_distributed(const std::filesystem::path& root,
+Status DistributedSession::load_prompt_cache(const std::filesystem::path& root,
                                                          const PromptCacheDescriptor& expected,
                                                          std::span<const int> prefix) {
   return impl_->load_cache(root, expected, prefix, "");
 }
 
-Status DistributedSession::load_prompt_cache_for_input_distributed(const std::filesystem::path& root,
+Status DistributedSession::load_prompt_cache_for_input(const std::filesystem::path& root,
                                                                    const PromptCacheDescriptor& expected,
                                                                    std::span<const int> prefix,
                                                                    const std::string& prepared_input) {
@@ -897,19 +820,6 @@ DistributedStats DistributedSession::stats() const {
   return stats;
 }
 
-Result<DistributedStep> DistributedSession::prefill_prediction_target(std::span<const int> tokens) {
-  return impl_->step(tokens, prediction_target_step(0));
-}
-Result<DistributedStep> DistributedSession::decode_prediction_target(int token) {
-  return impl_->step({&token, 1}, prediction_target_step(0));
-}
-Result<DistributedStep> DistributedSession::prefill_prediction_target_input(const PredictionTargetInput& input) {
-  return impl_->prediction_step(input, false);
-}
-Result<DistributedStep> DistributedSession::decode_prediction_target_input(const PredictionTargetInput& input) {
-  return impl_->prediction_step(input, true);
-}
-
 Result<std::span<const float>> DistributedTarget::keep(Result<DistributedStep> step) {
   if (!step) return step.error();
   logits_ = std::move(step->logits);
@@ -928,33 +838,35 @@ Result<std::span<const float>> DistributedTarget::decode(int token) { return kee
 
 Result<SampledToken> DistributedTarget::prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
                                                            std::span<const int> stop_tokens) {
-  auto step = session_.prefill_and_sample(tokens, sampler, stop_tokens, DistributedSession::SampledLogits::dropped);
+  auto step = session_.step(
+      {.tokens = tokens, .sampler = &sampler, .stop_tokens = stop_tokens, .return_logits = false});
   if (!step) return step.error();
   return step->sampled;
 }
 
 Result<SampledToken> DistributedTarget::decode_and_sample(int token, Sampler& sampler,
                                                           std::span<const int> stop_tokens, NextDecode next) {
-  auto step =
-      session_.decode_and_sample(token, sampler, stop_tokens, DistributedSession::SampledLogits::dropped, next);
+  auto step = session_.step(
+      {.tokens = {&token, 1}, .sampler = &sampler, .stop_tokens = stop_tokens, .return_logits = false, .next = next});
   if (!step) return step.error();
   return step->sampled;
 }
 
 Result<DraftVerdict> DistributedTarget::decode_draft(int token, std::span<const int> draft) {
-  auto step = session_.decode_prediction_target_input(draft_input(token, draft));
+  const PredictionTargetInput input = draft_input(token, draft);
+  auto step = session_.step({.tokens = input.tokens, .prediction_target = true, .draft_tokens = input.draft_tokens});
   if (!step) return step.error();
   return DraftVerdict{step->accepted, step->next_token};
 }
 
 Status DistributedTarget::load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                             std::span<const int> prefix) {
-  return session_.load_prompt_cache_distributed(root, descriptor, prefix);
+  return session_.load_prompt_cache(root, descriptor, prefix);
 }
 
 Status DistributedTarget::save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                             std::span<const int> prefix) {
-  auto saved = session_.save_prompt_cache_distributed(root, descriptor, prefix);
+  auto saved = session_.save_prompt_cache(root, descriptor, prefix);
   if (!saved) return saved.error();
   return {};
 }

@@ -29,6 +29,7 @@
 #include "messages/protocol.hpp"
 #include "runtime/rank/observer.hpp"
 #include "runtime/session/session.hpp"
+#include "runtime/session/step_options.hpp"
 #include "runtime/rank/prompt_input.hpp"
 
 namespace caf {
@@ -72,8 +73,8 @@ struct DistributedStep {
   std::uint64_t epoch = 0;
   int rows = 0;
   std::vector<float> logits;  // (rows, vocab), as the observer left them
-  SampledToken sampled;       // the _and_sample steps: the output owner's pick
-  // The _prediction_target steps: the output owner's final hidden state of
+  SampledToken sampled;       // a step with a sampler: the output owner's pick
+  // A prediction-target step's: the output owner's final hidden state of
   // the last kept row, (dim), as every rank received it; how many draft
   // tokens the step kept, and greedy decoding's token after them.
   std::vector<float> prediction_target_capture;
@@ -148,99 +149,81 @@ class DistributedSession {
   // and two nodes that read a tensor both must agree on it. A node that cannot be reached, does not
   // answer or refuses fails the call, naming the node. A rank whose node
   // goes away (its connection breaks, or its heartbeats stop) poisons the
-  // session naming the rank; reset_distributed() connects to its address
+  // session naming the rank; reset() connects to its address
   // again. Observers stay in the caller's process, so remote steps take
   // none.
   static Result<std::unique_ptr<DistributedSession>> connect(const std::vector<NodeAddress>& peers,
                                                              const Model& model, const DistributedOptions& options);
   ~DistributedSession();
 
-  Result<DistributedStep> forward(std::span<const int> tokens);  // logits of every row
-  Result<DistributedStep> prefill(std::span<const int> tokens);  // logits of the last row
-  Result<DistributedStep> decode(int token);
-
-  // The same steps with an observer (runtime/rank/observer.hpp), lent to
-  // every rank for the step: each rank calls on_unit_output for its own
-  // units, the output owner calls on_logits in OutputObservation, and what
-  // on_logits leaves is what OutputPublication publishes. Ranks run one
-  // after another, so the calls never overlap, though they come from the
-  // ranks' threads. An observer's error or exception fails its rank's phase:
-  // the step aborts on every rank and nothing of it remains. The ranks share
-  // ownership because a rank cut off by a poisoned session may still be
-  // inside the observer when the call returns.
-  Result<DistributedStep> forward_with_observer(std::span<const int> tokens, std::shared_ptr<StepObserver> observer);
-  Result<DistributedStep> prefill_with_observer(std::span<const int> tokens, std::shared_ptr<StepObserver> observer);
-  Result<DistributedStep> decode_with_observer(int token, std::shared_ptr<StepObserver> observer);
-
-  // Generation steps: the output owner samples the next token from the
-  // published logits of the last row with `sampler`'s options and random
-  // stream (SamplingSynchronization), and every rank holds the pick and
-  // whether it is one of stop_tokens before the step commits. On commit
-  // `sampler` has advanced exactly as sampling those logits locally would
-  // have advanced it; on failure it is unchanged. With SampledLogits::
-  // dropped the step returns no logits: the output owner keeps them, and
-  // the 128 KB a row (for a 32000-token vocabulary) do not travel.
-  enum class SampledLogits { returned, dropped };
-  Result<DistributedStep> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
-                                             std::span<const int> stop_tokens,
-                                             SampledLogits logits = SampledLogits::returned);
-  // With NextDecode::likely the coordinator begins the step after this
-  // one, on the token it sampled, as soon as this one commits (a chained
-  // step, docs/protocol.md): the next decode_and_sample of that token then
-  // only waits for its commit. Any other call first undoes that step.
-  Result<DistributedStep> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens,
-                                            SampledLogits logits = SampledLogits::returned,
-                                            NextDecode next = NextDecode::unlikely);
-
-  // Steps for speculative decoding's target model, as
-  // Session::prefill/decode_prediction_target(_input)
-  // (runtime/rank/prediction_target.hpp): after OutputObservation the
-  // output owner verifies the draft and captures the residual stream after
-  // the last unit (before the final norm) of the last kept row
+  // One forward step as one transaction, as Session::step
+  // (runtime/session/step_options.hpp).
+  //
+  // An observer is lent to every in-process rank for the step; ranks run
+  // one after another, so its calls never overlap, though they come from
+  // the ranks' threads. The ranks share its ownership because a rank cut
+  // off by a poisoned session may still be inside it when the call
+  // returns. A session over remote nodes takes none.
+  //
+  // With a sampler the output owner samples the next token from the
+  // published logits of the last row (SamplingSynchronization), and every
+  // rank holds the pick and whether it is a stop token before the step
+  // commits. return_logits = false keeps the logits on the output owner,
+  // so the 128 KB a row (for a 32000-token vocabulary) do not travel. With
+  // NextDecode::likely the coordinator begins the step after this one, on
+  // the token it sampled, as soon as this one commits (a chained step,
+  // docs/protocol.md): the next decode of that token then only waits for
+  // its commit. Any other call first undoes that step.
+  //
+  // A prediction-target step: after OutputObservation the output owner
+  // verifies the draft and captures the residual stream after the last
+  // unit (before the final norm) of the last kept row
   // (PredictionTargetCapture) and sends both to every rank, each of which
   // reports that it holds them (PredictionTargetCapturePublication), checks
   // the verdict against its own lane (PredictionTargetStatePreparation) and
   // rolls the rejected rows back (PredictionExtensionExecution). logits is
   // the last kept row's.
-  Result<DistributedStep> prefill_prediction_target(std::span<const int> tokens);
-  Result<DistributedStep> decode_prediction_target(int token);
-  Result<DistributedStep> prefill_prediction_target_input(const PredictionTargetInput& input);
-  Result<DistributedStep> decode_prediction_target_input(const PredictionTargetInput& input);
+  Result<DistributedStep> step(const StepOptions& options);
+  // The logits of every row.
+  Result<DistributedStep> forward(std::span<const int> tokens) { return step({.tokens = tokens, .all_rows = true}); }
+  // The last row's logits.
+  Result<DistributedStep> prefill(std::span<const int> tokens) { return step({.tokens = tokens}); }
+  Result<DistributedStep> decode(int token) { return step({.tokens = {&token, 1}}); }
   // Heals a poisoned session (docs/healing.md): a session that is usable
   // (a failed step only aborted) is left as it is. Otherwise every rank
   // that was lost is started afresh (restarted in process; a remote one
   // on its node again once it answers, else on the first spare that does),
-  // every rank is reset (reset_distributed) and the committed tokens are
+  // every rank is reset (reset) and the committed tokens are
   // prefilled again, so every rank holds the KV rows it held after the last
   // committed step, bit for bit, under a new state epoch. The error says
   // why it could not (a node that does not answer and no spare that does).
   Result<HealReport> heal();
 
-  Result<DistributedCheckpoint> checkpoint_distributed();
-  Status rollback_distributed(const DistributedCheckpoint& checkpoint);
+  Result<DistributedCheckpoint> checkpoint();
+  Status rollback(const DistributedCheckpoint& checkpoint);
   // Starts again every rank whose actors exited (in process) or whose node
   // went away (connecting to its address again; fails naming the node when
   // it cannot), then resets every rank to an empty state.
-  Status reset_distributed();
+  Status reset();
   // The state and the committed prompt's identity together.
-  Result<DistributedCompleteCheckpoint> checkpoint_complete_distributed();
-  Status rollback_complete_distributed(const DistributedCompleteCheckpoint& checkpoint);
+  Result<DistributedCompleteCheckpoint> checkpoint_complete();
+  Status rollback_complete(const DistributedCompleteCheckpoint& checkpoint);
 
   // The prompt cache over every rank (docs/prompt-cache.md): one shard per
   // rank, under root/rank-NN, all of one save. A save publishes every
   // rank's shard or none; a load checks every rank's manifest and shard
   // before any rank's state changes, and refuses a cache saved with
   // another number of ranks. As Session's calls of the same names.
-  Result<PromptCacheSaveResult> save_prompt_cache_distributed(const std::filesystem::path& root,
+  Result<PromptCacheSaveResult> save_prompt_cache(const std::filesystem::path& root,
                                                               const PromptCacheDescriptor& descriptor,
                                                               std::span<const int> prefix);
-  Result<PromptCacheSaveResult> save_prompt_cache_for_input_distributed(const std::filesystem::path& root,
+  Result<PromptCacheSaveResult> save_prompt_cache_for_input(const std::filesystem::path& root,
                                                                         const PromptCacheDescriptor& descriptor,
                                                                         std::span<const int> prefix,
                                                                         const std::string& prepared_input);
-  Status load_prompt_cache_distributed(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
+  Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
                                        std::span<const int> prefix);
-  Status load_prompt_cache_for_input_distributed(const std::filesystem::path& root,
+  Status load_prompt_cache_for_input(const std::filesystem::path& root,
                                                  const PromptCacheDescriptor& expected, std::span<const int> prefix,
                                                  const std::string& prepared_input);
   // Heals a cache a killed save left on mixed generations

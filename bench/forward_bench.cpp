@@ -171,7 +171,7 @@ void BM_distributed_decode(benchmark::State& state, const Shape& shape) {
   if (created == nullptr) return;
   accord::DistributedSession& session = *created;
   for (auto _ : state) {
-    if (!decode_step(state, session, *model, [&] { return session.reset_distributed(); })) break;
+    if (!decode_step(state, session, *model, [&] { return session.reset(); })) break;
   }
   const accord::DistributedStats stats = session.stats();
   state.counters["tok"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
@@ -188,7 +188,7 @@ void BM_distributed_round(benchmark::State& state, const Shape& shape) {
   if (created == nullptr) return;
   accord::DistributedSession& session = *created;
   for (auto _ : state) {
-    if (!session.checkpoint_distributed()) {
+    if (!session.checkpoint()) {
       state.SkipWithError("checkpoint failed");
       break;
     }

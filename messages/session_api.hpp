@@ -65,7 +65,7 @@ enum class TransactionOutcome : std::uint8_t {
   committed,
   refused,   // not begun: bad input, or the session is busy
   aborted,   // every rank restored its state; the session goes on
-  poisoned,  // the ranks cannot prove a common state; reset_distributed
+  poisoned,  // the ranks cannot prove a common state; reset
 };
 
 struct TransactionReply {

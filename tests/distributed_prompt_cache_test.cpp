@@ -36,13 +36,13 @@ class DistributedPromptCacheTest : public ::testing::Test {
   void save(const fs::path& root, int ranks, int n) {
     auto session = new_session(ranks);
     ASSERT_TRUE(session->prefill(test::cache_prefix(n)));
-    auto saved = session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(n));
+    auto saved = session->save_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(n));
     ASSERT_TRUE(saved) << saved.error().message();
     EXPECT_EQ(saved->prefix_token_count, n);
   }
 
   static std::vector<std::string> digests(DistributedSession& session) {
-    auto checkpoint = session.checkpoint_distributed();
+    auto checkpoint = session.checkpoint();
     EXPECT_TRUE(checkpoint) << checkpoint.error().message();
     return checkpoint ? checkpoint->rank_digests : std::vector<std::string>{};
   }
@@ -55,7 +55,7 @@ class DistributedPromptCacheTest : public ::testing::Test {
     }
     const int position = session.position();
     const auto before = digests(session);
-    Status loaded = session.load_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(n));
+    Status loaded = session.load_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(n));
     ASSERT_FALSE(loaded) << "expected refusal: " << fragment;
     EXPECT_EQ(loaded.error().code(), ErrorCode::prompt_cache) << loaded.error().message();
     EXPECT_NE(loaded.error().message().find(fragment), std::string::npos) << loaded.error().message();
@@ -87,7 +87,7 @@ TEST_F(DistributedPromptCacheTest, AHitGivesTheLogitsOfAColdPrefillOnOneToThreeR
     const fs::path root = dir_.path() / ("cache-" + std::to_string(ranks));
     auto session = new_session(ranks);
     ASSERT_TRUE(session->prefill(test::cache_prefix(n)));
-    auto saved = session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(n));
+    auto saved = session->save_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(n));
     ASSERT_TRUE(saved) << saved.error().message();
     EXPECT_EQ(saved->shard_bytes, 5u * n * 32 * 2 * 4) << "five units in all";
     for (int r = 0; r < ranks; ++r) {
@@ -99,8 +99,8 @@ TEST_F(DistributedPromptCacheTest, AHitGivesTheLogitsOfAColdPrefillOnOneToThreeR
     }
     EXPECT_FALSE(fs::exists(rank_folder(root, ranks)));
 
-    ASSERT_TRUE(session->reset_distributed());
-    Status loaded = session->load_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(n));
+    ASSERT_TRUE(session->reset());
+    Status loaded = session->load_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(n));
     ASSERT_TRUE(loaded) << loaded.error().message();
     EXPECT_EQ(session->position(), n);
     auto rest = session->prefill(std::span<const int>(test::kCachePrompt).subspan(n));
@@ -136,7 +136,7 @@ TEST_F(DistributedPromptCacheTest, ACorruptedShardOnOneRankAbortsTheLoadOnEveryR
   test::write_bytes(shard.string(), bytes);
   auto session = new_session(3);
   expect_refused(*session, dir_.path(), 5, "corrupted");
-  Status loaded = session->load_prompt_cache_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
+  Status loaded = session->load_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
   ASSERT_FALSE(loaded);
   EXPECT_EQ(loaded.error().phase(), "PromptCacheLoadPreparation");
 }
@@ -161,7 +161,7 @@ TEST_F(DistributedPromptCacheTest, AnAbortedSaveLeavesThePreviousCacheLiveOnEver
   fs::create_directories(obstruction / "taken");
   auto session = new_session(2);
   ASSERT_TRUE(session->prefill(test::cache_prefix(7)));
-  auto saved = session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(7));
+  auto saved = session->save_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(7));
   ASSERT_FALSE(saved);
   EXPECT_EQ(saved.error().phase(), "PromptCacheSavePublication") << saved.error().message();
   for (int r = 0; r < 2; ++r) {
@@ -171,11 +171,11 @@ TEST_F(DistributedPromptCacheTest, AnAbortedSaveLeavesThePreviousCacheLiveOnEver
     EXPECT_EQ(generations, 1) << "rank " << r << " kept the aborted save's generation";
   }
   auto reader = new_session(2);
-  Status loaded = reader->load_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(5));
+  Status loaded = reader->load_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(5));
   EXPECT_TRUE(loaded) << loaded.error().message();
 
   fs::remove_all(obstruction);
-  auto again = session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(7));
+  auto again = session->save_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(7));
   ASSERT_TRUE(again) << again.error().message();
   EXPECT_EQ(current(root, 0), again->generation);
   EXPECT_EQ(current(root, 1), again->generation);
@@ -184,7 +184,7 @@ TEST_F(DistributedPromptCacheTest, AnAbortedSaveLeavesThePreviousCacheLiveOnEver
 TEST_F(DistributedPromptCacheTest, SaveRefusesAPrefixTheRanksDoNotHold) {
   auto session = new_session(2);
   ASSERT_TRUE(session->prefill(test::cache_prefix(4)));
-  auto saved = session->save_prompt_cache_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
+  auto saved = session->save_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
   ASSERT_FALSE(saved);
   EXPECT_EQ(saved.error().code(), ErrorCode::contract);
   EXPECT_EQ(saved.error().phase(), "PromptCacheSavePreflight");
@@ -194,41 +194,41 @@ TEST_F(DistributedPromptCacheTest, SaveRefusesAPrefixTheRanksDoNotHold) {
 TEST_F(DistributedPromptCacheTest, CompleteCheckpointsCarryThePreparedInput) {
   auto saver = new_session(2);
   ASSERT_TRUE(saver->prefill(test::cache_prefix(5)));
-  ASSERT_TRUE(saver->save_prompt_cache_for_input_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
-  EXPECT_FALSE(saver->save_prompt_cache_for_input_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), ""));
+  ASSERT_TRUE(saver->save_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
+  EXPECT_FALSE(saver->save_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), ""));
 
   auto session = new_session(2);
   EXPECT_FALSE(session->committed_prompt_input_identity());
-  Status wrong = session->load_prompt_cache_for_input_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:7");
+  Status wrong = session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:7");
   ASSERT_FALSE(wrong);
   EXPECT_NE(wrong.error().message().find("another prepared input"), std::string::npos);
-  ASSERT_TRUE(session->load_prompt_cache_for_input_distributed(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
+  ASSERT_TRUE(session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
   auto identity = session->committed_prompt_input_identity();
   ASSERT_TRUE(identity);
   EXPECT_EQ(identity->prepared_input, "image:42");
   EXPECT_EQ(identity->prepared_token_count, 5);
   EXPECT_EQ(identity->token_count, 5);
 
-  auto after_load = session->checkpoint_complete_distributed();
+  auto after_load = session->checkpoint_complete();
   ASSERT_TRUE(after_load) << after_load.error().message();
   ASSERT_TRUE(session->decode(10));
   EXPECT_EQ(session->committed_prompt_input_identity()->token_count, 6);
   EXPECT_EQ(session->committed_prompt_input_identity()->prepared_input, "image:42");
-  ASSERT_TRUE(session->rollback_complete_distributed(*after_load));
+  ASSERT_TRUE(session->rollback_complete(*after_load));
   EXPECT_EQ(session->committed_prompt_input_identity(), after_load->prompt);
   EXPECT_EQ(digests(*session), after_load->state.rank_digests);
 
-  ASSERT_TRUE(session->reset_distributed());
+  ASSERT_TRUE(session->reset());
   EXPECT_FALSE(session->committed_prompt_input_identity());
-  EXPECT_FALSE(session->rollback_complete_distributed(*after_load)) << "no checkpoint survives a reset";
+  EXPECT_FALSE(session->rollback_complete(*after_load)) << "no checkpoint survives a reset";
   ASSERT_TRUE(session->prefill(test::cache_prefix(3)));
-  auto plain = session->checkpoint_complete_distributed();
+  auto plain = session->checkpoint_complete();
   ASSERT_TRUE(plain);
   ASSERT_TRUE(plain->prompt);
   EXPECT_EQ(plain->prompt->prepared_input, "");
   auto mismatched = *plain;
   mismatched.prompt->token_count = 2;
-  Status refused = session->rollback_complete_distributed(mismatched);
+  Status refused = session->rollback_complete(mismatched);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code(), ErrorCode::contract);
 }
@@ -248,10 +248,10 @@ TEST_F(DistributedPromptCacheTest, ARankThatExitedMidSaveLeavesNoLockToItsSucces
     exit_at_commit.phase = DistributedExecutionPhase::Commit;
     exit_at_commit.kind = FaultKind::exit;
     ASSERT_TRUE(session->inject_faults({exit_at_commit}));
-    ASSERT_FALSE(session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(5)));
-    ASSERT_TRUE(session->reset_distributed());
+    ASSERT_FALSE(session->save_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(5)));
+    ASSERT_TRUE(session->reset());
     ASSERT_TRUE(session->prefill(test::cache_prefix(5)));
-    auto saved = session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(5));
+    auto saved = session->save_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(5));
     EXPECT_TRUE(saved) << "attempt " << attempt << ": " << saved.error().message();
   }
 }

@@ -38,7 +38,7 @@ TEST(DistributedProtocol, StaleAndForeignMessagesAreDroppedAndCounted) {
   auto session = make_session(model, 3);
   ASSERT_TRUE(session);
   run_steps(*session, prompt, 2);  // epochs 1 to 3
-  auto checkpoint = session->checkpoint_distributed();
+  auto checkpoint = session->checkpoint();
   ASSERT_TRUE(checkpoint) << checkpoint.error().message();
   const SessionId id = checkpoint->session_id;
   const auto before = session->dropped_messages();

@@ -105,16 +105,16 @@ TEST(DistributedSession, CheckpointRollbackAndResetRunOnEveryRank) {
   auto session = make_session(model, 3);
   const std::vector<int> prompt = {1, 403, 407, 261, 378};
   ASSERT_TRUE(session->prefill(prompt));
-  auto checkpoint = session->checkpoint_distributed();
+  auto checkpoint = session->checkpoint();
   ASSERT_TRUE(checkpoint) << checkpoint.error().message();
   EXPECT_EQ(checkpoint->position, 5);
   ASSERT_EQ(checkpoint->rank_digests.size(), 3u);
   std::vector<std::vector<float>> first;
   for (int token : {432, 383, 286}) first.push_back(session->decode(token)->logits);
 
-  ASSERT_TRUE(session->rollback_distributed(*checkpoint));
+  ASSERT_TRUE(session->rollback(*checkpoint));
   EXPECT_EQ(session->position(), 5);
-  auto again = session->checkpoint_distributed();
+  auto again = session->checkpoint();
   ASSERT_TRUE(again);
   EXPECT_EQ(again->rank_digests, checkpoint->rank_digests);
   int i = 0;
@@ -122,19 +122,19 @@ TEST(DistributedSession, CheckpointRollbackAndResetRunOnEveryRank) {
 
   // Rewriting a row below a later checkpoint makes it unprovable: every
   // rank refuses, the transaction aborts, and the session goes on.
-  auto late = session->checkpoint_distributed();
-  ASSERT_TRUE(session->rollback_distributed(*checkpoint));
+  auto late = session->checkpoint();
+  ASSERT_TRUE(session->rollback(*checkpoint));
   ASSERT_TRUE(session->decode(99));
-  Status refused = session->rollback_distributed(*late);
+  Status refused = session->rollback(*late);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code(), ErrorCode::state);
   EXPECT_NE(refused.error().message().find("overwritten"), std::string::npos);
   EXPECT_EQ(refused.error().phase(), "SessionRollbackPreparation");
   EXPECT_TRUE(session->decode(5));
 
-  ASSERT_TRUE(session->reset_distributed());
+  ASSERT_TRUE(session->reset());
   EXPECT_EQ(session->position(), 0);
-  EXPECT_FALSE(session->rollback_distributed(*checkpoint)) << "checkpoints do not survive a reset";
+  EXPECT_FALSE(session->rollback(*checkpoint)) << "checkpoints do not survive a reset";
   const auto fresh = single_rank_trace(model, prompt, 0);
   EXPECT_TRUE(test::bit_identical(session->prefill(prompt)->logits, fresh));
 }
@@ -153,7 +153,7 @@ TEST(DistributedSession, ItsReportSaysWhatAOneRankSessionsSays) {
   ASSERT_TRUE(single.prefill(prompt));
   ASSERT_TRUE(distributed->prefill(prompt));
   auto single_checkpoint = single.checkpoint();
-  auto distributed_checkpoint = distributed->checkpoint_distributed();
+  auto distributed_checkpoint = distributed->checkpoint();
   ASSERT_TRUE(single_checkpoint && distributed_checkpoint);
   ASSERT_TRUE(single.decode(432));
   ASSERT_TRUE(distributed->decode(432));
@@ -164,7 +164,7 @@ TEST(DistributedSession, ItsReportSaysWhatAOneRankSessionsSays) {
   single.set_failure_hook({});
   ASSERT_TRUE(distributed->inject_faults({}));
   ASSERT_TRUE(single.rollback(*single_checkpoint));
-  ASSERT_TRUE(distributed->rollback_distributed(*distributed_checkpoint));
+  ASSERT_TRUE(distributed->rollback(*distributed_checkpoint));
   ASSERT_TRUE(single.decode(286));
   ASSERT_TRUE(distributed->decode(286));
 
@@ -232,7 +232,7 @@ TEST(DistributedSession, ARankThatIsGonePoisonsTheSessionUntilAResetRestartsIt) 
   EXPECT_NE(again.error().message().find("poisoned"), std::string::npos);
   // A reset starts rank 1 afresh and brings it in; the session then works
   // as a new one does, and rank 1 answers again.
-  Status reset = session.reset_distributed();
+  Status reset = session.reset();
   ASSERT_TRUE(reset) << reset.error().message();
   EXPECT_EQ(session.position(), 0);
   auto restarted = session.prefill(std::vector<int>{1, 403, 407});
@@ -279,10 +279,13 @@ class RecordingObserver final : public StepObserver {
 std::vector<float> single_rank_observed(const Model& model, RecordingObserver& observer) {
   cpu::ThreadPool pool(1);
   Session session(model, pool);
-  std::vector<float> received = test::to_vector(session.prefill_with_observer(kObservedPrompt, observer)->logits);
-  const auto decoded = session.decode_with_observer(407, observer)->logits;
+  const auto lent = test::borrow(observer);
+  std::vector<float> received = test::to_vector(session.step({.tokens = kObservedPrompt, .observer = lent})->logits);
+  const int token = 407;
+  const auto decoded = session.step({.tokens = {&token, 1}, .observer = lent})->logits;
   received.insert(received.end(), decoded.begin(), decoded.end());
-  const auto forwarded = session.forward_with_observer(std::vector<int>{261, 378}, observer)->logits;
+  const auto forwarded =
+      session.step({.tokens = std::vector<int>{261, 378}, .all_rows = true, .observer = lent})->logits;
   received.insert(received.end(), forwarded.begin(), forwarded.end());
   return received;
 }
@@ -290,9 +293,11 @@ std::vector<float> single_rank_observed(const Model& model, RecordingObserver& o
 std::vector<float> distributed_observed(DistributedSession& session, const std::shared_ptr<StepObserver>& observer) {
   std::vector<float> received;
   // A braced list is evaluated left to right: prefill, decode, forward.
-  for (auto step : {session.prefill_with_observer(kObservedPrompt, observer),
-                    session.decode_with_observer(407, observer),
-                    session.forward_with_observer(std::vector<int>{261, 378}, observer)}) {
+  const int token = 407;
+  const std::vector<int> pair = {261, 378};
+  for (auto step : {session.step({.tokens = kObservedPrompt, .observer = observer}),
+                    session.step({.tokens = {&token, 1}, .observer = observer}),
+                    session.step({.tokens = pair, .all_rows = true, .observer = observer})}) {
     EXPECT_TRUE(step) << step.error().message();
     if (step) received.insert(received.end(), step->logits.begin(), step->logits.end());
   }
@@ -332,7 +337,8 @@ TEST(DistributedSession, ASteeringObserverChangesWhatTheCallerReceives) {
   steer->raised_logit = 7;
   const auto received = distributed_observed(*session, steer);
   EXPECT_TRUE(test::bit_identical(received, expected_logits));
-  auto step = session->decode_with_observer(286, steer);
+  const int token = 286;
+  auto step = session->step({.tokens = {&token, 1}, .observer = steer});
   ASSERT_TRUE(step);
   EXPECT_EQ(step->logits[7], 1000.0f);
   EXPECT_EQ(argmax(step->logits), 7);
@@ -375,16 +381,17 @@ TEST(DistributedSession, AFailingObserverAbortsTheStepOnEveryRank) {
       {-1, FailingObserver::How::exception, "rank 2", "OutputObservation", "exception: observer exploded"},
   };
   for (const auto& c : cases) {
-    const auto before = session->checkpoint_distributed();
+    const auto before = session->checkpoint();
     ASSERT_TRUE(before);
-    auto step = session->decode_with_observer(407, std::make_shared<FailingObserver>(c.unit, c.how));
+    const int token = 407;
+    auto step = session->step({.tokens = {&token, 1}, .observer = std::make_shared<FailingObserver>(c.unit, c.how)});
     ASSERT_FALSE(step);
     EXPECT_EQ(step.error().code(), ErrorCode::mechanism) << step.error().message();
     EXPECT_EQ(step.error().phase(), c.phase);
     EXPECT_NE(step.error().message().find(c.rank), std::string::npos) << step.error().message();
     EXPECT_NE(step.error().message().find(c.words), std::string::npos) << step.error().message();
     EXPECT_EQ(session->position(), 2);
-    const auto after = session->checkpoint_distributed();
+    const auto after = session->checkpoint();
     ASSERT_TRUE(after);
     EXPECT_EQ(after->rank_digests, before->rank_digests) << c.words;
   }
@@ -417,11 +424,11 @@ TEST(DistributedSession, GenerationStepsSampleOnTheOutputOwnerAsOneRankWould) {
     for (int ranks = 1; ranks <= 3; ++ranks) {
       auto session = make_session(model, ranks);
       Sampler remote(options);
-      auto distributed = session->prefill_and_sample(std::vector<int>{1, 403}, remote, stop_tokens);
+      auto distributed = test::sample_prefill(*session, std::vector<int>{1, 403}, remote, stop_tokens);
       ASSERT_TRUE(distributed) << distributed.error().message();
       std::vector<SampledToken> sampled = {distributed->sampled};
       for (int i = 0; i < 12; ++i) {
-        distributed = session->decode_and_sample(sampled.back().token, remote, stop_tokens);
+        distributed = test::sample_decode(*session, sampled.back().token, remote, stop_tokens);
         ASSERT_TRUE(distributed) << distributed.error().message();
         sampled.push_back(distributed->sampled);
       }
@@ -453,11 +460,11 @@ TEST(DistributedSession, ChainedStepsGiveWhatStepsAskedOneByOneGiveAndAStepNotTa
   {
     auto session = make_session(model, 3);
     Sampler sampler({0.9f, 0.9f, 42});
-    auto step = session->prefill_and_sample(prompt, sampler, stop_tokens);
+    auto step = test::sample_prefill(*session, prompt, sampler, stop_tokens);
     ASSERT_TRUE(step) << step.error().message();
     expected.push_back(step->sampled);
     for (int i = 0; i < kSteps; ++i) {
-      step = session->decode_and_sample(expected.back().token, sampler, stop_tokens);
+      step = test::sample_decode(*session, expected.back().token, sampler, stop_tokens);
       ASSERT_TRUE(step) << step.error().message();
       expected.push_back(step->sampled);
     }
@@ -474,12 +481,12 @@ TEST(DistributedSession, ChainedStepsGiveWhatStepsAskedOneByOneGiveAndAStepNotTa
   for (const bool then_another_token : {false, true}) {
     auto session = make_session(model, 3);
     Sampler sampler({0.9f, 0.9f, 42});
-    auto step = session->prefill_and_sample(prompt, sampler, stop_tokens);
+    auto step = test::sample_prefill(*session, prompt, sampler, stop_tokens);
     ASSERT_TRUE(step) << step.error().message();
     std::vector<SampledToken> sampled = {step->sampled};
     for (int i = 0; i < kSteps; ++i) {
-      step = session->decode_and_sample(sampled.back().token, sampler, stop_tokens,
-                                        DistributedSession::SampledLogits::returned, NextDecode::likely);
+      step = test::sample_decode(*session, sampled.back().token, sampler, stop_tokens,
+                                        true, NextDecode::likely);
       ASSERT_TRUE(step) << step.error().message();
       sampled.push_back(step->sampled);
     }
@@ -504,17 +511,17 @@ TEST(DistributedSession, AFailedGenerationStepLeavesTheSamplerAsItWas) {
   auto session = make_session(model, 2);
   Sampler sampler({0.9f, 0.9f, 5});
   const std::vector<int> stop_tokens = {1, 2};
-  ASSERT_TRUE(session->prefill_and_sample(std::vector<int>{1, 403}, sampler, stop_tokens));
+  ASSERT_TRUE(test::sample_prefill(*session, std::vector<int>{1, 403}, sampler, stop_tokens));
   const std::uint64_t state = sampler.rng_state();
-  EXPECT_FALSE(session->decode_and_sample(512, sampler, stop_tokens));
+  EXPECT_FALSE(test::sample_decode(*session, 512, sampler, stop_tokens));
   EXPECT_EQ(sampler.rng_state(), state);
   Sampler bad({-1.0f, 0.9f, 5});
-  auto refused = session->decode_and_sample(407, bad, stop_tokens);
+  auto refused = test::sample_decode(*session, 407, bad, stop_tokens);
   ASSERT_FALSE(refused);
   EXPECT_TRUE(refused.error().before_state_mutation());
   EXPECT_NE(refused.error().message().find("temperature"), std::string::npos);
   EXPECT_EQ(session->position(), 2);
-  EXPECT_TRUE(session->decode_and_sample(407, sampler, stop_tokens));
+  EXPECT_TRUE(test::sample_decode(*session, 407, sampler, stop_tokens));
   EXPECT_NE(sampler.rng_state(), state);
 }
 
@@ -524,7 +531,7 @@ TEST(DistributedSession, AGenerationStepFlagsAStopToken) {
   const int greedy = argmax(single_rank_trace(model, prompt, 0));
   auto session = make_session(model, 3);
   Sampler sampler({0.0f, 0.9f, 0});
-  auto step = session->prefill_and_sample(prompt, sampler, std::vector<int>{2, greedy});
+  auto step = test::sample_prefill(*session, prompt, sampler, std::vector<int>{2, greedy});
   ASSERT_TRUE(step) << step.error().message();
   EXPECT_EQ(step->sampled, (SampledToken{greedy, true}));
 }
@@ -538,11 +545,11 @@ TEST(DistributedSession, AGenerationStepCanLeaveItsLogitsOnTheOutputOwner) {
   const std::vector<int> stop_tokens = {1, 2};
   std::vector<DistributedStep> steps;
   std::vector<std::uint64_t> rng_states;
-  for (const auto logits : {DistributedSession::SampledLogits::returned, DistributedSession::SampledLogits::dropped}) {
+  for (const bool logits : {true, false}) {
     auto session = make_session(model, 3);
     Sampler sampler({0.9f, 0.9f, 11});
-    ASSERT_TRUE(session->prefill_and_sample(prompt, sampler, stop_tokens, logits));
-    auto step = session->decode_and_sample(407, sampler, stop_tokens, logits);
+    ASSERT_TRUE(test::sample_prefill(*session, prompt, sampler, stop_tokens, logits));
+    auto step = test::sample_decode(*session, 407, sampler, stop_tokens, logits);
     ASSERT_TRUE(step) << step.error().message();
     EXPECT_EQ(session->position(), 3);
     steps.push_back(std::move(*step));
@@ -585,21 +592,25 @@ TEST(DistributedSession, PredictionTargetStepsMatchOneRankBitForBit) {
   cpu::ThreadPool pool(1);
   Session one(model, pool);
   std::vector<std::vector<float>> logits, captures;
-  for (auto step = one.prefill_prediction_target(kObservedPrompt); step;) {
-    logits.push_back(test::to_vector(step->step.logits));
+  for (auto step = one.step({.tokens = kObservedPrompt, .prediction_target = true}); step;) {
+    logits.push_back(test::to_vector(step->logits));
     captures.push_back(test::to_vector(step->capture));
     if (logits.size() == 4) break;
-    step = one.decode_prediction_target(argmax(step->step.logits));
+    const int next = argmax(step->logits);
+    step = one.step({.tokens = {&next, 1}, .prediction_target = true});
   }
   ASSERT_EQ(logits.size(), 4u);
   for (int ranks = 1; ranks <= 3; ++ranks) {
     auto session = make_session(model, ranks);
-    auto step = session->prefill_prediction_target(kObservedPrompt);
+    auto step = session->step({.tokens = kObservedPrompt, .prediction_target = true});
     for (std::size_t i = 0; i < logits.size(); ++i) {
       ASSERT_TRUE(step) << step.error().message();
       EXPECT_TRUE(test::bit_identical(step->logits, logits[i])) << ranks << " ranks, step " << i;
       EXPECT_TRUE(test::bit_identical(step->prediction_target_capture, captures[i])) << ranks << " ranks, step " << i;
-      if (i + 1 < logits.size()) step = session->decode_prediction_target(argmax(step->logits));
+      if (i + 1 < logits.size()) {
+        const int next = argmax(step->logits);
+        step = session->step({.tokens = {&next, 1}, .prediction_target = true});
+      }
     }
     // StateCheckpoint, two phases per route, Execution, OutputObservation,
     // PredictionTargetCapture, PredictionTargetCapturePublication,

@@ -63,11 +63,11 @@ std::string name(Operation op) {
     case Operation::decode: return "decode";
     case Operation::generation: return "generation step";
     case Operation::prediction: return "speculative decode (prediction target)";
-    case Operation::checkpoint: return "checkpoint_distributed";
-    case Operation::rollback: return "rollback_distributed";
-    case Operation::reset: return "reset_distributed";
-    case Operation::cache_save: return "save_prompt_cache_distributed";
-    case Operation::cache_load: return "load_prompt_cache_distributed";
+    case Operation::checkpoint: return "checkpoint";
+    case Operation::rollback: return "rollback";
+    case Operation::reset: return "reset";
+    case Operation::cache_save: return "save_prompt_cache";
+    case Operation::cache_load: return "load_prompt_cache";
   }
   return "?";
 }
@@ -127,22 +127,22 @@ Status set_up(Operation op, Bench& bench) {
   if (op == Operation::prefill) return {};
   if (auto step = s.prefill(kPrompt); !step) return failed("set-up prefill", step.error());
   if (op == Operation::rollback) {
-    auto checkpoint = s.checkpoint_distributed();
+    auto checkpoint = s.checkpoint();
     if (!checkpoint) return failed("set-up checkpoint", checkpoint.error());
     bench.checkpoint = *checkpoint;
     if (auto step = s.decode(kNextToken); !step) return failed("set-up decode", step.error());
   }
   if (op == Operation::cache_save) {
     // An older generation the faulted save must leave live if it aborts.
-    if (auto saved = s.save_prompt_cache_distributed(bench.cache, kDescriptor, kShorterPrefix); !saved) {
+    if (auto saved = s.save_prompt_cache(bench.cache, kDescriptor, kShorterPrefix); !saved) {
       return failed("set-up save", saved.error());
     }
   }
   if (op == Operation::cache_load) {
-    if (auto saved = s.save_prompt_cache_distributed(bench.cache, kDescriptor, kPrompt); !saved) {
+    if (auto saved = s.save_prompt_cache(bench.cache, kDescriptor, kPrompt); !saved) {
       return failed("set-up save", saved.error());
     }
-    if (Status reset = s.reset_distributed(); !reset) return failed("set-up reset", reset.error());
+    if (Status reset = s.reset(); !reset) return failed("set-up reset", reset.error());
   }
   return {};
 }
@@ -164,33 +164,33 @@ Result<std::vector<float>> perform(Operation op, Bench& bench) {
     case Operation::decode: return logits_of(s.decode(kNextToken));
     case Operation::generation: {
       Sampler sampler({0.9f, 0.9f, 7});
-      auto step = s.decode_and_sample(kNextToken, sampler, std::vector<int>{1, 2});
+      auto step = test::sample_decode(s, kNextToken, sampler, std::vector<int>{1, 2});
       if (!step) return step.error();
       return with(step->logits, {static_cast<float>(step->sampled.token), static_cast<float>(sampler.rng_state())});
     }
     case Operation::prediction: {
-      auto step = s.decode_prediction_target_input(kSpeculation);
+      auto step = test::speculate(s, kSpeculation);
       if (!step) return step.error();
       auto output = step->logits;
       output.insert(output.end(), step->prediction_target_capture.begin(), step->prediction_target_capture.end());
       return with(output, {static_cast<float>(step->accepted), static_cast<float>(step->next_token)});
     }
     case Operation::checkpoint: {
-      auto checkpoint = s.checkpoint_distributed();
+      auto checkpoint = s.checkpoint();
       if (!checkpoint) return checkpoint.error();
       return std::vector<float>{static_cast<float>(checkpoint->position)};
     }
     case Operation::rollback:
-      if (Status ok = s.rollback_distributed(*bench.checkpoint); !ok) return ok.error();
+      if (Status ok = s.rollback(*bench.checkpoint); !ok) return ok.error();
       return std::vector<float>{};
     case Operation::reset:
-      if (Status ok = s.reset_distributed(); !ok) return ok.error();
+      if (Status ok = s.reset(); !ok) return ok.error();
       return std::vector<float>{};
     case Operation::cache_save:
-      if (auto saved = s.save_prompt_cache_distributed(bench.cache, kDescriptor, kPrompt); !saved) return saved.error();
+      if (auto saved = s.save_prompt_cache(bench.cache, kDescriptor, kPrompt); !saved) return saved.error();
       return std::vector<float>{};
     case Operation::cache_load:
-      if (Status ok = s.load_prompt_cache_distributed(bench.cache, kDescriptor, kPrompt); !ok) return ok.error();
+      if (Status ok = s.load_prompt_cache(bench.cache, kDescriptor, kPrompt); !ok) return ok.error();
       return std::vector<float>{};
   }
   return Error(ErrorCode::contract, "unknown operation");
@@ -246,9 +246,9 @@ std::string describe(const Case& c) {
 std::string live_generation(const Model& model, int ranks, const std::filesystem::path& cache) {
   auto bench = make_bench(model, ranks, cache);
   if (!bench) return "no session: " + bench.error().message();
-  if (bench->session->load_prompt_cache_distributed(cache, kDescriptor, kPrompt)) return "new";
-  if (!bench->session->reset_distributed()) return "reset failed";
-  if (bench->session->load_prompt_cache_distributed(cache, kDescriptor, kShorterPrefix)) return "old";
+  if (bench->session->load_prompt_cache(cache, kDescriptor, kPrompt)) return "new";
+  if (!bench->session->reset()) return "reset failed";
+  if (bench->session->load_prompt_cache(cache, kDescriptor, kShorterPrefix)) return "old";
   return "none";
 }
 
@@ -258,7 +258,7 @@ std::string check_corrupted_cache(const Model& model, int ranks, const std::file
   auto bench = make_bench(model, ranks, cache);
   if (!bench) return "no session: " + bench.error().message();
   const auto before = bench->session->rank_digests();
-  Status load = bench->session->load_prompt_cache_distributed(cache, kDescriptor, kPrompt);
+  Status load = bench->session->load_prompt_cache(cache, kDescriptor, kPrompt);
   if (load) return "a corrupted shard was loaded";
   if (load.error().code() != ErrorCode::prompt_cache) return "a corrupted shard gave: " + load.error().message();
   const auto after = bench->session->rank_digests();
@@ -316,7 +316,7 @@ Verdict run_case(const Model& model, const Case& c, const Observation& expected)
     }
     auto refused = s.decode(kNextToken);
     if (refused || !is_poisoned(refused.error())) return {Outcome::poisoned, "a poisoned session took work"};
-    if (Status reset = s.reset_distributed(); !reset) return {Outcome::poisoned, "reset: " + reset.error().message()};
+    if (Status reset = s.reset(); !reset) return {Outcome::poisoned, "reset: " + reset.error().message()};
     if (Status ok = set_up(c.op, bench); !ok) return {Outcome::poisoned, "after reset, " + ok.error().message()};
     auto again = observe(c.op, bench);
     if (!again || !same(*again, expected)) return {Outcome::poisoned, "after reset, another output"};

@@ -705,7 +705,7 @@ TEST(NodeProcessSecurity, PromptCachesAreNamesInTheNodesFolder) {
   auto none = DistributedSession::connect({without.address()}, model, DistributedOptions{});
   ASSERT_TRUE(none) << none.error().message();
   ASSERT_TRUE((*none)->prefill(prefix));
-  const auto refused = (*none)->save_prompt_cache_distributed("cache", test::kCacheDescriptor, prefix);
+  const auto refused = (*none)->save_prompt_cache("cache", test::kCacheDescriptor, prefix);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message().find("keeps no prompt cache"), std::string::npos) << refused.error().message();
 
@@ -713,11 +713,11 @@ TEST(NodeProcessSecurity, PromptCachesAreNamesInTheNodesFolder) {
   ASSERT_TRUE(session) << session.error().message();
   ASSERT_TRUE((*session)->prefill(prefix));
   const std::string outside = dir.file("outside");
-  const auto path = (*session)->save_prompt_cache_distributed(outside, test::kCacheDescriptor, prefix);
+  const auto path = (*session)->save_prompt_cache(outside, test::kCacheDescriptor, prefix);
   ASSERT_FALSE(path);
   EXPECT_NE(path.error().message().find("must be a plain name"), std::string::npos) << path.error().message();
   EXPECT_FALSE(std::filesystem::exists(outside));
-  const auto saved = (*session)->save_prompt_cache_distributed("cache", test::kCacheDescriptor, prefix);
+  const auto saved = (*session)->save_prompt_cache("cache", test::kCacheDescriptor, prefix);
   ASSERT_TRUE(saved) << saved.error().message();
   EXPECT_TRUE(std::filesystem::is_directory(caches.path() / "cache"));
 }

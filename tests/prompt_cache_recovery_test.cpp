@@ -43,7 +43,7 @@ class PromptCacheRecoveryTest : public ::testing::Test {
   std::string save(const fs::path& root, int n) {
     auto session = new_session();
     EXPECT_TRUE(session->prefill(test::cache_prefix(n)));
-    auto saved = session->save_prompt_cache_distributed(root, test::kCacheDescriptor, test::cache_prefix(n));
+    auto saved = session->save_prompt_cache(root, test::kCacheDescriptor, test::cache_prefix(n));
     EXPECT_TRUE(saved) << saved.error().message();
     return saved ? saved->generation : "";
   }
@@ -77,7 +77,7 @@ class PromptCacheRecoveryTest : public ::testing::Test {
 
   Status load(int n) {
     auto session = new_session();
-    return session->load_prompt_cache_distributed(root(), test::kCacheDescriptor, test::cache_prefix(n));
+    return session->load_prompt_cache(root(), test::kCacheDescriptor, test::cache_prefix(n));
   }
 
   // Recovery made `name` live on every rank, and it loads.

@@ -4,7 +4,7 @@
 // killed with SIGKILL mid-generation poisons the session naming its rank,
 // well within the phase deadline, and a frozen one once its heartbeats
 // stop; a restarted node on the same address comes back through
-// reset_distributed; a node stops on SIGTERM, every time, after serving a
+// reset; a node stops on SIGTERM, every time, after serving a
 // session; a node with another model and bad addresses are refused with
 // clear errors.
 #include <gtest/gtest.h>
@@ -77,7 +77,7 @@ class RemoteClusterTest : public ::testing::Test {
     });
     const auto start = Clock::now();
     Sampler sampler(SamplerOptions{0.0f, 0.9f, 0});
-    auto step = sample ? session->decode_and_sample(kPrompt.back(), sampler, std::vector<int>{})
+    auto step = sample ? test::sample_decode(*session, kPrompt.back(), sampler, std::vector<int>{})
                        : session->decode(kPrompt.back());
     const auto took = Clock::now() - start;
     killer.join();
@@ -205,7 +205,7 @@ TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBa
   const auto before = greedy_trace(*session, 3);
   // Generate until the kill lands, going back to the prompt before the
   // context runs out.
-  auto start = session->checkpoint_distributed();
+  auto start = session->checkpoint();
   ASSERT_TRUE(start) << start.error().message();
   std::atomic<bool> killed = false;
   Clock::time_point killed_at;
@@ -220,7 +220,7 @@ TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBa
   const auto give_up = Clock::now() + std::chrono::seconds(30);
   while (!failure && Clock::now() < give_up) {
     if (session->position() + 1 >= model_.config().seq_len) {
-      if (Status back = session->rollback_distributed(*start); !back) failure = back.error();
+      if (Status back = session->rollback(*start); !back) failure = back.error();
       continue;
     }
     auto step = session->decode(token);
@@ -236,7 +236,7 @@ TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBa
   EXPECT_LT(failed_at - killed_at, std::chrono::milliseconds(kPhaseTimeoutMs) + std::chrono::seconds(2));
   // Refused at once while poisoned, and the reset cannot reach the node.
   EXPECT_FALSE(session->decode(token));
-  const auto unreachable = session->reset_distributed();
+  const auto unreachable = session->reset();
   ASSERT_FALSE(unreachable);
   EXPECT_NE(unreachable.error().message().find(nodes_[1]->address().to_string()), std::string::npos)
       << unreachable.error().message();
@@ -244,7 +244,7 @@ TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBa
   const std::uint16_t port = nodes_[1]->port();
   nodes_[1] = std::make_unique<NodeProcess>(logs_, node_options(), port);
   ASSERT_EQ(nodes_[1]->port(), port);
-  const Status reset = session->reset_distributed();
+  const Status reset = session->reset();
   ASSERT_TRUE(reset) << reset.error().message();
   EXPECT_TRUE(test::bit_identical(greedy_trace(*session, 3), before));
 }
@@ -272,7 +272,7 @@ TEST_F(RemoteClusterTest, AFaultPlanRunsOnTheNodes) {
   const auto poisoned = session->prefill(kPrompt);
   ASSERT_FALSE(poisoned);
   EXPECT_NE(poisoned.error().message().find("rank 2 is down"), std::string::npos) << poisoned.error().message();
-  const Status reset = session->reset_distributed();
+  const Status reset = session->reset();
   ASSERT_TRUE(reset) << reset.error().message();
   const auto committed = session->prefill(kPrompt);
   ASSERT_TRUE(committed) << committed.error().message();
@@ -303,13 +303,13 @@ TEST_F(RemoteClusterTest, APromptCacheSavedOnTheNodesLoadsBackBitForBit) {
   const std::vector<int> prefix(kPrompt.begin(), kPrompt.end() - 1);
   ASSERT_TRUE(session->prefill(prefix));
   const PromptCacheDescriptor descriptor{"story", "tests"};
-  auto saved = session->save_prompt_cache_distributed(cache, descriptor, prefix);
+  auto saved = session->save_prompt_cache(cache, descriptor, prefix);
   ASSERT_TRUE(saved) << saved.error().message();
   const auto cold = session->decode(kPrompt.back());
   ASSERT_TRUE(cold) << cold.error().message();
-  ASSERT_TRUE(session->reset_distributed());
+  ASSERT_TRUE(session->reset());
   EXPECT_TRUE(std::filesystem::is_directory(caches_.path() / cache));
-  const Status loaded = session->load_prompt_cache_distributed(cache, descriptor, prefix);
+  const Status loaded = session->load_prompt_cache(cache, descriptor, prefix);
   ASSERT_TRUE(loaded) << loaded.error().message();
   const auto warm = session->decode(kPrompt.back());
   ASSERT_TRUE(warm) << warm.error().message();

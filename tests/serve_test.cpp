@@ -355,7 +355,7 @@ class FaultySlot final : public serve::SlotSession {
     target_ = std::make_unique<DistributedTarget>(*session_, model);
   }
   GenerationTarget& target() override { return *target_; }
-  Status reset() override { return session_->reset_distributed(); }
+  Status reset() override { return session_->reset(); }
 
  private:
   std::unique_ptr<DistributedSession> session_;

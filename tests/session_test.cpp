@@ -229,7 +229,7 @@ class RecordingObserver : public StepObserver {
 
 TEST_F(SessionTest, ObserversSeeEveryUnitAndMayReplaceTheLogits) {
   RecordingObserver observer;
-  auto step = session_.prefill_with_observer(kPrompt, observer);
+  auto step = session_.step({.tokens = kPrompt, .observer = test::borrow(observer)});
   ASSERT_TRUE(step);
   EXPECT_EQ(observer.units, (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_EQ(observer.last_first_position, 0);
@@ -237,7 +237,7 @@ TEST_F(SessionTest, ObserversSeeEveryUnitAndMayReplaceTheLogits) {
   EXPECT_EQ(observer.last_hidden_size, 5u * 64);
   EXPECT_EQ(observer.logit_rows, 1);
   EXPECT_EQ(argmax(step->logits), 7);
-  auto all = session_.forward_with_observer(std::vector<int>{7, 8}, observer);
+  auto all = session_.step({.tokens = std::vector<int>{7, 8}, .all_rows = true, .observer = test::borrow(observer)});
   ASSERT_TRUE(all);
   EXPECT_EQ(all->rows, 2);
   EXPECT_EQ(observer.logit_rows, 2);
@@ -261,7 +261,8 @@ TEST_F(SessionTest, AnInterventionChangesTheStateItWrites) {
   auto after_plain = test::to_vector(session_.decode(11)->logits);
   ASSERT_TRUE(session_.rollback(*checkpoint));
   SteeringObserver steer;
-  auto steered = test::to_vector(session_.decode_with_observer(10, steer)->logits);
+  const int token = 10;
+  auto steered = test::to_vector(session_.step({.tokens = {&token, 1}, .observer = test::borrow(steer)})->logits);
   auto after_steered = test::to_vector(session_.decode(11)->logits);
   EXPECT_FALSE(test::bit_identical(plain, steered));
   // The next step reads the steered keys and values of units 2..4.
@@ -287,7 +288,8 @@ TEST_F(SessionTest, AFailingObserverAbortsTheStep) {
   const std::string digest = session_.state_digest();
   for (bool throw_it : {false, true}) {
     FailingObserver observer(throw_it);
-    auto step = session_.decode_with_observer(10, observer);
+    const int token = 10;
+    auto step = session_.step({.tokens = {&token, 1}, .observer = test::borrow(observer)});
     ASSERT_FALSE(step);
     EXPECT_EQ(step.error().code(), ErrorCode::mechanism);
     EXPECT_EQ(step.error().phase(), "Execution");
@@ -345,18 +347,20 @@ TEST_F(SessionTest, PredictionTargetStepsCaptureTheFinalHiddenStateOfTheLastRow)
   cpu::ThreadPool pool(1);
   Session observed(model_, pool);
   LastUnitObserver observer;
-  const auto expected_logits = test::to_vector(observed.prefill_with_observer(kPrompt, observer)->logits);
+  const auto expected_logits =
+      test::to_vector(observed.step({.tokens = kPrompt, .observer = test::borrow(observer)})->logits);
   const auto dim = static_cast<std::size_t>(model_.config().dim);
 
-  auto step = session_.prefill_prediction_target(kPrompt);
+  auto step = session_.step({.tokens = kPrompt, .prediction_target = true});
   ASSERT_TRUE(step) << step.error().message();
-  EXPECT_TRUE(test::bit_identical(step->step.logits, expected_logits));
-  EXPECT_EQ(step->step.first_position, 4);
+  EXPECT_TRUE(test::bit_identical(step->logits, expected_logits));
+  EXPECT_EQ(step->first_position, 4);
   EXPECT_TRUE(test::bit_identical(step->capture, std::span<const float>(observer.last_unit_output).last(dim)));
 
-  auto decoded = session_.decode_prediction_target(10);
+  const int token = 10, next = 11;
+  auto decoded = session_.step({.tokens = {&token, 1}, .prediction_target = true});
   ASSERT_TRUE(decoded);
-  ASSERT_TRUE(observed.decode_with_observer(10, observer));
+  ASSERT_TRUE(observed.step({.tokens = {&token, 1}, .observer = test::borrow(observer)}));
   EXPECT_EQ(decoded->capture.size(), dim);
   EXPECT_TRUE(test::bit_identical(decoded->capture, observer.last_unit_output));
 
@@ -364,7 +368,7 @@ TEST_F(SessionTest, PredictionTargetStepsCaptureTheFinalHiddenStateOfTheLastRow)
                       Phase::PredictionTargetStatePreparation, Phase::PredictionExtensionExecution}) {
     const std::string digest = session_.state_digest();
     session_.set_failure_hook(test::fail_every(phase));
-    auto failed = session_.decode_prediction_target(11);
+    auto failed = session_.step({.tokens = {&next, 1}, .prediction_target = true});
     ASSERT_FALSE(failed);
     EXPECT_EQ(failed.error().phase(), to_string(phase));
     EXPECT_EQ(session_.state_digest(), digest);

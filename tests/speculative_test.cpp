@@ -66,14 +66,14 @@ TEST_F(SpeculativeStepTest, KeepsTheDraftPrefixGreedyWouldProduce) {
   for (int agreeing = 0; agreeing <= 4; ++agreeing) {
     Session session(model_, pool_);
     ASSERT_TRUE(session.prefill(kPrompt));
-    auto step = session.decode_prediction_target_input(draft_of(agreeing, 4));
+    auto step = test::speculate(session, draft_of(agreeing, 4));
     ASSERT_TRUE(step) << step.error().message();
     EXPECT_EQ(step->accepted, agreeing);
     EXPECT_EQ(step->next_token, run_.greedy[static_cast<std::size_t>(agreeing) + 1]);
     // The last kept row's logits are those plain decoding gives there, bit for bit.
-    EXPECT_TRUE(test::bit_identical(step->step.logits, run_.logits[static_cast<std::size_t>(agreeing) + 1]));
-    EXPECT_EQ(step->step.rows, 1);
-    EXPECT_EQ(step->step.first_position, static_cast<int>(kPrompt.size()) + agreeing);
+    EXPECT_TRUE(test::bit_identical(step->logits, run_.logits[static_cast<std::size_t>(agreeing) + 1]));
+    EXPECT_EQ(step->rows, 1);
+    EXPECT_EQ(step->first_position, static_cast<int>(kPrompt.size()) + agreeing);
     EXPECT_EQ(step->capture.size(), static_cast<std::size_t>(model_.config().dim));
     EXPECT_EQ(session.position(), static_cast<int>(kPrompt.size()) + agreeing + 1);
     const std::vector<int> kept(run_.greedy.begin(), run_.greedy.begin() + agreeing + 1);
@@ -86,14 +86,14 @@ TEST_F(SpeculativeStepTest, KeepsTheDraftPrefixGreedyWouldProduce) {
 }
 
 TEST_F(SpeculativeStepTest, TheCaptureIsTheLastKeptRowsFinalHiddenState) {
-  auto speculative = session_.decode_prediction_target_input(draft_of(2, 3));
+  auto speculative = test::speculate(session_, draft_of(2, 3));
   ASSERT_TRUE(speculative);
   // The same row, run as a plain prediction-target step.
   Session plain(model_, pool_);
   ASSERT_TRUE(plain.prefill(kPrompt));
   ASSERT_TRUE(plain.decode(run_.greedy[0]));
   ASSERT_TRUE(plain.decode(run_.greedy[1]));
-  auto expected = plain.decode_prediction_target(run_.greedy[2]);
+  auto expected = test::speculate(plain, {{run_.greedy[2]}, 0});
   ASSERT_TRUE(expected);
   EXPECT_TRUE(test::bit_identical(speculative->capture, expected->capture));
   EXPECT_EQ(expected->next_token, speculative->next_token);
@@ -102,11 +102,11 @@ TEST_F(SpeculativeStepTest, TheCaptureIsTheLastKeptRowsFinalHiddenState) {
 TEST_F(SpeculativeStepTest, PrefillVerifiesADraftAfterThePrompt) {
   Session session(model_, pool_);
   const PredictionTargetInput input{concat(kPrompt, {run_.greedy[0], run_.greedy[1], kWrong}), 3};
-  auto step = session.prefill_prediction_target_input(input);
+  auto step = test::speculate(session, input);
   ASSERT_TRUE(step) << step.error().message();
   EXPECT_EQ(step->accepted, 2);
   EXPECT_EQ(step->next_token, run_.greedy[2]);
-  EXPECT_TRUE(test::bit_identical(step->step.logits, run_.logits[2]));
+  EXPECT_TRUE(test::bit_identical(step->logits, run_.logits[2]));
   EXPECT_EQ(session.position(), static_cast<int>(kPrompt.size()) + 2);
 }
 
@@ -117,23 +117,22 @@ TEST_F(SpeculativeStepTest, AFailureInAnyPhaseLeavesTheStateAsItWas) {
                       Phase::OutputPublication, Phase::MechanismCompletion, Phase::Commit}) {
     const std::string digest = session_.state_digest();
     session_.set_failure_hook(test::fail_every(phase));
-    auto failed = session_.decode_prediction_target_input(draft_of(2, 4));
+    auto failed = test::speculate(session_, draft_of(2, 4));
     ASSERT_FALSE(failed);
     EXPECT_EQ(failed.error().phase(), to_string(phase));
     EXPECT_EQ(session_.state_digest(), digest) << to_string(phase);
     session_.set_failure_hook({});
   }
-  auto step = session_.decode_prediction_target_input(draft_of(2, 4));
+  auto step = test::speculate(session_, draft_of(2, 4));
   ASSERT_TRUE(step);
   EXPECT_EQ(step->accepted, 2);
-  EXPECT_TRUE(test::bit_identical(step->step.logits, run_.logits[3]));
+  EXPECT_TRUE(test::bit_identical(step->logits, run_.logits[3]));
 }
 
 TEST_F(SpeculativeStepTest, BadInputsAreRefusedBeforeAnythingChanges) {
   const std::string digest = session_.state_digest();
-  auto refused = [&](const PredictionTargetInput& input, bool decode) {
-    auto step = decode ? session_.decode_prediction_target_input(input)
-                       : session_.prefill_prediction_target_input(input);
+  auto refused = [&](const PredictionTargetInput& input) {
+    auto step = test::speculate(session_, input);
     EXPECT_FALSE(step);
     if (!step) {
       EXPECT_TRUE(step.error().before_state_mutation()) << step.error().message();
@@ -141,11 +140,10 @@ TEST_F(SpeculativeStepTest, BadInputsAreRefusedBeforeAnythingChanges) {
     }
     EXPECT_EQ(session_.state_digest(), digest);
   };
-  refused({{5, 6}, 2}, false);       // nothing before the draft
-  refused({{5, 6}, -1}, false);      // a negative draft
-  refused({{5, 6, 7}, 1}, true);     // a decode runs one token before its draft
-  refused({{5, 6, 512}, 2}, false);  // a token past the vocabulary
-  refused({std::vector<int>(static_cast<std::size_t>(model_.config().seq_len), 5), 3}, false);  // past the context
+  refused({{5, 6}, 2});       // nothing before the draft
+  refused({{5, 6}, -1});      // a negative draft
+  refused({{5, 6, 512}, 2});  // a token past the vocabulary
+  refused({std::vector<int>(static_cast<std::size_t>(model_.config().seq_len), 5), 3});  // past the context
 }
 
 // The lane's rejected rows are put back as they were before the step, so
@@ -229,13 +227,13 @@ TEST(DistributedSpeculation, RanksGiveOneRanksVerdictsBitForBit) {
     for (const auto& [agreeing, total] : std::vector<std::pair<int, int>>{{2, 3}, {2, 2}, {0, 2}}) {
       PredictionTargetInput input{{token}, total};
       for (int i = 1; i <= total; ++i) input.tokens.push_back(i <= agreeing ? run.greedy[at + i] : kWrong);
-      auto expected = one.decode_prediction_target_input(input);
-      auto step = session->decode_prediction_target_input(input);
+      auto expected = test::speculate(one, input);
+      auto step = test::speculate(*session, input);
       ASSERT_TRUE(expected && step) << ranks << " ranks";
       EXPECT_EQ(step->accepted, agreeing);
       EXPECT_EQ(step->next_token, expected->next_token);
       EXPECT_EQ(step->next_token, run.greedy[at + static_cast<std::size_t>(agreeing) + 1]);
-      EXPECT_TRUE(test::bit_identical(step->logits, expected->step.logits)) << ranks << " ranks";
+      EXPECT_TRUE(test::bit_identical(step->logits, expected->logits)) << ranks << " ranks";
       EXPECT_TRUE(test::bit_identical(step->prediction_target_capture, expected->capture)) << ranks << " ranks";
       at += static_cast<std::size_t>(agreeing) + 1;
       token = step->next_token;
@@ -263,7 +261,7 @@ TEST(DistributedSpeculation, FaultsInEveryPredictionPhaseLeaveEveryRankAsItWas) 
       for (const char* kind : {"error", "throw", "drop"}) {
         const std::string fault = std::to_string(rank) + ":" + phase + ":" + kind;
         ASSERT_TRUE(session->inject_faults({parse_fault(fault).value()})) << fault;
-        auto failed = session->decode_prediction_target_input(input);
+        auto failed = test::speculate(*session, input);
         ASSERT_FALSE(failed) << fault << " did not fail";
         EXPECT_EQ(session->rank_digests().value(), *digests) << fault;
         EXPECT_EQ(session->position(), static_cast<int>(kPrompt.size())) << fault;
@@ -272,7 +270,7 @@ TEST(DistributedSpeculation, FaultsInEveryPredictionPhaseLeaveEveryRankAsItWas) 
   }
   ASSERT_TRUE(session->inject_faults({}));
   ASSERT_TRUE(session->set_phase_timeout(5000));
-  auto step = session->decode_prediction_target_input(input);
+  auto step = test::speculate(*session, input);
   ASSERT_TRUE(step) << step.error().message();
   EXPECT_EQ(step->accepted, 2);
   EXPECT_TRUE(test::bit_identical(step->logits, run.logits[3]));
@@ -285,7 +283,7 @@ TEST(DistributedSpeculation, RecoveryAfterAPoisonGivesBackTheCommittedState) {
   auto session = distributed(model, 3);
   ASSERT_TRUE(session->prefill(kPrompt));
   ASSERT_TRUE(session->inject_faults({parse_fault("1:PredictionTargetStatePreparation:exit").value()}));
-  auto failed = session->decode_prediction_target_input(input);
+  auto failed = test::speculate(*session, input);
   ASSERT_FALSE(failed);
   EXPECT_EQ(failed.error().code(), ErrorCode::commit_indeterminate) << failed.error().message();
   auto healed = session->heal();
@@ -294,7 +292,7 @@ TEST(DistributedSpeculation, RecoveryAfterAPoisonGivesBackTheCommittedState) {
   EXPECT_EQ(healed->replaced_ranks, 1);
   EXPECT_EQ(healed->replayed_tokens, static_cast<int>(kPrompt.size()));
   EXPECT_EQ(session->position(), static_cast<int>(kPrompt.size()));
-  auto step = session->decode_prediction_target_input(input);
+  auto step = test::speculate(*session, input);
   ASSERT_TRUE(step) << step.error().message();
   EXPECT_EQ(step->accepted, 1);
   EXPECT_TRUE(test::bit_identical(step->logits, run.logits[2]));

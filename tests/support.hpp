@@ -54,6 +54,34 @@ bool bit_identical(std::span<const float> a, std::span<const float> b);
 
 // The prompt and descriptor the prompt-cache tests save and load, one
 // session or several ranks alike, and its first n tokens.
+// An observer the test owns, lent to a step as a session takes one.
+inline std::shared_ptr<StepObserver> borrow(StepObserver& observer) {
+  return std::shared_ptr<StepObserver>(std::shared_ptr<void>{}, &observer);
+}
+
+// Generation steps on a distributed session (StepOptions::sampler): the
+// output owner samples; `logits` says whether the step returns them.
+inline Result<DistributedStep> sample_prefill(DistributedSession& session, std::span<const int> tokens,
+                                              Sampler& sampler, std::span<const int> stop_tokens,
+                                              bool logits = true) {
+  return session.step({.tokens = tokens, .sampler = &sampler, .stop_tokens = stop_tokens, .return_logits = logits});
+}
+inline Result<DistributedStep> sample_decode(DistributedSession& session, int token, Sampler& sampler,
+                                             std::span<const int> stop_tokens, bool logits = true,
+                                             NextDecode next = NextDecode::unlikely) {
+  return session.step({.tokens = {&token, 1},
+                       .sampler = &sampler,
+                       .stop_tokens = stop_tokens,
+                       .return_logits = logits,
+                       .next = next});
+}
+
+// A prediction-target step of `input` on either kind of session.
+template <class AnySession>
+auto speculate(AnySession& session, const PredictionTargetInput& input) {
+  return session.step({.tokens = input.tokens, .prediction_target = true, .draft_tokens = input.draft_tokens});
+}
+
 inline const std::vector<int> kCachePrompt = {1, 403, 407, 261, 378, 432, 383, 286};
 inline const PromptCacheDescriptor kCacheDescriptor{"story-opening", "tests"};
 inline std::span<const int> cache_prefix(int n) {

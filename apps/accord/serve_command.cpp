@@ -64,7 +64,7 @@ class DistributedSlot final : public serve::SlotSession {
   DistributedSlot(std::unique_ptr<DistributedSession> session, const Model& model)
       : session_(std::move(session)), target_(*session_, model) {}
   GenerationTarget& target() override { return target_; }
-  Status reset() override { return session_->reset_distributed(); }
+  Status reset() override { return session_->reset(); }
 
  private:
   std::unique_ptr<DistributedSession> session_;

@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   self->send_exit(service, caf::exit_reason::user_shutdown);
 
   // The C++ handle on the same session: one blocking call per transaction.
-  auto checkpoint = (*session)->checkpoint_distributed();
+  auto checkpoint = (*session)->checkpoint();
   if (!checkpoint) {
     std::fprintf(stderr, "error: %s\n", checkpoint.error().message().c_str());
     return 1;

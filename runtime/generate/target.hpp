@@ -36,13 +36,6 @@ struct HealReport {
   int cached_tokens = 0;    // committed tokens loaded again from the session's prompt cache
 };
 
-// Whether the generator will likely decode the token a decode step samples
-// (it leaves room under max_tokens and the context, and it is not a stop
-// token). A target may then begin that step before it is asked for it, and
-// undoes it when the next call asks for something else (a distributed
-// session's chained steps, docs/protocol.md).
-enum class NextDecode { unlikely, likely };
-
 class GenerationTarget {
  public:
   virtual ~GenerationTarget() = default;
@@ -72,8 +65,8 @@ class GenerationTarget {
     return sample_token(sampler, *logits, stop_tokens);
   }
   // Speculative decoding: runs `token` and then `draft` as one
-  // prediction-target step (Session::decode_prediction_target_input), which
-  // keeps the longest draft prefix greedy decoding would produce.
+  // prediction-target step (StepOptions::prediction_target), which keeps
+  // the longest draft prefix greedy decoding would produce.
   virtual Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) = 0;
   // Brings a poisoned target back to its last committed state, as
   // DistributedSession::heal, where it can_heal(). A single-rank session is
@@ -115,7 +108,8 @@ class SessionTarget final : public GenerationTarget {
     return step->logits;
   }
   Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) override {
-    auto step = session_.decode_prediction_target_input(draft_input(token, draft));
+    const PredictionTargetInput input = draft_input(token, draft);
+    auto step = session_.step({.tokens = input.tokens, .prediction_target = true, .draft_tokens = input.draft_tokens});
     if (!step) return step.error();
     return DraftVerdict{step->accepted, step->next_token};
   }

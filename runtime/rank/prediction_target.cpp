@@ -6,20 +6,6 @@
 
 namespace accord {
 
-Status check_prediction_input(const PredictionTargetInput& input, bool decode) {
-  const int n = static_cast<int>(input.tokens.size());
-  if (input.draft_tokens < 0 || input.draft_tokens >= n) {
-    return Error(ErrorCode::contract, "a prediction-target step of " + std::to_string(n) +
-                                          " token(s) cannot hold a draft of " + std::to_string(input.draft_tokens) +
-                                          ": at least one token must come before the draft");
-  }
-  if (decode && n - input.draft_tokens != 1) {
-    return Error(ErrorCode::contract, "a prediction-target decode runs one token before its draft, not " +
-                                          std::to_string(n - input.draft_tokens));
-  }
-  return {};
-}
-
 PredictionTargetState verify_draft(RankStage& stage, std::span<const float> logits, std::span<const int> tokens,
                                    int draft_tokens) {
   const auto vocab = static_cast<std::size_t>(stage.config().vocab_size);

@@ -31,10 +31,6 @@ struct PredictionTargetInput {
   int draft_tokens = 0;
 };
 
-// Checks that the input has at least one token to commit and a draft
-// within it. `decode` asks for exactly one token before the draft.
-Status check_prediction_input(const PredictionTargetInput& input, bool decode);
-
 // What the output owner decides and publishes to every rank.
 struct PredictionTargetState {
   int kept_rows = 0;        // the step's rows that commit: committed tokens and accepted draft

@@ -53,56 +53,30 @@ Result<TransactionReply> Session::transact(const TransactionRequest& request) {
 // PredictionTargetStatePreparation, PredictionExtensionExecution,]
 // OutputPublication, MechanismCompletion, Commit.
 
-Result<StepResult> Session::forward(std::span<const int> tokens) { return run_step(tokens, true, nullptr); }
-Result<StepResult> Session::forward_with_observer(std::span<const int> tokens, StepObserver& observer) {
-  return run_step(tokens, true, &observer);
-}
-Result<StepResult> Session::prefill(std::span<const int> tokens) { return run_step(tokens, false, nullptr); }
-Result<StepResult> Session::prefill_with_observer(std::span<const int> tokens, StepObserver& observer) {
-  return run_step(tokens, false, &observer);
-}
-Result<StepResult> Session::decode(int token) { return run_step({&token, 1}, false, nullptr); }
-Result<StepResult> Session::decode_with_observer(int token, StepObserver& observer) {
-  return run_step({&token, 1}, false, &observer);
-}
-
-Result<PredictionTargetResult> Session::prefill_prediction_target(std::span<const int> tokens) {
-  return run_prediction_target_step({{tokens.begin(), tokens.end()}, 0}, false);
-}
-Result<PredictionTargetResult> Session::decode_prediction_target(int token) {
-  return run_prediction_target_step({{token}, 0}, true);
-}
-Result<PredictionTargetResult> Session::prefill_prediction_target_input(const PredictionTargetInput& input) {
-  return run_prediction_target_step(input, false);
-}
-Result<PredictionTargetResult> Session::decode_prediction_target_input(const PredictionTargetInput& input) {
-  return run_prediction_target_step(input, true);
-}
-
-Result<PredictionTargetResult> Session::run_prediction_target_step(const PredictionTargetInput& input, bool decode) {
-  if (Status ok = check_prediction_input(input, decode); !ok) return before_mutation(ok.error());
-  auto step = run_step(input.tokens, input.draft_tokens > 0, nullptr, input.draft_tokens);
-  if (!step) return step.error();
-  return PredictionTargetResult{*step, capture_, accepted_, next_token_};
-}
-
-Result<StepResult> Session::run_step(std::span<const int> tokens, bool all_rows, StepObserver* observer,
-                                     int draft_tokens) {
+Result<StepResult> Session::step(const StepOptions& options) {
   if (poison_) return Error::poisoned(*poison_);
   const int first = position();
-  if (Status ok = check_tokens(model_.config(), tokens, first); !ok) return before_mutation(ok.error());
+  if (Status ok = check_step(model_.config(), options, first); !ok) return before_mutation(ok.error());
+  // A draft is verified against every row's logits.
+  const bool all_rows = options.all_rows || (options.prediction_target && options.draft_tokens > 0);
+  const int draft_tokens = options.prediction_target ? options.draft_tokens : -1;
   // The observer is the caller's for this call only.
-  if (observer != nullptr) engine_.lend_observer(std::shared_ptr<StepObserver>(std::shared_ptr<void>{}, observer));
-  auto reply = transact(step_request(tokens, all_rows, draft_tokens));
-  if (observer != nullptr) engine_.lend_observer(nullptr);
+  if (options.observer) engine_.lend_observer(options.observer);
+  auto reply = transact(step_request(options.tokens, all_rows, draft_tokens));
+  if (options.observer) engine_.lend_observer(nullptr);
   if (!reply) return reply.error();
   published_ = std::move(reply->logits.data);
   capture_ = std::move(reply->prediction_target.hidden.data);
-  accepted_ = reply->prediction_target.accepted;
-  next_token_ = reply->prediction_target.next_token;
-  const int kept = draft_tokens >= 0 ? reply->prediction_target.kept_rows : static_cast<int>(tokens.size());
+  const int kept = options.prediction_target ? reply->prediction_target.kept_rows
+                                             : static_cast<int>(options.tokens.size());
   const int rows = static_cast<int>(published_.size()) / model_.config().vocab_size;
-  return StepResult{reply->epoch, first + kept - rows, rows, published_};
+  StepResult result{reply->epoch, first + kept - rows, rows, published_, capture_,
+                    reply->prediction_target.accepted, reply->prediction_target.next_token, {}};
+  if (options.sampler != nullptr) {
+    const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
+    result.sampled = sample_token(*options.sampler, result.logits.last(vocab), options.stop_tokens);
+  }
+  return result;
 }
 
 // ---------------------------------------------------------------------------

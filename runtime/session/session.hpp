@@ -34,6 +34,7 @@
 #include "runtime/rank/state.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/rank/transaction_record.hpp"
+#include "runtime/session/step_options.hpp"
 
 namespace accord {
 
@@ -41,24 +42,19 @@ namespace accord {
 // phase as if the work had. Tests and fault scenarios use it.
 using FailureHook = std::function<Status(Phase phase, std::uint64_t epoch)>;
 
-// The output of a forward step. logits: (rows, vocab), valid until the next
-// call on the session.
+// The output of a forward step, valid until the next call on the session.
 struct StepResult {
   std::uint64_t epoch = 0;
   int first_position = 0;
   int rows = 0;
-  std::span<const float> logits;
-};
-
-// A prediction-target step's output (prediction_target.hpp): the logits of
-// the last kept row and its prediction-target capture (the final hidden
-// state, (dim)), both valid until the next call on the session; how many
-// draft tokens it kept, and greedy decoding's token after them.
-struct PredictionTargetResult {
-  StepResult step;
+  std::span<const float> logits;  // (rows, vocab)
+  // A prediction-target step's: the final hidden state of the last kept
+  // row, (dim); how many draft tokens it kept, and greedy decoding's token
+  // after them.
   std::span<const float> capture;
   int accepted = 0;
   int next_token = -1;
+  SampledToken sampled;  // a step with a sampler: its pick
 };
 
 // An opaque point to come back to with rollback().
@@ -121,23 +117,16 @@ class Session {
   // and under which weights budget (runtime/model/residency.hpp).
   Session(const Model& model, cpu::ThreadPool& pool, const StageOptions& stage = {});
 
-  // Runs tokens at the current position; returns the logits of every row.
-  Result<StepResult> forward(std::span<const int> tokens);
-  Result<StepResult> forward_with_observer(std::span<const int> tokens, StepObserver& observer);
-  // Runs tokens at the current position; returns the last row's logits.
-  Result<StepResult> prefill(std::span<const int> tokens);
-  Result<StepResult> prefill_with_observer(std::span<const int> tokens, StepObserver& observer);
-  Result<StepResult> decode(int token);
-  Result<StepResult> decode_with_observer(int token, StepObserver& observer);
-  // Prefill and decode for speculative decoding's target model, which also
-  // capture the final hidden state and, in the _input forms, verify a
-  // draft: the prediction-target phases after OutputObservation
-  // (prediction_target.hpp). Without a draft they commit every token.
-  Result<PredictionTargetResult> prefill_prediction_target(std::span<const int> tokens);
-  Result<PredictionTargetResult> decode_prediction_target(int token);
-  Result<PredictionTargetResult> prefill_prediction_target_input(const PredictionTargetInput& input);
-  // One token, then the draft.
-  Result<PredictionTargetResult> decode_prediction_target_input(const PredictionTargetInput& input);
+  // Runs options.tokens at the current position as one transaction
+  // (step_options.hpp). A prediction-target step runs the
+  // prediction-target phases after OutputObservation
+  // (prediction_target.hpp); without a draft it commits every token.
+  Result<StepResult> step(const StepOptions& options);
+  // The logits of every row.
+  Result<StepResult> forward(std::span<const int> tokens) { return step({.tokens = tokens, .all_rows = true}); }
+  // The last row's logits.
+  Result<StepResult> prefill(std::span<const int> tokens) { return step({.tokens = tokens}); }
+  Result<StepResult> decode(int token) { return step({.tokens = {&token, 1}}); }
 
   Result<SessionCheckpoint> checkpoint();
   Status rollback(const SessionCheckpoint& checkpoint);
@@ -195,10 +184,6 @@ class Session {
  private:
   std::vector<WeightShare> weight_shares() const;
   const SessionState& state() const { return engine_.worker(0).state(); }
-  // A forward step; a prediction-target step when draft_tokens >= 0.
-  Result<StepResult> run_step(std::span<const int> tokens, bool all_rows, StepObserver* observer,
-                              int draft_tokens = -1);
-  Result<PredictionTargetResult> run_prediction_target_step(const PredictionTargetInput& input, bool decode);
   Result<PromptCacheSaveResult> save(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                      std::span<const int> prefix, const std::string& prepared_input);
   Status load(const std::filesystem::path& root, const PromptCacheDescriptor& expected, std::span<const int> prefix,
@@ -215,11 +200,9 @@ class Session {
   std::optional<Poison> poison_;
   PreparedInputRecord prepared_;  // cleared when the state no longer holds its tokens
   // The last step's output: logits (rows, vocab) and, of a
-  // prediction-target step, its capture and verdict.
+  // prediction-target step, its capture.
   std::vector<float> published_;
   std::vector<float> capture_;
-  int accepted_ = 0;
-  int next_token_ = -1;
 };
 
 }  // namespace accord
