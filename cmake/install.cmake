@@ -19,14 +19,17 @@ foreach(library IN LISTS accord_libraries)
 endforeach()
 install(TARGETS ${accord_libraries} EXPORT accordTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS accord RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY runtime kernels messages actors DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/accord
-        FILES_MATCHING PATTERN "*.hpp"
-        # Callers reach the CUDA backend through stage_backend.hpp only.
-        PATTERN "cuda" EXCLUDE PATTERN "cuda_transformer.hpp" EXCLUDE)
+# The public face and what it includes (cmake/install_headers.cmake).
+install(CODE "
+  set(ACCORD_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
+  set(ACCORD_CXX \"${CMAKE_CXX_COMPILER}\")
+  set(ACCORD_HEADER_DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/accord\")
+  include(\"${PROJECT_SOURCE_DIR}/cmake/install_headers.cmake\")")
 install(EXPORT accordTargets NAMESPACE accord:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/accord)
 configure_package_config_file(cmake/accordConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/accordConfig.cmake
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/accord)
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/accordConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/accordConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/accordConfigVersion.cmake
+              cmake/FindCAF.cmake cmake/Findxxhash.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/accord)

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "runtime/model/model.hpp"
+#include "runtime/model/weights.hpp"
 #include "runtime/text/tokenizer.hpp"
 
 namespace accord::fuzz {

@@ -44,7 +44,10 @@ def usable(layer, memo={}):
 
 
 def layer_of(path):
-    """The layer whose folder holds `path` (longest folder first), or None."""
+    """The layer whose folder holds `path` (longest folder first), or None.
+    The public face is included as "accord/...", from include/."""
+    if path.startswith("accord/"):
+        path = "include/" + path
     best = None
     for layer, (folders, _) in LAYERS.items():
         for folder in folders:

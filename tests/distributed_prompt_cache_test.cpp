@@ -10,6 +10,7 @@
 
 #include "actors/distributed_session.hpp"
 #include "tests/support.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 
 namespace accord {
 namespace {

@@ -12,6 +12,7 @@
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/llama2c.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/weights.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/transformer.hpp"
 #include "tests/support.hpp"

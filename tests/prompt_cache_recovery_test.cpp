@@ -13,6 +13,7 @@
 #include "runtime/io/durable_file.hpp"
 #include "runtime/rank/prompt_cache_recovery.hpp"
 #include "tests/support.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 
 namespace accord {
 namespace {

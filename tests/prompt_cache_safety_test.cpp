@@ -15,6 +15,7 @@
 #include "runtime/rank/prompt_cache_recovery.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 
 namespace accord {
 namespace {

@@ -11,6 +11,7 @@
 
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 
 namespace accord {
 namespace {

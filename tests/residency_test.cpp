@@ -18,6 +18,7 @@
 #include "runtime/rank/partition.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
+#include "runtime/model/weights.hpp"
 
 namespace accord {
 namespace {

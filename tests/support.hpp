@@ -18,6 +18,7 @@
 #include "runtime/text/sampler.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/text/tokenizer.hpp"
+#include "runtime/generate/target.hpp"
 #include "runtime/session/session.hpp"
 
 namespace accord::test {

@@ -16,6 +16,7 @@
 #include "runtime/model/cuda_transformer.hpp"
 #include "runtime/model/kv_cache.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/weights.hpp"
 #include "runtime/text/sampler.hpp"
 #include "runtime/model/transformer.hpp"
 

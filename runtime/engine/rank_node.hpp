@@ -27,6 +27,7 @@
 #include "runtime/engine/rank_wire.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/fault/fault_plan.hpp"
+#include "runtime/rank/phase.hpp"
 #include "runtime/rank/rank_prompt_cache.hpp"
 #include "runtime/rank/rank_worker.hpp"
 
@@ -39,10 +40,6 @@ using PeerData = std::variant<RouteTransfer, SamplingResult, PredictionTargetHid
 // an exception) fails the phase as if the work had. Tests and fault
 // scenarios use it.
 using PhaseHook = std::function<Status(RankId rank, const PhaseId& phase, Epoch epoch)>;
-// Told how long a phase's local work took on a rank, for metrics. A phase
-// that waited for another rank's data counts its last run only: the wait
-// is not its work.
-using PhaseTimer = std::function<void(const PhaseId& phase, double seconds)>;
 
 class RankOutbox {
  public:

@@ -28,7 +28,7 @@ Result<std::vector<int>> PromptLookupDrafter::propose(std::span<const int> conte
   return std::vector<int>{};
 }
 
-ModelDrafter::ModelDrafter(const Model& model, int threads) : pool_(threads), session_(model, pool_) {}
+ModelDrafter::ModelDrafter(const Model& model, int threads) : session_(model, SessionOptions{threads, {}}) {}
 
 Status ModelDrafter::follow(std::span<const int> tokens) {
   const auto held = session_.tokens();

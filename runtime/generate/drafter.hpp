@@ -9,7 +9,6 @@
 #include <span>
 #include <vector>
 
-#include "kernels/cpu/thread_pool.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/session/session.hpp"
@@ -55,7 +54,6 @@ class ModelDrafter final : public Drafter {
   // Brings the session to hold exactly `tokens`.
   Status follow(std::span<const int> tokens);
 
-  cpu::ThreadPool pool_;
   Session session_;
 };
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "runtime/io/digest.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 
 namespace accord {
 

@@ -4,11 +4,12 @@
 
 #include <filesystem>
 #include <span>
+#include <vector>
 
 #include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/text/sampler.hpp"
-#include "runtime/rank/prompt_cache.hpp"
+#include "runtime/rank/prompt_cache_descriptor.hpp"
 #include "runtime/rank/prompt_cache_recovery.hpp"
 #include "runtime/session/session.hpp"
 
@@ -19,6 +20,13 @@ namespace accord {
 struct DraftVerdict {
   int accepted = 0;
   int next_token = -1;
+};
+
+// The tokens of a prediction-target step: the last `draft_tokens` of
+// `tokens` are a draft; the ones before always commit.
+struct PredictionTargetInput {
+  std::vector<int> tokens;
+  int draft_tokens = 0;
 };
 
 // Builds the input of a prediction-target decode: `token`, then `draft`.

@@ -15,6 +15,7 @@
 #include "kernels/cuda/device_array.cuh"
 #include "kernels/cuda/kernels.cuh"
 #include "runtime/model/transformer.hpp"
+#include "runtime/model/weights.hpp"
 
 namespace accord {
 

@@ -13,6 +13,7 @@
 #include "runtime/base/error.hpp"
 #include "runtime/model/gguf.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/weights.hpp"
 
 namespace accord {
 

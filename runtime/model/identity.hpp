@@ -19,6 +19,7 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/weights.hpp"
 
 namespace accord {
 

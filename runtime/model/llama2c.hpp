@@ -15,6 +15,7 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/weights.hpp"
 
 namespace accord::llama2c {
 

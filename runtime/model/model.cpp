@@ -9,6 +9,7 @@
 #include "runtime/model/gguf.hpp"
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/llama2c.hpp"
+#include "runtime/model/weights.hpp"
 
 namespace accord {
 
@@ -168,9 +169,24 @@ std::vector<ByteRange> Model::file_ranges(const WeightScope& scope) const {
   return tensor_ranges(weight_tensors(config(), weights(), scope), config().dim, file_.bytes());
 }
 
+Model::Model(ModelContents contents, MappedFile file)
+    : contents_(std::make_unique<ModelContents>(std::move(contents))), file_(std::move(file)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+const ModelConfig& Model::config() const { return contents_->config; }
+const ModelWeights& Model::weights() const { return contents_->weights; }
+const std::string& Model::format() const { return contents_->format; }
+const std::string& Model::identity() const { return contents_->identity; }
+const std::vector<std::string>& Model::tensor_digests() const { return contents_->tensor_digests; }
+const WeightScope& Model::scope() const { return contents_->scope; }
+const std::vector<StoredTensor>& Model::tensors() const { return contents_->tensors; }
+std::size_t Model::owned_floats() const { return contents_->owned.size(); }
+
 std::size_t Model::resident_bytes() const {
   const ByteRange whole{0, file_.size()};
-  return file_.resident_bytes({&whole, 1}) + contents_.owned.size() * sizeof(float);
+  return file_.resident_bytes({&whole, 1}) + contents_->owned.size() * sizeof(float);
 }
 
 std::size_t Model::resident_bytes(const WeightScope& scope) const {

@@ -1,7 +1,7 @@
 // A Llama-family decoder loaded from disk: configuration plus its weights
 // where the file mapping put them. Matrices stay in the file's type (F32,
-// F16, Q8_0 or Q4_0; kernels/cpu/matrix.hpp) and the kernels read them in
-// place. Norm weights are floats: in place when the file stores them as
+// F16, Q8_0 or Q4_0) and the kernels read them in place (weights.hpp says
+// how, in kernel types; this header names none). Norm weights are floats: in place when the file stores them as
 // aligned F32, else converted into a small buffer the Model owns.
 //
 // Ownership: a Model owns its MappedFile and its float buffer; every weight
@@ -14,16 +14,19 @@
 #include <functional>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/matrix.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/io/mapped_file.hpp"
 
 namespace accord {
+
+struct ModelContents;  // runtime/model/weights.hpp
+struct ModelWeights;   // runtime/model/weights.hpp
 
 struct ModelConfig {
   int dim = 0;         // residual stream width
@@ -45,26 +48,6 @@ struct ModelConfig {
 // small enough that every tensor size fits in 64 bits with room to spare,
 // and that rope theta and norm epsilon are finite and positive.
 Status validate(const ModelConfig& config);
-
-// One block's weights; matrices are row-major (out, in).
-struct LayerWeights {
-  const float* rms_att = nullptr;  // (dim)
-  cpu::Matrix wq;                  // (dim, dim)
-  cpu::Matrix wk;                  // (kv_dim, dim)
-  cpu::Matrix wv;                  // (kv_dim, dim)
-  cpu::Matrix wo;                  // (dim, dim)
-  const float* rms_ffn = nullptr;  // (dim)
-  cpu::Matrix w1;                  // (hidden_dim, dim) gate
-  cpu::Matrix w2;                  // (dim, hidden_dim) down
-  cpu::Matrix w3;                  // (hidden_dim, dim) up
-};
-
-struct ModelWeights {
-  cpu::Matrix token_embedding;       // (vocab_size, dim)
-  std::vector<LayerWeights> layers;  // n_layers blocks
-  const float* rms_final = nullptr;  // (dim)
-  cpu::Matrix classifier;            // (vocab_size, dim)
-};
 
 // The weights of a model, in the canonical order of for_each_weight.
 enum class WeightKind { token_embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier };
@@ -114,48 +97,6 @@ struct ModelLoad {
   std::function<void(std::uint64_t done, std::uint64_t total)> progress = {};
 };
 
-// A piece of a weight tensor as floats: values [first, first + count) of
-// its total.
-struct WeightPiece {
-  WeightId id;
-  const float* data;
-  std::size_t count;
-  std::size_t first;
-  std::size_t total;
-};
-
-// One weight tensor where it lies: a matrix, or a norm's floats.
-struct WeightTensor {
-  WeightId id;
-  const cpu::Matrix* matrix = nullptr;
-  const float* norm = nullptr;  // (dim), when matrix is null
-};
-
-// Every weight tensor `scope` holds, in one canonical order (embedding; per
-// layer rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3; final norm; the
-// classifier when it is not shared), whatever the file layout. The
-// index of a tensor in the list of everything is its canonical index.
-std::vector<WeightTensor> weight_tensors(const ModelConfig& config, const ModelWeights& weights,
-                                         const WeightScope& scope = WeightScope::everything());
-
-// Calls fn for every piece of `tensor`, a few whole rows at a time: where
-// they lie for floats, else dequantized into `scratch`, so a quantized
-// model never exists whole as floats.
-void for_each_piece(const WeightTensor& tensor, int dim, std::vector<float>& scratch,
-                    const std::function<void(const WeightPiece& piece)>& fn);
-
-// Where `tensor` lies in `bytes` (a model file's), as offsets; nullopt
-// when it lies elsewhere (a norm the Model owns).
-std::optional<ByteRange> tensor_range(const WeightTensor& tensor, int dim, std::span<const std::byte> bytes);
-
-// Where `tensors` lie in `bytes`, sorted by offset, touching ranges merged.
-std::vector<ByteRange> tensor_ranges(const std::vector<WeightTensor>& tensors, int dim,
-                                     std::span<const std::byte> bytes);
-
-// for_each_piece over weight_tensors(config, weights), in order.
-void for_each_weight(const ModelConfig& config, const ModelWeights& weights,
-                     const std::function<void(const WeightPiece& piece)>& fn);
-
 // One tensor as the file stores it (for `accord inspect`).
 struct StoredTensor {
   std::string name;
@@ -169,21 +110,6 @@ struct StoredTensor {
 struct ModelHeader {
   ModelConfig config;
   std::string format;  // e.g. "llama2c-legacy", "gguf-v3"
-};
-
-// What a format reader makes of a file's bytes: the weights point into
-// those bytes or into `owned`.
-struct ModelContents {
-  ModelConfig config;
-  ModelWeights weights;
-  std::vector<float> owned;  // norm weights not stored as aligned F32; the buffer keeps its address when moved
-  std::vector<StoredTensor> tensors;
-  std::string format;    // e.g. "llama2c-legacy", "gguf-v3"
-  WeightScope scope;     // the weights read; the others point into the file but were never touched
-  // identity.hpp; the readers set them as they check every weight read is
-  // finite. identity is empty unless the scope holds every weight.
-  std::vector<std::string> tensor_digests;
-  std::string identity;
 };
 
 class Model {
@@ -208,10 +134,14 @@ class Model {
   static Result<ModelHeader> read_header(const std::string& path);
 
   // `contents` must point into `file` or into its own `owned` buffer.
-  Model(ModelContents contents, MappedFile file) : contents_(std::move(contents)), file_(std::move(file)) {}
+  Model(ModelContents contents, MappedFile file);
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
 
-  const ModelConfig& config() const { return contents_.config; }
-  const ModelWeights& weights() const { return contents_.weights; }
+  const ModelConfig& config() const;
+  // The weights, for the kernels (runtime/model/weights.hpp).
+  const ModelWeights& weights() const;
   const std::string& path() const { return file_.path(); }
   std::size_t file_bytes() const { return file_.size(); }
   // Bytes of the file mapped into this process now, and of `scope`'s
@@ -223,26 +153,28 @@ class Model {
   // Model owns lies elsewhere.
   std::vector<ByteRange> file_ranges(const WeightScope& scope) const;
   // A short name of the on-disk format, e.g. "llama2c-legacy" or "gguf-v3".
-  const std::string& format() const { return contents_.format; }
+  const std::string& format() const;
   // The identity of identity.hpp, computed at load; empty unless the
   // scope holds every weight.
-  const std::string& identity() const { return contents_.identity; }
+  const std::string& identity() const;
   // The digest of each tensor of the canonical order; empty for those
   // outside the scope.
-  const std::vector<std::string>& tensor_digests() const { return contents_.tensor_digests; }
-  const WeightScope& scope() const { return contents_.scope; }
+  const std::vector<std::string>& tensor_digests() const;
+  const WeightScope& scope() const;
   const MappedFile& file() const { return file_; }
   // The tensors of the file in file order.
-  const std::vector<StoredTensor>& tensors() const { return contents_.tensors; }
+  const std::vector<StoredTensor>& tensors() const;
   // Floats held in memory the Model owns (0 when every weight is mapped).
-  std::size_t owned_floats() const { return contents_.owned.size(); }
+  std::size_t owned_floats() const;
   // The bytes of `scope`'s weights as held in memory, by type ("F32",
   // "Q8_0", ...).
   std::map<std::string, std::uint64_t> weight_bytes_by_type(const WeightScope& scope) const;
   std::map<std::string, std::uint64_t> weight_bytes_by_type() const { return weight_bytes_by_type(scope()); }
 
  private:
-  ModelContents contents_;
+  // Apart, so that this header needs no kernel types: the weights are
+  // cpu::Matrix views (weights.hpp).
+  std::unique_ptr<ModelContents> contents_;
   MappedFile file_;
 };
 

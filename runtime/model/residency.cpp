@@ -1,4 +1,5 @@
 #include "runtime/model/residency.hpp"
+#include "runtime/model/weights.hpp"
 
 #include <algorithm>
 

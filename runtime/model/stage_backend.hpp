@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/base/error.hpp"
+#include "runtime/model/backend.hpp"
 #include "runtime/model/kv_cache.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/transformer.hpp"
@@ -75,28 +76,6 @@ class CpuStage final : public StageBackend {
   Transformer transformer_;
   KvCache cache_;
 };
-
-// Which backend a session's ranks use: `--backend` and `--devices`.
-struct BackendChoice {
-  enum class Kind { cpu, cuda };
-  Kind kind = Kind::cpu;
-  // cuda: rank r computes on devices[r % devices.size()] (ranks may share
-  // one); empty: device 0.
-  std::vector<int> devices;
-
-  // The devices the ranks use: `devices`, or device 0 when none are listed.
-  std::vector<int> used_devices() const { return devices.empty() ? std::vector<int>{0} : devices; }
-  int device_for(int rank) const;
-  bool operator==(const BackendChoice&) const = default;
-};
-
-// "cpu", or "cuda" with its devices ("cuda:0,1").
-std::string to_string(const BackendChoice& choice);
-
-// Whether this build and this machine can run `choice`: a clear error when
-// accord was built without CUDA, no device is usable, a listed device does
-// not exist, or devices are listed for the CPU.
-Status check_backend(const BackendChoice& choice);
 
 // The stage of `scope`'s units on `device`, or why not. Ranks call it with
 // their share; check_backend first gives the clearer error.

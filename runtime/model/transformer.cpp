@@ -6,6 +6,7 @@
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/ops.hpp"
 #include "runtime/model/residency.hpp"
+#include "runtime/model/weights.hpp"
 
 namespace accord {
 

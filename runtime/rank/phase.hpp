@@ -4,10 +4,17 @@
 // every one of them across ranks.
 #pragma once
 
+#include <functional>
+
 #include "messages/phase.hpp"
 
 namespace accord {
 
 using Phase = DistributedExecutionPhase;
+
+// Told how long a phase's local work took on a rank, for metrics. A phase
+// that waited for another rank's data counts its last run only: the wait
+// is not its work.
+using PhaseTimer = std::function<void(const PhaseId& phase, double seconds)>;
 
 }  // namespace accord

@@ -24,13 +24,6 @@
 
 namespace accord {
 
-// The tokens of a prediction-target step: the last `draft_tokens` of
-// `tokens` are a draft; the ones before always commit.
-struct PredictionTargetInput {
-  std::vector<int> tokens;
-  int draft_tokens = 0;
-};
-
 // What the output owner decides and publishes to every rank.
 struct PredictionTargetState {
   int kept_rows = 0;        // the step's rows that commit: committed tokens and accepted draft

@@ -32,13 +32,6 @@
 
 namespace accord {
 
-// How a rank's stage computes: where (the backend) and under which weights
-// budget (bytes; 0: every weight resident, residency.hpp).
-struct StageOptions {
-  BackendChoice backend;
-  std::uint64_t max_resident_bytes = 0;
-};
-
 class RankStage {
  public:
   // With a budget (bytes; 0: none), the rank's weights are layered under

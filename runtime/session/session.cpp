@@ -3,6 +3,8 @@
 #include <random>
 
 #include "kernels/cpu/isa.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/engine/direct_engine.hpp"
 #include "runtime/engine/session_requests.hpp"
 #include "runtime/engine/transaction_driver.hpp"
 #include "runtime/model/identity.hpp"
@@ -26,25 +28,71 @@ std::shared_ptr<cpu::ThreadPool> borrowed(cpu::ThreadPool& pool) {
 
 }  // namespace
 
+struct Session::Impl {
+  Impl(const Model& m, std::shared_ptr<cpu::ThreadPool> pool, const StageOptions& stage)
+      : model(m),
+        model_identity(accord::model_identity(m)),
+        session_id(random_u64()),
+        engine(m, std::move(pool), Partition::balanced(m.config().n_layers, 1).value(), model_identity, session_id,
+               DirectEngineOptions{{}, {}, nullptr, stage}) {}
+
+  const SessionState& state() const { return engine.worker(0).state(); }
+
+  // Runs one transaction on the engine and records how it ended; a reply
+  // that did not commit becomes its Error.
+  Result<TransactionReply> transact(const TransactionRequest& request) {
+    auto settled = settle(record, request.kind, engine.run(request));
+    if (!settled && settled.error().poison()) poison = settled.error().poison();
+    return settled;
+  }
+
+  std::vector<WeightShare> weight_shares() const {
+    std::vector<WeightShare> shares;
+    for (int r = 0; r < engine.ranks(); ++r) shares.push_back(engine.worker(r).weight_share());
+    return shares;
+  }
+
+  const Model& model;
+  std::string model_identity;
+  std::uint64_t session_id;
+  DirectEngine engine;  // one rank
+  TransactionRecord record;
+  std::optional<Poison> poison;
+  PreparedInputRecord prepared;  // cleared when the state no longer holds its tokens
+  // The last step's output: logits (rows, vocab) and, of a
+  // prediction-target step, its capture.
+  std::vector<float> published;
+  std::vector<float> capture;
+};
+
+Session::Session(const Model& model, const SessionOptions& options)
+    : impl_(std::make_unique<Impl>(model, std::make_shared<cpu::ThreadPool>(options.threads), options.stage)) {}
 Session::Session(const Model& model, cpu::ThreadPool& pool, const StageOptions& stage)
-    : model_(model),
-      model_identity_(accord::model_identity(model)),
-      session_id_(random_u64()),
-      engine_(model, borrowed(pool), Partition::balanced(model.config().n_layers, 1).value(), model_identity_,
-              session_id_, DirectEngineOptions{{}, {}, nullptr, stage}) {}
+    : impl_(std::make_unique<Impl>(model, borrowed(pool), stage)) {}
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+Session::~Session() = default;
+
+std::uint64_t Session::successful_state_restoration_generation() const {
+  return impl_->record.restoration_generation;
+}
+const std::optional<Poison>& Session::poison() const { return impl_->poison; }
+const Model& Session::model() const { return impl_->model; }
+const std::string& Session::model_identity() const { return impl_->model_identity; }
+int Session::position() const { return impl_->state().position(); }
+std::span<const int> Session::tokens() const { return impl_->state().tokens(); }
+std::string Session::state_digest() const { return impl_->state().digest(); }
+void Session::set_phase_timer(PhaseTimer timer) { impl_->engine.set_phase_timer(std::move(timer)); }
+void Session::batch_steps_with(StepBatcher* batcher) { impl_->engine.lend_batcher(batcher); }
+Status Session::inject_faults(const std::vector<Fault>& plan) { return impl_->engine.inject_faults(plan); }
 
 void Session::set_failure_hook(FailureHook hook) {
-  if (!hook) return engine_.set_phase_hook({});
-  engine_.set_phase_hook([hook = std::move(hook)](RankId, const PhaseId& phase, Epoch epoch) {
+  if (!hook) return impl_->engine.set_phase_hook({});
+  impl_->engine.set_phase_hook([hook = std::move(hook)](RankId, const PhaseId& phase, Epoch epoch) {
     return hook(phase.phase, epoch);
   });
 }
 
-Result<TransactionReply> Session::transact(const TransactionRequest& request) {
-  auto settled = settle(record_, request.kind, engine_.run(request));
-  if (!settled && settled.error().poison()) poison_ = settled.error().poison();
-  return settled;
-}
 
 // ---------------------------------------------------------------------------
 // Forward steps: the phases of transaction_plan.hpp's forward step on one
@@ -54,26 +102,26 @@ Result<TransactionReply> Session::transact(const TransactionRequest& request) {
 // OutputPublication, MechanismCompletion, Commit.
 
 Result<StepResult> Session::step(const StepOptions& options) {
-  if (poison_) return Error::poisoned(*poison_);
+  if (impl_->poison) return Error::poisoned(*impl_->poison);
   const int first = position();
-  if (Status ok = check_step(model_.config(), options, first); !ok) return before_mutation(ok.error());
+  if (Status ok = check_step(impl_->model.config(), options, first); !ok) return before_mutation(ok.error());
   // A draft is verified against every row's logits.
   const bool all_rows = options.all_rows || (options.prediction_target && options.draft_tokens > 0);
   const int draft_tokens = options.prediction_target ? options.draft_tokens : -1;
   // The observer is the caller's for this call only.
-  if (options.observer) engine_.lend_observer(options.observer);
-  auto reply = transact(step_request(options.tokens, all_rows, draft_tokens));
-  if (options.observer) engine_.lend_observer(nullptr);
+  if (options.observer) impl_->engine.lend_observer(options.observer);
+  auto reply = impl_->transact(step_request(options.tokens, all_rows, draft_tokens));
+  if (options.observer) impl_->engine.lend_observer(nullptr);
   if (!reply) return reply.error();
-  published_ = std::move(reply->logits.data);
-  capture_ = std::move(reply->prediction_target.hidden.data);
+  impl_->published = std::move(reply->logits.data);
+  impl_->capture = std::move(reply->prediction_target.hidden.data);
   const int kept = options.prediction_target ? reply->prediction_target.kept_rows
                                              : static_cast<int>(options.tokens.size());
-  const int rows = static_cast<int>(published_.size()) / model_.config().vocab_size;
-  StepResult result{reply->epoch, first + kept - rows, rows, published_, capture_,
+  const int rows = static_cast<int>(impl_->published.size()) / impl_->model.config().vocab_size;
+  StepResult result{reply->epoch, first + kept - rows, rows, impl_->published, impl_->capture,
                     reply->prediction_target.accepted, reply->prediction_target.next_token, {}};
   if (options.sampler != nullptr) {
-    const auto vocab = static_cast<std::size_t>(model_.config().vocab_size);
+    const auto vocab = static_cast<std::size_t>(impl_->model.config().vocab_size);
     result.sampled = sample_token(*options.sampler, result.logits.last(vocab), options.stop_tokens);
   }
   return result;
@@ -83,14 +131,14 @@ Result<StepResult> Session::step(const StepOptions& options) {
 // Checkpoints, rollback, reset.
 
 Result<SessionCheckpoint> Session::checkpoint() {
-  if (poison_) return Error::poisoned(*poison_);
+  if (impl_->poison) return Error::poisoned(*impl_->poison);
   TransactionRequest request;
   request.kind = TransactionKind::checkpoint;
-  auto reply = transact(request);
+  auto reply = impl_->transact(request);
   if (!reply) return reply.error();
   if (reply->checkpoints.size() != 1) return Error(ErrorCode::mechanism, "the rank reported no checkpoint");
   const RankCheckpointReport& cp = reply->checkpoints.front();
-  return SessionCheckpoint{session_id_, cp.reset_epoch, cp.position, cp.state_epoch, cp.digest};
+  return SessionCheckpoint{impl_->session_id, cp.reset_epoch, cp.position, cp.state_epoch, cp.digest};
 }
 
 Result<CompleteCheckpoint> Session::checkpoint_complete() {
@@ -100,30 +148,30 @@ Result<CompleteCheckpoint> Session::checkpoint_complete() {
 }
 
 Status Session::rollback(const SessionCheckpoint& checkpoint) {
-  if (poison_) return Error::poisoned(*poison_);
-  if (checkpoint.session_id != session_id_) {
+  if (impl_->poison) return Error::poisoned(*impl_->poison);
+  if (checkpoint.session_id != impl_->session_id) {
     return before_mutation(Error(ErrorCode::state, "the checkpoint belongs to another session"));
   }
-  auto reply = transact(rollback_request(checkpoint.position, checkpoint.state_epoch, checkpoint.reset_epoch));
+  auto reply = impl_->transact(rollback_request(checkpoint.position, checkpoint.state_epoch, checkpoint.reset_epoch));
   if (!reply) return reply.error();
-  prepared_.keep_within(position());
+  impl_->prepared.keep_within(position());
   return {};
 }
 
 Status Session::rollback_complete(const CompleteCheckpoint& checkpoint) {
   if (Status ok = check_prompt_matches_position(checkpoint.prompt, checkpoint.state.position); !ok) return ok;
   if (Status s = rollback(checkpoint.state); !s) return s;
-  prepared_.restore(checkpoint.prompt);
+  impl_->prepared.restore(checkpoint.prompt);
   return {};
 }
 
 Status Session::reset() {
   TransactionRequest request;
   request.kind = TransactionKind::reset;
-  auto reply = transact(request);
+  auto reply = impl_->transact(request);
   if (!reply) return reply.error();
-  prepared_.clear();
-  poison_.reset();
+  impl_->prepared.clear();
+  impl_->poison.reset();
   return {};
 }
 
@@ -147,12 +195,12 @@ Result<PromptCacheSaveResult> Session::save_prompt_cache_for_input(const std::fi
 Result<PromptCacheSaveResult> Session::save(const std::filesystem::path& root,
                                             const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
                                             const std::string& prepared_input) {
-  if (poison_) return Error::poisoned(*poison_);
+  if (impl_->poison) return Error::poisoned(*impl_->poison);
   const TransactionRequest request =
       cache_request(TransactionKind::prompt_cache_save, root, descriptor, prefix, prepared_input);
-  auto reply = transact(request);
+  auto reply = impl_->transact(request);
   if (!reply) return reply.error();
-  return save_result(model_.config(), request, *reply);
+  return save_result(impl_->model.config(), request, *reply);
 }
 
 Status Session::load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
@@ -168,12 +216,12 @@ Status Session::load_prompt_cache_for_input(const std::filesystem::path& root, c
 
 Status Session::load(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
                      std::span<const int> prefix, const std::string& prepared_input) {
-  if (poison_) return Error::poisoned(*poison_);
-  if (Status ok = check_tokens(model_.config(), prefix, 0); !ok) return before_mutation(ok.error());
-  auto reply = transact(cache_request(TransactionKind::prompt_cache_load, root, expected, prefix, prepared_input));
+  if (impl_->poison) return Error::poisoned(*impl_->poison);
+  if (Status ok = check_tokens(impl_->model.config(), prefix, 0); !ok) return before_mutation(ok.error());
+  auto reply = impl_->transact(cache_request(TransactionKind::prompt_cache_load, root, expected, prefix, prepared_input));
   if (!reply) return reply.error();
-  prepared_.clear();
-  if (!prepared_input.empty()) prepared_.set(prepared_input, static_cast<int>(prefix.size()));
+  impl_->prepared.clear();
+  if (!prepared_input.empty()) impl_->prepared.set(prepared_input, static_cast<int>(prefix.size()));
   return {};
 }
 
@@ -181,7 +229,7 @@ Status Session::load(const std::filesystem::path& root, const PromptCacheDescrip
 // Reports.
 
 std::optional<PromptInputIdentity> Session::committed_prompt_input_identity() const {
-  return prepared_.describe(state().tokens());
+  return impl_->prepared.describe(impl_->state().tokens());
 }
 
 SessionReport report_of(const Model& model, const std::string& model_identity, const TransactionRecord& record) {
@@ -214,31 +262,25 @@ void add_weight_shares(MaterializationReport& report, std::vector<WeightShare> s
   report.weight_shares = std::move(shares);
 }
 
-std::vector<WeightShare> Session::weight_shares() const {
-  std::vector<WeightShare> shares;
-  for (int r = 0; r < engine_.ranks(); ++r) shares.push_back(engine_.worker(r).weight_share());
-  return shares;
-}
-
 SessionReport Session::report() const {
-  SessionReport r = report_of(model_, model_identity_, record_);
-  add_weight_shares(r, weight_shares());
-  r.kv_bytes_used = state().used_bytes();
-  r.kv_bytes_capacity = state().kv().capacity_bytes();
-  r.position = state().position();
-  r.state_epoch = state().state_epoch();
-  r.state_digest = state().digest();
+  SessionReport r = report_of(impl_->model, impl_->model_identity, impl_->record);
+  add_weight_shares(r, impl_->weight_shares());
+  r.kv_bytes_used = impl_->state().used_bytes();
+  r.kv_bytes_capacity = impl_->state().kv().capacity_bytes();
+  r.position = impl_->state().position();
+  r.state_epoch = impl_->state().state_epoch();
+  r.state_digest = impl_->state().digest();
   return r;
 }
 
 MaterializationReport Session::materialization_report() const {
-  const KvStore& kv = state().kv();
+  const KvStore& kv = impl_->state().kv();
   MaterializationReport r;
-  r.weights_mapped_bytes = model_.file_bytes();
-  add_weight_shares(r, weight_shares());
+  r.weights_mapped_bytes = impl_->model.file_bytes();
+  add_weight_shares(r, impl_->weight_shares());
   r.kv_allocated_bytes = kv.capacity_bytes();
-  r.kv_materialized_bytes = static_cast<std::uint64_t>(state().high_water()) * kv.position_bytes();
-  r.high_water_position = state().high_water();
+  r.kv_materialized_bytes = static_cast<std::uint64_t>(impl_->state().high_water()) * kv.position_bytes();
+  r.high_water_position = impl_->state().high_water();
   return r;
 }
 

@@ -8,7 +8,7 @@
 // Nothing a failed step did remains.
 //
 // Threading: one call at a time; the session owns its state, borrows the
-// model and the rank's thread pool (both must outlive it).
+// model (which must outlive it) and owns or shares its compute pool.
 #pragma once
 
 #include <cstdint>
@@ -20,23 +20,26 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/thread_pool.hpp"
-#include "runtime/engine/direct_engine.hpp"
+#include <memory>
+
+#include "messages/weights.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/fault/fault_plan.hpp"
+#include "runtime/model/backend.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/transformer.hpp"
 #include "runtime/rank/observer.hpp"
 #include "runtime/rank/phase.hpp"
-#include "runtime/rank/prediction_target.hpp"
-#include "runtime/rank/prompt_cache.hpp"
+#include "runtime/rank/prompt_cache_descriptor.hpp"
 #include "runtime/rank/prompt_input.hpp"
-#include "runtime/rank/state.hpp"
-#include "messages/session_api.hpp"
 #include "runtime/rank/transaction_record.hpp"
 #include "runtime/session/step_options.hpp"
 
 namespace accord {
+
+namespace cpu {
+class ThreadPool;  // kernels/cpu/thread_pool.hpp
+}  // namespace cpu
+class StepBatcher;  // runtime/rank/step_batcher.hpp
 
 // Called after each phase's local work; an error (or exception) fails the
 // phase as if the work had. Tests and fault scenarios use it.
@@ -111,11 +114,23 @@ SessionReport report_of(const Model& model, const std::string& model_identity, c
 void add_weight_shares(SessionReport& report, std::vector<WeightShare> shares);
 void add_weight_shares(MaterializationReport& report, std::vector<WeightShare> shares);
 
+struct SessionOptions {
+  int threads = 1;  // of the session's own compute pool
+  // Where the session computes (the CPU, or a CUDA device) and under which
+  // weights budget (runtime/model/residency.hpp).
+  StageOptions stage;
+};
+
 class Session {
  public:
-  // `stage` says where the session computes (the CPU, or a CUDA device)
-  // and under which weights budget (runtime/model/residency.hpp).
+  // With a compute pool of its own.
+  explicit Session(const Model& model, const SessionOptions& options = {});
+  // On `pool`, which sessions may share (serve's slots do); it must
+  // outlive the session.
   Session(const Model& model, cpu::ThreadPool& pool, const StageOptions& stage = {});
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  ~Session();
 
   // Runs options.tokens at the current position as one transaction
   // (step_options.hpp). A prediction-target step runs the
@@ -157,52 +172,40 @@ class Session {
   MaterializationReport materialization_report() const;
   std::optional<PromptInputIdentity> committed_prompt_input_identity() const;
   // Counts successful restorations: aborted steps undone and rollbacks.
-  std::uint64_t successful_state_restoration_generation() const { return record_.restoration_generation; }
+  std::uint64_t successful_state_restoration_generation() const;
   // Why the session is poisoned, while it is: a failed step could not undo
   // its publication (runtime/error.hpp, commit_indeterminate). Every call
   // but reset() is then refused with that Poison.
-  const std::optional<Poison>& poison() const { return poison_; }
+  const std::optional<Poison>& poison() const;
 
-  const Model& model() const { return model_; }
-  const std::string& model_identity() const { return model_identity_; }
-  int position() const { return state().position(); }
-  std::span<const int> tokens() const { return state().tokens(); }
-  std::string state_digest() const { return state().digest(); }
+  const Model& model() const;
+  const std::string& model_identity() const;
+  int position() const;
+  std::span<const int> tokens() const;
+  std::string state_digest() const;
 
   void set_failure_hook(FailureHook hook);
   // Told how long each phase's local work takes (runtime/engine/rank_node.hpp).
-  void set_phase_timer(PhaseTimer timer) { engine_.set_phase_timer(std::move(timer)); }
+  void set_phase_timer(PhaseTimer timer);
   // From now on the session's forward steps run in `batcher`'s batches
   // with other sessions' (step_batcher.hpp), except those with an observer
   // or under a weights budget; nullptr: alone. The batcher must outlive the
   // session or be replaced.
-  void batch_steps_with(StepBatcher* batcher) { engine_.lend_batcher(batcher); }
+  void batch_steps_with(StepBatcher* batcher);
   // Injects faults as a distributed session's inject_faults does, on the
   // one rank (runtime/fault/fault_plan.hpp); occurrences count from now.
-  Status inject_faults(const std::vector<Fault>& plan) { return engine_.inject_faults(plan); }
+  Status inject_faults(const std::vector<Fault>& plan);
 
  private:
-  std::vector<WeightShare> weight_shares() const;
-  const SessionState& state() const { return engine_.worker(0).state(); }
   Result<PromptCacheSaveResult> save(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                      std::span<const int> prefix, const std::string& prepared_input);
   Status load(const std::filesystem::path& root, const PromptCacheDescriptor& expected, std::span<const int> prefix,
               const std::string& prepared_input);
-  // Runs one transaction on the engine and records how it ended; a reply
-  // that did not commit becomes its Error.
-  Result<TransactionReply> transact(const TransactionRequest& request);
 
-  const Model& model_;
-  std::string model_identity_;
-  std::uint64_t session_id_;
-  DirectEngine engine_;  // one rank
-  TransactionRecord record_;
-  std::optional<Poison> poison_;
-  PreparedInputRecord prepared_;  // cleared when the state no longer holds its tokens
-  // The last step's output: logits (rows, vocab) and, of a
-  // prediction-target step, its capture.
-  std::vector<float> published_;
-  std::vector<float> capture_;
+  // The engine, its one rank and the record of its transactions, apart so
+  // that this header names none of their types (runtime/engine).
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace accord
