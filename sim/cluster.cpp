@@ -53,10 +53,9 @@ Cluster::Cluster(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, int 
       disk_(disk),
       random_(random),
       driver_(kSession, static_cast<RankId>(ranks)) {
-  for (int r = 0; r < ranks; ++r) {
-    ranks_.push_back(std::make_unique<Rank>(*this, static_cast<RankId>(r)));
-    ranks_.back()->node = make_node(*ranks_.back(), r, faults);
-  }
+  // Every rank first: make_node tells each node the rank count, ranks().
+  for (int r = 0; r < ranks; ++r) ranks_.push_back(std::make_unique<Rank>(*this, static_cast<RankId>(r)));
+  for (int r = 0; r < ranks; ++r) ranks_[static_cast<std::size_t>(r)]->node = make_node(*ranks_[r], r, faults);
 }
 
 Cluster::~Cluster() = default;

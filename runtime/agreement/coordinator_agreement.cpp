@@ -1,15 +1,16 @@
 #include "runtime/agreement/coordinator_agreement.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <string>
 #include <utility>
+
+#include "runtime/base/assert.hpp"
 
 namespace accord {
 
 CoordinatorAgreement::CoordinatorAgreement(SessionId session, RankId rank_count, AgreementOptions options)
     : session_(session), rank_count_(rank_count), options_(options), down_(rank_count, false) {
-  assert(rank_count > 0);
+  ACCORD_ASSERT(rank_count > 0, "a session has at least one rank");
 }
 
 Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition position,
@@ -64,6 +65,8 @@ Status CoordinatorAgreement::check_can_open(Epoch epoch) const {
 
 void CoordinatorAgreement::start_round(Epoch epoch, PhaseId phase, PhasePosition position,
                                        PhaseArguments arguments, std::vector<Rider> riders) {
+  ACCORD_ASSERT(epoch >= epoch_, "epochs only grow: a round begins in the newest epoch or a later one");
+  ACCORD_ASSERT(open_ && open_->epoch == epoch, "a round belongs to the open transaction, in its epoch");
   stage_ = Stage::collecting_statuses;
   epoch_ = epoch;
   phase_ = phase;
@@ -124,6 +127,7 @@ void CoordinatorAgreement::step(const AbortAcknowledgement& acknowledgement) {
 // A rider's status before its turn: an ok is kept for then; an error
 // aborts now, naming the rider.
 void CoordinatorAgreement::record_early_status(std::size_t index, const PhaseStatus& status) {
+  ACCORD_ASSERT(index > current_ && index < round_.size(), "an early status is for a rider after the current phase");
   auto&& seen = early_[index][status.rank];
   if (seen) {
     dropped_.count(DropReason::duplicate);
@@ -154,11 +158,13 @@ bool CoordinatorAgreement::accept_reply(SessionId session, Epoch epoch, RankId r
 
 // Marks the rank's answer in the current stage; false for a second one.
 bool CoordinatorAgreement::record_answer(RankId rank) {
+  ACCORD_ASSERT(rank < rank_count_, "an answer counted is from a rank of the session (accept_reply checked it)");
   if (answered_[rank]) {
     dropped_.count(DropReason::duplicate);
     return false;
   }
   answered_[rank] = true;
+  ACCORD_ASSERT(unanswered_ > 0, "each rank's answer is counted once a stage");
   --unanswered_;
   return true;
 }
@@ -213,6 +219,11 @@ void CoordinatorAgreement::take_ready(CoordinatorReady& ready) {
 }
 
 void CoordinatorAgreement::decide_success() {
+  ACCORD_ASSERT(stage_ == Stage::collecting_statuses && unanswered_ == 0,
+                "a phase succeeds only while statuses are collected, once every rank's is in");
+  ACCORD_ASSERT(current_ < round_.size() && phase_ == round_[current_],
+                "the phase decided is the round's current one: phases are decided in order");
+  ACCORD_ASSERT(open_.has_value(), "a phase is decided inside an open transaction");
   const bool round_ends = current_ + 1 == round_.size();
   const bool commit = round_ends && position_ != PhasePosition::intermediate;
   if (commit && position_ == PhasePosition::last_on_confirmation && !open_->confirmed) {
@@ -238,6 +249,8 @@ void CoordinatorAgreement::decide_success() {
 }
 
 void CoordinatorAgreement::start_abort(DecisionCause cause) {
+  ACCORD_ASSERT(stage_ == Stage::collecting_statuses || stage_ == Stage::awaiting_confirmation,
+                "an abort starts only while a phase awaits statuses or its commit's confirmation");
   send_decision_to_reachable_ranks(decision(Decision::abort, cause));
   abort_cause_ = std::move(cause);
   stage_ = Stage::collecting_acknowledgements;
@@ -247,6 +260,8 @@ void CoordinatorAgreement::start_abort(DecisionCause cause) {
 }
 
 void CoordinatorAgreement::settle_abort() {
+  ACCORD_ASSERT(stage_ == Stage::collecting_acknowledgements && unanswered_ == 0,
+                "an abort settles only once every rank acknowledged it");
   ready_.settled.push_back(decision(Decision::abort, abort_cause_));
   stage_ = Stage::idle;
   open_.reset();

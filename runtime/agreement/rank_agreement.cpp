@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "runtime/base/assert.hpp"
+
 namespace accord {
 
 RankAgreement::RankAgreement(SessionId session, RankId rank) : session_(session), rank_(rank) {}
@@ -29,6 +31,8 @@ void RankAgreement::step(const PhaseBegin& begin) {
 }
 
 void RankAgreement::open_transaction(const PhaseBegin& begin) {
+  ACCORD_ASSERT(begin.epoch > epoch_, "epochs only grow on a rank: a transaction opens with a newer epoch");
+  ACCORD_ASSERT(!work_in_flight_, "a transaction opens only once the local work in flight has stopped");
   const bool is_reset = begin.phase.phase == DistributedExecutionPhase::SessionResetPreparation;
   // The coordinator opens a new epoch only after every rank settled the
   // previous one; a rank that did not has missed a decision. Only a reset,
@@ -67,6 +71,7 @@ void RankAgreement::run(const PhaseBegin& begin) {
 }
 
 void RankAgreement::start_work(const PhaseId& phase, PhaseArguments arguments) {
+  ACCORD_ASSERT(!work_in_flight_, "a rank runs one phase's local work at a time");
   stage_ = Stage::working;
   work_in_flight_ = true;
   phase_ = phase;
@@ -75,6 +80,7 @@ void RankAgreement::start_work(const PhaseId& phase, PhaseArguments arguments) {
 
 // A poisoned rank does no work: it answers at once with an error.
 void RankAgreement::refuse(const PhaseBegin& begin) {
+  ACCORD_ASSERT(poison_.has_value(), "only a poisoned rank refuses a phase");
   start_round(begin);
   stage_ = Stage::awaiting_decision;
   ready_.messages.push_back(PhaseStatus{session_, begin.epoch, begin.phase, rank_, false, FailureCode::state,
@@ -113,6 +119,8 @@ void RankAgreement::report_local_result(Epoch epoch, const PhaseId& phase, bool 
   }
   ready_.messages.push_back(PhaseStatus{session_, epoch, phase, rank_, ok, code, std::move(message)});
   if (ok) ++reported_ok_;
+  ACCORD_ASSERT(reported_ok_ <= round_.size() && next_rider_ <= round_.size(),
+                "a rank reports no more phases than its round holds");
   if (ok && next_rider_ < round_.size()) {
     const std::size_t rider = next_rider_++;
     start_work(round_[rider], std::move(rider_arguments_[rider - 1]));
@@ -183,10 +191,13 @@ void RankAgreement::apply_success(const PhaseDecision& decision, std::size_t ind
     return;
   }
   ++decided_;
+  ACCORD_ASSERT(decided_ <= reported_ok_, "a phase is decided only after this rank reported it ok");
   if (!commit) {
     if (decided_ == round_.size()) stage_ = Stage::between_phases;
     return;
   }
+  ACCORD_ASSERT(!work_in_flight_ && decided_ == round_.size(),
+                "a commit comes after every phase of the round ran and was decided, with no work in flight");
   closed_ = true;
   stage_ = Stage::settled;
   ready_.actions.push_back(CommitTransaction{epoch_});
@@ -194,6 +205,8 @@ void RankAgreement::apply_success(const PhaseDecision& decision, std::size_t ind
 }
 
 void RankAgreement::apply_abort() {
+  ACCORD_ASSERT(stage_ == Stage::working || stage_ == Stage::awaiting_decision,
+                "an abort applies only to a phase that runs or awaits its decision");
   if (stage_ == Stage::working) {
     abort_requested_ = true;  // restore once the work has stopped touching the state
   } else if (poison_ && !in_reset_) {
@@ -202,6 +215,7 @@ void RankAgreement::apply_abort() {
     ready_.messages.push_back(AbortAcknowledgement{session_, epoch_, rank_, false,
                                                    "rank " + std::to_string(rank_) + " is poisoned"});
   } else {
+    ACCORD_ASSERT(!work_in_flight_, "a restore never runs under local work in flight");
     stage_ = Stage::restoring;
     ready_.actions.push_back(RestoreCheckpoint{epoch_});
   }

@@ -1,5 +1,7 @@
 #include "runtime/agreement/transaction_plan.hpp"
 
+#include "runtime/base/assert.hpp"
+
 namespace accord {
 
 namespace {
@@ -42,6 +44,7 @@ bool rides(const PlannedPhase& phase) {
 
 // The phases of each operation, in order (docs/protocol.md).
 std::vector<PlannedPhase> phases_for(const TransactionRequest& request, RankId ranks) {
+  ACCORD_ASSERT(ranks > 0, "a transaction is planned for at least one rank");
   std::vector<PlannedPhase> plan;
   switch (request.kind) {
     case TransactionKind::end_chain:
@@ -120,12 +123,17 @@ bool asks_for_chained_step(const TransactionRequest& request, const TransactionR
 std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, RankId ranks) {
   std::vector<PlannedRound> rounds;
   for (auto& phase : phases_for(request, ranks)) {
+    ACCORD_ASSERT(!rounds.empty() || !rides(phase), "a transaction's first phase begins a round: it rides with none");
     if (!rounds.empty() && rides(phase)) {
       rounds.back().riders.push_back({phase.id, std::move(phase.arguments)});
     } else {
       rounds.push_back({phase.id, std::move(phase.arguments), {}});
     }
   }
+  ACCORD_ASSERT(rounds.empty() || (rounds.back().riders.empty() ? rounds.back().phase
+                                                                 : rounds.back().riders.back().phase) ==
+                                      phase_id(Commit),
+                "a planned transaction ends with its Commit phase");
   return rounds;
 }
 

@@ -3,7 +3,6 @@
 // Exceptions do not cross module boundaries; only `main` exits the process.
 #pragma once
 
-#include <cassert>
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -11,6 +10,8 @@
 #include <string_view>
 #include <utility>
 #include <variant>
+
+#include "runtime/base/assert.hpp"
 
 namespace accord {
 
@@ -128,15 +129,15 @@ class [[nodiscard]] Result {
   explicit operator bool() const { return ok(); }
 
   T& value() & {
-    assert(ok());
+    ACCORD_ASSERT(ok(), "the value of a Result that holds an error");
     return std::get<0>(data_);
   }
   const T& value() const& {
-    assert(ok());
+    ACCORD_ASSERT(ok(), "the value of a Result that holds an error");
     return std::get<0>(data_);
   }
   T&& value() && {
-    assert(ok());
+    ACCORD_ASSERT(ok(), "the value of a Result that holds an error");
     return std::get<0>(std::move(data_));
   }
   T* operator->() { return &value(); }
@@ -145,7 +146,7 @@ class [[nodiscard]] Result {
   const T& operator*() const& { return value(); }
 
   const E& error() const {
-    assert(!ok());
+    ACCORD_ASSERT(!ok(), "the error of a Result that holds a value");
     return std::get<1>(data_);
   }
 
@@ -162,7 +163,7 @@ class [[nodiscard]] Status {
   bool ok() const { return !failed_; }
   explicit operator bool() const { return ok(); }
   const Error& error() const {
-    assert(failed_);
+    ACCORD_ASSERT(failed_, "the error of a Status that is ok");
     return error_;
   }
 

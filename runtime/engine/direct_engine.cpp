@@ -2,6 +2,7 @@
 
 #include <deque>
 
+#include "runtime/base/assert.hpp"
 #include "runtime/engine/engine_message.hpp"
 
 namespace accord {
@@ -114,7 +115,10 @@ struct DirectEngine::State {
       due.push_back(d);
       return true;
     });
-    for (const Delayed& d : due) ranks[d.rank]->node.run_held_back(d.epoch);
+    for (const Delayed& d : due) {
+      ACCORD_ASSERT(d.rank < ranks.size(), "a held-back phase belongs to a rank of the engine");
+      ranks[d.rank]->node.run_held_back(d.epoch);
+    }
   }
 
   void restart_exited_ranks() {
@@ -133,7 +137,10 @@ struct DirectEngine::State {
   }
 
   void deliver(Envelope& envelope) {
-    accord::deliver(driver, envelope.to, envelope.message, [&](RankId r) -> RankNode& { return ranks[r]->node; });
+    accord::deliver(driver, envelope.to, envelope.message, [&](RankId r) -> RankNode& {
+      ACCORD_ASSERT(r < ranks.size(), "the engine delivers only to its own ranks: rank ids are in range");
+      return ranks[r]->node;
+    });
   }
 
   const Model& model;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "runtime/base/assert.hpp"
 #include "runtime/engine/transaction_driver.hpp"
 
 namespace accord {
@@ -27,7 +28,9 @@ RankNode::RankNode(std::shared_ptr<RankWorker> worker, SessionId session, RankId
       rank_(static_cast<RankId>(worker_->rank())),
       rank_count_(rank_count),
       outbox_(outbox),
-      faults_(rank_, plan) {}
+      faults_(rank_, plan) {
+  ACCORD_ASSERT(rank_ < rank_count_, "a rank's index is below the session's rank count");
+}
 
 void RankNode::set_faults(const std::vector<Fault>& plan) { faults_ = RankFaults(rank_, plan); }
 
@@ -91,6 +94,7 @@ void RankNode::carry_out(const RankAction& action) {
   if (const auto* run = std::get_if<RunPhase>(&action)) {
     run_phase(*run);
   } else if (const auto* commit = std::get_if<CommitTransaction>(&action)) {
+    ACCORD_ASSERT(commit->epoch == machine_.epoch(), "a rank commits the transaction its machine has open");
     forget_step(commit->epoch);
     worker_->commit(commit->epoch);
     cache_.commit(commit->epoch);
@@ -106,6 +110,7 @@ void RankNode::carry_out(const RankAction& action) {
 // Abort: the state, then the cache's publication; the rank has restored
 // only when both have.
 void RankNode::restore(Epoch epoch) {
+  ACCORD_ASSERT(epoch == machine_.epoch(), "a rank restores the checkpoint of the transaction its machine has open");
   forget_step(epoch);
   const Status state = worker_->restore(epoch);
   const Status cache = cache_.revert(epoch);
@@ -332,6 +337,7 @@ std::optional<Status> RankNode::sampling(const RunPhase& run) {
 // What the output owner publishes goes to every other rank and the coordinator.
 template <class Message>
 void RankNode::share_with_every_rank(const Message& message) {
+  ACCORD_ASSERT(worker_->is_output_owner(), "only the output owner shares what it published");
   for (RankId r = 0; r < rank_count_; ++r) {
     if (r != rank_) outbox_.to_rank(r, message);
   }

@@ -4,6 +4,8 @@
 #include <iterator>
 #include <utility>
 
+#include "runtime/base/assert.hpp"
+
 namespace accord {
 
 namespace {
@@ -40,6 +42,7 @@ std::optional<TransactionReply> TransactionDriver::start(const TransactionReques
 }
 
 void TransactionDriver::open(const TransactionRequest& request, Caller caller) {
+  ACCORD_ASSERT(!busy_, "a transaction opens only when none is open");
   busy_ = true;
   caller_ = caller;
   request_ = request;
@@ -59,6 +62,7 @@ void TransactionDriver::meet_chained_step(const TransactionRequest& request) {
   std::optional<TransactionReply> ended = std::exchange(unclaimed_, std::nullopt);
   const bool asked = asks_for_chained_step(request, request_);
   if (!asked && !ended) {
+    ACCORD_ASSERT(busy_ && caller_ == Caller::not_yet, "only a chained step that runs unclaimed is withdrawn");
     caller_ = Caller::gone;
     after_withdrawal_ = request;
     agreement_.withdraw();
@@ -90,11 +94,14 @@ void TransactionDriver::run(const TransactionRequest& request) {
 
 // Begins the next planned round of the open transaction.
 void TransactionDriver::begin_next() {
+  ACCORD_ASSERT(busy_ && next_round_ < plan_.size(),
+                "a round begins only in an open transaction whose plan has one left: phases run in the plan's order");
   PlannedRound& round = plan_[next_round_];
   if (round.phase.phase == PromptCacheLoadPreparation) {
     // Every rank must load a generation of the same save: rank 0's. A rank
     // whose live generation belongs to another save (a concurrent writer,
     // or ranks left from two saves) refuses, and the load aborts.
+    ACCORD_ASSERT(load_.has_value(), "a load's preparation runs only in a prompt-cache load");
     load_->save_id = first_rank_save_id_;
     round.arguments = *load_;
   }
@@ -125,6 +132,8 @@ void TransactionDriver::settle(const PhaseDecision& decision) {
       if (decision.phase == round_end_) begin_next();
       break;
     case Decision::commit:
+      ACCORD_ASSERT(next_round_ == plan_.size() && decision.phase == round_end_,
+                    "a commit decides the plan's last phase: every round ran, in order");
       finish(TransactionOutcome::committed, nullptr);
       break;
     case Decision::abort:
@@ -137,6 +146,7 @@ void TransactionDriver::settle(const PhaseDecision& decision) {
 }
 
 void TransactionDriver::finish(TransactionOutcome outcome, const PhaseDecision* decision) {
+  ACCORD_ASSERT(busy_, "only an open transaction finishes");
   reply_.outcome = outcome;
   if (decision != nullptr) {
     reply_.phase = to_string(decision->phase);
@@ -157,6 +167,7 @@ void TransactionDriver::deliver(TransactionReply reply) {
       unclaimed_ = std::move(reply);
       return;
     case Caller::gone: {
+      ACCORD_ASSERT(after_withdrawal_.has_value(), "a withdrawn chained step leaves the request that withdrew it");
       caller_ = Caller::waiting;
       run(*std::exchange(after_withdrawal_, std::nullopt));
       return;

@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "runtime/base/assert.hpp"
+
 namespace accord {
 
 namespace {
@@ -35,6 +37,7 @@ RankWorker::RankWorker(const Model& model, std::shared_ptr<cpu::ThreadPool> pool
                                              partition.range(rank))) {}
 
 void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on_commit) {
+  ACCORD_ASSERT(epoch > epoch_, "epochs never go backwards: a rank opens each transaction once, in epoch order");
   epoch_ = epoch;
   undo_.reset();
   incoming_.reset();
@@ -142,6 +145,9 @@ Status RankWorker::apply_prediction_target_operation() {
   if (!lane_swap_prepared_ || !undo_) {
     return Error(ErrorCode::state, "rank " + std::to_string(rank()) + " has no prepared lane swap");
   }
+  ACCORD_ASSERT(prediction_ && prediction_->kept_rows >= 1 &&
+                    prediction_->kept_rows <= static_cast<int>(step_tokens_.size()),
+                "a prepared lane swap keeps between one row and the step's rows (check_lane_swap checked it)");
   drop_rejected_rows(stage_.state(), *undo_, *prediction_);
   const int step_rows = static_cast<int>(step_tokens_.size());
   step_tokens_.resize(static_cast<std::size_t>(prediction_->kept_rows));
@@ -169,6 +175,10 @@ RankCheckpoint RankWorker::checkpoint() const {
 }
 
 Status RankWorker::prepare_rollback(std::uint64_t epoch, const RankCheckpoint& cp) {
+  if (cp.position < 0 || cp.state_epoch >= epoch) {
+    return Error(ErrorCode::state, "the checkpoint (position " + std::to_string(cp.position) + ", state epoch " +
+                                       std::to_string(cp.state_epoch) + ") was never a state of this session");
+  }
   if (cp.reset_epoch != reset_epoch_) {
     return Error(ErrorCode::state, "the checkpoint was taken before the session was reset");
   }
@@ -176,7 +186,10 @@ Status RankWorker::prepare_rollback(std::uint64_t epoch, const RankCheckpoint& c
     return Error(ErrorCode::state, "rank " + std::to_string(rank()) + ": rows below the checkpoint's position " +
                                        std::to_string(cp.position) + " were overwritten after it was taken");
   }
-  open(epoch, [this, cp](std::uint64_t) { stage_.state().rewind(cp.position, cp.state_epoch); });
+  open(epoch, [this, cp](std::uint64_t e) {
+    ACCORD_ASSERT(cp.state_epoch < e, "a rollback goes back to a state committed before it");
+    stage_.state().rewind(cp.position, cp.state_epoch);
+  });
   undo_ = stage_.state().capture_rows(0, 0);
   return {};
 }
@@ -212,6 +225,7 @@ Status RankWorker::prepare_load(std::uint64_t epoch, std::vector<int> prefix, st
 }
 
 void RankWorker::commit(std::uint64_t epoch) {
+  ACCORD_ASSERT(epoch >= epoch_, "a commit is for the open transaction or a later one, never an earlier one");
   if (on_commit_ && epoch == epoch_) on_commit_(epoch);
   forget_open_transaction();
 }
@@ -219,7 +233,14 @@ void RankWorker::commit(std::uint64_t epoch) {
 Status RankWorker::restore(std::uint64_t epoch) {
   // A rank whose part failed before it opened the transaction has nothing
   // of it to undo.
-  if (epoch == epoch_ && undo_) stage_.state().restore(*undo_);
+  ACCORD_ASSERT(epoch >= epoch_, "a restore is for the open transaction or a later one, never an earlier one");
+  if (epoch == epoch_ && undo_) {
+    // Only a commit moves the position, and a commit drops the undo: the
+    // restore finds the position it captured and returns there.
+    ACCORD_ASSERT(position() == undo_->position && stage_.state().state_epoch() == undo_->state_epoch,
+                  "a restore returns to the checkpointed position and epoch, which nothing moved since");
+    stage_.state().restore(*undo_);
+  }
   forget_open_transaction();
   return {};
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/base/assert.hpp"
 #include "runtime/io/digest.hpp"
 
 namespace accord {
@@ -10,6 +11,8 @@ SessionState::SessionState(KvStore& kv)
     : kv_(kv), tokens_(static_cast<std::size_t>(kv.capacity()), 0), row_epochs_(tokens_.size(), 0) {}
 
 SessionState::Undo SessionState::capture_rows(int first, int count) const {
+  ACCORD_ASSERT(first >= 0 && count >= 0 && first <= capacity() - count,
+                "the rows a step may overwrite lie within the context");
   Undo undo;
   undo.position = position_;
   undo.state_epoch = state_epoch_;
@@ -38,6 +41,7 @@ void SessionState::restore(const Undo& undo) {
 }
 
 void SessionState::restore_rows_after(const Undo& undo, int kept) {
+  ACCORD_ASSERT(kept >= 0 && kept <= undo.row_count, "the rows kept of an undo are among the rows it captured");
   const auto row_floats = static_cast<std::size_t>(undo.row_count) * kv_.kv_dim();
   const auto skipped = static_cast<std::size_t>(kept) * kv_.kv_dim();
   for (int i = 0; i < kv_.unit_count(); ++i) {
@@ -50,6 +54,9 @@ void SessionState::restore_rows_after(const Undo& undo, int kept) {
 }
 
 void SessionState::commit_rows(int first, std::span<const int> ids, std::uint64_t epoch) {
+  ACCORD_ASSERT(first >= 0 && first <= position_ && ids.size() <= static_cast<std::size_t>(capacity() - first),
+                "committed rows continue the state within the context: positions never exceed it");
+  ACCORD_ASSERT(epoch > state_epoch_, "epochs never go backwards: a commit's epoch follows the state's");
   std::copy(ids.begin(), ids.end(), tokens_.begin() + first);
   std::fill_n(row_epochs_.begin() + first, ids.size(), epoch);
   position_ = first + static_cast<int>(ids.size());
@@ -58,6 +65,8 @@ void SessionState::commit_rows(int first, std::span<const int> ids, std::uint64_
 }
 
 void SessionState::rewind(int position, std::uint64_t state_epoch) {
+  ACCORD_ASSERT(position >= 0 && position <= high_water_,
+                "a rewind goes to a position whose rows were written: a checkpoint's or the start");
   position_ = position;
   state_epoch_ = state_epoch;
 }
