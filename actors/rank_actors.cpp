@@ -4,13 +4,13 @@
 
 #include "actors/atoms.hpp"
 #include "actors/batched_send.hpp"
-#include "runtime/engine/rank_node.hpp"
+#include "runtime/engine/rank_participant.hpp"
 
 namespace accord {
 
 namespace {
 
-// What the rank's node sends, as CAF messages.
+// What the rank's participant sends, as CAF messages.
 class ActorOutbox final : public RankOutbox {
  public:
   // A `delay` fault holds local work back for `fault_delay`.
@@ -72,7 +72,7 @@ class ActorOutbox final : public RankOutbox {
 
 struct RankState {
   std::unique_ptr<ActorOutbox> outbox;
-  std::unique_ptr<RankNode> node;
+  std::unique_ptr<RankParticipant> participant;
 };
 
 RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self, std::shared_ptr<RankWorker> worker,
@@ -83,39 +83,39 @@ RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self,
   // deadline is as long again) once the held-back work is done.
   s.outbox = std::make_unique<ActorOutbox>(self, std::move(coordinator),
                                            options.phase_timeout + options.phase_timeout / 2);
-  s.node = std::make_unique<RankNode>(std::move(worker), session, rank_count, options.faults, *s.outbox);
-  if (options.confinement) s.node->confine_prompt_caches(options.confinement->prompt_cache_folder);
+  s.participant = std::make_unique<RankParticipant>(std::move(worker), session, rank_count, options.faults, *s.outbox);
+  if (options.confinement) s.participant->confine_prompt_caches(options.confinement->prompt_cache_folder);
   const bool takes_faults = !options.confinement || options.confinement->allow_faults;
-  // Hands what arrived to the node, then sends what it reported.
-  auto to_node = [=](auto&& message) {
-    self->state.node->receive(std::forward<decltype(message)>(message));
+  // Hands what arrived to the participant, then sends what it reported.
+  auto to_participant = [=](auto&& message) {
+    self->state.participant->receive(std::forward<decltype(message)>(message));
     self->state.outbox->flush();
   };
   return {
-      [=](const PhaseBegin& begin) { to_node(begin); },
-      [=](const PhaseDecision& decision) { to_node(decision); },
+      [=](const PhaseBegin& begin) { to_participant(begin); },
+      [=](const PhaseDecision& decision) { to_participant(decision); },
       [=](const RankInstructions& instructions) {
         for (const auto& item : instructions.items) {
-          std::visit([&](const auto& instruction) { self->state.node->receive(instruction); }, item);
+          std::visit([&](const auto& instruction) { self->state.participant->receive(instruction); }, item);
         }
         self->state.outbox->flush();
       },
-      [=](RouteTransfer& transfer) { to_node(PeerData(std::move(transfer))); },
-      [=](const SamplingResult& sampled) { to_node(PeerData(sampled)); },
-      [=](PredictionTargetHidden& capture) { to_node(PeerData(std::move(capture))); },
+      [=](RouteTransfer& transfer) { to_participant(PeerData(std::move(transfer))); },
+      [=](const SamplingResult& sampled) { to_participant(PeerData(sampled)); },
+      [=](PredictionTargetHidden& capture) { to_participant(PeerData(std::move(capture))); },
       [=](const RankTopology& topology) { self->state.outbox->set_ranks(topology.ranks); },
-      [=](const LentObserver& lent) { self->state.node->lend_observer(lent.observer); },
-      [=](rank_state_atom) -> RankStateReport { return self->state.node->state_report(); },
+      [=](const LentObserver& lent) { self->state.participant->lend_observer(lent.observer); },
+      [=](rank_state_atom) -> RankStateReport { return self->state.participant->state_report(); },
       [=](faults_atom, const std::vector<Fault>& plan) -> bool {
         if (!takes_faults) return false;
-        self->state.node->set_faults(plan);
+        self->state.participant->set_faults(plan);
         return true;
       },
       [=](delayed_atom, Epoch epoch) {
-        self->state.node->run_held_back(epoch);
+        self->state.participant->run_held_back(epoch);
         self->state.outbox->flush();
       },
-      [=](dropped_atom) -> std::vector<std::uint64_t> { return self->state.node->dropped().counts(); },
+      [=](dropped_atom) -> std::vector<std::uint64_t> { return self->state.participant->dropped().counts(); },
   };
 }
 

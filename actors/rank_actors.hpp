@@ -1,8 +1,8 @@
 // One rank of a distributed session as one CAF actor (docs/protocol.md,
-// "Actors"). The rank actor owns the rank's RankNode
-// (runtime/engine/rank_node.hpp): its agreement machine, worker, prompt
+// "Actors"). The rank actor owns the rank's RankParticipant
+// (runtime/engine/rank_participant.hpp): its agreement machine, worker, prompt
 // cache and fault plan, the same ones the direct engine runs. It hands the
-// node every message in turn and sends what the node sends: statuses and
+// participant every message in turn and sends what it sends: statuses and
 // acknowledgements to the coordinator, activations, samples and captures
 // to the other ranks. Nothing else touches the rank's state.
 //

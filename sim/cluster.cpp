@@ -28,7 +28,7 @@ struct Cluster::Rank {
   Rank(Cluster& cluster, RankId r) : outbox(cluster, r) {}
 
   Outbox outbox;
-  std::unique_ptr<RankNode> node;
+  std::unique_ptr<RankParticipant> participant;
   bool crashed = false;                    // the process died (an exit fault, or a crash)
   bool cut = false;                        // a link broke: nothing reaches it or leaves it
   std::optional<std::uint64_t> notice_at;  // when the coordinator sees it gone
@@ -53,16 +53,16 @@ Cluster::Cluster(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, int 
       disk_(disk),
       random_(random),
       driver_(kSession, static_cast<RankId>(ranks)) {
-  // Every rank first: make_node tells each node the rank count, ranks().
+  // Every rank first: make_participant tells each participant the rank count, ranks().
   for (int r = 0; r < ranks; ++r) ranks_.push_back(std::make_unique<Rank>(*this, static_cast<RankId>(r)));
-  for (int r = 0; r < ranks; ++r) ranks_[static_cast<std::size_t>(r)]->node = make_node(*ranks_[r], r, faults);
+  for (int r = 0; r < ranks; ++r) ranks_[static_cast<std::size_t>(r)]->participant = make_participant(*ranks_[r], r, faults);
 }
 
 Cluster::~Cluster() = default;
 
-std::unique_ptr<RankNode> Cluster::make_node(Rank& rank, int r, const std::vector<Fault>& faults) {
+std::unique_ptr<RankParticipant> Cluster::make_participant(Rank& rank, int r, const std::vector<Fault>& faults) {
   auto worker = std::make_shared<RankWorker>(model_, pool_, partition_, r, model_identity_);
-  return std::make_unique<RankNode>(std::move(worker), kSession, static_cast<RankId>(ranks()), faults, rank.outbox,
+  return std::make_unique<RankParticipant>(std::move(worker), kSession, static_cast<RankId>(ranks()), faults, rank.outbox,
                                     disk_);
 }
 
@@ -132,7 +132,7 @@ void Cluster::deliver_one(const Link& link) {
   auto& queue = links_.at(link);
   EngineMessage message = std::move(queue.front().message);
   queue.pop_front();
-  accord::deliver(driver_, link.second, message, [&](RankId r) -> RankNode& { return *ranks_[r]->node; });
+  accord::deliver(driver_, link.second, message, [&](RankId r) -> RankParticipant& { return *ranks_[r]->participant; });
 }
 
 void Cluster::pass_time() {
@@ -147,7 +147,7 @@ void Cluster::pass_time() {
     if (rank.held && rank.held->first <= now_) {
       const Epoch epoch = rank.held->second;
       rank.held.reset();
-      if (!rank.crashed) rank.node->run_held_back(epoch);
+      if (!rank.crashed) rank.participant->run_held_back(epoch);
     }
   }
 }
@@ -202,7 +202,7 @@ void Cluster::restart_lost_ranks() {
     if (live(static_cast<int>(r))) continue;
     if (rank.notice_at) driver_.rank_down(static_cast<RankId>(r));
     rank.notice_at.reset();
-    if (rank.crashed) rank.node = make_node(rank, static_cast<int>(r), {});
+    if (rank.crashed) rank.participant = make_participant(rank, static_cast<int>(r), {});
     rank.crashed = false;
     rank.cut = false;
     driver_.rank_up(static_cast<RankId>(r));
@@ -216,7 +216,7 @@ bool Cluster::any_rank_lost() const {
   return false;
 }
 
-const RankNode& Cluster::node(int r) const { return *ranks_.at(static_cast<std::size_t>(r))->node; }
+const RankParticipant& Cluster::participant(int r) const { return *ranks_.at(static_cast<std::size_t>(r))->participant; }
 
 bool Cluster::live(int r) const {
   const Rank& rank = *ranks_.at(static_cast<std::size_t>(r));

@@ -1,5 +1,5 @@
 // The engine's coordinator and ranks on a simulated network and clock
-// (docs/simulation.md): the TransactionDriver and every rank's RankNode in
+// (docs/simulation.md): the TransactionDriver and every rank's RankParticipant in
 // one thread, as the direct engine runs them, but one seed decides which
 // message goes next, how long it waits, whether it is duplicated or lost,
 // when time passes and when a rank crashes or is cut off.
@@ -67,7 +67,7 @@ class Cluster {
   int ranks() const { return static_cast<int>(ranks_.size()); }
   // Whether rank r's process runs and is reachable.
   bool live(int r) const;
-  const RankNode& node(int r) const;
+  const RankParticipant& participant(int r) const;
   bool poisoned() const { return driver_.agreement().poisoned(); }
   std::uint64_t crashes() const { return crashes_; }
   std::uint64_t cuts() const { return cuts_; }
@@ -93,7 +93,7 @@ class Cluster {
   void lose(RankId rank, bool crash);
   void lose_power();
   void forget_links_of(RankId rank);
-  std::unique_ptr<RankNode> make_node(Rank& rank, int r, const std::vector<Fault>& faults);
+  std::unique_ptr<RankParticipant> make_participant(Rank& rank, int r, const std::vector<Fault>& faults);
 
   const Model& model_;
   std::shared_ptr<cpu::ThreadPool> pool_;

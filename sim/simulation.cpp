@@ -398,12 +398,12 @@ class Run {
     std::optional<std::uint64_t> epoch;
     for (int r = 0; r < cluster_.ranks(); ++r) {
       if (!cluster_.live(r)) continue;
-      const RankStateReport state = cluster_.node(r).state_report();
+      const RankStateReport state = cluster_.participant(r).state_report();
       if (state.position != position()) {
         violation("rank " + std::to_string(r) + " is at position " + std::to_string(state.position) +
                   ", one rank at " + std::to_string(position()));
       }
-      const auto& held = cluster_.node(r).worker().state().tokens();
+      const auto& held = cluster_.participant(r).worker().state().tokens();
       if (!std::equal(tokens.begin(), tokens.begin() + position(), held.begin())) {
         violation("rank " + std::to_string(r) + " holds other tokens than one rank");
       }
@@ -415,7 +415,7 @@ class Run {
   std::vector<std::optional<std::string>> digests() const {
     std::vector<std::optional<std::string>> out;
     for (int r = 0; r < cluster_.ranks(); ++r) {
-      out.push_back(cluster_.live(r) ? std::optional(whole_state(cluster_.node(r).worker().state())) : std::nullopt);
+      out.push_back(cluster_.live(r) ? std::optional(whole_state(cluster_.participant(r).worker().state())) : std::nullopt);
     }
     return out;
   }

@@ -920,6 +920,21 @@ TEST_F(RankOrderTest, TheOutputOwnerRefusesAPublicationWithoutItsArguments) {
   EXPECT_NE(status.error_message.find("malformed publication arguments"), std::string::npos) << status.error_message;
 }
 
+// A save's preparation checks the prefix itself: a coordinator that skipped
+// the preflight must not make the rank pack rows it never wrote.
+TEST_F(RankOrderTest, ASavePreparationRefusesAPrefixTheRankDoesNotHold) {
+  RankUnderTest rank(model(), 0, 1);
+  test::TempDir dir;
+  const std::vector<std::int32_t> prefix(static_cast<std::size_t>(model().config().seq_len) + 8, 1);
+  rank.send(begin(1, phase_id(PromptCacheSavePreparation),
+                  PromptCacheArguments{dir.path().string(), "unheld", "tests", "", "0123456789abcdef", prefix}));
+  ASSERT_FALSE(rank.statuses().empty());
+  const PhaseStatus& status = rank.statuses().back();
+  EXPECT_FALSE(status.ok);
+  EXPECT_NE(status.error_message.find("not the start of the session's tokens"), std::string::npos)
+      << status.error_message;
+}
+
 TEST_F(RankOrderTest, ARouteTransferOfTheNextStepThatOvertakesThisStepsCommitIsKept) {
   // Node to node, rank 0's transfer of step 2 may come before the
   // coordinator's commit of step 1: rank 0 runs step 2 as soon as its

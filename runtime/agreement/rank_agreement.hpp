@@ -1,5 +1,5 @@
 // A rank's side of the phase protocol as a pure state machine: what the
-// rank decides, without CAF or I/O. Its RankNode (runtime/engine) feeds it the
+// rank decides, without CAF or I/O. Its RankParticipant (runtime/engine) feeds it the
 // coordinator's messages (step) and the results of the local work it asked
 // for (phase_done, phase_failed, restored, restore_failed); it carries out
 // the actions and sends the messages it takes from take_ready().
@@ -24,7 +24,7 @@
 // - Messages for another session or epoch, duplicates, late and out-of-order
 //   ones are dropped and counted.
 //
-// Threading: not thread-safe; owned by the rank's RankNode.
+// Threading: not thread-safe; owned by the rank's RankParticipant.
 #pragma once
 
 #include <optional>

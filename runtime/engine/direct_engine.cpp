@@ -42,11 +42,11 @@ struct DirectEngine::State {
   struct Rank {
     Rank(State& engine, RankId r, std::shared_ptr<RankWorker> worker, const std::vector<Fault>& faults)
         : outbox(engine, r),
-          node(std::move(worker), engine.session, static_cast<RankId>(engine.partition.ranks()), faults, outbox,
+          participant(std::move(worker), engine.session, static_cast<RankId>(engine.partition.ranks()), faults, outbox,
                engine.options.env != nullptr ? *engine.options.env : posix_env()) {}
 
     Outbox outbox;
-    RankNode node;
+    RankParticipant participant;
   };
 
   State(const Model& m, std::shared_ptr<cpu::ThreadPool> p, const Partition& part, std::string identity,
@@ -66,10 +66,10 @@ struct DirectEngine::State {
                                        std::make_shared<RankWorker>(model, pool, partition, r, model_identity,
                                                                     options.stage),
                                        faults);
-    rank->node.lend_observer(observer);
-    rank->node.lend_batcher(batcher);
-    rank->node.set_phase_hook(hook);
-    rank->node.set_phase_timer(timer);
+    rank->participant.lend_observer(observer);
+    rank->participant.lend_batcher(batcher);
+    rank->participant.set_phase_hook(hook);
+    rank->participant.set_phase_timer(timer);
     return rank;
   }
 
@@ -117,13 +117,13 @@ struct DirectEngine::State {
     });
     for (const Delayed& d : due) {
       ACCORD_ASSERT(d.rank < ranks.size(), "a held-back phase belongs to a rank of the engine");
-      ranks[d.rank]->node.run_held_back(d.epoch);
+      ranks[d.rank]->participant.run_held_back(d.epoch);
     }
   }
 
   void restart_exited_ranks() {
     for (std::size_t r = 0; r < ranks.size(); ++r) {
-      if (!ranks[r]->node.exited()) continue;
+      if (!ranks[r]->participant.exited()) continue;
       std::erase_if(delayed, [&](const Delayed& d) { return d.rank == r; });
       // As a distributed session's reset does: a fresh rank, without faults.
       ranks[r] = make_rank(static_cast<int>(r), {});
@@ -137,9 +137,9 @@ struct DirectEngine::State {
   }
 
   void deliver(Envelope& envelope) {
-    accord::deliver(driver, envelope.to, envelope.message, [&](RankId r) -> RankNode& {
+    accord::deliver(driver, envelope.to, envelope.message, [&](RankId r) -> RankParticipant& {
       ACCORD_ASSERT(r < ranks.size(), "the engine delivers only to its own ranks: rank ids are in range");
-      return ranks[r]->node;
+      return ranks[r]->participant;
     });
   }
 
@@ -170,34 +170,34 @@ TransactionReply DirectEngine::run(const TransactionRequest& request) { return s
 
 void DirectEngine::lend_observer(std::shared_ptr<StepObserver> observer) {
   state_->observer = observer;
-  for (auto& rank : state_->ranks) rank->node.lend_observer(observer);
+  for (auto& rank : state_->ranks) rank->participant.lend_observer(observer);
 }
 
 void DirectEngine::lend_batcher(StepBatcher* batcher) {
   state_->batcher = batcher;
-  for (auto& rank : state_->ranks) rank->node.lend_batcher(batcher);
+  for (auto& rank : state_->ranks) rank->participant.lend_batcher(batcher);
 }
 
 void DirectEngine::set_phase_hook(PhaseHook hook) {
   state_->hook = hook;
-  for (auto& rank : state_->ranks) rank->node.set_phase_hook(hook);
+  for (auto& rank : state_->ranks) rank->participant.set_phase_hook(hook);
 }
 
 void DirectEngine::set_phase_timer(PhaseTimer timer) {
   state_->timer = timer;
-  for (auto& rank : state_->ranks) rank->node.set_phase_timer(timer);
+  for (auto& rank : state_->ranks) rank->participant.set_phase_timer(timer);
 }
 
 Status DirectEngine::inject_faults(const std::vector<Fault>& plan) {
   if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
-  for (auto& rank : state_->ranks) rank->node.set_faults(plan);
+  for (auto& rank : state_->ranks) rank->participant.set_faults(plan);
   return {};
 }
 
 int DirectEngine::ranks() const { return static_cast<int>(state_->ranks.size()); }
 
 const RankWorker& DirectEngine::worker(int rank) const {
-  return state_->ranks.at(static_cast<std::size_t>(rank))->node.worker();
+  return state_->ranks.at(static_cast<std::size_t>(rank))->participant.worker();
 }
 
 bool DirectEngine::poisoned() const { return state_->driver.agreement().poisoned(); }

@@ -1,5 +1,5 @@
 // The transaction engine over the direct transport (docs/architecture.md,
-// "One engine"): the TransactionDriver and every rank's RankNode live in
+// "One engine"): the TransactionDriver and every rank's RankParticipant live in
 // the caller's thread, and messages
 // pass by function call, in the order they were sent. No actors and no
 // threads of its own: the ranks compute on the pool they are given. The
@@ -28,7 +28,7 @@
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/rank/partition.hpp"
-#include "runtime/engine/rank_node.hpp"
+#include "runtime/engine/rank_participant.hpp"
 #include "runtime/rank/rank_worker.hpp"
 
 namespace accord {

@@ -1,4 +1,4 @@
-// Every message between the TransactionDriver and the ranks' RankNodes, in
+// Every message between the TransactionDriver and the ranks' RankParticipants, in
 // one flat variant, and how one reaches its receiver: the transports that
 // run the engine in one thread (the direct engine, the simulator in sim/)
 // queue these and hand them over here. (A flat variant: a variant of
@@ -9,7 +9,7 @@
 #include <utility>
 #include <variant>
 
-#include "runtime/engine/rank_node.hpp"
+#include "runtime/engine/rank_participant.hpp"
 #include "runtime/engine/transaction_driver.hpp"
 
 namespace accord {

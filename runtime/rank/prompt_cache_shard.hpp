@@ -1,6 +1,6 @@
 // One rank's part of a prompt-cache save or load (docs/prompt-cache.md),
 // phase by phase, over the on-disk format of prompt_cache.hpp. Every rank
-// runs it from its RankNode: the files through RankPromptCache, the state
+// runs it from its RankParticipant: the files through RankPromptCache, the state
 // through RankWorker (pack_shard, install_shard). CAF-free.
 //
 // A shard travels as floats: for each of the rank's units, the keys of rows

@@ -1,5 +1,5 @@
 // One rank's prompt-cache shard I/O: the save or load of the open
-// transaction, held between its phases. The rank's RankNode owns it beside
+// transaction, held between its phases. The rank's RankParticipant owns it beside
 // the RankWorker; it never touches the rank's state (the worker packs and
 // installs shards), only the shard handed to it. CAF-free.
 //

@@ -1,5 +1,5 @@
 // One rank's local part of every phase, without any transport: the rank's
-// RankNode (runtime/engine/rank_node.hpp) calls it and moves what it
+// RankParticipant (runtime/engine/rank_participant.hpp) calls it and moves what it
 // produces.
 //
 // A RankWorker owns the rank's RankStage, the undo record of the open
@@ -8,7 +8,7 @@
 // after another, so they share the process's whole pool and the rank whose
 // turn it is uses every core (the pool serialises concurrent callers).
 //
-// Threading: not thread-safe; its RankNode is its only user, one call at a
+// Threading: not thread-safe; its RankParticipant is its only user, one call at a
 // time.
 #pragma once
 

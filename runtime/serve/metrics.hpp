@@ -55,7 +55,7 @@ class Metrics {
   void count_request(const std::string& endpoint, int http_status);
   void count_generation(const GenerationCounts& counts);
   void observe_decode_step(double seconds);
-  // A transaction phase's local work on a rank (runtime/engine/rank_node.hpp).
+  // A transaction phase's local work on a rank (runtime/engine/rank_participant.hpp).
   void observe_phase(const std::string& phase, double seconds);
   void observe_request(const std::string& endpoint, double seconds);
   void set_load(int queued, int active, int slots);

@@ -185,7 +185,7 @@ class Session {
   std::string state_digest() const;
 
   void set_failure_hook(FailureHook hook);
-  // Told how long each phase's local work takes (runtime/engine/rank_node.hpp).
+  // Told how long each phase's local work takes (runtime/engine/rank_participant.hpp).
   void set_phase_timer(PhaseTimer timer);
   // From now on the session's forward steps run in `batcher`'s batches
   // with other sessions' (step_batcher.hpp), except those with an observer

@@ -1,5 +1,5 @@
 // One rank's side of every transaction, whatever the transport
-// (docs/architecture.md, "One engine"): a RankNode feeds RankAgreement the
+// (docs/architecture.md, "One engine"): a RankParticipant feeds RankAgreement the
 // coordinator's messages, runs the rank's local part of each phase on its
 // RankWorker and RankPromptCache, waits for what other ranks send
 // (activations, a sample, a capture), carries out the rank's fault plan,
@@ -7,7 +7,7 @@
 // transport implements: the direct engine queues it in the caller's
 // thread, the rank actor (actors/rank_actors.hpp) sends it as CAF messages.
 //
-// The node owns the rank's mutable state: the worker, the open step's
+// The participant owns the rank's mutable state: the worker, the open step's
 // data, the fault counters. Nothing else touches them; the transport hands
 // it every message in turn.
 //
@@ -46,7 +46,7 @@ class RankOutbox {
   virtual void to_coordinator(RankReport report) = 0;
   virtual void to_rank(RankId rank, PeerData data) = 0;
   // A `delay` fault holds the local work of `epoch`'s phase back: the
-  // transport calls RankNode::run_held_back(epoch) once the status
+  // transport calls RankParticipant::run_held_back(epoch) once the status
   // deadline has passed (and before the abort's acknowledgement's has).
   virtual void hold_back(Epoch epoch) = 0;
   // An `exit` fault: the rank stops as if its process had died; the
@@ -58,13 +58,13 @@ class RankOutbox {
   ~RankOutbox() = default;
 };
 
-class RankNode {
+class RankParticipant {
  public:
   // Rank worker->rank() of `rank_count`, with its share of `plan`. The
   // node is the worker's only holder (a shared_ptr, so that its deleter may
   // keep the model alive: actors/node.cpp). The prompt cache's files go
-  // through `env`, which must outlive the node.
-  RankNode(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count, const std::vector<Fault>& plan,
+  // through `env`, which must outlive the participant.
+  RankParticipant(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count, const std::vector<Fault>& plan,
            RankOutbox& outbox, Env& env = posix_env());
 
   void receive(const PhaseBegin& begin);
@@ -94,7 +94,7 @@ class RankNode {
   const RankWorker& worker() const { return *worker_; }
   // The rank's state after every decision it received so far.
   RankStateReport state_report() const;
-  // What the machine and the node dropped, by reason.
+  // What the machine and the participant dropped, by reason.
   DroppedMessages dropped() const;
 
  private:

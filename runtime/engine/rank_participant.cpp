@@ -1,4 +1,4 @@
-#include "runtime/engine/rank_node.hpp"
+#include "runtime/engine/rank_participant.hpp"
 
 #include <chrono>
 #include <stdexcept>
@@ -19,7 +19,7 @@ bool holds_for(const std::optional<Data>& data, const RunPhase& run) {
 
 }  // namespace
 
-RankNode::RankNode(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count,
+RankParticipant::RankParticipant(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count,
                    const std::vector<Fault>& plan, RankOutbox& outbox, Env& env)
     : worker_(std::move(worker)),
       cache_(worker_->shard_identity(), env),
@@ -32,24 +32,24 @@ RankNode::RankNode(std::shared_ptr<RankWorker> worker, SessionId session, RankId
   ACCORD_ASSERT(rank_ < rank_count_, "a rank's index is below the session's rank count");
 }
 
-void RankNode::set_faults(const std::vector<Fault>& plan) { faults_ = RankFaults(rank_, plan); }
+void RankParticipant::set_faults(const std::vector<Fault>& plan) { faults_ = RankFaults(rank_, plan); }
 
 // --- what arrives ------------------------------------------------------------
 
-void RankNode::receive(const PhaseBegin& begin) {
+void RankParticipant::receive(const PhaseBegin& begin) {
   if (exited_) return;
   machine_.step(begin);
   pump();
 }
 
-void RankNode::receive(const PhaseDecision& decision) {
+void RankParticipant::receive(const PhaseDecision& decision) {
   if (exited_) return;
   machine_.step(decision);
   pump();
   if (decision.decision == Decision::abort || decision.decision == Decision::poison) stop_waiting(decision.epoch);
 }
 
-void RankNode::receive(PeerData data) {
+void RankParticipant::receive(PeerData data) {
   if (exited_) return;
   const auto [session, epoch] = std::visit([](const auto& d) { return std::pair(d.session, d.epoch); }, data);
   if (session != session_) return dropped_data_.count(DropReason::other_session);
@@ -61,7 +61,7 @@ void RankNode::receive(PeerData data) {
   run_guarded(run);
 }
 
-void RankNode::run_held_back(Epoch epoch) {
+void RankParticipant::run_held_back(Epoch epoch) {
   if (exited_ || !held_back_ || held_back_->epoch != epoch) return;
   const RunPhase run = std::move(*held_back_);
   held_back_.reset();
@@ -72,7 +72,7 @@ void RankNode::run_held_back(Epoch epoch) {
 
 // A phase that finishes pumps again from inside carry_out, so each level
 // takes into a RankReady of its own; they are kept for the next step.
-void RankNode::pump() {
+void RankParticipant::pump() {
   RankReady ready;
   if (!spare_ready_.empty()) {
     ready = std::move(spare_ready_.back());
@@ -90,7 +90,7 @@ void RankNode::pump() {
   spare_ready_.push_back(std::move(ready));
 }
 
-void RankNode::carry_out(const RankAction& action) {
+void RankParticipant::carry_out(const RankAction& action) {
   if (const auto* run = std::get_if<RunPhase>(&action)) {
     run_phase(*run);
   } else if (const auto* commit = std::get_if<CommitTransaction>(&action)) {
@@ -109,7 +109,7 @@ void RankNode::carry_out(const RankAction& action) {
 
 // Abort: the state, then the cache's publication; the rank has restored
 // only when both have.
-void RankNode::restore(Epoch epoch) {
+void RankParticipant::restore(Epoch epoch) {
   ACCORD_ASSERT(epoch == machine_.epoch(), "a rank restores the checkpoint of the transaction its machine has open");
   forget_step(epoch);
   const Status state = worker_->restore(epoch);
@@ -125,7 +125,7 @@ void RankNode::restore(Epoch epoch) {
 // What came for a later step stays: another rank that already runs it
 // may send its data over a link that overtakes this step's decision (node
 // to node, where the decision comes from the coordinator's process).
-void RankNode::forget_step(Epoch epoch) {
+void RankParticipant::forget_step(Epoch epoch) {
   const auto forget = [epoch](auto& data) {
     if (data && data->epoch <= epoch) data.reset();
   };
@@ -138,7 +138,7 @@ void RankNode::forget_step(Epoch epoch) {
 // An abort or a poison ends a phase waiting for another rank's data (which
 // may never come): nothing of it touched the state, so the wait ends with
 // a failure and the rank restores or forgets.
-void RankNode::stop_waiting(Epoch epoch) {
+void RankParticipant::stop_waiting(Epoch epoch) {
   if (!waiting_ || waiting_->epoch != epoch) return;
   const RunPhase run = *waiting_;
   waiting_.reset();
@@ -148,7 +148,7 @@ void RankNode::stop_waiting(Epoch epoch) {
 // --- local work -------------------------------------------------------------------
 
 // Runs the phase's local part, unless the fault plan has a fault fire now.
-void RankNode::run_phase(const RunPhase& run) {
+void RankParticipant::run_phase(const RunPhase& run) {
   const auto fault = faults_.on_phase(run.phase);
   if (!fault) return run_guarded(run);
   const std::string what = injected_fault_message(*fault, static_cast<int>(rank_), run.phase);
@@ -172,7 +172,7 @@ void RankNode::run_phase(const RunPhase& run) {
 
 // An exception out of the local part fails the phase; `injected` throws one
 // first. A phase waiting for another rank's data runs again when it comes.
-void RankNode::run_guarded(const RunPhase& run, const std::string& injected) {
+void RankParticipant::run_guarded(const RunPhase& run, const std::string& injected) {
   std::optional<Status> result;
   const auto started = std::chrono::steady_clock::now();
   Status ran = status_of([&] {
@@ -189,7 +189,7 @@ void RankNode::run_guarded(const RunPhase& run, const std::string& injected) {
   finish(run, std::move(*result));
 }
 
-void RankNode::finish(const RunPhase& run, Status status) {
+void RankParticipant::finish(const RunPhase& run, Status status) {
   if (status && marks_.corrupt_after(run)) status = cache_.corrupt_shard(run.epoch);
   if (status && hook_) status = status_of([&] { return hook_(rank_, run.phase, run.epoch); });
   if (status) {
@@ -201,7 +201,7 @@ void RankNode::finish(const RunPhase& run, Status status) {
 }
 
 // The rank's local part of `run`; nullopt while it waits for another rank's data.
-std::optional<Status> RankNode::local_work(const RunPhase& run) {
+std::optional<Status> RankParticipant::local_work(const RunPhase& run) {
   RankWorker& worker = *worker_;
   const bool owner = worker.is_output_owner();
   const Epoch epoch = run.epoch;
@@ -275,7 +275,7 @@ std::optional<Status> RankNode::local_work(const RunPhase& run) {
 
 // BoundarySourceReady: the source sends its activations (the route's
 // completion was agreed); the target takes them once they are here.
-std::optional<Status> RankNode::boundary_ready(const RunPhase& run) {
+std::optional<Status> RankParticipant::boundary_ready(const RunPhase& run) {
   const CommunicationRouteId& route = run.phase.route;
   if (route.source == rank_) {
     if (route.target >= rank_count_) {
@@ -293,7 +293,7 @@ std::optional<Status> RankNode::boundary_ready(const RunPhase& run) {
 
 // OutputPublication: the output owner sends the caller its logits, or an
 // empty block where the caller wants none.
-std::optional<Status> RankNode::publication(const RunPhase& run) {
+std::optional<Status> RankParticipant::publication(const RunPhase& run) {
   if (!worker_->is_output_owner()) return Status{};
   const auto* arguments = std::get_if<PublicationArguments>(&run.arguments);
   if (arguments == nullptr) return malformed("publication");
@@ -304,7 +304,7 @@ std::optional<Status> RankNode::publication(const RunPhase& run) {
 
 // PredictionTargetCapturePublication: the output owner shares its capture
 // and verdict; every other rank holds them once they are here.
-std::optional<Status> RankNode::capture_publication(const RunPhase& run) {
+std::optional<Status> RankParticipant::capture_publication(const RunPhase& run) {
   if (!worker_->is_output_owner()) {
     if (!holds_for(capture_, run)) return std::nullopt;
     return worker_->exchange_prediction_target_state(received_capture(*capture_));
@@ -319,7 +319,7 @@ std::optional<Status> RankNode::capture_publication(const RunPhase& run) {
 
 // SamplingSynchronization: the output owner samples from the output it
 // published and shares its pick; every other rank holds it once it is here.
-std::optional<Status> RankNode::sampling(const RunPhase& run) {
+std::optional<Status> RankParticipant::sampling(const RunPhase& run) {
   if (!worker_->is_output_owner()) {
     if (!holds_for(sampled_, run)) return std::nullopt;
     return Status{};
@@ -336,7 +336,7 @@ std::optional<Status> RankNode::sampling(const RunPhase& run) {
 
 // What the output owner publishes goes to every other rank and the coordinator.
 template <class Message>
-void RankNode::share_with_every_rank(const Message& message) {
+void RankParticipant::share_with_every_rank(const Message& message) {
   ACCORD_ASSERT(worker_->is_output_owner(), "only the output owner shares what it published");
   for (RankId r = 0; r < rank_count_; ++r) {
     if (r != rank_) outbox_.to_rank(r, message);
@@ -346,7 +346,7 @@ void RankNode::share_with_every_rank(const Message& message) {
 
 // The prompt-cache phases: the state's part (RankWorker), then the files'
 // (RankPromptCache).
-Status RankNode::prompt_cache(const RunPhase& run) {
+Status RankParticipant::prompt_cache(const RunPhase& run) {
   const Epoch epoch = run.epoch;
   if (run.phase.phase == PromptCacheSavePublication) return cache_.publish(epoch);
   const auto* a = std::get_if<PromptCacheArguments>(&run.arguments);
@@ -357,6 +357,9 @@ Status RankNode::prompt_cache(const RunPhase& run) {
     case PromptCacheSavePreparation: {
       auto request = cache_request(*a);
       if (!request) return request.error();
+      // Checked again: the preflight's word is the coordinator's, and a
+      // prefix past what the rank holds would read rows it never wrote.
+      if (Status held = worker_->check_prefix_held(a->prefix); !held) return held;
       return cache_.prepare_save(epoch, *request, a->save_id, worker_->pack_shard(static_cast<int>(a->prefix.size())));
     }
     case PromptCacheLoadPreflight: {
@@ -375,12 +378,12 @@ Status RankNode::prompt_cache(const RunPhase& run) {
   }
 }
 
-void RankNode::confine_prompt_caches(std::optional<std::filesystem::path> folder) {
+void RankParticipant::confine_prompt_caches(std::optional<std::filesystem::path> folder) {
   confined_ = true;
   cache_folder_ = std::move(folder);
 }
 
-Result<PromptCacheRequest> RankNode::cache_request(const PromptCacheArguments& arguments) const {
+Result<PromptCacheRequest> RankParticipant::cache_request(const PromptCacheArguments& arguments) const {
   PromptCacheRequest request = to_request(arguments);
   if (!confined_) return request;
   if (!cache_folder_) {
@@ -394,7 +397,7 @@ Result<PromptCacheRequest> RankNode::cache_request(const PromptCacheArguments& a
 
 // --- reports ------------------------------------------------------------------------
 
-RankStateReport RankNode::state_report() const {
+RankStateReport RankParticipant::state_report() const {
   const SessionState& state = worker_->state();
   const KvStore& kv = state.kv();
   RankStateReport report;
@@ -410,7 +413,7 @@ RankStateReport RankNode::state_report() const {
   return report;
 }
 
-DroppedMessages RankNode::dropped() const {
+DroppedMessages RankParticipant::dropped() const {
   DroppedMessages dropped = machine_.dropped();
   dropped += dropped_data_;
   return dropped;
