@@ -134,6 +134,39 @@ void collect_rank_states(CoordinatorPointer self) {
   }
 }
 
+// A rank started afresh in place of rank `rank`.
+void restart_rank(CoordinatorPointer self, RankId rank, const RankActor& actor) {
+  auto& st = self->state;
+  if (rank >= st.ranks.size()) return;
+  st.ranks[rank] = actor;
+  st.held[rank].clear();  // the decisions of the rank it replaces
+  self->monitor(st.ranks[rank]);
+  st.driver->rank_up(rank);
+}
+
+void take_topology(CoordinatorPointer self, const RankTopology& topology) {
+  auto& st = self->state;
+  st.ranks = topology.ranks;
+  for (const auto& rank : st.ranks) self->monitor(rank);
+  st.held.assign(st.ranks.size(), {});
+}
+
+std::vector<RankId> down_ranks(CoordinatorPointer self) {
+  std::vector<RankId> down;
+  for (RankId r = 0; r < self->state.ranks.size(); ++r) {
+    if (self->state.driver->agreement().is_down(r)) down.push_back(r);
+  }
+  return down;
+}
+
+void set_phase_timeout(CoordinatorPointer self, std::int32_t timeout_ms) {
+  auto& st = self->state;
+  const auto clock = CoordinatorOptions::for_phase_timeout(std::chrono::milliseconds(timeout_ms));
+  st.options.tick = clock.tick;
+  st.driver->set_deadlines(clock.agreement);
+  if (st.driver->agreeing()) arm_tick(self);
+}
+
 CoordinatorActor::behavior_type coordinator_actor(CoordinatorPointer self, SessionId session, RankId rank_count,
                                                   CoordinatorOptions options) {
   auto& s = self->state;
@@ -152,20 +185,8 @@ CoordinatorActor::behavior_type coordinator_actor(CoordinatorPointer self, Sessi
     pump(self);
   };
   return {
-      [=](restart_atom, RankId rank, const RankActor& actor) {
-        auto& st = self->state;
-        if (rank >= st.ranks.size()) return;
-        st.ranks[rank] = actor;
-        st.held[rank].clear();  // the decisions of the rank it replaces
-        self->monitor(st.ranks[rank]);
-        st.driver->rank_up(rank);
-      },
-      [=](const RankTopology& topology) {
-        auto& st = self->state;
-        st.ranks = topology.ranks;
-        for (const auto& rank : st.ranks) self->monitor(rank);
-        st.held.assign(st.ranks.size(), {});
-      },
+      [=](restart_atom, RankId rank, const RankActor& actor) { restart_rank(self, rank, actor); },
+      [=](const RankTopology& topology) { take_topology(self, topology); },
       [=](const TransactionRequest& request) -> caf::result<TransactionReply> {
         auto& st = self->state;
         if (auto busy = st.driver->start(request)) return std::move(*busy);
@@ -187,13 +208,7 @@ CoordinatorActor::behavior_type coordinator_actor(CoordinatorPointer self, Sessi
       [=](const RankCheckpointReport& report) { to_driver(report); },
       [=](const PromptCacheReport& report) { to_driver(report); },
       [=](dropped_atom) -> std::vector<std::uint64_t> { return self->state.driver->agreement().dropped().counts(); },
-      [=](down_atom) -> std::vector<RankId> {
-        std::vector<RankId> down;
-        for (RankId r = 0; r < self->state.ranks.size(); ++r) {
-          if (self->state.driver->agreement().is_down(r)) down.push_back(r);
-        }
-        return down;
-      },
+      [=](down_atom) -> std::vector<RankId> { return down_ranks(self); },
       [=](rank_state_atom) -> caf::result<std::vector<RankStateReport>> {
         if (self->state.ranks.empty()) return std::vector<RankStateReport>{};
         collect_rank_states(self);
@@ -201,11 +216,7 @@ CoordinatorActor::behavior_type coordinator_actor(CoordinatorPointer self, Sessi
       },
       [=](tick_atom, std::uint64_t number) { on_tick(self, number); },
       [=](deadline_atom, std::int32_t timeout_ms) -> bool {
-        auto& st = self->state;
-        const auto clock = CoordinatorOptions::for_phase_timeout(std::chrono::milliseconds(timeout_ms));
-        st.options.tick = clock.tick;
-        st.driver->set_deadlines(clock.agreement);
-        if (st.driver->agreeing()) arm_tick(self);
+        set_phase_timeout(self, timeout_ms);
         return true;
       },
   };

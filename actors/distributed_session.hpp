@@ -3,9 +3,10 @@
 // operation is one transaction: the call blocks once, until the coordinator
 // answers, and an aborted step leaves every rank as it was.
 //
-// This header includes no CAF, so applications can hold a session without
-// CAF's headers; the actors live in actors/*.cpp. The session either owns
-// an actor system of its own or runs inside the caller's (embedding).
+// This header includes no CAF, no kernels and no agreement internals, so
+// applications can hold a session without them; the actors live in
+// actors/*.cpp. The session owns an actor system of its own; a service
+// that runs it inside its own (embedding) includes actors/caf_session.hpp.
 //
 // Threading: one call at a time.
 #pragma once
@@ -19,11 +20,13 @@
 #include <vector>
 
 #include "actors/node_address.hpp"
-#include "runtime/agreement/dropped_messages.hpp"
+#include "messages/dropped_messages.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/fault/fault_plan.hpp"
-#include "runtime/generate/target.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/rank/prompt_cache.hpp"
+#include "runtime/rank/prompt_cache_recovery.hpp"
+#include "runtime/session/heal_report.hpp"
 #include "runtime/text/sampler.hpp"
 #include "runtime/model/stage_backend.hpp"
 #include "messages/protocol.hpp"
@@ -31,11 +34,6 @@
 #include "runtime/session/session.hpp"
 #include "runtime/session/step_options.hpp"
 #include "runtime/rank/prompt_input.hpp"
-
-namespace caf {
-class actor_system;
-class actor_system_config;
-}  // namespace caf
 
 namespace accord {
 
@@ -134,12 +132,9 @@ struct DroppedMessageReport {
 
 class DistributedSession {
  public:
-  // With an actor system of its own.
+  // With an actor system of its own. Inside the caller's actor system:
+  // create_in_system (actors/caf_session.hpp).
   static Result<std::unique_ptr<DistributedSession>> create(const Model& model, const DistributedOptions& options);
-  // Inside the caller's actor system, whose config must have had
-  // register_distributed_session_types() applied.
-  static Result<std::unique_ptr<DistributedSession>> create(caf::actor_system& system, const Model& model,
-                                                            const DistributedOptions& options);
   // Over remote nodes (`accord node`, actors/node.hpp), rank r on peers[r],
   // with an actor system of its own in which the coordinator runs. Every
   // node reads its rank's shard of the model (its own --model, or
@@ -273,63 +268,12 @@ class DistributedSession {
   int position() const;  // the committed position
   DistributedStats stats() const;
 
-  struct Impl;
-  const Impl* impl() const { return impl_.get(); }
-
  private:
+  // What actors/*.cpp reach of it (actors/distributed_session_impl.hpp).
+  friend struct DistributedSessionAccess;
+  struct Impl;
   explicit DistributedSession(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// A distributed session as a generation target: its generation steps
-// sample on the output owner through SamplingSynchronization.
-class DistributedTarget final : public GenerationTarget {
- public:
-  DistributedTarget(DistributedSession& session, const Model& model) : session_(session), model_(model) {}
-
-  const ModelConfig& config() const override { return model_.config(); }
-  int position() const override { return session_.position(); }
-  Result<std::span<const float>> forward(std::span<const int> tokens) override;
-  Result<std::span<const float>> prefill(std::span<const int> tokens) override;
-  Result<std::span<const float>> decode(int token) override;
-  Result<SampledToken> prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
-                                          std::span<const int> stop_tokens) override;
-  Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens,
-                                         NextDecode next) override;
-  Result<DraftVerdict> decode_draft(int token, std::span<const int> draft) override;
-  bool can_heal() const override { return true; }
-  Result<HealReport> heal() override { return session_.heal(); }
-  Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
-                           std::span<const int> prefix) override;
-  Status save_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
-                           std::span<const int> prefix) override;
-  Result<PromptCacheRecovery> recover_prompt_cache(const std::filesystem::path& root) override {
-    return session_.recover_prompt_cache(root);
-  }
-
- private:
-  Result<std::span<const float>> keep(Result<DistributedStep> step);
-
-  DistributedSession& session_;
-  const Model& model_;
-  std::vector<float> logits_;
-};
-
-// Adds the message types of the protocol and of the session API to a
-// config, as every node of a cluster must.
-void register_distributed_session_types(caf::actor_system_config& config);
-
-// Tunes CAF's work-stealing scheduler for the protocol's short message
-// rounds (a session with its own actor system does this itself). A service
-// that embeds sessions may call it on its config; its own actors then see
-// the same short wake-up latency.
-void use_low_latency_scheduling(caf::actor_system_config& config);
-
-// Loads CAF's middleman (TCP between nodes) with heartbeats on: CAF 0.17.6
-// leaves them off, and then a frozen peer whose connection stays open is
-// never noticed. A node whose heartbeats stop for two seconds is dropped,
-// and its ranks go down. It also runs two scheduler threads instead of
-// CAF's default of at least four. connect() and `accord node` use it.
-void use_remote_connections(caf::actor_system_config& config);
 
 }  // namespace accord

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "actors/distributed_session.hpp"
+#include "actors/distributed_target.hpp"
 #include "bench/allocation_count.hpp"
 #include "bench/model_store.hpp"
 #include "kernels/cpu/thread_pool.hpp"

@@ -5,7 +5,7 @@
 #include <caf/all.hpp>
 #include <gtest/gtest.h>
 
-#include "actors/distributed_session_actor.hpp"
+#include "actors/caf_session.hpp"
 #include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
 #include "runtime/text/sampler.hpp"

@@ -3,6 +3,7 @@
 // invariant 1); checkpoints, rollback and reset run on every rank; a failed
 // phase aborts everywhere; a rank that is gone poisons the session.
 #include "actors/distributed_session.hpp"
+#include "actors/distributed_target.hpp"
 
 #include <gtest/gtest.h>
 

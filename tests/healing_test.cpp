@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "actors/distributed_session.hpp"
+#include "actors/distributed_target.hpp"
 #include "runtime/generate/generator.hpp"
 #include "tests/node_process.hpp"
 #include "tests/support.hpp"

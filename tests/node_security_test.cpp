@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "actors/atoms.hpp"
+#include "actors/caf_session.hpp"
 #include "actors/distributed_session.hpp"
 #include "actors/node.hpp"
 #include "messages/node_api.hpp"

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "actors/atoms.hpp"
+#include "actors/caf_session.hpp"
 #include "actors/coordinator.hpp"
 #include "actors/distributed_session.hpp"
 #include "actors/rank_actors.hpp"

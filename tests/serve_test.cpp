@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/distributed_session.hpp"
+#include "actors/distributed_target.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/serve/chat_template.hpp"

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/distributed_session.hpp"
+#include "actors/distributed_target.hpp"
 #include "runtime/generate/drafter.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/model/identity.hpp"

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "actors/distributed_session.hpp"
+#include "actors/distributed_target.hpp"
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"
 #include "apps/accord/options.hpp"

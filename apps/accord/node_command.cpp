@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "actors/atoms.hpp"
+#include "actors/caf_session.hpp"
 #include "actors/distributed_session.hpp"
 #include "actors/node.hpp"
 #include "actors/node_address.hpp"

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "actors/distributed_session.hpp"
+#include "actors/distributed_target.hpp"
 #include "actors/node_address.hpp"
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"

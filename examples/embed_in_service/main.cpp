@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/caf_session.hpp"
 #include "actors/distributed_session.hpp"
-#include "actors/distributed_session_actor.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/text/sampler.hpp"
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   caf::actor_system system{config};
   accord::DistributedOptions options;
   options.ranks = 2;
-  auto session = accord::DistributedSession::create(system, *model, options);
+  auto session = accord::create_in_system(system, *model, options);
   if (!session) {
     std::fprintf(stderr, "error: %s\n", session.error().message().c_str());
     return 1;

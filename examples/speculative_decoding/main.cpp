@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/distributed_session.hpp"
+#include "actors/distributed_target.hpp"
 #include "runtime/generate/drafter.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/model/model.hpp"

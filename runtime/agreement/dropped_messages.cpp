@@ -1,8 +1,5 @@
 #include "runtime/agreement/dropped_messages.hpp"
 
-#include <algorithm>
-#include <numeric>
-
 namespace accord {
 
 std::string_view to_string(DropReason reason) {
@@ -18,21 +15,6 @@ std::string_view to_string(DropReason reason) {
     case DropReason::malformed: return "malformed";
   }
   return "unknown";
-}
-
-DroppedMessages DroppedMessages::from_counts(const std::vector<std::uint64_t>& counts) {
-  DroppedMessages dropped;
-  for (std::size_t i = 0; i < std::min(counts.size(), kDropReasonCount); ++i) dropped.counts_[i] = counts[i];
-  return dropped;
-}
-
-DroppedMessages& DroppedMessages::operator+=(const DroppedMessages& other) {
-  for (std::size_t i = 0; i < kDropReasonCount; ++i) counts_[i] += other.counts_[i];
-  return *this;
-}
-
-std::uint64_t DroppedMessages::total() const {
-  return std::accumulate(counts_.begin(), counts_.end(), std::uint64_t{0});
 }
 
 }  // namespace accord

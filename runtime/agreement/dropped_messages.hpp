@@ -1,46 +1,15 @@
-// Why an agreement state machine ignored an input, and how often. A dropped
-// input changes nothing but its counter; the counters let tests and reports
-// see stale, duplicate and late traffic instead of it vanishing silently.
+// Why an agreement state machine ignored an input, and how often: the
+// reasons and their counter live in messages/dropped_messages.hpp, free of
+// the agreement, so a session's public header can report them; this adds
+// the reasons' names.
 #pragma once
 
-#include <array>
-#include <cstdint>
 #include <string_view>
-#include <vector>
+
+#include "messages/dropped_messages.hpp"
 
 namespace accord {
 
-enum class DropReason {
-  other_session,  // for another session
-  unknown_rank,   // from a rank outside the topology
-  rank_down,      // from a rank already reported down
-  stale_epoch,    // for an epoch before the current one
-  future_epoch,   // for an epoch after the current one
-  duplicate,      // a second answer to what was already answered or applied
-  late,           // for the current epoch but nothing awaits it any more (decided, superseded)
-  out_of_order,   // arrived in a state where the protocol never sends it
-  malformed,      // holds a value that names nothing (an enum off the wire)
-};
-
-inline constexpr std::size_t kDropReasonCount = 9;
-static_assert(static_cast<std::size_t>(DropReason::malformed) + 1 == kDropReasonCount);
-
 std::string_view to_string(DropReason reason);
-
-class DroppedMessages {
- public:
-  void count(DropReason reason) { ++counts_[static_cast<std::size_t>(reason)]; }
-  std::uint64_t of(DropReason reason) const { return counts_[static_cast<std::size_t>(reason)]; }
-  std::uint64_t total() const;
-
-  // The counters in DropReason order, as they travel between actors.
-  std::vector<std::uint64_t> counts() const { return {counts_.begin(), counts_.end()}; }
-  // Counters from counts(); values past the known reasons are ignored.
-  static DroppedMessages from_counts(const std::vector<std::uint64_t>& counts);
-  DroppedMessages& operator+=(const DroppedMessages& other);
-
- private:
-  std::array<std::uint64_t, kDropReasonCount> counts_{};
-};
 
 }  // namespace accord

@@ -11,6 +11,7 @@
 #include "runtime/text/sampler.hpp"
 #include "runtime/rank/prompt_cache_descriptor.hpp"
 #include "runtime/rank/prompt_cache_recovery.hpp"
+#include "runtime/session/heal_report.hpp"
 #include "runtime/session/session.hpp"
 
 namespace accord {
@@ -35,14 +36,6 @@ inline PredictionTargetInput draft_input(int token, std::span<const int> draft) 
   input.tokens.insert(input.tokens.end(), draft.begin(), draft.end());
   return input;
 }
-
-// What healing a poisoned target did (DistributedSession::heal).
-struct HealReport {
-  bool healed = false;      // false: the target was usable, and nothing was done
-  int replaced_ranks = 0;   // ranks started afresh: restarted, reconnected, or on a spare node
-  int replayed_tokens = 0;  // committed tokens prefilled again
-  int cached_tokens = 0;    // committed tokens loaded again from the session's prompt cache
-};
 
 class GenerationTarget {
  public:
