@@ -147,13 +147,12 @@ Result<TransactionReply> DistributedSession::Impl::call(const TransactionRequest
   chained = chained_step(request, *reply);
   chained_since = std::chrono::steady_clock::now();
   stats.phases_run += reply->phases_run;
-  return settle(record, request.kind, std::move(*reply));
+  return settle(record, request.kind(), std::move(*reply));
 }
 
 void DistributedSession::Impl::end_chain() {
   if (!chained) return;
-  TransactionRequest request;
-  request.kind = TransactionKind::end_chain;
+  const TransactionRequest request{EndChainRequest{}};
   (void)call(request);  // a poison it finds is the next call's error too
 }
 
@@ -169,10 +168,10 @@ Result<DistributedStep> DistributedSession::Impl::step(const StepOptions& option
   const std::span<const int> step_tokens = options.tokens;
   TransactionRequest request =
       step_request(step_tokens, options.all_rows, options.prediction_target ? options.draft_tokens : -1);
-  request.sample = options.sampler != nullptr;
-  request.return_logits = options.return_logits || !request.sample;
-  if (request.sample) request.sampling = sampling_arguments(*options.sampler, options.stop_tokens);
-  request.chain_next = options.next == NextDecode::likely && request.sample;
+  auto& forward = std::get<ForwardStepRequest>(request.operation);
+  if (options.sampler != nullptr) forward.sampling = sampling_arguments(*options.sampler, options.stop_tokens);
+  forward.return_logits = options.return_logits || !forward.sampling;
+  forward.chain_next = options.next == NextDecode::likely && forward.sampling;
   if (options.observer) end_chain();  // the step begun without it must not call it
   // A chained step began when the step before it committed.
   const bool taken = chained && asks_for_chained_step(request, *chained);
@@ -262,8 +261,7 @@ Result<std::unique_ptr<DistributedSession>> create_in_system(caf::actor_system& 
 Result<DistributedStep> DistributedSession::step(const StepOptions& options) { return impl_->step(options); }
 
 Result<DistributedCheckpoint> DistributedSession::checkpoint() {
-  TransactionRequest request;
-  request.kind = TransactionKind::checkpoint;
+  const TransactionRequest request{CheckpointRequest{}};
   auto reply = impl_->call(request);
   if (!reply) return reply.error();
   DistributedCheckpoint cp;

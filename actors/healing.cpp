@@ -60,8 +60,7 @@ Result<int> DistributedSession::Impl::restart_exited_ranks() {
 
 // Every rank back to an empty state.
 Status DistributedSession::Impl::reset() {
-  TransactionRequest request;
-  request.kind = TransactionKind::reset;
+  const TransactionRequest request{ResetRequest{}};
   auto reply = call(request);
   if (!reply) return reply.error();
   tokens.clear();

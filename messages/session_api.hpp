@@ -4,18 +4,77 @@
 // sends exactly these; a service's own actors may send them too.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "messages/optional_wire.hpp"
 #include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
+#include "messages/variant_wire.hpp"
 
 namespace accord {
 
-// end_chain runs no phase: it ends a chained step (chain_next) that the
-// caller will not take, which aborts and every rank restores; with none
-// open it commits at once.
+// One forward step: tokens at the committed position.
+struct ForwardStepRequest {
+  std::vector<std::int32_t> tokens;
+  bool all_rows = false;  // logits of every row, or the last
+  // The output owner samples the last row (SamplingSynchronization).
+  std::optional<SamplingArguments> sampling;
+  // The prediction-target phases, the last `prediction_target->count`
+  // tokens a draft to verify (0: none).
+  std::optional<DraftTokens> prediction_target;
+  bool return_logits = true;  // false: the sampled token is enough
+  // With sampling: once this step commits on a token that is not a stop
+  // token, the coordinator begins the next step on it (chained_step)
+  // before the caller asks; that step commits only when the caller's next
+  // request is that same step, and aborts when it is anything else
+  // (docs/protocol.md, "Chained steps").
+  bool chain_next = false;
+
+  bool operator==(const ForwardStepRequest&) const = default;
+};
+
+struct CheckpointRequest {
+  bool operator==(const CheckpointRequest&) const = default;
+};
+
+// Back to a checkpoint's state.
+struct RollbackRequest {
+  std::int32_t position = 0;
+  std::uint64_t state_epoch = 0;
+  std::uint64_t reset_epoch = 0;
+  bool operator==(const RollbackRequest&) const = default;
+};
+
+struct ResetRequest {
+  bool operator==(const ResetRequest&) const = default;
+};
+
+// The prompt cache under arguments.root, the prefix its tokens; a save
+// names its new save id (the same on every rank).
+struct PromptCacheSaveRequest {
+  PromptCacheArguments arguments;
+  bool operator==(const PromptCacheSaveRequest&) const = default;
+};
+
+struct PromptCacheLoadRequest {
+  PromptCacheArguments arguments;  // save_id unused
+  bool operator==(const PromptCacheLoadRequest&) const = default;
+};
+
+// Runs no phase: it ends a chained step (ForwardStepRequest::chain_next)
+// that the caller will not take, which aborts and every rank restores;
+// with none open it commits at once.
+struct EndChainRequest {
+  bool operator==(const EndChainRequest&) const = default;
+};
+
+// The operations, in the order of TransactionRequest::operation's
+// alternatives.
 enum class TransactionKind : std::uint8_t {
   forward_step,
   checkpoint,
@@ -26,38 +85,49 @@ enum class TransactionKind : std::uint8_t {
   end_chain,
 };
 
+// One transaction: exactly one operation, with what that operation takes.
 struct TransactionRequest {
-  TransactionKind kind = TransactionKind::forward_step;
-  std::vector<std::int32_t> tokens;  // forward_step; the prefix of prompt_cache_save and _load
-  bool all_rows = false;             // forward_step: logits of every row, or the last
-  std::int32_t position = 0;         // rollback: the checkpoint
-  std::uint64_t state_epoch = 0;
-  std::uint64_t reset_epoch = 0;
-  std::string cache_root;  // prompt_cache_save and _load
-  std::string cache_name;
-  std::string cache_namespace;
-  std::string prepared_input;  // empty for plain tokens
-  std::string save_id;         // prompt_cache_save: the new save's id, the same on every rank
-  bool sample = false;          // forward_step: the output owner samples (SamplingSynchronization)
-  SamplingArguments sampling;   // when sample
-  bool capture_prediction_target = false;  // forward_step: the prediction-target phases
-  std::int32_t draft_tokens = 0;           // with them: the last tokens that are a draft to verify
-  bool return_logits = true;  // forward_step: the reply carries the logits (false: the sampled token is enough)
-  // forward_step with sample: once this step commits on a token that is not
-  // a stop token, the coordinator begins the next step on it (chained_step)
-  // before the caller asks; that step commits only when the caller's next
-  // request is that same step, and aborts when it is anything else
-  // (docs/protocol.md, "Chained steps").
-  bool chain_next = false;
+  std::variant<ForwardStepRequest, CheckpointRequest, RollbackRequest, ResetRequest, PromptCacheSaveRequest,
+               PromptCacheLoadRequest, EndChainRequest>
+      operation;
 
+  TransactionKind kind() const { return static_cast<TransactionKind>(operation.index()); }
   bool operator==(const TransactionRequest&) const = default;
 };
+static_assert(std::variant_size_v<decltype(TransactionRequest::operation)> ==
+              static_cast<std::size_t>(TransactionKind::end_chain) + 1);
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ForwardStepRequest& x) {
+  return f(x.tokens, x.all_rows, x.sampling, x.prediction_target, x.return_logits, x.chain_next);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CheckpointRequest&) {
+  return f();
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RollbackRequest& x) {
+  return f(x.position, x.state_epoch, x.reset_epoch);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ResetRequest&) {
+  return f();
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PromptCacheSaveRequest& x) {
+  return f(x.arguments);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PromptCacheLoadRequest& x) {
+  return f(x.arguments);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EndChainRequest&) {
+  return f();
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {
-  return f(x.kind, x.tokens, x.all_rows, x.position, x.state_epoch, x.reset_epoch, x.cache_root, x.cache_name,
-           x.cache_namespace, x.prepared_input, x.save_id, x.sample, x.sampling, x.capture_prediction_target,
-           x.draft_tokens, x.return_logits, x.chain_next);
+  return f(x.operation);
 }
 
 // How a transaction ended, for the caller.

@@ -193,13 +193,14 @@ class Run {
           request = *chained_;
         } else {
           request = step_request(tokens(1), false);
-          request.sample = true;
-          request.sampling.temperature = random_.chance(0.5) ? 0.0f : 0.8f;
-          request.sampling.rng_state = random_.next();
+          SamplingArguments sampling;
+          sampling.temperature = random_.chance(0.5) ? 0.0f : 0.8f;
+          sampling.rng_state = random_.next();
+          std::get<ForwardStepRequest>(request.operation).sampling = sampling;
         }
-        request.chain_next = random_.chance(0.5);
+        std::get<ForwardStepRequest>(request.operation).chain_next = random_.chance(0.5);
         TransactionRequest reference_request = request;
-        reference_request.chain_next = false;
+        std::get<ForwardStepRequest>(reference_request.operation).chain_next = false;
         return {request, reference_request};
       }
       case Operation::speculative: {
@@ -208,7 +209,7 @@ class Run {
         break;
       }
       case Operation::checkpoint:
-        request.kind = TransactionKind::checkpoint;
+        request = {CheckpointRequest{}};
         break;
       case Operation::rollback: {
         const Checkpoint& cp = checkpoints_[random_.below(checkpoints_.size())];
@@ -217,13 +218,13 @@ class Run {
       }
       case Operation::reset:
       case Operation::recover:
-        request.kind = TransactionKind::reset;
+        request = {ResetRequest{}};
         break;
       case Operation::save: {
         const auto tokens = reference_.worker(0).state().tokens();
         request = cache_request(TransactionKind::prompt_cache_save, kCacheRoot, kCacheDescriptor,
                                 tokens.first(static_cast<std::size_t>(random_.between(1, position()))), "");
-        request.save_id = save_id();
+        std::get<PromptCacheSaveRequest>(request.operation).arguments.save_id = save_id();
         break;
       }
       case Operation::load: {
@@ -274,7 +275,7 @@ class Run {
     switch (reply->outcome) {
       case TransactionOutcome::committed:
         ++report_.committed;
-        if (was_poisoned && request.kind != TransactionKind::reset) violation("a poisoned session committed");
+        if (was_poisoned && request.kind() != TransactionKind::reset) violation("a poisoned session committed");
         check_committed(op, *reply, reference_request);
         break;
       case TransactionOutcome::aborted:
@@ -375,7 +376,8 @@ class Run {
     }
     if (op == Operation::checkpoint) keep_checkpoint(reply, expected);
     if (op == Operation::save) {
-      saved_prefix_ = reference_request.tokens;
+      const auto& prefix = std::get<PromptCacheSaveRequest>(reference_request.operation).arguments.prefix;
+      saved_prefix_ = std::vector<int>(prefix.begin(), prefix.end());
       cache_repaired_ = true;  // every rank switched to it
     }
     check_ranks_agree();

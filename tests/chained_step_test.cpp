@@ -18,25 +18,19 @@ constexpr SessionId kSession = 9;
 constexpr RankId kRanks = 2;
 
 TransactionRequest sampled_decode(int token, std::uint64_t rng_state, bool chain_next) {
-  TransactionRequest request = step_request(std::vector<int>{token}, false);
-  request.sample = true;
-  request.sampling = SamplingArguments{0.9f, 0.9f, rng_state, {1, 2}};
-  request.return_logits = false;
-  request.chain_next = chain_next;
-  return request;
-}
-
-TransactionRequest of_kind(TransactionKind kind) {
-  TransactionRequest request;
-  request.kind = kind;
-  return request;
+  ForwardStepRequest step;
+  step.tokens = {token};
+  step.sampling = SamplingArguments{0.9f, 0.9f, rng_state, {1, 2}};
+  step.return_logits = false;
+  step.chain_next = chain_next;
+  return {step};
 }
 
 // Every rank reports every phase of `request` ok under `epoch`; the output
 // owner sampled `token` (a stop token when `stop`).
 void run_on_ranks(TransactionDriver& driver, const TransactionRequest& request, Epoch epoch, int token = 0,
                   std::uint64_t rng_state = 0, bool stop = false) {
-  if (request.sample) driver.collect(SamplingResult{kSession, epoch, token, stop, rng_state});
+  if (std::get<ForwardStepRequest>(request.operation).sampling) driver.collect(SamplingResult{kSession, epoch, token, stop, rng_state});
   for (const PhaseId& phase : phases_of(request, kRanks)) {
     for (RankId rank = 0; rank < kRanks; ++rank) driver.step(PhaseStatus{kSession, epoch, phase, rank, true, {}, {}});
   }
@@ -173,14 +167,14 @@ TEST(ChainedStep, OneThatFailsBeforeItsCallerComesKeepsItsAbortForThatCaller) {
 
 TEST(ChainedStep, EndChainCommitsAtOnceWithNothingOpenAndOtherwiseUndoesTheStep) {
   TransactionDriver driver(kSession, kRanks);
-  ASSERT_FALSE(driver.start(of_kind(TransactionKind::end_chain)));
+  ASSERT_FALSE(driver.start({EndChainRequest{}}));
   DriverReady ready = driver.take_ready();
   ASSERT_TRUE(ready.reply);
   EXPECT_EQ(ready.reply->outcome, TransactionOutcome::committed);
   EXPECT_TRUE(ready.messages.empty());
 
   (void)commit_chaining_step(driver);
-  ASSERT_FALSE(driver.start(of_kind(TransactionKind::end_chain)));
+  ASSERT_FALSE(driver.start({EndChainRequest{}}));
   ready = driver.take_ready();
   EXPECT_FALSE(ready.reply);
   EXPECT_EQ(decisions_in(ready.messages, Decision::abort).size(), kRanks);

@@ -3,16 +3,20 @@
 on its own, and nothing it includes, however deep, is a kernel, the
 agreement machines, the engine or CAF. Only accord/actors.hpp, the opt-in
 header for services that embed their own CAF actor system, may include
-CAF (and the actors' typed interfaces).
+CAF (and the actors' typed interfaces). The examples, written as a
+service would write them, include accord's headers from include/accord
+only.
 
     tests/check_public_headers.py CXX SOURCE_ROOT
 """
 import pathlib
+import re
 import subprocess
 import sys
 
 FORBIDDEN = ("kernels/", "runtime/agreement/", "runtime/engine/", "caf/", "actors/interfaces.hpp")
 ALLOWED_IN = {"actors.hpp": ("caf/", "actors/interfaces.hpp")}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
 def dependencies(cxx, root, header):
@@ -48,6 +52,10 @@ def main():
                 inside = name.startswith(forbidden) or f"/{forbidden}" in name
                 if inside and not any(name.startswith(a) or f"/{a}" in name for a in allowed):
                     failures.append(f"{header.name}: includes {name}")
+    for example in sorted((root / "examples").rglob("*.cpp")):
+        for included in INCLUDE.findall(example.read_text()):
+            if not included.startswith("accord/"):
+                failures.append(f"{example.relative_to(root)}: includes {included}, not a public header")
     for line in failures:
         print(line)
     if not headers:

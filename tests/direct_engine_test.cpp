@@ -76,8 +76,9 @@ TEST_F(DirectEngineTest, AnyNumberOfRanksGivesTheLogitsOfOne) {
 TEST_F(DirectEngineTest, TheOutputOwnerSamplesForEveryRank) {
   auto engine = make_engine(3);
   TransactionRequest request = step_request(kPrompt, false);
-  request.sample = true;
-  request.sampling.temperature = 0;  // greedy: the logits' argmax
+  SamplingArguments greedy;
+  greedy.temperature = 0;  // the logits' argmax
+  std::get<ForwardStepRequest>(request.operation).sampling = greedy;
   const TransactionReply reply = engine->run(request);
   ASSERT_EQ(reply.outcome, TransactionOutcome::committed) << reply.message;
   EXPECT_EQ(reply.sampled.token, argmax(reply.logits.data));
@@ -95,7 +96,7 @@ TEST_F(DirectEngineTest, EveryFaultKindLeavesEveryRankAsItWas) {
     ASSERT_TRUE(engine->inject_faults({*parse_fault(text)}));
     const auto before = digests(*engine);
     TransactionRequest request = step_request(std::vector<int>{42}, false);
-    request.sample = true;
+    std::get<ForwardStepRequest>(request.operation).sampling = SamplingArguments{};
     const auto failed = engine->run(request);
     EXPECT_EQ(failed.outcome, TransactionOutcome::aborted) << text << ": " << failed.message;
     EXPECT_EQ(digests(*engine), before) << text;
@@ -114,8 +115,7 @@ TEST_F(DirectEngineTest, ARankThatExitsPoisonsUntilAResetStartsItAgain) {
   EXPECT_TRUE(engine->poisoned());
   EXPECT_EQ(engine->run(step_request({&token, 1}, false)).outcome, TransactionOutcome::poisoned);
 
-  TransactionRequest reset;
-  reset.kind = TransactionKind::reset;
+  const TransactionRequest reset{ResetRequest{}};
   ASSERT_EQ(engine->run(reset).outcome, TransactionOutcome::committed);
   EXPECT_FALSE(engine->poisoned());
   auto fresh = make_engine(2);
@@ -174,7 +174,7 @@ const std::vector<int> kCachePrefix = {1, 403, 407};
 
 TransactionRequest save_request(int tag) {
   auto request = cache_request(TransactionKind::prompt_cache_save, "/cache", {"sim", "tests"}, kCachePrefix, "");
-  request.save_id = std::string(16, static_cast<char>('a' + tag));
+  std::get<PromptCacheSaveRequest>(request.operation).arguments.save_id = std::string(16, static_cast<char>('a' + tag));
   return request;
 }
 
@@ -276,15 +276,14 @@ TEST_F(SimulatorFindingsTest, AnUnreadableCurrentStopsThePublicationAndKeepsTheL
   ASSERT_TRUE(engine->inject_faults({*parse_fault("1:PromptCacheSavePublication:error")}));
   EXPECT_EQ(engine->run(save_request(1)).outcome, TransactionOutcome::aborted);
   ASSERT_TRUE(*failed_once);
-  expect_live_everywhere(disk, 2, save_request(0).save_id);
+  expect_live_everywhere(disk, 2, std::get<PromptCacheSaveRequest>(save_request(0).operation).arguments.save_id);
 }
 
 // Reordered and duplicated checkpoint reports: one per rank, in rank order.
 TEST(TransactionDriverTest, ACheckpointHasOneReportPerRankInRankOrder) {
   constexpr SessionId kSession = 3;
   TransactionDriver driver(kSession, 2);
-  TransactionRequest request;
-  request.kind = TransactionKind::checkpoint;
+  const TransactionRequest request{CheckpointRequest{}};
   ASSERT_FALSE(driver.start(request));
   const Epoch epoch = 1;
   for (RankId rank : {1u, 0u, 1u}) {

@@ -74,21 +74,18 @@ std::string name(Operation op) {
 
 // The transaction an operation runs, to list its phases.
 TransactionRequest request_of(Operation op) {
-  TransactionRequest request;
+  ForwardStepRequest step;
   switch (op) {
-    case Operation::generation: request.sample = true; break;
-    case Operation::prediction:
-      request.capture_prediction_target = true;
-      request.draft_tokens = kSpeculation.draft_tokens;
-      break;
-    case Operation::checkpoint: request.kind = TransactionKind::checkpoint; break;
-    case Operation::rollback: request.kind = TransactionKind::rollback; break;
-    case Operation::reset: request.kind = TransactionKind::reset; break;
-    case Operation::cache_save: request.kind = TransactionKind::prompt_cache_save; break;
-    case Operation::cache_load: request.kind = TransactionKind::prompt_cache_load; break;
+    case Operation::generation: step.sampling = SamplingArguments{}; break;
+    case Operation::prediction: step.prediction_target = DraftTokens{kSpeculation.draft_tokens}; break;
+    case Operation::checkpoint: return {CheckpointRequest{}};
+    case Operation::rollback: return {RollbackRequest{}};
+    case Operation::reset: return {ResetRequest{}};
+    case Operation::cache_save: return {PromptCacheSaveRequest{}};
+    case Operation::cache_load: return {PromptCacheLoadRequest{}};
     default: break;
   }
-  return request;
+  return {step};
 }
 
 std::vector<FaultKind> kinds_for(PhaseId phase) {

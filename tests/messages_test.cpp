@@ -202,14 +202,17 @@ TEST_F(MessagesTest, ABatchItemOfAnUnknownKindFailsToDecode) {
 
 TEST_F(MessagesTest, SamplingAndCapturesTravelWithTheirFields) {
   expect_round_trip(SamplingResult{7, 3, 411, true, 0xFEDCBA9876543210ull});
-  TransactionRequest request;
-  request.tokens = {1, 403};
-  request.sample = true;
-  request.sampling = {0.9f, 0.5f, 0x0123456789ABCDEFull, {1, 2}};
-  request.capture_prediction_target = true;
-  request.draft_tokens = 4;
-  request.return_logits = false;
-  expect_round_trip(request);
+  ForwardStepRequest step;
+  step.tokens = {1, 403};
+  step.sampling = SamplingArguments{0.9f, 0.5f, 0x0123456789ABCDEFull, {1, 2}};
+  step.prediction_target = DraftTokens{4};
+  step.return_logits = false;
+  expect_round_trip(TransactionRequest{step});
+  // Each operation travels as its own alternative, with its own fields only.
+  expect_round_trip(TransactionRequest{ForwardStepRequest{{7}, true, std::nullopt, std::nullopt, true, false}});
+  expect_round_trip(TransactionRequest{RollbackRequest{12, 5, 2}});
+  expect_round_trip(TransactionRequest{PromptCacheSaveRequest{{"/c", "n", "ns", "in", "00ff", {1, 2}}}});
+  expect_round_trip(TransactionRequest{EndChainRequest{}});
   TransactionReply reply;
   reply.sampled = {7, 3, 2, true, 99};
   reply.prediction_target = PredictionTargetHidden{7, 3, WireTensor{{1, 2}, {0.25f, -3.5f}}, 3, 2, 411};

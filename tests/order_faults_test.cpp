@@ -146,9 +146,9 @@ caf::behavior caller(caf::event_based_actor* self, caf::actor target, std::share
 }
 
 TransactionRequest forward_step() {
-  TransactionRequest request;
-  request.tokens = {1, 2, 3};
-  return request;
+  ForwardStepRequest step;
+  step.tokens = {1, 2, 3};
+  return {step};
 }
 
 std::vector<RankId> ranks_in_order(RankId ranks) {

@@ -14,6 +14,7 @@
 
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/isa.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/text/sampler.hpp"
 #include "runtime/model/synthetic.hpp"

@@ -7,11 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/caf_session.hpp"
-#include "actors/distributed_session.hpp"
-#include "messages/session_api.hpp"
-#include "runtime/model/model.hpp"
-#include "runtime/text/sampler.hpp"
+#include "accord/actors.hpp"
 
 namespace {
 
@@ -29,8 +25,9 @@ using ServiceActor = caf::stateful_actor<ServiceState>;
 // One decode step as one transaction; the reply's handler starts the next,
 // so the actor never blocks its scheduler thread.
 void request_step(ServiceActor* self, std::vector<int> tokens) {
-  accord::TransactionRequest request;
-  request.tokens = std::move(tokens);
+  accord::ForwardStepRequest step;
+  step.tokens = std::move(tokens);
+  const accord::TransactionRequest request{std::move(step)};
   self->request(self->state.session, caf::infinite, request).then([=](accord::TransactionReply& reply) {
     auto& s = self->state;
     if (reply.outcome != accord::TransactionOutcome::committed) {

@@ -8,12 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/distributed_session.hpp"
-#include "actors/distributed_target.hpp"
-#include "runtime/generate/drafter.hpp"
-#include "runtime/generate/generator.hpp"
-#include "runtime/model/model.hpp"
-#include "runtime/text/tokenizer.hpp"
+#include "accord/distributed_session.hpp"
+#include "accord/generate.hpp"
 
 namespace {
 

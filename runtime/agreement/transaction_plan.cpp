@@ -1,5 +1,8 @@
 #include "runtime/agreement/transaction_plan.hpp"
 
+#include <tuple>
+#include <variant>
+
 #include "runtime/base/assert.hpp"
 
 namespace accord {
@@ -42,50 +45,59 @@ bool rides(const PlannedPhase& phase) {
   }
 }
 
+void plan_forward_step(const ForwardStepRequest& step, RankId ranks, std::vector<PlannedPhase>& plan) {
+  plan.push_back({phase_id(StateCheckpoint), StepTokens{step.tokens}});
+  for (RankId r = 0; r + 1 < ranks; ++r) {
+    plan.push_back({boundary_phase_id(BoundarySourceCompletion, r, r + 1), {}});
+    plan.push_back({boundary_phase_id(BoundarySourceReady, r, r + 1), {}});
+  }
+  // A draft is verified against every row's logits.
+  const bool all_rows = step.all_rows || (step.prediction_target && step.prediction_target->count > 0);
+  plan.push_back({phase_id(Execution), ExecutionArguments{all_rows}});
+  plan.push_back({phase_id(OutputObservation), {}});
+  if (step.prediction_target) {
+    const DraftTokens draft = *step.prediction_target;
+    plan.push_back({phase_id(PredictionTargetCapture), draft});
+    plan.push_back({phase_id(PredictionTargetCapturePublication), {}});
+    plan.push_back({phase_id(PredictionTargetStatePreparation), draft});
+    plan.push_back({phase_id(PredictionExtensionExecution), {}});
+  }
+  plan.push_back({phase_id(OutputPublication), PublicationArguments{step.return_logits}});
+  if (step.sampling) plan.push_back({phase_id(SamplingSynchronization), *step.sampling});
+}
+
 // The phases of each operation, in order (docs/protocol.md).
 std::vector<PlannedPhase> phases_for(const TransactionRequest& request, RankId ranks) {
   ACCORD_ASSERT(ranks > 0, "a transaction is planned for at least one rank");
   std::vector<PlannedPhase> plan;
-  switch (request.kind) {
+  const auto& operation = request.operation;
+  switch (request.kind()) {
     case TransactionKind::end_chain:
       return plan;  // no phase of its own (TransactionDriver)
     case TransactionKind::forward_step:
-      plan.push_back({phase_id(StateCheckpoint), StepTokens{request.tokens}});
-      for (RankId r = 0; r + 1 < ranks; ++r) {
-        plan.push_back({boundary_phase_id(BoundarySourceCompletion, r, r + 1), {}});
-        plan.push_back({boundary_phase_id(BoundarySourceReady, r, r + 1), {}});
-      }
-      plan.push_back({phase_id(Execution), ExecutionArguments{request.all_rows || request.draft_tokens > 0}});
-      plan.push_back({phase_id(OutputObservation), {}});
-      if (request.capture_prediction_target) {
-        const DraftTokens draft{request.draft_tokens};
-        plan.push_back({phase_id(PredictionTargetCapture), draft});
-        plan.push_back({phase_id(PredictionTargetCapturePublication), {}});
-        plan.push_back({phase_id(PredictionTargetStatePreparation), draft});
-        plan.push_back({phase_id(PredictionExtensionExecution), {}});
-      }
-      plan.push_back({phase_id(OutputPublication), PublicationArguments{request.return_logits}});
-      if (request.sample) plan.push_back({phase_id(SamplingSynchronization), request.sampling});
+      plan_forward_step(std::get<ForwardStepRequest>(operation), ranks, plan);
       break;
     case TransactionKind::checkpoint:
       plan.push_back({phase_id(SessionCheckpoint), {}});
       break;
-    case TransactionKind::rollback:
+    case TransactionKind::rollback: {
+      const auto& rollback = std::get<RollbackRequest>(operation);
       plan.push_back({phase_id(SessionRollbackPreparation),
-                      RollbackTarget{request.position, request.state_epoch, request.reset_epoch}});
+                      RollbackTarget{rollback.position, rollback.state_epoch, rollback.reset_epoch}});
       break;
+    }
     case TransactionKind::reset:
       plan.push_back({phase_id(SessionResetPreparation), {}});
       break;
     case TransactionKind::prompt_cache_save: {
-      const PromptCacheArguments arguments = cache_arguments(request);
+      const PromptCacheArguments& arguments = std::get<PromptCacheSaveRequest>(operation).arguments;
       plan.push_back({phase_id(PromptCacheSavePreflight), arguments});
       plan.push_back({phase_id(PromptCacheSavePreparation), arguments});
       plan.push_back({phase_id(PromptCacheSavePublication), {}});
       break;
     }
     case TransactionKind::prompt_cache_load:
-      plan.push_back({phase_id(PromptCacheLoadPreflight), cache_arguments(request)});
+      plan.push_back({phase_id(PromptCacheLoadPreflight), std::get<PromptCacheLoadRequest>(operation).arguments});
       // Its arguments name rank 0's save, known once the preflight is agreed.
       plan.push_back({phase_id(PromptCacheLoadPreparation), {}});
       break;
@@ -97,27 +109,28 @@ std::vector<PlannedPhase> phases_for(const TransactionRequest& request, RankId r
 
 }  // namespace
 
-PromptCacheArguments cache_arguments(const TransactionRequest& request) {
-  return {request.cache_root,     request.cache_name, request.cache_namespace,
-          request.prepared_input, request.save_id,    {request.tokens.begin(), request.tokens.end()}};
-}
-
 std::optional<TransactionRequest> chained_step(const TransactionRequest& request, const TransactionReply& reply) {
+  const auto* step = std::get_if<ForwardStepRequest>(&request.operation);
   const SamplingResult& sampled = reply.sampled;
-  if (!request.chain_next || reply.outcome != TransactionOutcome::committed || sampled.epoch != reply.epoch ||
-      sampled.stop) {
+  if (step == nullptr || !step->chain_next || !step->sampling || reply.outcome != TransactionOutcome::committed ||
+      sampled.epoch != reply.epoch || sampled.stop) {
     return std::nullopt;
   }
-  TransactionRequest next = request;
+  ForwardStepRequest next = *step;
   next.tokens = {sampled.token};
-  next.sampling.rng_state = sampled.rng_state;
-  return next;
+  next.sampling->rng_state = sampled.rng_state;
+  return TransactionRequest{std::move(next)};
 }
 
 bool asks_for_chained_step(const TransactionRequest& request, const TransactionRequest& chained) {
-  TransactionRequest asked = request;
-  asked.chain_next = chained.chain_next;
-  return asked == chained;
+  const auto* asked = std::get_if<ForwardStepRequest>(&request.operation);
+  const auto* begun = std::get_if<ForwardStepRequest>(&chained.operation);
+  if (asked == nullptr || begun == nullptr) return false;
+  // Every field but chain_next.
+  auto step = [](const ForwardStepRequest& s) {
+    return std::tie(s.tokens, s.all_rows, s.sampling, s.prediction_target, s.return_logits);
+  };
+  return step(*asked) == step(*begun);
 }
 
 std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, RankId ranks) {

@@ -37,7 +37,7 @@ std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, Ra
 std::vector<PhaseId> phases_of(const TransactionRequest& request, RankId ranks);
 
 // The step that the commit `reply` of `request` begins on its own
-// (TransactionRequest::chain_next), if any: the same request on the token
+// (ForwardStepRequest::chain_next), if any: the same request on the token
 // the step sampled, sampling on from where the pick left the random
 // stream. None after a stop token, or where the request did not chain.
 std::optional<TransactionRequest> chained_step(const TransactionRequest& request, const TransactionReply& reply);
@@ -45,8 +45,5 @@ std::optional<TransactionRequest> chained_step(const TransactionRequest& request
 // Whether `request` asks for `chained`, the step begun before it was asked
 // for. chain_next does not count: each request says anew whether to chain.
 bool asks_for_chained_step(const TransactionRequest& request, const TransactionRequest& chained);
-
-// The arguments of a prompt-cache transaction's phases.
-PromptCacheArguments cache_arguments(const TransactionRequest& request);
 
 }  // namespace accord

@@ -74,7 +74,7 @@ struct DirectEngine::State {
   }
 
   TransactionReply run(const TransactionRequest& request) {
-    if (request.kind == TransactionKind::reset) restart_exited_ranks();
+    if (request.kind() == TransactionKind::reset) restart_exited_ranks();
     if (auto refused = driver.start(request)) return *refused;
     std::optional<TransactionReply> reply;
     DriverReady ready;

@@ -6,45 +6,35 @@
 namespace accord {
 
 TransactionRequest step_request(std::span<const int> tokens, bool all_rows, int draft_tokens) {
-  TransactionRequest request;
-  request.kind = TransactionKind::forward_step;
-  request.tokens.assign(tokens.begin(), tokens.end());
-  request.all_rows = all_rows;
-  request.capture_prediction_target = draft_tokens >= 0;
-  request.draft_tokens = std::max(draft_tokens, 0);
-  return request;
+  ForwardStepRequest step;
+  step.tokens.assign(tokens.begin(), tokens.end());
+  step.all_rows = all_rows;
+  if (draft_tokens >= 0) step.prediction_target = DraftTokens{draft_tokens};
+  return {std::move(step)};
 }
 
 TransactionRequest rollback_request(std::int32_t position, std::uint64_t state_epoch, std::uint64_t reset_epoch) {
-  TransactionRequest request;
-  request.kind = TransactionKind::rollback;
-  request.position = position;
-  request.state_epoch = state_epoch;
-  request.reset_epoch = reset_epoch;
-  return request;
+  return {RollbackRequest{position, state_epoch, reset_epoch}};
 }
 
 TransactionRequest cache_request(TransactionKind kind, const std::filesystem::path& root,
                                  const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
                                  const std::string& prepared_input) {
-  TransactionRequest request;
-  request.kind = kind;
-  request.tokens.assign(prefix.begin(), prefix.end());
-  request.cache_root = root.string();
-  request.cache_name = descriptor.name;
-  request.cache_namespace = descriptor.cache_namespace;
-  request.prepared_input = prepared_input;
-  if (kind == TransactionKind::prompt_cache_save) request.save_id = new_save_id();
-  return request;
+  PromptCacheArguments arguments{root.string(), descriptor.name, descriptor.cache_namespace, prepared_input, "",
+                                 std::vector<std::int32_t>(prefix.begin(), prefix.end())};
+  if (kind == TransactionKind::prompt_cache_load) return {PromptCacheLoadRequest{std::move(arguments)}};
+  arguments.save_id = new_save_id();
+  return {PromptCacheSaveRequest{std::move(arguments)}};
 }
 
 PromptCacheSaveResult save_result(const ModelConfig& config, const TransactionRequest& request,
                                   const TransactionReply& reply) {
-  const auto rows = static_cast<std::uint64_t>(request.tokens.size());
+  const PromptCacheArguments& saved = std::get<PromptCacheSaveRequest>(request.operation).arguments;
+  const auto rows = static_cast<std::uint64_t>(saved.prefix.size());
   // Keys and values of every unit, over all ranks' shards.
   const std::uint64_t shard_bytes = rows * static_cast<std::uint64_t>(config.kv_dim()) * sizeof(float) * 2 *
                                     static_cast<std::uint64_t>(config.n_layers);
-  return {reply.epoch, generation_name(reply.epoch, request.save_id), static_cast<int>(rows), shard_bytes};
+  return {reply.epoch, generation_name(reply.epoch, saved.save_id), static_cast<int>(rows), shard_bytes};
 }
 
 Result<TransactionReply> settle(TransactionRecord& record, TransactionKind kind, TransactionReply reply) {

@@ -49,7 +49,7 @@ void TransactionDriver::open(const TransactionRequest& request, Caller caller) {
   plan_ = plan_transaction(request, rank_count_);
   next_round_ = 0;
   load_.reset();
-  if (request.kind == TransactionKind::prompt_cache_load) load_ = cache_arguments(request);
+  if (const auto* load = std::get_if<PromptCacheLoadRequest>(&request.operation)) load_ = load->arguments;
   first_rank_save_id_.clear();
   reply_ = {};
   reply_.epoch = next_epoch_++;
@@ -70,7 +70,7 @@ void TransactionDriver::meet_chained_step(const TransactionRequest& request) {
   }
   caller_ = Caller::waiting;
   if (!asked) return run(request);  // it ended already: nothing to undo
-  request_.chain_next = request.chain_next;
+  std::get<ForwardStepRequest>(request_.operation).chain_next = std::get<ForwardStepRequest>(request.operation).chain_next;
   if (ended) {
     deliver(std::move(*ended));
   } else {
@@ -82,7 +82,7 @@ void TransactionDriver::meet_chained_step(const TransactionRequest& request) {
 // end: it commits, unless the session is poisoned (a withdrawn step that
 // could not be undone).
 void TransactionDriver::run(const TransactionRequest& request) {
-  if (request.kind != TransactionKind::end_chain) return open(request, Caller::waiting);
+  if (request.kind() != TransactionKind::end_chain) return open(request, Caller::waiting);
   TransactionReply reply;
   reply.epoch = next_epoch_ - 1;  // the newest transaction's: a poison's record names no later one
   if (agreement_.poisoned()) {

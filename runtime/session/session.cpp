@@ -41,7 +41,7 @@ struct Session::Impl {
   // Runs one transaction on the engine and records how it ended; a reply
   // that did not commit becomes its Error.
   Result<TransactionReply> transact(const TransactionRequest& request) {
-    auto settled = settle(record, request.kind, engine.run(request));
+    auto settled = settle(record, request.kind(), engine.run(request));
     if (!settled && settled.error().poison()) poison = settled.error().poison();
     return settled;
   }
@@ -132,8 +132,7 @@ Result<StepResult> Session::step(const StepOptions& options) {
 
 Result<SessionCheckpoint> Session::checkpoint() {
   if (impl_->poison) return Error::poisoned(*impl_->poison);
-  TransactionRequest request;
-  request.kind = TransactionKind::checkpoint;
+  const TransactionRequest request{CheckpointRequest{}};
   auto reply = impl_->transact(request);
   if (!reply) return reply.error();
   if (reply->checkpoints.size() != 1) return Error(ErrorCode::mechanism, "the rank reported no checkpoint");
@@ -166,8 +165,7 @@ Status Session::rollback_complete(const CompleteCheckpoint& checkpoint) {
 }
 
 Status Session::reset() {
-  TransactionRequest request;
-  request.kind = TransactionKind::reset;
+  const TransactionRequest request{ResetRequest{}};
   auto reply = impl_->transact(request);
   if (!reply) return reply.error();
   impl_->prepared.clear();
