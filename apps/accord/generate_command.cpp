@@ -330,13 +330,84 @@ void check_speculation(const GenerateArgs& args, const CLI::App& cmd) {
                              "drafts are verified greedily: it needs --temperature 0, got " + given);
 }
 
-// Parses "HOST:PORT,..." into `nodes`, or refuses `option`'s value.
-std::function<void(const std::string&)> node_list(std::vector<NodeAddress>& nodes, const std::string& option) {
-  return [&nodes, option](const std::string& text) {
-    auto parsed = parse_peers(text);
-    if (!parsed) throw CLI::ValidationError(option, parsed.error().message());
-    nodes = std::move(*parsed);
-  };
+// --max-tokens, --temperature, --top-p, --seed: how much is generated and
+// how each token is drawn.
+void add_sampling_options(CLI::App& cmd, GenerateArgs& args) {
+  cmd.add_option("--max-tokens", args.max_tokens, "tokens to generate, prompt excluded")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  cmd.add_option("--temperature", args.temperature,
+                 "0 = greedy; so is a temperature so small that a logit divided by it overflows a float "
+                 "(below about 1e-37 with the logits of usual models)")
+      ->check(finite_at_least_zero())
+      ->capture_default_str();
+  cmd.add_option("--top-p", args.top_p, "nucleus sampling threshold in (0, 1]; 1 = off")
+      ->check(above_zero_up_to_one())
+      ->capture_default_str();
+  cmd.add_option("--seed", args.seed_text,
+                 "random seed of the sampler, 0 to 2^64-1; -1 draws one at random (reported, to repeat the run)")
+      ->check(sampler_seed_range())
+      ->capture_default_str();
+}
+
+// --ranks or --peers and what running on several ranks takes: the cluster's
+// secret, injected faults, and the timeouts, retries, healing and spare
+// nodes that recover from a lost rank. `args` is shared: --fault's parser
+// keeps it.
+void add_cluster_options(CLI::App& cmd, const std::shared_ptr<GenerateArgs>& args) {
+  cmd.add_option("--ranks", args->ranks,
+                 "in-process ranks, each a group of actors holding a contiguous range of the model's layers")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd.add_option_function<std::string>(
+         "--peers", node_list(args->peers, "--peers"),
+         "remote ranks instead of in-process ones: distinct `accord node` processes, rank 0 first; this process "
+         "runs the coordinator")
+      ->type_name("HOST:PORT,...")
+      ->excludes("--ranks");
+  cmd.add_option("--secret-file", args->secret_file,
+                 "with --peers: file of the cluster's shared secret (or ACCORD_SECRET_FILE), which the nodes "
+                 "must prove and this coordinator proves to them")
+      ->needs("--peers");
+  cmd.add_option_function<std::vector<std::string>>(
+         "--fault", [args](const std::vector<std::string>& entries) { args->faults = parse_faults(entries); },
+         "inject a fault (repeatable): rank RANK fails in PHASE the AT-th time it runs it (default 1); KIND is "
+         "error, throw, delay, exit, drop or corrupt (runtime/fault/fault_plan.hpp). Runs the ranks as actors "
+         "even with --ranks 1")
+      ->type_name("RANK:PHASE:KIND[:AT]");
+  cmd.add_option("--phase-timeout-ms", args->phase_timeout_ms,
+                 "a rank that does not report a phase within it aborts the step")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  cmd.add_option("--retries", args->retries, "times an aborted step is run again before generation fails")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  cmd.add_option("--heal-attempts", args->heal_attempts,
+                 "times a poisoned session (a rank lost) is healed over a generation: lost ranks started afresh, "
+                 "the committed tokens replayed, the step run again (docs/healing.md); 0: a poison ends generation")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  cmd.add_option_function<std::string>(
+         "--spares", node_list(args->spares, "--spares"),
+         "with --peers: `accord node` processes that take the rank of a node that cannot be reached, in order")
+      ->type_name("HOST:PORT,...")
+      ->needs("--peers");
+}
+
+// --speculative and its --draft-tokens.
+void add_speculation_options(CLI::App& cmd, GenerateArgs& args) {
+  CLI::Option* speculative = cmd.add_option("--speculative", args.speculative,
+                 "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
+                 "earlier text (prompt lookup), `model:PATH` from a smaller model with the same vocabulary")
+      ->check([](const std::string& text) {
+        const bool draft_model = text.starts_with(kDraftModelPrefix) && text.size() > kDraftModelPrefix.size();
+        const bool known = text == "lookup" || draft_model;
+        return known ? std::string() : "expected `lookup` or `model:PATH`, got `" + text + "`";
+      });
+  cmd.add_option("--draft-tokens", args.draft_tokens, "the most draft tokens one speculative step verifies")
+      ->check(CLI::Range(1, 64))
+      ->needs(speculative)
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -352,21 +423,7 @@ Command add_generate_command(CLI::App& app) {
   // Every option is checked here, as it is parsed, so that a bad one is a
   // command-line error (exit 2) before the model is opened, not a failed
   // generation after a long load.
-  cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate, prompt excluded")
-      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
-      ->capture_default_str();
-  cmd->add_option("--temperature", args->temperature,
-                  "0 = greedy; so is a temperature so small that a logit divided by it overflows a float "
-                  "(below about 1e-37 with the logits of usual models)")
-      ->check(finite_at_least_zero())
-      ->capture_default_str();
-  cmd->add_option("--top-p", args->top_p, "nucleus sampling threshold in (0, 1]; 1 = off")
-      ->check(above_zero_up_to_one())
-      ->capture_default_str();
-  cmd->add_option("--seed", args->seed_text,
-                  "random seed of the sampler, 0 to 2^64-1; -1 draws one at random (reported, to repeat the run)")
-      ->check(sampler_seed_range())
-      ->capture_default_str();
+  add_sampling_options(*cmd, *args);
   cmd->add_option("--threads", args->threads,
                   "CPU threads of the compute pool, which in-process ranks share; each node of --peers makes "
                   "a pool of this many. At most " +
@@ -377,60 +434,13 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt-cache", args->prompt_cache,
                   "prompt cache folder: reuse a cached prefix of the prompt, or save one (docs/prompt-cache.md). "
                   "With --peers a name: each node keeps the cache in its --prompt-cache-dir");
-  cmd->add_option("--ranks", args->ranks,
-                  "in-process ranks, each a group of actors holding a contiguous range of the model's layers")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--peers", node_list(args->peers, "--peers"),
-         "remote ranks instead of in-process ones: distinct `accord node` processes, rank 0 first; this process "
-         "runs the coordinator")
-      ->type_name("HOST:PORT,...")
-      ->excludes("--ranks");
-  cmd->add_option("--secret-file", args->secret_file,
-                  "with --peers: file of the cluster's shared secret (or ACCORD_SECRET_FILE), which the nodes "
-                  "must prove and this coordinator proves to them")
-      ->needs("--peers");
-  cmd->add_option_function<std::vector<std::string>>(
-         "--fault", [args](const std::vector<std::string>& entries) { args->faults = parse_faults(entries); },
-         "inject a fault (repeatable): rank RANK fails in PHASE the AT-th time it runs it (default 1); KIND is "
-         "error, throw, delay, exit, drop or corrupt (runtime/fault/fault_plan.hpp). Runs the ranks as actors "
-         "even with --ranks 1")
-      ->type_name("RANK:PHASE:KIND[:AT]");
-  cmd->add_option("--phase-timeout-ms", args->phase_timeout_ms,
-                  "a rank that does not report a phase within it aborts the step")
-      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
-      ->capture_default_str();
-  cmd->add_option("--retries", args->retries, "times an aborted step is run again before generation fails")
-      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
-      ->capture_default_str();
-  cmd->add_option("--heal-attempts", args->heal_attempts,
-                  "times a poisoned session (a rank lost) is healed over a generation: lost ranks started afresh, "
-                  "the committed tokens replayed, the step run again (docs/healing.md); 0: a poison ends generation")
-      ->check(CLI::Range(0, 1000))
-      ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--spares", node_list(args->spares, "--spares"),
-         "with --peers: `accord node` processes that take the rank of a node that cannot be reached, in order")
-      ->type_name("HOST:PORT,...")
-      ->needs("--peers");
+  add_cluster_options(*cmd, args);
   cmd->add_option("--max-resident-bytes", args->max_resident_bytes,
                   "each rank keeps at most this many bytes of its weights in memory and streams its other layers "
                   "every step, the outputs unchanged (docs/residency.md; default 0: all resident)")
       ->check(whole_number_range());
   add_backend_options(*cmd, args->compute);
-  CLI::Option* speculative = cmd->add_option("--speculative", args->speculative,
-                  "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
-                  "earlier text (prompt lookup), `model:PATH` from a smaller model with the same vocabulary")
-      ->check([](const std::string& text) {
-        const bool draft_model = text.starts_with(kDraftModelPrefix) && text.size() > kDraftModelPrefix.size();
-        const bool known = text == "lookup" || draft_model;
-        return known ? std::string() : "expected `lookup` or `model:PATH`, got `" + text + "`";
-      });
-  cmd->add_option("--draft-tokens", args->draft_tokens, "the most draft tokens one speculative step verifies")
-      ->check(CLI::Range(1, 64))
-      ->needs(speculative)
-      ->capture_default_str();
+  add_speculation_options(*cmd, *args);
   cmd->add_flag("--json", args->json,
                 "print one JSON object at the end (tokens, text, speeds) instead of streaming text");
   cmd->callback([args, cmd] { check_speculation(*args, *cmd); });

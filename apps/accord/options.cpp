@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "apps/accord/commands.hpp"
 #include "kernels/cpu/thread_pool.hpp"
@@ -99,6 +100,14 @@ void add_backend_options(CLI::App& cmd, BackendArgs& args) {
                  "so ranks may share one (default: 0)")
       ->delimiter(',')
       ->check(CLI::Range(0, 4095));
+}
+
+std::function<void(const std::string&)> node_list(std::vector<NodeAddress>& nodes, const std::string& option) {
+  return [&nodes, option](const std::string& text) {
+    auto parsed = parse_peers(text);
+    if (!parsed) throw CLI::ValidationError(option, parsed.error().message());
+    nodes = std::move(*parsed);
+  };
 }
 
 Result<BackendChoice> checked_backend(const BackendArgs& args) {

@@ -3,9 +3,11 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "actors/node_address.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/model/stage_backend.hpp"
 
@@ -37,6 +39,10 @@ CLI::Validator above_zero_up_to_one();
 // cpu::max_useful_threads() they would only take turns on this machine's
 // cores, so more are capped, with a warning.
 int capped_threads(int requested);
+
+// The parser of an option that lists nodes, "HOST:PORT,...": it fills
+// `nodes`, or refuses `option`'s value.
+std::function<void(const std::string&)> node_list(std::vector<NodeAddress>& nodes, const std::string& option);
 
 // --backend cpu|cuda and --devices 0,1,...: where the command's ranks compute.
 struct BackendArgs {

@@ -146,6 +146,52 @@ Result<HttpOptions> http_options(const ServeArgs& args) {
   return options;
 }
 
+// The model, its weights loaded where this process computes (with --peers
+// the nodes load theirs), its progress drawn on `progress`.
+Result<Model> load_model(const ServeArgs& args, serve::TerminalProgress& progress) {
+  spdlog::info("loading {}", args.model);
+  ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
+  const std::string model_name = std::filesystem::path(args.model).filename().string();
+  load.progress = [&](std::uint64_t done, std::uint64_t total) {
+    progress.show(serve::load_progress_line(model_name, done, total), done == total);
+  };
+  auto model = Model::load(args.model, load);
+  progress.clear();
+  return model;
+}
+
+// What the Service answers with: the model (its id is the file name's stem)
+// and the options the command was given.
+serve::ServiceOptions service_options(const ServeArgs& args, const Model& model, const serve::ChatTemplate& chat,
+                                      const std::string& api_key) {
+  serve::ServiceOptions options;
+  options.model_id = std::filesystem::path(args.model).stem().string();
+  options.context = model.config().seq_len;
+  options.chat_template = chat;
+  options.prompt_cache = args.prompt_cache;
+  options.retries = args.retries;
+  options.heal_attempts = args.heal_attempts;
+  options.api_key = api_key;
+  options.metrics_public = args.metrics_public;
+  return options;
+}
+
+// The process's exit status once the server stopped: 0 when it drained.
+int exit_status(ServeEnd end, const serve::Scheduler& scheduler) {
+  const int status = end == ServeEnd::drained ? 0 : 1;
+  if (!scheduler.idle()) {
+    // A slot is inside a step whose client was answered (cut at the grace
+    // period, or gone): end now rather than wait for it. A prompt cache it
+    // may be writing is published atomically or not at all.
+    spdlog::info("ending with a step still running");
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::_Exit(status);
+  }
+  spdlog::info("stopped: every request was answered");
+  return status;
+}
+
 int run_serve(ServeArgs args) {
   spdlog::set_level(spdlog::level::from_str(args.log_level));
   if (args.peers.empty()) args.threads = capped_threads(args.threads);
@@ -172,15 +218,8 @@ int run_serve(ServeArgs args) {
   if (!tokenizer) return fail(tokenizer.error().message());
   auto chat = chat_template(args);
   if (!chat) return fail(chat.error().message());
-  spdlog::info("loading {}", args.model);
   serve::TerminalProgress progress;  // on a terminal only
-  ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
-  const std::string model_name = std::filesystem::path(args.model).filename().string();
-  load.progress = [&](std::uint64_t done, std::uint64_t total) {
-    progress.show(serve::load_progress_line(model_name, done, total), done == total);
-  };
-  auto model = Model::load(args.model, load);
-  progress.clear();
+  auto model = load_model(args, progress);
   if (!model) return fail(model.error().message());
 
   // Declared first, so that it outlives the slots, whose answers it posts.
@@ -208,32 +247,48 @@ int run_serve(ServeArgs args) {
   serve::Scheduler scheduler(*tokenizer, std::move(slots), args.queue_limit,
                              [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); },
                              [](const std::string& warning) { spdlog::warn("{}", warning); });
-  serve::ServiceOptions options;
-  options.model_id = std::filesystem::path(args.model).stem().string();
-  options.context = model->config().seq_len;
-  options.chat_template = *chat;
-  options.prompt_cache = args.prompt_cache;
-  options.retries = args.retries;
-  options.heal_attempts = args.heal_attempts;
-  options.api_key = *key;
-  options.metrics_public = args.metrics_public;
+  const serve::ServiceOptions options = service_options(args, *model, *chat, *key);
   serve::Service service(*tokenizer, scheduler, metrics, options);
   spdlog::info("model '{}', chat template {}, {} slot(s)", options.model_id, chat->name(), args.parallel);
   // One line on stdout that scripts wait for.
   std::printf("accord: serving on http://%s\n", bound->c_str());
   std::fflush(stdout);
-  const int status = server.run(service) == ServeEnd::drained ? 0 : 1;
-  if (!scheduler.idle()) {
-    // A slot is inside a step whose client was answered (cut at the grace
-    // period, or gone): end now rather than wait for it. A prompt cache it
-    // may be writing is published atomically or not at all.
-    spdlog::info("ending with a step still running");
-    spdlog::default_logger()->flush();
-    std::fflush(stdout);
-    std::_Exit(status);
-  }
-  spdlog::info("stopped: every request was answered");
-  return status;
+  return exit_status(server.run(service), scheduler);
+}
+
+// The HTTP server's limits, who may use it, and how long a shutdown waits.
+void add_http_options(CLI::App& cmd, ServeArgs& args) {
+  cmd.add_option("--max-body-bytes", args.max_body_bytes, "larger request bodies are answered 413")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
+      ->capture_default_str();
+  cmd.add_option("--request-timeout-ms", args.request_timeout_ms,
+                 "a request must arrive whole within it (else 408), and each write of an answer complete")
+      ->check(CLI::Range(1, 3600 * 1000))
+      ->capture_default_str();
+  auto* key = cmd.add_option("--api-key", args.api_key,
+                             "clients must send 'Authorization: Bearer KEY' (all but /health, /ready; "
+                             "/metrics too unless --metrics-public); visible to other users in the process list, "
+                             "--api-key-file is not")
+                ->check([](const std::string& value) { return value.empty() ? "the key must not be empty" : ""; });
+  cmd.add_option("--api-key-file", args.api_key_file, "the API key: the file's first line")
+      ->check(CLI::ExistingFile)
+      ->excludes(key);
+  cmd.add_flag("--metrics-public", args.metrics_public, "/metrics answers without the API key");
+  cmd.add_option("--shutdown-grace-ms", args.shutdown_grace_ms,
+                 "after SIGTERM or SIGINT, running requests may finish within it; then they are cut")
+      ->check(CLI::Range(0, 3600 * 1000))
+      ->capture_default_str();
+}
+
+// How a slot's session recovers from an aborted step or a lost rank.
+void add_recovery_options(CLI::App& cmd, ServeArgs& args) {
+  cmd.add_option("--retries", args.retries, "times an aborted step is run again")->capture_default_str();
+  cmd.add_option("--heal-attempts", args.heal_attempts, "times a poisoned session is healed within a request")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  cmd.add_option("--phase-timeout-ms", args.phase_timeout_ms, "a rank that does not report within it aborts the step")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -254,14 +309,8 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--ranks", args->ranks, "in-process ranks of each slot's session")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--peers",
-         [args](const std::string& text) {
-           auto parsed = parse_peers(text);
-           if (!parsed) throw CLI::ValidationError("--peers", parsed.error().message());
-           args->peers = std::move(*parsed);
-         },
-         "remote ranks: `accord node` processes, rank 0 first (with --parallel 1)")
+  cmd->add_option_function<std::string>("--peers", node_list(args->peers, "--peers"),
+                                        "remote ranks: `accord node` processes, rank 0 first (with --parallel 1)")
       ->type_name("HOST:PORT,...")
       ->excludes("--ranks");
   cmd->add_option("--secret-file", args->secret_file, "with --peers: the cluster's shared secret")->needs("--peers");
@@ -282,33 +331,8 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--log-level", args->log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
-  cmd->add_option("--max-body-bytes", args->max_body_bytes, "larger request bodies are answered 413")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30))
-      ->capture_default_str();
-  cmd->add_option("--request-timeout-ms", args->request_timeout_ms,
-                  "a request must arrive whole within it (else 408), and each write of an answer complete")
-      ->check(CLI::Range(1, 3600 * 1000))
-      ->capture_default_str();
-  auto* key = cmd->add_option("--api-key", args->api_key,
-                              "clients must send 'Authorization: Bearer KEY' (all but /health, /ready; "
-                              "/metrics too unless --metrics-public); visible to other users in the process list, "
-                              "--api-key-file is not")
-                 ->check([](const std::string& value) { return value.empty() ? "the key must not be empty" : ""; });
-  cmd->add_option("--api-key-file", args->api_key_file, "the API key: the file's first line")
-      ->check(CLI::ExistingFile)
-      ->excludes(key);
-  cmd->add_flag("--metrics-public", args->metrics_public, "/metrics answers without the API key");
-  cmd->add_option("--shutdown-grace-ms", args->shutdown_grace_ms,
-                  "after SIGTERM or SIGINT, running requests may finish within it; then they are cut")
-      ->check(CLI::Range(0, 3600 * 1000))
-      ->capture_default_str();
-  cmd->add_option("--retries", args->retries, "times an aborted step is run again")->capture_default_str();
-  cmd->add_option("--heal-attempts", args->heal_attempts, "times a poisoned session is healed within a request")
-      ->check(CLI::Range(0, 1000))
-      ->capture_default_str();
-  cmd->add_option("--phase-timeout-ms", args->phase_timeout_ms, "a rank that does not report within it aborts the step")
-      ->check(CLI::Range(1, 1 << 30))
-      ->capture_default_str();
+  add_http_options(*cmd, *args);
+  add_recovery_options(*cmd, *args);
   return [args] { return run_serve(*args); };
 }
 

@@ -244,12 +244,8 @@ std::optional<Status> RankParticipant::local_work(const RunPhase& run) {
       return worker.apply_prediction_target_operation();
     case SamplingSynchronization:
       return sampling(run);
-    case SessionCheckpoint: {
-      const RankCheckpoint cp = worker.checkpoint();
-      outbox_.to_coordinator(
-          RankCheckpointReport{session_, epoch, rank_, cp.position, cp.state_epoch, cp.reset_epoch, cp.digest});
-      return Status{};
-    }
+    case SessionCheckpoint:
+      return report_checkpoint(epoch);
     case SessionRollbackPreparation:
       if (const auto* target = std::get_if<RollbackTarget>(&run.arguments)) {
         return worker.prepare_rollback(epoch, {target->position, target->state_epoch, target->reset_epoch, ""});
@@ -271,6 +267,15 @@ std::optional<Status> RankParticipant::local_work(const RunPhase& run) {
       // synchronously; Commit: applied on the decision).
       return Status{};
   }
+}
+
+// SessionCheckpoint: the rank's checkpoint goes to the coordinator, which
+// gathers every rank's into the transaction's reply.
+Status RankParticipant::report_checkpoint(Epoch epoch) {
+  const RankCheckpoint cp = worker_->checkpoint();
+  outbox_.to_coordinator(
+      RankCheckpointReport{session_, epoch, rank_, cp.position, cp.state_epoch, cp.reset_epoch, cp.digest});
+  return Status{};
 }
 
 // BoundarySourceReady: the source sends its activations (the route's

@@ -108,6 +108,7 @@ class RankParticipant {
   void run_guarded(const RunPhase& run, const std::string& injected = {});
   void finish(const RunPhase& run, Status status);
   std::optional<Status> local_work(const RunPhase& run);
+  Status report_checkpoint(Epoch epoch);
   std::optional<Status> boundary_ready(const RunPhase& run);
   std::optional<Status> publication(const RunPhase& run);
   std::optional<Status> capture_publication(const RunPhase& run);

@@ -211,6 +211,47 @@ int finish(Exchange& exchange, const GenerationOutcome& outcome) {
   return 200;
 }
 
+// The scheduler's job for a request: the generation options it asks for
+// (ServiceOptions fill in the rest), and callbacks that stream to its
+// exchange and count in `metrics`.
+Job job_for(std::string prompt, const CompletionRequest& wanted, const ServiceOptions& options, Metrics& metrics,
+            const std::shared_ptr<Exchange>& exchange) {
+  Job job;
+  job.prompt = std::move(prompt);
+  job.options.max_tokens = wanted.max_tokens.value_or(options.context);
+  job.options.sampler = {wanted.temperature, wanted.top_p, wanted.seed.value_or(std::random_device{}())};
+  job.options.prompt_cache = options.prompt_cache;
+  job.options.retries = options.retries;
+  job.options.heal_attempts = options.heal_attempts;
+  job.options.emit_prompt = false;
+  job.options.top_logprobs = wanted.top_logprobs;
+  job.options.prompt_logprobs = wanted.echo && wanted.top_logprobs >= 0;
+  // The job's callbacks hold the metrics, never the Service: the Scheduler may run a job's last step and its
+  // on_done after the Service is gone (a shutdown destroys the Service before the Scheduler joins its workers).
+  job.options.stop_requested = [&metrics, exchange] {
+    const auto now = Clock::now();
+    if (exchange->last_step != Clock::time_point{}) {
+      metrics.observe_decode_step(std::chrono::duration<double>(now - exchange->last_step).count());
+    }
+    exchange->last_step = now;
+    return exchange->filter.stopped();
+  };
+  job.on_piece = [exchange](std::string_view piece) { exchange->take(piece); };
+  if (wanted.top_logprobs >= 0) {
+    job.options.on_logprobs = [exchange](const TokenLogprobs& token, bool of_prompt) {
+      exchange->take_logprobs(token, of_prompt);
+    };
+  }
+  job.abandoned = [exchange] { return exchange->responder->client_gone(); };
+  job.on_done = [&metrics, exchange](const GenerationOutcome& outcome) {
+    const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
+    metrics.count_generation(counts_of(result));
+    metrics.count_request(exchange->path, finish(*exchange, outcome));
+    metrics.observe_request(exchange->path, std::chrono::duration<double>(Clock::now() - exchange->start).count());
+  };
+  return job;
+}
+
 }  // namespace
 
 Service::Service(const Tokenizer& tokenizer, Scheduler& scheduler, Metrics& metrics, ServiceOptions options)
@@ -324,40 +365,7 @@ void Service::complete(const HttpRequest& request, Endpoint endpoint, const std:
   auto exchange =
       std::make_shared<Exchange>(path, std::move(header), responder, wanted, std::move(stops), options_.context);
 
-  Job job;
-  job.prompt = std::move(prompt);
-  job.options.max_tokens = wanted.max_tokens.value_or(options_.context);
-  job.options.sampler = {wanted.temperature, wanted.top_p, wanted.seed.value_or(std::random_device{}())};
-  job.options.prompt_cache = options_.prompt_cache;
-  job.options.retries = options_.retries;
-  job.options.heal_attempts = options_.heal_attempts;
-  job.options.emit_prompt = false;
-  job.options.top_logprobs = wanted.top_logprobs;
-  job.options.prompt_logprobs = wanted.echo && wanted.top_logprobs >= 0;
-  // The job's callbacks hold the metrics, never the Service: the Scheduler may run a job's last step and its
-  // on_done after the Service is gone (a shutdown destroys the Service before the Scheduler joins its workers).
-  Metrics& metrics = metrics_;
-  job.options.stop_requested = [&metrics, exchange] {
-    const auto now = Clock::now();
-    if (exchange->last_step != Clock::time_point{}) {
-      metrics.observe_decode_step(std::chrono::duration<double>(now - exchange->last_step).count());
-    }
-    exchange->last_step = now;
-    return exchange->filter.stopped();
-  };
-  job.on_piece = [exchange](std::string_view piece) { exchange->take(piece); };
-  if (wanted.top_logprobs >= 0) {
-    job.options.on_logprobs = [exchange](const TokenLogprobs& token, bool of_prompt) {
-      exchange->take_logprobs(token, of_prompt);
-    };
-  }
-  job.abandoned = [exchange] { return exchange->responder->client_gone(); };
-  job.on_done = [&metrics, exchange](const GenerationOutcome& outcome) {
-    const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
-    metrics.count_generation(counts_of(result));
-    metrics.count_request(exchange->path, finish(*exchange, outcome));
-    metrics.observe_request(exchange->path, std::chrono::duration<double>(Clock::now() - exchange->start).count());
-  };
+  Job job = job_for(std::move(prompt), wanted, options_, metrics_, exchange);
   if (!scheduler_.submit(std::move(job))) {
     if (shutting_down_) return answer_error(path, responder, server_error(503, std::string(kShutdownMessage)));
     return answer_error(path, responder,
