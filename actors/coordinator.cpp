@@ -20,13 +20,13 @@ struct CoordinatorState {
   CoordinatorOptions options;
   std::vector<RankActor> ranks;
   std::vector<std::vector<RankInstruction>> held;  // for each rank, in order (send_to_ranks)
-  DriverReady ready;  // what pump takes from the driver, its buffers kept
+  DriverReady ready;                               // what pump takes from the driver, its buffers kept
   // A tick is on its way. The timer runs only while a phase or an abort is
   // being agreed on, so an idle session wakes no thread. Each tick carries
   // its number: one armed before the period changed is not counted.
   bool ticking = false;
-  std::uint64_t tick_number = 0;          // of the tick on its way
-  caf::actor_clock::time_point tick_due;  // when the tick on its way is due
+  std::uint64_t tick_number = 0;                          // of the tick on its way
+  caf::actor_clock::time_point tick_due;                  // when the tick on its way is due
   caf::typed_response_promise<TransactionReply> promise;  // the open transaction's, while the driver is busy
 };
 
@@ -126,11 +126,12 @@ void collect_rank_states(CoordinatorPointer self) {
   };
   for (std::size_t r = 0; r < self->state.ranks.size(); ++r) {
     self->request(self->state.ranks[r], std::chrono::seconds(5), rank_state_atom::value)
-        .then([=](RankStateReport& report) {
-                collection->reports[r] = std::move(report);
-                answered();
-              },
-              [=](caf::error&) { answered(); });
+        .then(
+            [=](RankStateReport& report) {
+              collection->reports[r] = std::move(report);
+              answered();
+            },
+            [=](caf::error&) { answered(); });
   }
 }
 

@@ -35,6 +35,6 @@ struct CoordinatorOptions {
 // order) before any request. Asked with down_atom, it answers the ranks it
 // saw go down.
 CoordinatorActor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
-                             CoordinatorOptions options);
+                                   CoordinatorOptions options);
 
 }  // namespace accord

@@ -122,8 +122,8 @@ Status DistributedSession::Impl::start(const Model& m, const DistributedOptions&
   if (!rank_options) return rank_options.error();
   const auto coordination = CoordinatorOptions::for_phase_timeout(std::chrono::milliseconds(options.phase_timeout_ms));
   coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
-  layout.emplace(RankLayout{*partition, options.threads, model_identity(m), m.tensor_digests(),
-                            std::move(*rank_options)});
+  layout.emplace(
+      RankLayout{*partition, options.threads, model_identity(m), m.tensor_digests(), std::move(*rank_options)});
   placement->prepare(options);
   caller.emplace(*system);
   if (Status ok = placement->complete_identity(*this); !ok) return ok;
@@ -139,9 +139,9 @@ Status DistributedSession::Impl::start(const Model& m, const DistributedOptions&
 Result<TransactionReply> DistributedSession::Impl::call(const TransactionRequest& request) {
   std::optional<TransactionReply> reply;
   std::string failure;
-  (*caller)->request(coordinator, caf::infinite, request)
-      .receive([&](TransactionReply& r) { reply = std::move(r); },
-               [&](caf::error& e) { failure = system->render(e); });
+  (*caller)
+      ->request(coordinator, caf::infinite, request)
+      .receive([&](TransactionReply& r) { reply = std::move(r); }, [&](caf::error& e) { failure = system->render(e); });
   chained.reset();
   if (!reply) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
   chained = chained_step(request, *reply);
@@ -161,8 +161,9 @@ Result<DistributedStep> DistributedSession::Impl::step(const StepOptions& option
     return std::move(Error(ok.error()).mark_before_state_mutation());
   }
   if (options.observer && !placement->takes_observers()) {
-    return std::move(Error(ErrorCode::contract, "a session over remote nodes takes no observer: it would run on "
-                                                "the nodes, not in the caller's process")
+    return std::move(Error(ErrorCode::contract,
+                           "a session over remote nodes takes no observer: it would run on "
+                           "the nodes, not in the caller's process")
                          .mark_before_state_mutation());
   }
   const std::span<const int> step_tokens = options.tokens;
@@ -183,9 +184,9 @@ Result<DistributedStep> DistributedSession::Impl::step(const StepOptions& option
   stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++stats.forward_steps;
   if (!reply) return reply.error();
-  const auto kept = options.prediction_target ? step_tokens.first(static_cast<std::size_t>(
-                                                            reply->prediction_target.kept_rows))
-                                                      : step_tokens;
+  const auto kept = options.prediction_target
+                        ? step_tokens.first(static_cast<std::size_t>(reply->prediction_target.kept_rows))
+                        : step_tokens;
   tokens.insert(tokens.end(), kept.begin(), kept.end());
   const int rows = reply->logits.shape.empty() ? 0 : static_cast<int>(reply->logits.shape[0]);
   DistributedStep result{reply->epoch,
@@ -301,28 +302,27 @@ Status DistributedSession::rollback_complete(const DistributedCompleteCheckpoint
 }
 
 Result<PromptCacheSaveResult> DistributedSession::save_prompt_cache(const std::filesystem::path& root,
-                                                                                const PromptCacheDescriptor& descriptor,
-                                                                                std::span<const int> prefix) {
+                                                                    const PromptCacheDescriptor& descriptor,
+                                                                    std::span<const int> prefix) {
   return impl_->save_cache(root, descriptor, prefix, "");
 }
 
-Result<PromptCacheSaveResult> DistributedSession::save_prompt_cache_for_input(
-    const std::filesystem::path& root, const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
-    const std::string& prepared_input) {
+Result<PromptCacheSaveResult> DistributedSession::save_prompt_cache_for_input(const std::filesystem::path& root,
+                                                                              const PromptCacheDescriptor& descriptor,
+                                                                              std::span<const int> prefix,
+                                                                              const std::string& prepared_input) {
   if (Status ok = check_prepared_input_named(prepared_input); !ok) return ok.error();
   return impl_->save_cache(root, descriptor, prefix, prepared_input);
 }
 
-Status DistributedSession::load_prompt_cache(const std::filesystem::path& root,
-                                                         const PromptCacheDescriptor& expected,
-                                                         std::span<const int> prefix) {
+Status DistributedSession::load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
+                                             std::span<const int> prefix) {
   return impl_->load_cache(root, expected, prefix, "");
 }
 
 Status DistributedSession::load_prompt_cache_for_input(const std::filesystem::path& root,
-                                                                   const PromptCacheDescriptor& expected,
-                                                                   std::span<const int> prefix,
-                                                                   const std::string& prepared_input) {
+                                                       const PromptCacheDescriptor& expected,
+                                                       std::span<const int> prefix, const std::string& prepared_input) {
   if (Status ok = check_prepared_input_named(prepared_input); !ok) return ok;
   return impl_->load_cache(root, expected, prefix, prepared_input);
 }
@@ -342,7 +342,8 @@ Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
   // Every rank that answers takes the plan, even past one that does not.
   std::optional<Error> failure;
   for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
-    (*impl_->caller)->request(impl_->ranks[r], std::chrono::seconds(5), faults_atom::value, plan)
+    (*impl_->caller)
+        ->request(impl_->ranks[r], std::chrono::seconds(5), faults_atom::value, plan)
         .receive(
             [&](bool taken) {
               if (taken || failure) return;
@@ -362,11 +363,12 @@ Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
 Status DistributedSession::set_phase_timeout(int timeout_ms) {
   if (timeout_ms < 1) return Error(ErrorCode::contract, "the phase timeout must be positive");
   std::optional<Error> failure;
-  (*impl_->caller)->request(impl_->coordinator, std::chrono::seconds(5), deadline_atom::value, timeout_ms)
+  (*impl_->caller)
+      ->request(impl_->coordinator, std::chrono::seconds(5), deadline_atom::value, timeout_ms)
       .receive([](bool) {},
                [&](caf::error& e) {
-                 failure = Error(ErrorCode::mechanism, "the coordinator did not take the timeout: " +
-                                                           impl_->system->render(e));
+                 failure = Error(ErrorCode::mechanism,
+                                 "the coordinator did not take the timeout: " + impl_->system->render(e));
                });
   if (failure) return *failure;
   return {};
@@ -390,7 +392,8 @@ Result<std::vector<RankStateReport>> DistributedSession::rank_states() const {
   impl_->end_chain();
   std::optional<std::vector<RankStateReport>> reports;
   std::string failure;
-  (*impl_->caller)->request(impl_->coordinator, std::chrono::seconds(10), rank_state_atom::value)
+  (*impl_->caller)
+      ->request(impl_->coordinator, std::chrono::seconds(10), rank_state_atom::value)
       .receive([&](std::vector<RankStateReport>& r) { reports = std::move(r); },
                [&](caf::error& e) { failure = impl_->system->render(e); });
   if (!reports) return Error(ErrorCode::mechanism, "the coordinator did not answer: " + failure);
@@ -450,7 +453,8 @@ Result<DroppedMessageReport> DistributedSession::dropped_messages() const {
   std::string failure;
   auto ask = [&](const auto& actor) {
     DroppedMessages dropped;
-    (*impl_->caller)->request(actor, std::chrono::seconds(5), dropped_atom::value)
+    (*impl_->caller)
+        ->request(actor, std::chrono::seconds(5), dropped_atom::value)
         .receive([&](std::vector<std::uint64_t>& counts) { dropped = DroppedMessages::from_counts(counts); },
                  [&](caf::error& e) { failure = impl_->system->render(e); });
     return dropped;

@@ -21,19 +21,19 @@
 
 #include "actors/node_address.hpp"
 #include "messages/dropped_messages.hpp"
+#include "messages/protocol.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/fault/fault_plan.hpp"
+#include "runtime/model/backend.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/rank/observer.hpp"
 #include "runtime/rank/prompt_cache_descriptor.hpp"
 #include "runtime/rank/prompt_cache_recovery.hpp"
+#include "runtime/rank/prompt_input.hpp"
 #include "runtime/session/heal_report.hpp"
-#include "runtime/text/sampler.hpp"
-#include "runtime/model/backend.hpp"
-#include "messages/protocol.hpp"
-#include "runtime/rank/observer.hpp"
 #include "runtime/session/session.hpp"
 #include "runtime/session/step_options.hpp"
-#include "runtime/rank/prompt_input.hpp"
+#include "runtime/text/sampler.hpp"
 
 namespace accord {
 
@@ -147,8 +147,8 @@ class DistributedSession {
   // session naming the rank; reset() connects to its address
   // again. Observers stay in the caller's process, so remote steps take
   // none.
-  static Result<std::unique_ptr<DistributedSession>> connect(const std::vector<NodeAddress>& peers,
-                                                             const Model& model, const DistributedOptions& options);
+  static Result<std::unique_ptr<DistributedSession>> connect(const std::vector<NodeAddress>& peers, const Model& model,
+                                                             const DistributedOptions& options);
   ~DistributedSession();
 
   // One forward step as one transaction, as Session::step
@@ -210,17 +210,15 @@ class DistributedSession {
   // before any rank's state changes, and refuses a cache saved with
   // another number of ranks. As Session's calls of the same names.
   Result<PromptCacheSaveResult> save_prompt_cache(const std::filesystem::path& root,
-                                                              const PromptCacheDescriptor& descriptor,
-                                                              std::span<const int> prefix);
+                                                  const PromptCacheDescriptor& descriptor, std::span<const int> prefix);
   Result<PromptCacheSaveResult> save_prompt_cache_for_input(const std::filesystem::path& root,
-                                                                        const PromptCacheDescriptor& descriptor,
-                                                                        std::span<const int> prefix,
-                                                                        const std::string& prepared_input);
+                                                            const PromptCacheDescriptor& descriptor,
+                                                            std::span<const int> prefix,
+                                                            const std::string& prepared_input);
   Status load_prompt_cache(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
-                                       std::span<const int> prefix);
-  Status load_prompt_cache_for_input(const std::filesystem::path& root,
-                                                 const PromptCacheDescriptor& expected, std::span<const int> prefix,
-                                                 const std::string& prepared_input);
+                           std::span<const int> prefix);
+  Status load_prompt_cache_for_input(const std::filesystem::path& root, const PromptCacheDescriptor& expected,
+                                     std::span<const int> prefix, const std::string& prepared_input);
   // Heals a cache a killed save left on mixed generations
   // (runtime/rank/prompt_cache_recovery.hpp) when every rank runs in
   // this process and so shares its file system. Over remote nodes each

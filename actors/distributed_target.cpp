@@ -20,14 +20,14 @@ Result<std::span<const float>> DistributedTarget::decode(int token) { return kee
 
 Result<SampledToken> DistributedTarget::prefill_and_sample(std::span<const int> tokens, Sampler& sampler,
                                                            std::span<const int> stop_tokens) {
-  auto step = session_.step(
-      {.tokens = tokens, .sampler = &sampler, .stop_tokens = stop_tokens, .return_logits = false});
+  auto step =
+      session_.step({.tokens = tokens, .sampler = &sampler, .stop_tokens = stop_tokens, .return_logits = false});
   if (!step) return step.error();
   return step->sampled;
 }
 
-Result<SampledToken> DistributedTarget::decode_and_sample(int token, Sampler& sampler,
-                                                          std::span<const int> stop_tokens, NextDecode next) {
+Result<SampledToken> DistributedTarget::decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens,
+                                                          NextDecode next) {
   auto step = session_.step(
       {.tokens = {&token, 1}, .sampler = &sampler, .stop_tokens = stop_tokens, .return_logits = false, .next = next});
   if (!step) return step.error();

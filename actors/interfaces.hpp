@@ -37,13 +37,13 @@ struct RankTopology;
 
 // One rank (actors/rank_actors.hpp). The topology lists every rank's actor
 // in rank order.
-using RankActor = caf::typed_actor<
-    caf::reacts_to<PhaseBegin>, caf::reacts_to<PhaseDecision>, caf::reacts_to<RankInstructions>,
-    caf::reacts_to<RouteTransfer>, caf::reacts_to<SamplingResult>, caf::reacts_to<PredictionTargetHidden>,
-    caf::reacts_to<RankTopology>, caf::reacts_to<LentObserver>,
-    caf::replies_to<rank_state_atom>::with<RankStateReport>,
-    caf::replies_to<faults_atom, std::vector<Fault>>::with<bool>, caf::reacts_to<delayed_atom, Epoch>,
-    caf::replies_to<dropped_atom>::with<std::vector<std::uint64_t>>>;
+using RankActor =
+    caf::typed_actor<caf::reacts_to<PhaseBegin>, caf::reacts_to<PhaseDecision>, caf::reacts_to<RankInstructions>,
+                     caf::reacts_to<RouteTransfer>, caf::reacts_to<SamplingResult>,
+                     caf::reacts_to<PredictionTargetHidden>, caf::reacts_to<RankTopology>, caf::reacts_to<LentObserver>,
+                     caf::replies_to<rank_state_atom>::with<RankStateReport>,
+                     caf::replies_to<faults_atom, std::vector<Fault>>::with<bool>, caf::reacts_to<delayed_atom, Epoch>,
+                     caf::replies_to<dropped_atom>::with<std::vector<std::uint64_t>>>;
 
 // Every rank's actor, in rank order: what the coordinator and each rank
 // learn of the session's ranks, and again after a rank was restarted.
@@ -63,8 +63,7 @@ using CoordinatorActor = caf::typed_actor<
     caf::replies_to<TransactionRequest>::with<TransactionReply>, caf::reacts_to<PhaseStatus>,
     caf::reacts_to<AbortAcknowledgement>, caf::reacts_to<RankReports>, caf::reacts_to<StepOutput>,
     caf::reacts_to<SamplingResult>, caf::reacts_to<PredictionTargetHidden>, caf::reacts_to<RankCheckpointReport>,
-    caf::reacts_to<PromptCacheReport>,
-    caf::reacts_to<RankTopology>, caf::reacts_to<restart_atom, RankId, RankActor>,
+    caf::reacts_to<PromptCacheReport>, caf::reacts_to<RankTopology>, caf::reacts_to<restart_atom, RankId, RankActor>,
     caf::replies_to<dropped_atom>::with<std::vector<std::uint64_t>>,
     caf::replies_to<down_atom>::with<std::vector<RankId>>,
     caf::replies_to<rank_state_atom>::with<std::vector<RankStateReport>>, caf::reacts_to<tick_atom, std::uint64_t>,
@@ -74,9 +73,9 @@ using CoordinatorActor = caf::typed_actor<
 // the coordinator in, (refusal, the rank's actor) out; an assignment
 // without digests in, (refusal, its shard's tensor digests) out; a name for
 // its logs. The refusal's code is none when the node did as asked.
-using NodeActor = caf::typed_actor<
-    caf::replies_to<assign_atom, NodeAssignment, CoordinatorActor>::with<NodeRefusal, RankActor>,
-    caf::replies_to<shard_atom, NodeAssignment>::with<NodeRefusal, std::vector<std::string>>,
-    caf::reacts_to<name_atom, std::string>>;
+using NodeActor =
+    caf::typed_actor<caf::replies_to<assign_atom, NodeAssignment, CoordinatorActor>::with<NodeRefusal, RankActor>,
+                     caf::replies_to<shard_atom, NodeAssignment>::with<NodeRefusal, std::vector<std::string>>,
+                     caf::reacts_to<name_atom, std::string>>;
 
 }  // namespace accord

@@ -1,7 +1,7 @@
 #include "actors/node.hpp"
 
-#include <caf/all.hpp>
 #include <spdlog/spdlog.h>
+#include <caf/all.hpp>
 
 #include "actors/atoms.hpp"
 #include "actors/node_address.hpp"
@@ -120,10 +120,9 @@ Result<std::filesystem::path> model_file(const NodeState& s, const NodeAssignmen
 
 // How a refusal of a model that is not the session's begins.
 std::string another_model(const NodeState& s, const std::filesystem::path& file, const NodeAssignment& assignment) {
-  const std::string identity =
-      assignment.model_identity.empty() ? "" : " (identity " + assignment.model_identity + ")";
-  return s.options.name + " has another model named '" + printable(file.filename().string()) +
-         "' than the session's" + identity + ": ";
+  const std::string identity = assignment.model_identity.empty() ? "" : " (identity " + assignment.model_identity + ")";
+  return s.options.name + " has another model named '" + printable(file.filename().string()) + "' than the session's" +
+         identity + ": ";
 }
 
 // The rank's shard of the session's model: only the tensors of its units,
@@ -183,17 +182,17 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, std::shared_
   if (!partition) return partition.error();
   if (assignment.threads < 1) return Error(ErrorCode::contract, "each rank needs at least one thread");
   const int rank = static_cast<int>(assignment.rank);
-  const std::uint64_t budget = s.options.max_resident_bytes != 0 ? s.options.max_resident_bytes
-                                                                 : assignment.max_resident_bytes;
+  const std::uint64_t budget =
+      s.options.max_resident_bytes != 0 ? s.options.max_resident_bytes : assignment.max_resident_bytes;
   if (budget != 0) {
     auto plan = plan_residency(*model, partition->scope(rank), budget);
     if (!plan) return Error(plan.error().code(), s.options.name + ": " + plan.error().message());
   }
   const int threads = node_threads(s, assignment.threads);
-  return std::shared_ptr<RankWorker>(new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition,
-                                                    rank, assignment.model_identity,
-                                                    StageOptions{s.options.backend, budget}),
-                                     [model](RankWorker* worker) { delete worker; });
+  return std::shared_ptr<RankWorker>(
+      new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition, rank, assignment.model_identity,
+                     StageOptions{s.options.backend, budget}),
+      [model](RankWorker* worker) { delete worker; });
 }
 
 Status check_faults_allowed(const NodeState& s, const NodeAssignment& assignment) {
@@ -318,8 +317,8 @@ NodeActor::behavior_type front_actor(NodeActor::pointer self, NodeActor node) {
         self->request(node, caf::infinite, assign, std::move(assignment), std::move(coordinator)).then(answer, fail);
         return reply;
       },
-      [=](shard_atom shard, NodeAssignment& assignment)
-          -> caf::typed_response_promise<NodeRefusal, std::vector<std::string>> {
+      [=](shard_atom shard,
+          NodeAssignment& assignment) -> caf::typed_response_promise<NodeRefusal, std::vector<std::string>> {
         auto reply = self->make_response_promise<NodeRefusal, std::vector<std::string>>();
         auto answer = [=](NodeRefusal& refusal, std::vector<std::string>& digests) mutable {
           reply.deliver(std::move(refusal), std::move(digests));

@@ -29,7 +29,8 @@ Result<NodeAddress> parse_node_address(std::string_view text, bool allow_any_por
   const std::string_view host = text.substr(0, colon);
   const std::string_view port_text = text.substr(colon + 1);
   if (host.empty()) return bad_address(text, "no host");
-  if (host.find_first_of(" ,:/") != std::string_view::npos) return bad_address(text, "the host is not a name or an IPv4 address");
+  if (host.find_first_of(" ,:/") != std::string_view::npos)
+    return bad_address(text, "the host is not a name or an IPv4 address");
   unsigned port = 0;
   const auto [end, error] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
   if (port_text.empty() || error != std::errc() || end != port_text.data() + port_text.size() || port > 65535) {
@@ -59,8 +60,8 @@ Status check_distinct_nodes(const std::vector<NodeAddress>& nodes) {
       if (canonical(nodes[earlier]) != canonical(nodes[later])) continue;
       const std::string spelling = nodes[later] == nodes[earlier] ? "" : " (as " + nodes[later].to_string() + ")";
       return Error(ErrorCode::contract, "the node " + nodes[earlier].to_string() + " is named twice: rank " +
-                                            std::to_string(earlier) + " and rank " + std::to_string(later) +
-                                            spelling + "; each rank needs a node of its own");
+                                            std::to_string(earlier) + " and rank " + std::to_string(later) + spelling +
+                                            "; each rank needs a node of its own");
     }
   }
   return {};

@@ -1,11 +1,11 @@
 #include "actors/node_port.hpp"
 
+#include <spdlog/spdlog.h>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/io/basp_broker.hpp>
 #include <caf/io/network/default_multiplexer.hpp>
 #include <caf/io/network/scribe_impl.hpp>
-#include <spdlog/spdlog.h>
 
 namespace accord {
 

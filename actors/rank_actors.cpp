@@ -46,9 +46,7 @@ class ActorOutbox final : public RankOutbox {
     held_data_.clear();
   }
 
-  void hold_back(Epoch epoch) override {
-    self_->delayed_send(self_, fault_delay_, delayed_atom::value, epoch);
-  }
+  void hold_back(Epoch epoch) override { self_->delayed_send(self_, fault_delay_, delayed_atom::value, epoch); }
 
   // The coordinator's monitor sees the rank go down, after what the rank
   // reported before.
@@ -65,8 +63,8 @@ class ActorOutbox final : public RankOutbox {
   RankActor::pointer self_;
   CoordinatorActor coordinator_;
   std::chrono::milliseconds fault_delay_;
-  std::vector<RankActor> ranks_;  // every rank's actor, in rank order
-  std::vector<RankReport> held_;  // for the coordinator, in order
+  std::vector<RankActor> ranks_;                        // every rank's actor, in rank order
+  std::vector<RankReport> held_;                        // for the coordinator, in order
   std::vector<std::pair<RankId, PeerData>> held_data_;  // for ranks of this process, in order
 };
 
@@ -81,8 +79,8 @@ RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self,
   auto& s = self->state;
   // Past the deadline, with room for the abort's acknowledgement (whose
   // deadline is as long again) once the held-back work is done.
-  s.outbox = std::make_unique<ActorOutbox>(self, std::move(coordinator),
-                                           options.phase_timeout + options.phase_timeout / 2);
+  s.outbox =
+      std::make_unique<ActorOutbox>(self, std::move(coordinator), options.phase_timeout + options.phase_timeout / 2);
   s.participant = std::make_unique<RankParticipant>(std::move(worker), session, rank_count, options.faults, *s.outbox);
   if (options.confinement) s.participant->confine_prompt_caches(options.confinement->prompt_cache_folder);
   const bool takes_faults = !options.confinement || options.confinement->allow_faults;

@@ -37,8 +37,7 @@ class InProcessPlacement final : public RankPlacement {
  public:
   int rank_count(int requested) const override { return requested; }
 
-  Status check_here(const Model& model, const Partition& partition,
-                    const DistributedOptions& options) const override {
+  Status check_here(const Model& model, const Partition& partition, const DistributedOptions& options) const override {
     if (options.max_resident_bytes != 0) {
       for (int r = 0; r < partition.ranks(); ++r) {
         auto plan = plan_residency(model, partition.scope(r), options.max_resident_bytes);
@@ -61,8 +60,8 @@ class InProcessPlacement final : public RankPlacement {
 
   Status start_rank(SessionActors& session, int r, const RankOptions& options) override {
     const RankLayout& layout = *session.layout;
-    auto worker = std::make_shared<RankWorker>(*session.model, pool_, layout.partition, r, layout.identity,
-                                               options.stage);
+    auto worker =
+        std::make_shared<RankWorker>(*session.model, pool_, layout.partition, r, layout.identity, options.stage);
     session.ranks[static_cast<std::size_t>(r)] =
         spawn_rank(*session.system, std::move(worker), session.session_id,
                    static_cast<RankId>(layout.partition.ranks()), session.coordinator, options);
@@ -73,7 +72,8 @@ class InProcessPlacement final : public RankPlacement {
   std::vector<bool> exited_ranks(const SessionActors& session) const override {
     std::vector<bool> exited(session.ranks.size(), false);
     for (std::size_t r = 0; r < session.ranks.size(); ++r) {
-      (*session.caller)->request(session.ranks[r], std::chrono::seconds(5), dropped_atom::value)
+      (*session.caller)
+          ->request(session.ranks[r], std::chrono::seconds(5), dropped_atom::value)
           .receive([](std::vector<std::uint64_t>&) {}, [&](caf::error&) { exited[r] = true; });
     }
     return exited;
@@ -128,9 +128,13 @@ class NodePlacement final : public RankPlacement {
   // so the coordinator, which saw it go down, is asked.
   std::vector<bool> exited_ranks(const SessionActors& session) const override {
     std::vector<bool> exited(session.ranks.size(), false);
-    (*session.caller)->request(session.coordinator, std::chrono::seconds(5), down_atom::value)
-        .receive([&](std::vector<RankId>& down) { for (RankId r : down) exited.at(r) = true; },
-                 [](caf::error&) {});
+    (*session.caller)
+        ->request(session.coordinator, std::chrono::seconds(5), down_atom::value)
+        .receive(
+            [&](std::vector<RankId>& down) {
+              for (RankId r : down) exited.at(r) = true;
+            },
+            [](caf::error&) {});
     return exited;
   }
 
@@ -222,8 +226,9 @@ Status NodePlacement::identify_from_shards(SessionActors& session) {
     }
   }
   auto identity = combine_identity(config, digests);
-  if (!identity) return Error(ErrorCode::architecture, "the nodes' shards do not make the whole model: " +
-                                                           identity.error().message());
+  if (!identity)
+    return Error(ErrorCode::architecture,
+                 "the nodes' shards do not make the whole model: " + identity.error().message());
   session.layout->identity = std::move(*identity);
   session.layout->tensor_digests = std::move(digests);
   return {};
@@ -240,7 +245,8 @@ Status NodePlacement::ask_node(SessionActors& session, int r, NodeRefusalCode& r
   auto node = dial_node_actor(*session.system, address, secret_, kConnectTimeout);
   if (!node) return Error(ErrorCode::io, "cannot reach " + describe_node(address, r) + ": " + node.error().message());
   std::optional<Error> failure;
-  (*session.caller)->request(*node, kNodeSetupTimeout, std::forward<Request>(request)...)
+  (*session.caller)
+      ->request(*node, kNodeSetupTimeout, std::forward<Request>(request)...)
       .receive(
           [&](NodeRefusal& refusal, Reply& reply) {
             refused = refusal.code;
@@ -271,9 +277,8 @@ Status NodePlacement::assign_node(SessionActors& session, int r, const RankOptio
   for (;;) {
     NodeRefusalCode refused;
     Status assigned = ask_node<RankActor>(
-        session, r, refused,
-        [&](RankActor& rank) { session.ranks[static_cast<std::size_t>(r)] = std::move(rank); }, assign_atom::value,
-        assignment_for(session, r, options), session.coordinator);
+        session, r, refused, [&](RankActor& rank) { session.ranks[static_cast<std::size_t>(r)] = std::move(rank); },
+        assign_atom::value, assignment_for(session, r, options), session.coordinator);
     if (refused != NodeRefusalCode::rank_taken || std::chrono::steady_clock::now() > give_up) return assigned;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

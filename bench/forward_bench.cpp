@@ -16,21 +16,21 @@
 #include <system_error>
 #include <vector>
 
+#include "actors/distributed_session.hpp"
+#include "bench/model_store.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/model/kv_cache.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/transformer.hpp"
-#include "actors/distributed_session.hpp"
-#include "bench/model_store.hpp"
 #include "runtime/session/session.hpp"
 
 namespace {
 
-using accord::bench::Shape;
 using accord::bench::bench_shapes;
 using accord::bench::model_or_skip;
 using accord::bench::ModelStore;
+using accord::bench::Shape;
 
 // An arbitrary but fixed token id for position `pos`.
 int token_at(int pos, int vocab_size) { return (pos * 7919 + 1) % vocab_size; }

@@ -49,8 +49,10 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
 std::vector<std::byte> stored(WeightType type, const std::vector<float>& values) {
   std::vector<std::byte> bytes(accord::cpu::row_bytes(type, values.size()));
   switch (type) {
-    case WeightType::f32: bytes.assign(reinterpret_cast<const std::byte*>(values.data()),
-                                       reinterpret_cast<const std::byte*>(values.data() + values.size())); break;
+    case WeightType::f32:
+      bytes.assign(reinterpret_cast<const std::byte*>(values.data()),
+                   reinterpret_cast<const std::byte*>(values.data() + values.size()));
+      break;
     case WeightType::f16: accord::cpu::quantize_f16(bytes.data(), values.data(), values.size()); break;
     case WeightType::q8_0: accord::cpu::quantize_q8_0(bytes.data(), values.data(), values.size()); break;
     case WeightType::q4_0: accord::cpu::quantize_q4_0(bytes.data(), values.data(), values.size()); break;

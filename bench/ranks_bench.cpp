@@ -80,7 +80,7 @@ struct Side {
   GenerationTarget* target;
   Sampler sampler{SamplerOptions{0.0f, 1.0f, 0}};
   int token = 0;
-  std::vector<int> picked;  // every token it sampled, in order
+  std::vector<int> picked;        // every token it sampled, in order
   std::uint64_t allocations = 0;  // C++ heap allocations in its blocks, from any thread
 };
 
@@ -119,8 +119,8 @@ double median(std::vector<double> values) {
 struct Comparison {
   double plain_seconds = 0;
   double ranks_seconds = 0;
-  std::vector<double> ratios;  // per pair of blocks: plain time / ranks time
-  DistributedStats timed;      // the ranks' figures over the timed blocks
+  std::vector<double> ratios;    // per pair of blocks: plain time / ranks time
+  DistributedStats timed;        // the ranks' figures over the timed blocks
   double plain_allocations = 0;  // a token, over the timed blocks
   double ranks_allocations = 0;
 };
@@ -186,9 +186,10 @@ int main(int argc, char** argv) {
 
   std::printf("threads: %d; %d blocks of %d tokens a side, taking turns\n\n", options.threads, options.blocks,
               options.block_tokens);
-  std::printf("| shape | run | plain tok/s | ranks tok/s | vs plain, median of blocks (range) | vs plain, all blocks "
-              "| protocol us/token | protocol share | allocations a token, plain / ranks |\n"
-              "|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| shape | run | plain tok/s | ranks tok/s | vs plain, median of blocks (range) | vs plain, all blocks "
+      "| protocol us/token | protocol share | allocations a token, plain / ranks |\n"
+      "|---|---|---|---|---|---|---|---|---|\n");
   for (int ranks : options.ranks) {
     DistributedOptions distributed;
     distributed.ranks = ranks;

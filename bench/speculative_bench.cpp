@@ -24,10 +24,10 @@
 #include <string_view>
 
 #include "actors/distributed_session.hpp"
+#include "bench/model_store.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/drafter.hpp"
 #include "runtime/generate/generator.hpp"
-#include "bench/model_store.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/text/synthetic_tokenizer.hpp"
 #include "runtime/text/tokenizer.hpp"

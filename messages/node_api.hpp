@@ -24,10 +24,10 @@ struct NodeAssignment {
   // coordinator asks for the shard's digests (shard_atom).
   std::string model_identity;
   std::vector<std::string> tensor_digests;
-  std::int32_t threads = 1;               // the rank's compute threads
-  std::int32_t phase_timeout_ms = 5000;   // as DistributedOptions::phase_timeout_ms
-  std::vector<Fault> faults;              // the session's fault plan; the rank keeps its own entries
-  std::uint64_t max_resident_bytes = 0;   // as DistributedOptions's; a node's own --max-resident-bytes wins
+  std::int32_t threads = 1;              // the rank's compute threads
+  std::int32_t phase_timeout_ms = 5000;  // as DistributedOptions::phase_timeout_ms
+  std::vector<Fault> faults;             // the session's fault plan; the rank keeps its own entries
+  std::uint64_t max_resident_bytes = 0;  // as DistributedOptions's; a node's own --max-resident-bytes wins
   // Every rank's node as the coordinator reaches it (HOST:PORT), rank
   // order. The node connects to the nodes of the ranks after its own, so
   // that activations, samples and captures go node to node rather than

@@ -197,8 +197,8 @@ typename Inspector::result_type inspect(Inspector& f, PhaseDecision& x) {
 
 // "poison at Execution of epoch 7: rank 1 is down".
 inline std::string describe(const PhaseDecision& decision) {
-  std::string text = to_string(decision.decision) + " at " + to_string(decision.phase) + " of epoch " +
-                     std::to_string(decision.epoch);
+  std::string text =
+      to_string(decision.decision) + " at " + to_string(decision.phase) + " of epoch " + std::to_string(decision.epoch);
   if (decision.cause.kind != CauseKind::none) text += ": " + describe(decision.cause);
   return text;
 }
@@ -364,7 +364,7 @@ struct RankStateReport {
   std::uint64_t state_epoch = 0;
   std::uint64_t kv_bytes_used = 0;
   std::uint64_t kv_bytes_capacity = 0;
-  std::int32_t high_water = 0;           // the highest row ever written, plus one
+  std::int32_t high_water = 0;              // the highest row ever written, plus one
   std::uint64_t kv_materialized_bytes = 0;  // of the rows ever written
   double compute_seconds = 0;               // in the rank's units and head so far
   WeightShare weights;                      // what the rank holds of the model's weights
@@ -399,8 +399,8 @@ typename Inspector::result_type inspect(Inspector& f, PromptCacheReport& x) {
 using RankInstruction = std::variant<PhaseBegin, PhaseDecision>;
 // What a rank sends the coordinator: its statuses and acknowledgements, and
 // what goes beside them.
-using RankReport = std::variant<PhaseStatus, AbortAcknowledgement, StepOutput, SamplingResult,
-                                PredictionTargetHidden, RankCheckpointReport, PromptCacheReport>;
+using RankReport = std::variant<PhaseStatus, AbortAcknowledgement, StepOutput, SamplingResult, PredictionTargetHidden,
+                                RankCheckpointReport, PromptCacheReport>;
 
 // Several instructions for one rank, or several reports of one rank, that
 // were ready at once, sent as one message and taken in order. A batch is

@@ -141,20 +141,20 @@ enum class TransactionOutcome : std::uint8_t {
 struct TransactionReply {
   TransactionOutcome outcome = TransactionOutcome::committed;
   Epoch epoch = 0;
-  std::string phase;        // where it failed
+  std::string phase;  // where it failed
   FailureCode error_code = FailureCode::mechanism;
-  std::string message;      // why, when not committed
+  std::string message;  // why, when not committed
   // When poisoned (now or by an earlier transaction): the poison's cause
   // and the rank it names (kNoRank: none), its phase and epoch.
   std::string poison_cause;
   RankId poison_rank = kNoRank;
   std::string poison_phase;
   Epoch poison_epoch = 0;
-  WireTensor logits;        // forward_step: (rows, vocab)
+  WireTensor logits;                              // forward_step: (rows, vocab)
   std::vector<RankCheckpointReport> checkpoints;  // checkpoint: one per rank
-  std::uint64_t phases_run = 0;  // phase rounds of this transaction
-  SamplingResult sampled;        // forward_step with sample: the output owner's pick
-  PredictionTargetHidden prediction_target;  // with capture_prediction_target: capture and verdict
+  std::uint64_t phases_run = 0;                   // phase rounds of this transaction
+  SamplingResult sampled;                         // forward_step with sample: the output owner's pick
+  PredictionTargetHidden prediction_target;       // with capture_prediction_target: capture and verdict
 
   bool operator==(const TransactionReply&) const = default;
 };

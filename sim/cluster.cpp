@@ -29,9 +29,9 @@ struct Cluster::Rank {
 
   Outbox outbox;
   std::unique_ptr<RankParticipant> participant;
-  bool crashed = false;                    // the process died (an exit fault, or a crash)
-  bool cut = false;                        // a link broke: nothing reaches it or leaves it
-  std::optional<std::uint64_t> notice_at;  // when the coordinator sees it gone
+  bool crashed = false;                                 // the process died (an exit fault, or a crash)
+  bool cut = false;                                     // a link broke: nothing reaches it or leaves it
+  std::optional<std::uint64_t> notice_at;               // when the coordinator sees it gone
   std::optional<std::pair<std::uint64_t, Epoch>> held;  // a delay fault's work: due tick, epoch
 };
 
@@ -55,15 +55,16 @@ Cluster::Cluster(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, int 
       driver_(kSession, static_cast<RankId>(ranks)) {
   // Every rank first: make_participant tells each participant the rank count, ranks().
   for (int r = 0; r < ranks; ++r) ranks_.push_back(std::make_unique<Rank>(*this, static_cast<RankId>(r)));
-  for (int r = 0; r < ranks; ++r) ranks_[static_cast<std::size_t>(r)]->participant = make_participant(*ranks_[r], r, faults);
+  for (int r = 0; r < ranks; ++r)
+    ranks_[static_cast<std::size_t>(r)]->participant = make_participant(*ranks_[r], r, faults);
 }
 
 Cluster::~Cluster() = default;
 
 std::unique_ptr<RankParticipant> Cluster::make_participant(Rank& rank, int r, const std::vector<Fault>& faults) {
   auto worker = std::make_shared<RankWorker>(model_, pool_, partition_, r, model_identity_);
-  return std::make_unique<RankParticipant>(std::move(worker), kSession, static_cast<RankId>(ranks()), faults, rank.outbox,
-                                    disk_);
+  return std::make_unique<RankParticipant>(std::move(worker), kSession, static_cast<RankId>(ranks()), faults,
+                                           rank.outbox, disk_);
 }
 
 namespace {
@@ -216,7 +217,9 @@ bool Cluster::any_rank_lost() const {
   return false;
 }
 
-const RankParticipant& Cluster::participant(int r) const { return *ranks_.at(static_cast<std::size_t>(r))->participant; }
+const RankParticipant& Cluster::participant(int r) const {
+  return *ranks_.at(static_cast<std::size_t>(r))->participant;
+}
 
 bool Cluster::live(int r) const {
   const Rank& rank = *ranks_.at(static_cast<std::size_t>(r));

@@ -30,15 +30,15 @@ namespace accord::sim {
 
 // How hostile a run's network and ranks are; drawn from the seed.
 struct Weather {
-  double tick_chance = 0;       // time passes before a delivery, though one is ready
-  double delay_chance = 0;      // a message waits some ticks before it can arrive
+  double tick_chance = 0;   // time passes before a delivery, though one is ready
+  double delay_chance = 0;  // a message waits some ticks before it can arrive
   int max_delay_ticks = 0;
-  double duplicate_chance = 0;  // a message arrives twice, one after the other
-  double loss_chance = 0;       // a message is lost and its link breaks
-  double crash_chance = 0;      // a rank's process dies before a delivery
-  double power_loss_chance = 0; // every rank dies and the disk loses what was not synced
-  double disk_fault_chance = 0; // a file operation fails
-  int detect_ticks = 1;         // until the coordinator sees a lost rank
+  double duplicate_chance = 0;   // a message arrives twice, one after the other
+  double loss_chance = 0;        // a message is lost and its link breaks
+  double crash_chance = 0;       // a rank's process dies before a delivery
+  double power_loss_chance = 0;  // every rank dies and the disk loses what was not synced
+  double disk_fault_chance = 0;  // a file operation fails
+  int detect_ticks = 1;          // until the coordinator sees a lost rank
 };
 
 class Cluster {

@@ -6,10 +6,10 @@
 //
 // The last line states the seeds run and the violations found; the exit
 // code is 1 on any violation, 2 on a usage error.
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
@@ -81,11 +81,12 @@ int main(int argc, char** argv) {
     power_losses += report.power_losses;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("accord-sim: %llu seeds (%llu..%llu), %llu operations (%llu committed), %llu ranks lost, "
-              "%llu power losses, %.1f s: %llu violations\n",
-              static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(from),
-              static_cast<unsigned long long>(from + seeds - 1), static_cast<unsigned long long>(operations),
-              static_cast<unsigned long long>(committed), static_cast<unsigned long long>(crashes),
-              static_cast<unsigned long long>(power_losses), seconds, static_cast<unsigned long long>(violations));
+  std::printf(
+      "accord-sim: %llu seeds (%llu..%llu), %llu operations (%llu committed), %llu ranks lost, "
+      "%llu power losses, %.1f s: %llu violations\n",
+      static_cast<unsigned long long>(seeds), static_cast<unsigned long long>(from),
+      static_cast<unsigned long long>(from + seeds - 1), static_cast<unsigned long long>(operations),
+      static_cast<unsigned long long>(committed), static_cast<unsigned long long>(crashes),
+      static_cast<unsigned long long>(power_losses), seconds, static_cast<unsigned long long>(violations));
   return violations == 0 ? 0 : 1;
 }

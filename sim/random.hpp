@@ -21,9 +21,7 @@ class Random {
   // Uniform in [0, n); n > 0.
   std::uint64_t below(std::uint64_t n) { return next() % n; }
   // Uniform in [low, high].
-  int between(int low, int high) {
-    return low + static_cast<int>(below(static_cast<std::uint64_t>(high - low) + 1));
-  }
+  int between(int low, int high) { return low + static_cast<int>(below(static_cast<std::uint64_t>(high - low) + 1)); }
   // True with probability p.
   bool chance(double p) { return static_cast<double>(next() >> 11) * 0x1.0p-53 < p; }
 

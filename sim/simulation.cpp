@@ -183,9 +183,7 @@ class Run {
   std::pair<TransactionRequest, TransactionRequest> requests(Operation op) {
     TransactionRequest request;
     switch (op) {
-      case Operation::prefill:
-        request = step_request(tokens(random_.between(1, 8)), random_.chance(0.3));
-        break;
+      case Operation::prefill: request = step_request(tokens(random_.between(1, 8)), random_.chance(0.3)); break;
       case Operation::decode: {
         // Now and then the step the last one chained; the reference, one
         // rank, runs each step as asked.
@@ -208,18 +206,14 @@ class Run {
         request = step_request(tokens(draft + 1), true, draft);
         break;
       }
-      case Operation::checkpoint:
-        request = {CheckpointRequest{}};
-        break;
+      case Operation::checkpoint: request = {CheckpointRequest{}}; break;
       case Operation::rollback: {
         const Checkpoint& cp = checkpoints_[random_.below(checkpoints_.size())];
         return {rollback_request(cp.cluster.position, cp.cluster.state_epoch, cp.cluster.reset_epoch),
                 rollback_request(cp.reference.position, cp.reference.state_epoch, cp.reference.reset_epoch)};
       }
       case Operation::reset:
-      case Operation::recover:
-        request = {ResetRequest{}};
-        break;
+      case Operation::recover: request = {ResetRequest{}}; break;
       case Operation::save: {
         const auto tokens = reference_.worker(0).state().tokens();
         request = cache_request(TransactionKind::prompt_cache_save, kCacheRoot, kCacheDescriptor,
@@ -363,8 +357,8 @@ class Run {
   void check_committed(Operation op, const TransactionReply& reply, const TransactionRequest& reference_request) {
     const TransactionReply expected = reference_.run(reference_request);
     if (expected.outcome != TransactionOutcome::committed) {
-      return violation("committed on " + std::to_string(cluster_.ranks()) + " ranks, but " +
-                       name_of(expected.outcome) + " on one: " + expected.message);
+      return violation("committed on " + std::to_string(cluster_.ranks()) + " ranks, but " + name_of(expected.outcome) +
+                       " on one: " + expected.message);
     }
     if (!same_floats(reply.logits.data, expected.logits.data)) violation("logits differ from one rank's");
     if (reply.sampled.token != expected.sampled.token) violation("the sampled token differs from one rank's");
@@ -402,8 +396,8 @@ class Run {
       if (!cluster_.live(r)) continue;
       const RankStateReport state = cluster_.participant(r).state_report();
       if (state.position != position()) {
-        violation("rank " + std::to_string(r) + " is at position " + std::to_string(state.position) +
-                  ", one rank at " + std::to_string(position()));
+        violation("rank " + std::to_string(r) + " is at position " + std::to_string(state.position) + ", one rank at " +
+                  std::to_string(position()));
       }
       const auto& held = cluster_.participant(r).worker().state().tokens();
       if (!std::equal(tokens.begin(), tokens.begin() + position(), held.begin())) {
@@ -417,7 +411,8 @@ class Run {
   std::vector<std::optional<std::string>> digests() const {
     std::vector<std::optional<std::string>> out;
     for (int r = 0; r < cluster_.ranks(); ++r) {
-      out.push_back(cluster_.live(r) ? std::optional(whole_state(cluster_.participant(r).worker().state())) : std::nullopt);
+      out.push_back(cluster_.live(r) ? std::optional(whole_state(cluster_.participant(r).worker().state()))
+                                     : std::nullopt);
     }
     return out;
   }
@@ -447,7 +442,7 @@ class Run {
   std::vector<Checkpoint> checkpoints_;
   std::optional<std::vector<int>> saved_prefix_;  // of the last committed save, while known
   std::optional<TransactionRequest> chained_;     // the step the last one chained, begun and held
-  bool cache_repaired_ = true;  // false from a poisoned save to the next recovery
+  bool cache_repaired_ = true;                    // false from a poisoned save to the next recovery
   int operation_ = 0;
   SeedReport report_;
 };

@@ -18,7 +18,7 @@ struct SeedReport {
   std::vector<std::string> violations;  // empty: every invariant held
   int operations = 0;
   int committed = 0;
-  int aborted = 0;   // and refused
+  int aborted = 0;  // and refused
   int poisoned = 0;
   std::uint64_t crashes = 0;
   std::uint64_t cuts = 0;

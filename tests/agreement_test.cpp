@@ -78,8 +78,12 @@ PhaseDecision decision(Decision kind, DecisionCause cause = {}, Epoch epoch = 1,
   return {kSession, epoch, phase, kind, std::move(cause)};
 }
 
-DecisionCause rank_error(RankId rank) { return {CauseKind::rank_error, rank, FailureCode::mechanism, failure_text(rank)}; }
-DecisionCause restore_failed(RankId rank) { return {CauseKind::restore_failed, rank, FailureCode::state, failure_text(rank)}; }
+DecisionCause rank_error(RankId rank) {
+  return {CauseKind::rank_error, rank, FailureCode::mechanism, failure_text(rank)};
+}
+DecisionCause restore_failed(RankId rank) {
+  return {CauseKind::restore_failed, rank, FailureCode::state, failure_text(rank)};
+}
 // A cause that carries no words from the rank: a timeout or a rank down.
 DecisionCause cause_of(CauseKind kind, RankId rank) { return {kind, rank, FailureCode::mechanism, {}}; }
 
@@ -97,8 +101,7 @@ void expect_begins(const CoordinatorReady& ready, RankId ranks, Epoch epoch, Pha
   ASSERT_EQ(ready.messages.size(), ranks);
   for (RankId rank = 0; rank < ranks; ++rank) {
     EXPECT_EQ(ready.messages[rank].to, rank);
-    EXPECT_EQ(ready.messages[rank].message,
-              (RankInstruction{PhaseBegin{kSession, epoch, phase, {}, {}}}));
+    EXPECT_EQ(ready.messages[rank].message, (RankInstruction{PhaseBegin{kSession, epoch, phase, {}, {}}}));
   }
   EXPECT_TRUE(ready.settled.empty());
 }
@@ -127,7 +130,7 @@ std::string case_name(RankId ranks, const std::vector<T>& answers, const std::ve
 
 struct ExpectedOutcome {
   PhaseDecision decision;
-  std::uint64_t late = 0;          // answers after the decision
+  std::uint64_t late = 0;           // answers after the decision
   bool needs_the_deadline = false;  // decided by tick(), not by an answer
 };
 
@@ -313,13 +316,13 @@ TEST(CoordinatorAgreementTest, ForeignStaleFutureDuplicateAndLateRepliesAreDropp
   PhaseStatus foreign = status(0, true, 5);
   foreign.session = kSession + 1;
   coordinator.step(foreign);
-  coordinator.step(status(2, true, 5));                       // no rank 2 in this topology
-  coordinator.step(status(0, true, 4));                       // stale
-  coordinator.step(status(0, false, 6));                      // future (an error would abort)
+  coordinator.step(status(2, true, 5));   // no rank 2 in this topology
+  coordinator.step(status(0, true, 4));   // stale
+  coordinator.step(status(0, false, 6));  // future (an error would abort)
   coordinator.step(status(0, true, 5));
-  coordinator.step(status(0, false, 5));                      // a second answer
-  coordinator.step(status(1, true, 5, phase_id(Commit)));     // another phase
-  coordinator.step(acknowledgement(1, true, 5));              // nothing was aborted
+  coordinator.step(status(0, false, 5));                   // a second answer
+  coordinator.step(status(1, true, 5, phase_id(Commit)));  // another phase
+  coordinator.step(acknowledgement(1, true, 5));           // nothing was aborted
   EXPECT_TRUE(coordinator.take_ready().messages.empty()) << "a dropped reply decided";
 
   coordinator.step(status(1, true, 5));
@@ -347,7 +350,7 @@ TEST(CoordinatorAgreementTest, DuplicateAcknowledgementsAndAcknowledgementsAfter
   coordinator.step(acknowledgement(0, true));
   coordinator.step(acknowledgement(0, false));  // duplicate: must not poison
   coordinator.step(acknowledgement(1, true));
-  coordinator.step(acknowledgement(1, true));   // after the abort settled
+  coordinator.step(acknowledgement(1, true));  // after the abort settled
   EXPECT_FALSE(coordinator.poisoned());
   EXPECT_EQ(coordinator.take_ready().settled.back(), decision(Decision::abort, rank_error(1)));
   EXPECT_EQ(coordinator.dropped().of(DropReason::duplicate), 1u);
@@ -380,11 +383,13 @@ TEST(CoordinatorAgreementTest, ARankGoingDownPoisonsInEveryStageAndOnlyReachable
     std::function<void(CoordinatorAgreement&)> reach;
   };
   const std::vector<Stage> stages = {
-      {"idle between phases", [](CoordinatorAgreement& c) {
+      {"idle between phases",
+       [](CoordinatorAgreement& c) {
          for (RankId rank = 0; rank < 3; ++rank) c.step(status(rank, true));
        }},
       {"collecting statuses", [](CoordinatorAgreement& c) { c.step(status(0, true)); }},
-      {"collecting acknowledgements", [](CoordinatorAgreement& c) {
+      {"collecting acknowledgements",
+       [](CoordinatorAgreement& c) {
          c.step(status(0, false));
          c.step(acknowledgement(1, true));
        }},
@@ -512,8 +517,7 @@ CoordinatorAgreement begun_round() {
   const CoordinatorReady ready = coordinator.take_ready();
   EXPECT_EQ(ready.messages.size(), 2u);
   for (const auto& message : ready.messages) {
-    EXPECT_EQ(message.message, (RankInstruction{
-                                   PhaseBegin{kSession, 1, kExecution, kArguments, kRiders}}));
+    EXPECT_EQ(message.message, (RankInstruction{PhaseBegin{kSession, 1, kExecution, kArguments, kRiders}}));
   }
   return coordinator;
 }
@@ -860,23 +864,23 @@ TEST_F(RankAgreementTest, StaleFutureForeignDuplicateLateAndOutOfOrderMessagesAr
   PhaseBegin foreign = begin(6);
   foreign.session = kSession + 1;
   rank_.step(foreign);
-  rank_.step(begin(4));                               // stale
-  rank_.step(begin(5));                               // duplicate
-  rank_.step(begin(5, phase_id(Commit)));             // out of order: Execution still runs
-  rank_.step(decide(Decision::proceed, 5));           // out of order: no status sent yet
-  rank_.step(decide(Decision::commit, 6));            // future
-  rank_.step(decide(Decision::abort, 4));             // stale
+  rank_.step(begin(4));                                        // stale
+  rank_.step(begin(5));                                        // duplicate
+  rank_.step(begin(5, phase_id(Commit)));                      // out of order: Execution still runs
+  rank_.step(decide(Decision::proceed, 5));                    // out of order: no status sent yet
+  rank_.step(decide(Decision::commit, 6));                     // future
+  rank_.step(decide(Decision::abort, 4));                      // stale
   rank_.step(decide(Decision::proceed, 5, phase_id(Commit)));  // late: another phase
   PhaseDecision malformed = decide(Decision::proceed, 5);
   malformed.decision = static_cast<Decision>(9);
   rank_.step(malformed);
-  rank_.phase_done(5, phase_id(Commit));              // late: not the running phase
+  rank_.phase_done(5, phase_id(Commit));  // late: not the running phase
   EXPECT_TRUE(ready().actions.empty() && ready().messages.empty());
 
   rank_.phase_done(5, kExecution);
   rank_.step(decide(Decision::proceed, 5));
-  rank_.step(decide(Decision::proceed, 5));           // duplicate
-  rank_.restored(5);                                  // late: nothing to restore
+  rank_.step(decide(Decision::proceed, 5));  // duplicate
+  rank_.restored(5);                         // late: nothing to restore
 
   const DroppedMessages& dropped = rank_.dropped();
   EXPECT_EQ(dropped.of(DropReason::other_session), 1u);
@@ -908,7 +912,8 @@ TEST_F(RankAgreementTest, APoisonedRankRefusesWorkUntilAResetCommits) {
   rank_.step(decide(Decision::abort, 2));
   out = ready();
   EXPECT_TRUE(out.actions.empty());
-  EXPECT_EQ(out.messages, (std::vector<RankMessage>{AbortAcknowledgement{kSession, 2, 1, false, "rank 1 is poisoned"}}));
+  EXPECT_EQ(out.messages,
+            (std::vector<RankMessage>{AbortAcknowledgement{kSession, 2, 1, false, "rank 1 is poisoned"}}));
 
   const PhaseId reset = phase_id(SessionResetPreparation);
   rank_.step(begin(3, reset));

@@ -35,8 +35,10 @@ TEST(Assert, ATrueConditionPassesAndIsEvaluatedOnce) {
   ACCORD_ASSERT(++evaluated == 1, "the condition is evaluated once");
   EXPECT_EQ(evaluated, 1);
   // A statement of its own: it takes no braces after an if.
-  if (evaluated > 0) ACCORD_ASSERT(evaluated == 1, "still once");
-  else ACCORD_ASSERT(false, "not reached");
+  if (evaluated > 0)
+    ACCORD_ASSERT(evaluated == 1, "still once");
+  else
+    ACCORD_ASSERT(false, "not reached");
   EXPECT_EQ(evaluated, 1);
 }
 

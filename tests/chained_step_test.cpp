@@ -30,7 +30,8 @@ TransactionRequest sampled_decode(int token, std::uint64_t rng_state, bool chain
 // owner sampled `token` (a stop token when `stop`).
 void run_on_ranks(TransactionDriver& driver, const TransactionRequest& request, Epoch epoch, int token = 0,
                   std::uint64_t rng_state = 0, bool stop = false) {
-  if (std::get<ForwardStepRequest>(request.operation).sampling) driver.collect(SamplingResult{kSession, epoch, token, stop, rng_state});
+  if (std::get<ForwardStepRequest>(request.operation).sampling)
+    driver.collect(SamplingResult{kSession, epoch, token, stop, rng_state});
   for (const PhaseId& phase : phases_of(request, kRanks)) {
     for (RankId rank = 0; rank < kRanks; ++rank) driver.step(PhaseStatus{kSession, epoch, phase, rank, true, {}, {}});
   }

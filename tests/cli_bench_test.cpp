@@ -29,8 +29,9 @@ class TmpdirInEnvironment {
 
 // A quick synthetic run: the 15M shape in Q8_0, short tests, one thread.
 std::vector<std::string> quick_bench(std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"bench", "--shape", "15m", "--precision", "q8_0", "--repetitions", "1",
-                                   "--threads", "1", "--decode-tokens", "8", "--prefill-tokens", "16"};
+  std::vector<std::string> args = {"bench", "--shape",   "15m", "--precision",     "q8_0", "--repetitions",
+                                   "1",     "--threads", "1",   "--decode-tokens", "8",    "--prefill-tokens",
+                                   "16"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

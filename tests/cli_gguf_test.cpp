@@ -55,7 +55,8 @@ TEST(CliGguf, InspectPrintsConfigurationTensorsAndIdentity) {
   }
   const auto bin = run_accord({"inspect", test::stories_model()});
   ASSERT_EQ(bin.exit_code, 0) << bin.output;
-  for (const char* fragment : {"llama2c-legacy", "seq_len      512", "13 tensors", "5 x 64 x 64", "freq_cis_real", "identity"}) {
+  for (const char* fragment :
+       {"llama2c-legacy", "seq_len      512", "13 tensors", "5 x 64 x 64", "freq_cis_real", "identity"}) {
     EXPECT_NE(bin.output.find(fragment), std::string::npos) << fragment << " in\n" << bin.output;
   }
   const auto bad = run_accord({"inspect", "/nonexistent/model.gguf"});
@@ -84,8 +85,8 @@ TEST(CliGguf, ConvertRefusesBadRequests) {
   test::TempDir dir;
   auto result = run_accord({"convert", "--in", stories_gguf(), "--out", dir.file("x.gguf"), "--type", "q5_k"});
   EXPECT_EQ(result.exit_code, 2) << result.output;
-  result = run_accord({"convert", "--in", stories_gguf(), "--out", dir.file("x.gguf"), "--tokenizer",
-                       test::stories_tokenizer()});
+  result = run_accord(
+      {"convert", "--in", stories_gguf(), "--out", dir.file("x.gguf"), "--tokenizer", test::stories_tokenizer()});
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_NE(result.output.find("keeps its own vocabulary"), std::string::npos) << result.output;
   test::write_bytes(dir.file("alone.bin"), test::read_bytes(test::stories_model()));

@@ -13,9 +13,9 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
-#include <nlohmann/json.hpp>
 
 #include "tests/support.hpp"
 
@@ -29,9 +29,10 @@ constexpr char kPrompt[] = "Once upon a time there";
 
 std::vector<std::string> cached_run(const fs::path& cache, std::vector<std::string> extra = {},
                                     const std::string& prompt = kPrompt) {
-  std::vector<std::string> args = {"generate",  "--model",  test::stories_model(), "--tokenizer",
-                                   test::stories_tokenizer(), "--prompt", prompt, "--temperature", "0",
-                                   "--max-tokens", "12", "--json", "--prompt-cache", cache.string()};
+  std::vector<std::string> args = {
+      "generate", "--model", test::stories_model(), "--tokenizer", test::stories_tokenizer(),
+      "--prompt", prompt,    "--temperature",       "0",           "--max-tokens",
+      "12",       "--json",  "--prompt-cache",      cache.string()};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

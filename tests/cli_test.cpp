@@ -2,12 +2,12 @@
 // fields, help, and a clear non-zero exit for every kind of bad input.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sys/stat.h>
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/reference.hpp"
@@ -82,7 +82,8 @@ TEST(Cli, StreamsTheSameText) {
 }
 
 TEST(Cli, EveryCommandHasHelp) {
-  for (const auto& args : std::vector<std::vector<std::string>>{{"--help"}, {"generate", "--help"}, {"synth", "--help"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"--help"}, {"generate", "--help"}, {"synth", "--help"}}) {
     const auto result = run_accord(args);
     EXPECT_EQ(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find("Usage"), std::string::npos) << result.output;
@@ -97,8 +98,8 @@ TEST(Cli, SynthesisedModelGeneratesWithItsTokenizer) {
   const auto synth = run_accord({"synth", "--dim", "64", "--hidden", "96", "--layers", "2", "--heads", "4",
                                  "--kv-heads", "2", "--vocab", "320", "--seq", "64", "--seed", "3", "--out", model});
   ASSERT_EQ(synth.exit_code, 0) << synth.output;
-  const auto result = run_accord({"generate", "--model", model, "--prompt", "hello", "--max-tokens", "5",
-                                  "--temperature", "0", "--json"});
+  const auto result = run_accord(
+      {"generate", "--model", model, "--prompt", "hello", "--max-tokens", "5", "--temperature", "0", "--json"});
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const auto json = nlohmann::json::parse(result.output);
   EXPECT_LE(json.at("generated_tokens").size(), 5u);
@@ -161,8 +162,9 @@ TEST(Cli, RefusesAFileThatIsNeitherGgufNorLlama2c) {
   std::memcpy(bytes.data(), "FUGG", 4);
   test::write_bytes(dir.file("x.gguf"), bytes);
   expect_failure({"generate", "--model", dir.file("x.gguf")}, 1,
-                 dir.file("x.gguf") + ": not a GGUF file (it starts with \"FUGG\", not \"GGUF\") nor a llama2.c "
-                                      "checkpoint");
+                 dir.file("x.gguf") +
+                     ": not a GGUF file (it starts with \"FUGG\", not \"GGUF\") nor a llama2.c "
+                     "checkpoint");
 }
 
 TEST(Cli, RefusesBadOptions) {
@@ -194,8 +196,9 @@ TEST(Cli, RefusesBadOptionsBeforeOpeningTheModel) {
       {{"--retries", "-5"}, "--retries: Value -5 not in range 0 to 2147483647"},
       {{"--max-resident-bytes", "-1"},
        "--max-resident-bytes: expected a whole number from 0 to 18446744073709551615, got '-1'"},
-      {{"--speculative", "lookup"}, "--speculative: drafts are verified greedily: it needs --temperature 0, got "
-                                    "the default 1"},
+      {{"--speculative", "lookup"},
+       "--speculative: drafts are verified greedily: it needs --temperature 0, got "
+       "the default 1"},
       {{"--speculative", "lookup", "--temperature", "0.5"},
        "--speculative: drafts are verified greedily: it needs --temperature 0, got 0.5"},
   };
@@ -204,7 +207,8 @@ TEST(Cli, RefusesBadOptionsBeforeOpeningTheModel) {
     const auto result = run_accord(generate_args(dir.file("absent.bin"), test::stories_tokenizer(), options));
     EXPECT_EQ(result.exit_code, 2) << result.output;
     EXPECT_NE(result.output.find("accord: error: " + message + "\n"), std::string::npos)
-        << "expected '" << message << "' in:\n" << result.output;
+        << "expected '" << message << "' in:\n"
+        << result.output;
     EXPECT_EQ(result.output.find("prompt tokens"), std::string::npos) << "a report line:\n" << result.output;
     EXPECT_EQ(result.output.find("absent.bin"), std::string::npos) << "the model was opened:\n" << result.output;
   }
@@ -218,9 +222,9 @@ TEST(Cli, RefusesBadOptionsBeforeOpeningTheModel) {
 // CLI11 alone reads a negative or too large seed as 2^64-1.
 TEST(Cli, RefusesSeedsOutsideZeroToTwoToTheSixtyFourMinusOne) {
   for (const std::string seed : {"-2", "18446744073709551616", "99999999999999999999999", "1.5", "0x10", ""}) {
-    expect_failure(generate_args({"--seed", seed}), 2,
-                   "--seed: expected a whole number from 0 to 18446744073709551615, or -1 for a random seed, got '" +
-                       seed + "'");
+    expect_failure(
+        generate_args({"--seed", seed}), 2,
+        "--seed: expected a whole number from 0 to 18446744073709551615, or -1 for a random seed, got '" + seed + "'");
   }
   expect_failure({"synth", "--seed", "-1", "--out", "/nonexistent/x.bin"}, 2, "--seed: expected a whole number");
   const auto largest = run_accord(generate_args({"--seed", "18446744073709551615", "--max-tokens", "2"}));
@@ -310,7 +314,8 @@ TEST(Cli, ErrorsEscapeUnprintableBytes) {
   };
   auto expect_escaped = [](const test::CommandResult& result, const std::string& fragment) {
     EXPECT_NE(result.exit_code, 0) << result.output;
-    EXPECT_NE(result.output.find(fragment), std::string::npos) << "expected '" << fragment << "' in:\n" << result.output;
+    EXPECT_NE(result.output.find(fragment), std::string::npos) << "expected '" << fragment << "' in:\n"
+                                                               << result.output;
     EXPECT_EQ(result.output.find('\x1B'), std::string::npos) << result.output;
     EXPECT_EQ(result.output.find('\x07'), std::string::npos) << result.output;
     EXPECT_EQ(result.output.find('\xFF'), std::string::npos) << result.output;
@@ -323,8 +328,7 @@ TEST(Cli, ErrorsEscapeUnprintableBytes) {
     const FaultsInEnvironment bad("0:Exec\x1B[2Jution:err\xFFor");
     expect_escaped(run_accord(missing_model({})), "unknown phase 'Exec\\x1B[2Jution'");
   }
-  expect_escaped(run_accord(missing_model({"--fault", "1:Execution:\x1B[2J\xFF"})),
-                 "unknown kind '\\x1B[2J\\xFF'");
+  expect_escaped(run_accord(missing_model({"--fault", "1:Execution:\x1B[2J\xFF"})), "unknown kind '\\x1B[2J\\xFF'");
   expect_escaped(run_accord(missing_model({"--peers", "a:1,\x1B[2J"})), "bad node address '\\x1B[2J'");
   expect_escaped(run_accord({"\x1B]0;x\x07"}), "unknown command '\\x1B]0;x\\x07'");
   expect_escaped(run_accord(generate_args("/nonexistent/\x1B[2J\xFF.bin", "t.bin")), "/nonexistent/\\x1B[2J\\xFF.bin");
@@ -346,12 +350,11 @@ TEST(Cli, SynthRefusesImpossibleShapes) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("x.bin")));
 }
 
-
 TEST(Cli, PromptCacheIsSavedThenHitThenRejectedWhenCorrupt) {
   test::TempDir dir;
   const std::string cache = dir.file("cache");
-  const auto args = generate_args({"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "20",
-                                   "--prompt-cache", cache, "--json"});
+  const auto args = generate_args(
+      {"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "20", "--prompt-cache", cache, "--json"});
   auto run = [&] {
     const auto result = run_accord(args);
     EXPECT_EQ(result.exit_code, 0) << result.output;
@@ -388,8 +391,8 @@ TEST(Cli, PromptCacheIsSavedThenHitThenRejectedWhenCorrupt) {
 
 TEST(Cli, JsonCarriesTheSessionReportOnOneRankOrSeveral) {
   for (const std::string ranks : {"1", "2"}) {
-    const auto result = run_accord(generate_args({"--prompt", "The cat sat", "--temperature", "0", "--max-tokens",
-                                                  "3", "--ranks", ranks, "--json"}));
+    const auto result = run_accord(generate_args(
+        {"--prompt", "The cat sat", "--temperature", "0", "--max-tokens", "3", "--ranks", ranks, "--json"}));
     ASSERT_EQ(result.exit_code, 0) << result.output;
     const auto report = nlohmann::json::parse(result.output).at("report");
     EXPECT_EQ(report.at("position"), 8) << ranks;  // 6 prompt tokens + 2 decode steps
@@ -400,7 +403,6 @@ TEST(Cli, JsonCarriesTheSessionReportOnOneRankOrSeveral) {
     EXPECT_EQ(report.at("kv_bytes_capacity"), 512 * 5 * 32 * 2 * 4) << "every rank's together";
   }
 }
-
 
 TEST(Cli, ABudgetOfResidentWeightsKeepsTheTokensAndTooSmallABudgetIsAClearError) {
   const auto resident = run_accord(greedy_json_args({}));
@@ -453,9 +455,9 @@ TEST(Cli, TheCpuBackendIsTheDefaultAndCudaWithoutADeviceIsAClearError) {
 TEST(Cli, SeveralRanksGiveRunCsTokens) {
   for (const auto& c : test::greedy_cases()) {
     for (int ranks = 2; ranks <= 3; ++ranks) {
-      const auto result = run_accord(generate_args({"--prompt", c.prompt, "--temperature", "0", "--max-tokens",
-                                                    std::to_string(c.generated_tokens.size()), "--ranks",
-                                                    std::to_string(ranks), "--json"}));
+      const auto result = run_accord(
+          generate_args({"--prompt", c.prompt, "--temperature", "0", "--max-tokens",
+                         std::to_string(c.generated_tokens.size()), "--ranks", std::to_string(ranks), "--json"}));
       ASSERT_EQ(result.exit_code, 0) << result.output;
       const auto json = nlohmann::json::parse(result.output);
       EXPECT_EQ(json.at("generated_tokens").get<std::vector<int>>(), c.generated_tokens);
@@ -471,8 +473,9 @@ TEST(Cli, SeveralRanksGiveRunCsTokens) {
 }
 
 TEST(Cli, SeveralRanksSampleAsOneRankDoes) {
-  const std::vector<std::string> sampled = {"--prompt", "Once upon a time", "--temperature", "0.9", "--top-p", "0.9",
-                                            "--seed", "42", "--max-tokens", "30", "--json"};
+  const std::vector<std::string> sampled = {
+      "--prompt", "Once upon a time", "--temperature", "0.9", "--top-p", "0.9", "--seed", "42", "--max-tokens", "30",
+      "--json"};
   const auto one = run_accord(generate_args(sampled));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const auto expected = nlohmann::json::parse(one.output).at("generated_tokens").get<std::vector<int>>();
@@ -490,8 +493,8 @@ TEST(Cli, PromptCacheOnTwoRanksIsSavedThenHitAndRefusedOnThree) {
   test::TempDir dir;
   const std::string cache = dir.file("cache");
   auto run = [&](const std::string& ranks, bool with_cache) {
-    std::vector<std::string> extra = {"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "20",
-                                      "--ranks", ranks, "--json"};
+    std::vector<std::string> extra = {"--prompt", "Once upon a time", "--temperature", "0",     "--max-tokens",
+                                      "20",       "--ranks",          ranks,           "--json"};
     if (with_cache) extra.insert(extra.end(), {"--prompt-cache", cache});
     const auto result = run_accord(generate_args(extra));
     EXPECT_EQ(result.exit_code, 0) << result.output;
@@ -510,16 +513,17 @@ TEST(Cli, PromptCacheOnTwoRanksIsSavedThenHitAndRefusedOnThree) {
   }
   const auto three = run("3", true);
   EXPECT_EQ(three.at("prompt_cache"), "rejected");
-  EXPECT_NE(three.at("prompt_cache_reason").get<std::string>().find(
-                "the cache was saved with 2 rank(s); this session has 3 rank(s)"),
+  EXPECT_NE(three.at("prompt_cache_reason")
+                .get<std::string>()
+                .find("the cache was saved with 2 rank(s); this session has 3 rank(s)"),
             std::string::npos)
       << three.at("prompt_cache_reason");
   EXPECT_EQ(three.at("text"), uncached.at("text"));
 }
 
 TEST(Cli, RefusesRanksTheModelCannotHold) {
-  const std::vector<std::string> base = {"generate", "--model", test::stories_model(), "--tokenizer",
-                                         test::stories_tokenizer(), "--max-tokens", "2"};
+  const std::vector<std::string> base = {
+      "generate", "--model", test::stories_model(), "--tokenizer", test::stories_tokenizer(), "--max-tokens", "2"};
   auto with = [&](std::vector<std::string> extra) {
     auto args = base;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -582,8 +586,8 @@ TEST(Cli, AFaultPlanRunsOneRankAsActors) {
 // prefill; the second in a decode step the coordinator began before the
 // generator asked for it (a chained step), whose abort waits for it.
 TEST(Cli, AnInjectedErrorIsRetriedAndGivesTheSameText) {
-  const auto args = generate_args({"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "20",
-                                   "--ranks", "3", "--json"});
+  const auto args = generate_args(
+      {"--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "20", "--ranks", "3", "--json"});
   const auto plain = run_accord(args);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   for (const std::string fault : {"1:Execution:error", "1:Execution:error:6"}) {
@@ -602,9 +606,9 @@ TEST(Cli, AnInjectedErrorIsRetriedAndGivesTheSameText) {
 
 // needs fault injection in the actors
 TEST(Cli, AStepOutOfRetriesFailsWithAJsonReport) {
-  const auto result = run_accord(generate_args({"--prompt", "Once upon a time", "--max-tokens", "5", "--ranks", "2",
-                                                "--retries", "1", "--fault", "1:Execution:error:1", "--fault",
-                                                "1:Execution:error:2", "--json"}));
+  const auto result =
+      run_accord(generate_args({"--prompt", "Once upon a time", "--max-tokens", "5", "--ranks", "2", "--retries", "1",
+                                "--fault", "1:Execution:error:1", "--fault", "1:Execution:error:2", "--json"}));
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_NE(result.output.find("accord: error: transaction aborted"), std::string::npos) << result.output;
   const auto json = report_in(result.output);
@@ -628,8 +632,8 @@ TEST(Cli, APoisonedSessionFailsAtOnceWithAJsonReport) {
 }
 
 TEST(Cli, ALostRankHealsAndTheJsonCountsIt) {
-  const std::vector<std::string> args = {"--prompt", "Once upon a time", "--max-tokens", "12", "--ranks", "3",
-                                         "--temperature", "0", "--json"};
+  const std::vector<std::string> args = {
+      "--prompt", "Once upon a time", "--max-tokens", "12", "--ranks", "3", "--temperature", "0", "--json"};
   const auto plain = run_accord(generate_args(args));
   auto faulted_args = args;
   faulted_args.insert(faulted_args.end(), {"--fault", "2:Commit:exit:4"});
@@ -689,10 +693,10 @@ TEST(Cli, SpeculativeDecodingRefusesBadOptions) {
 // needs fault injection in the actors
 TEST(Cli, SpeculativeGenerationRecoversFromARankThatExits) {
   const auto c = test::greedy_cases().at(1);
-  const auto result = run_accord(generate_args({"--prompt", c.prompt, "--temperature", "0", "--max-tokens",
-                                                std::to_string(c.generated_tokens.size()), "--speculative",
-                                                "model:" + test::stories_model(), "--ranks", "3", "--fault",
-                                                "1:PredictionExtensionExecution:exit:2", "--json"}));
+  const auto result = run_accord(
+      generate_args({"--prompt", c.prompt, "--temperature", "0", "--max-tokens",
+                     std::to_string(c.generated_tokens.size()), "--speculative", "model:" + test::stories_model(),
+                     "--ranks", "3", "--fault", "1:PredictionExtensionExecution:exit:2", "--json"}));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const auto json = nlohmann::json::parse(result.output);
   EXPECT_EQ(json.at("generated_tokens").get<std::vector<int>>(), c.generated_tokens);

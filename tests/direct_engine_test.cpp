@@ -13,9 +13,9 @@
 #include "runtime/engine/transaction_driver.hpp"
 #include "runtime/io/mem_env.hpp"
 #include "runtime/model/identity.hpp"
-#include "runtime/text/sampler.hpp"
 #include "runtime/rank/prompt_cache.hpp"
 #include "runtime/session/session.hpp"
+#include "runtime/text/sampler.hpp"
 #include "tests/support.hpp"
 
 namespace accord {
@@ -88,9 +88,9 @@ TEST_F(DirectEngineTest, TheOutputOwnerSamplesForEveryRank) {
 // is: the step aborts and every rank holds what it held before. A dropped
 // status and a delayed phase abort at the deadline, counted in ticks.
 TEST_F(DirectEngineTest, EveryFaultKindLeavesEveryRankAsItWas) {
-  for (const char* text : {"0:StateCheckpoint:error", "1:Execution:throw", "0:BoundarySourceReady(0->1):drop",
-                           "1:OutputPublication:delay", "1:SamplingSynchronization:error",
-                           "0:SamplingSynchronization:throw", "1:Commit:error"}) {
+  for (const char* text :
+       {"0:StateCheckpoint:error", "1:Execution:throw", "0:BoundarySourceReady(0->1):drop", "1:OutputPublication:delay",
+        "1:SamplingSynchronization:error", "0:SamplingSynchronization:throw", "1:Commit:error"}) {
     auto engine = make_engine(2);
     ASSERT_EQ(engine->run(step_request(kPrompt, false)).outcome, TransactionOutcome::committed);
     ASSERT_TRUE(engine->inject_faults({*parse_fault(text)}));

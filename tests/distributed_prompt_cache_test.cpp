@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/distributed_session.hpp"
-#include "tests/support.hpp"
 #include "runtime/rank/prompt_cache.hpp"
+#include "tests/support.hpp"
 
 namespace accord {
 namespace {
@@ -195,15 +195,18 @@ TEST_F(DistributedPromptCacheTest, SaveRefusesAPrefixTheRanksDoNotHold) {
 TEST_F(DistributedPromptCacheTest, CompleteCheckpointsCarryThePreparedInput) {
   auto saver = new_session(2);
   ASSERT_TRUE(saver->prefill(test::cache_prefix(5)));
-  ASSERT_TRUE(saver->save_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
+  ASSERT_TRUE(
+      saver->save_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
   EXPECT_FALSE(saver->save_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), ""));
 
   auto session = new_session(2);
   EXPECT_FALSE(session->committed_prompt_input_identity());
-  Status wrong = session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:7");
+  Status wrong =
+      session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:7");
   ASSERT_FALSE(wrong);
   EXPECT_NE(wrong.error().message().find("another prepared input"), std::string::npos);
-  ASSERT_TRUE(session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
+  ASSERT_TRUE(
+      session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
   auto identity = session->committed_prompt_input_identity();
   ASSERT_TRUE(identity);
   EXPECT_EQ(identity->prepared_input, "image:42");

@@ -2,8 +2,8 @@
 // that arrive with a stale epoch or for another session are dropped and
 // counted where they arrive, and the session goes on as if they had never
 // been sent.
-#include <caf/all.hpp>
 #include <gtest/gtest.h>
+#include <caf/all.hpp>
 
 #include "actors/caf_session.hpp"
 #include "messages/phase_arguments.hpp"

@@ -410,8 +410,8 @@ TEST(DistributedSession, AFailingObserverAbortsTheStepOnEveryRank) {
 TEST(DistributedSession, GenerationStepsSampleOnTheOutputOwnerAsOneRankWould) {
   const Model model = test::load_stories_model();
   const std::vector<int> stop_tokens = {1, 2};
-  for (const SamplerOptions options : {SamplerOptions{0.0f, 0.9f, 0}, SamplerOptions{0.9f, 0.9f, 42},
-                                       SamplerOptions{1.0f, 1.0f, 7}}) {
+  for (const SamplerOptions options :
+       {SamplerOptions{0.0f, 0.9f, 0}, SamplerOptions{0.9f, 0.9f, 42}, SamplerOptions{1.0f, 1.0f, 7}}) {
     // One rank: sample the logits locally.
     Sampler local(options);
     cpu::ThreadPool pool(1);
@@ -486,8 +486,7 @@ TEST(DistributedSession, ChainedStepsGiveWhatStepsAskedOneByOneGiveAndAStepNotTa
     ASSERT_TRUE(step) << step.error().message();
     std::vector<SampledToken> sampled = {step->sampled};
     for (int i = 0; i < kSteps; ++i) {
-      step = test::sample_decode(*session, sampled.back().token, sampler, stop_tokens,
-                                        true, NextDecode::likely);
+      step = test::sample_decode(*session, sampled.back().token, sampler, stop_tokens, true, NextDecode::likely);
       ASSERT_TRUE(step) << step.error().message();
       sampled.push_back(step->sampled);
     }
@@ -503,7 +502,8 @@ TEST(DistributedSession, ChainedStepsGiveWhatStepsAskedOneByOneGiveAndAStepNotTa
     } else {
       EXPECT_EQ(session->rank_digests().value(), expected_digests);
     }
-    EXPECT_EQ(session->report().value().aborted_transactions, 0u) << "a withdrawn step is no transaction of the caller's";
+    EXPECT_EQ(session->report().value().aborted_transactions, 0u)
+        << "a withdrawn step is no transaction of the caller's";
   }
 }
 

@@ -21,9 +21,11 @@ TEST(Printable, EscapesControlBytesAndInvalidUtf8) {
   EXPECT_EQ(printable("bell\x07 del\x7F"), "bell\\x07 del\\x7F");
   EXPECT_EQ(printable("line\nnext\ttab\rover"), "line\nnext\ttab\\x0Dover");  // layout kept, \r could hide text
   EXPECT_EQ(printable(std::string("nul\0byte", 8)), "nul\\x00byte");
-  EXPECT_EQ(printable("\xC2\x9B" "31m"), "\\xC2\\x9B31m");  // U+009B, the C1 control sequence introducer
-  EXPECT_EQ(printable("\xFF x \xC3"), "\\xFF x \\xC3");    // not UTF-8; a sequence cut short
-  EXPECT_EQ(printable("\xC0\xAF"), "\\xC0\\xAF");          // an overlong '/'
+  EXPECT_EQ(printable("\xC2\x9B"
+                      "31m"),
+            "\\xC2\\x9B31m");                            // U+009B, the C1 control sequence introducer
+  EXPECT_EQ(printable("\xFF x \xC3"), "\\xFF x \\xC3");  // not UTF-8; a sequence cut short
+  EXPECT_EQ(printable("\xC0\xAF"), "\\xC0\\xAF");        // an overlong '/'
 }
 
 TEST(Printable, EscapingTwiceChangesNothingMore) {

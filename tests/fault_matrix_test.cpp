@@ -53,7 +53,7 @@ const PredictionTargetInput kSpeculation{{kNextToken, 383, 7, 7}, 3};
 const PromptCacheDescriptor kDescriptor{"fault-matrix", "tests"};
 
 enum class Operation { prefill, decode, generation, prediction, checkpoint, rollback, reset, cache_save, cache_load };
-constexpr std::array kOperations = {Operation::prefill,    Operation::decode,   Operation::generation,
+constexpr std::array kOperations = {Operation::prefill,    Operation::decode,     Operation::generation,
                                     Operation::prediction, Operation::checkpoint, Operation::rollback,
                                     Operation::reset,      Operation::cache_save, Operation::cache_load};
 
@@ -369,8 +369,10 @@ void write_report(const std::string& path, const std::vector<Case>& cases, const
          "build/tests/accord_tests --gtest_filter='FaultMatrix.*'`): every phase each operation uses, on "
          "every rank, with every fault kind, on 1 to 4 ranks of stories260K; "
       << cases.size() << " scenarios, each checked as the test's header says.\n\n"
-      << "Counts are committed / aborted / poisoned.\n\n## By operation\n\n| operation | committed | aborted | poisoned |\n|---|---|---|---|\n";
-  for (const auto& [op, n] : by_operation) out << "| " << op << " | " << n[0] << " | " << n[1] << " | " << n[2] << " |\n";
+      << "Counts are committed / aborted / poisoned.\n\n## By operation\n\n| operation | committed | aborted | "
+         "poisoned |\n|---|---|---|---|\n";
+  for (const auto& [op, n] : by_operation)
+    out << "| " << op << " | " << n[0] << " | " << n[1] << " | " << n[2] << " |\n";
   out << "\n## By phase and kind\n\n| phase | kind | committed | aborted | poisoned |\n|---|---|---|---|---|\n";
   for (const auto& [key, n] : by_phase_and_kind) {
     out << "| " << key.first << " | " << key.second << " | " << n[0] << " | " << n[1] << " | " << n[2] << " |\n";

@@ -55,8 +55,9 @@ TEST(FaultPlan, ErrorsEscapeUnprintableBytes) {
   auto fault = parse_fault("1:Exec\x1B[2Jution:error\xFF");
   ASSERT_FALSE(fault);
   EXPECT_EQ(fault.error().message().find('\x1B'), std::string::npos) << fault.error().message();
-  EXPECT_NE(fault.error().message().find("bad fault '1:Exec\\x1B[2Jution:error\\xFF': unknown phase 'Exec\\x1B[2Jution'"),
-            std::string::npos)
+  EXPECT_NE(
+      fault.error().message().find("bad fault '1:Exec\\x1B[2Jution:error\\xFF': unknown phase 'Exec\\x1B[2Jution'"),
+      std::string::npos)
       << fault.error().message();
 }
 

@@ -8,12 +8,12 @@
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/generator.hpp"
-#include "runtime/session/session.hpp"
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/text/sampler.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/transformer.hpp"
+#include "runtime/session/session.hpp"
+#include "runtime/text/sampler.hpp"
 #include "tests/reference.hpp"
 #include "tests/support.hpp"
 
@@ -179,7 +179,8 @@ TEST(GgufModel, EveryCpuPathGivesBitIdenticalLogitsForEveryType) {
       EXPECT_EQ(0, std::memcmp(trace.logits.data(), portable.logits.data(), portable.logits.size() * sizeof(float)))
           << gguf::to_string(type) << " on " << cpu::to_string(isa);
     }
-    std::printf("[ paths    ] %s: %d vector path(s) equal the portable one\n", std::string(gguf::to_string(type)).c_str(), paths);
+    std::printf("[ paths    ] %s: %d vector path(s) equal the portable one\n",
+                std::string(gguf::to_string(type)).c_str(), paths);
   }
 }
 
@@ -223,7 +224,8 @@ TEST(GgufModel, QuantizedConversionsStayWithinTolerance) {
     gguf::TensorType type;
     double max_relative;  // max |Δlogit| / RMS(logit)
     int min_equal_tokens;
-  } cases[] = {{gguf::TensorType::f16, 1e-2, steps}, {gguf::TensorType::q8_0, 0.15, steps - 2},
+  } cases[] = {{gguf::TensorType::f16, 1e-2, steps},
+               {gguf::TensorType::q8_0, 0.15, steps - 2},
                {gguf::TensorType::q4_0, 2.5, steps / 2}};
   for (const auto& c : cases) {
     const std::string path = dir.file(std::string(gguf::to_string(c.type)) + ".gguf");
@@ -264,8 +266,10 @@ TEST(GgufModel, RefusesNonFiniteWeightsInEveryType) {
     std::vector<std::byte> patch;
     std::string expected;
   } cases[] = {
-      {gguf::TensorType::f32, "blk.1.attn_q.weight", 3 * 4, raw(nan), "tensor blk.1.attn_q.weight holds nan at element 3"},
-      {gguf::TensorType::f16, "token_embd.weight", 10 * 2, raw(f16_inf), "tensor token_embd.weight holds inf at element 10"},
+      {gguf::TensorType::f32, "blk.1.attn_q.weight", 3 * 4, raw(nan),
+       "tensor blk.1.attn_q.weight holds nan at element 3"},
+      {gguf::TensorType::f16, "token_embd.weight", 10 * 2, raw(f16_inf),
+       "tensor token_embd.weight holds inf at element 10"},
       // The scale of the second block: every value of the block is NaN.
       {gguf::TensorType::q8_0, "blk.0.ffn_up.weight", cpu::kQ8_0BlockBytes, raw(f16_nan),
        "tensor blk.0.ffn_up.weight holds nan at element 32"},

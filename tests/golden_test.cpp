@@ -10,8 +10,8 @@
 #include "runtime/generate/generator.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
-#include "runtime/text/synthetic_tokenizer.hpp"
 #include "runtime/model/transformer.hpp"
+#include "runtime/text/synthetic_tokenizer.hpp"
 #include "tests/reference.hpp"
 #include "tests/support.hpp"
 

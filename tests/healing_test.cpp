@@ -198,9 +198,9 @@ TEST_F(RemoteHealingTest, ANodeThatStaysAwayFailsTheSessionNamingItAfterTheAttem
 // How chaos runs ended.
 struct ChaosTally {
   int runs = 0;
-  int reference = 0;    // every token the reference's
+  int reference = 0;      // every token the reference's
   int named_failure = 0;  // failed, naming its cause, with a prefix of the reference
-  int wrong = 0;        // any token not the reference's
+  int wrong = 0;          // any token not the reference's
   int heals = 0;
 
   void count(const GenerationOutcome& outcome, const std::vector<int>& expected) {
@@ -239,8 +239,8 @@ TEST_F(HealingTest, ChaosInProcessRanksLostAtRandomMoments) {
     const int rank = static_cast<int>(random() % 3);
     std::vector<Fault> faults;
     if (i % 2 == 0) {
-      const std::string fault = std::to_string(rank) + ":" + phases[random() % 5] + ":exit:" +
-                                std::to_string(1 + random() % kTokens);
+      const std::string fault =
+          std::to_string(rank) + ":" + phases[random() % 5] + ":exit:" + std::to_string(1 + random() % kTokens);
       faults.push_back(parse_fault(fault).value());
     }
     auto session = in_process(model_, faults);

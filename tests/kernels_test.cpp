@@ -126,7 +126,7 @@ TEST(Kernels, SiluMulIsWithinAFewUlpOfItsDefinitionEverywhere) {
 TEST(Kernels, AttentionOverOnePositionReturnsItsValue) {
   // With a single cached position the softmax weight is 1: out = value.
   const int hs = 4;
-  const std::vector<float> q = random_floats(8, 6);  // 2 heads
+  const std::vector<float> q = random_floats(8, 6);     // 2 heads
   const std::vector<float> keys = random_floats(4, 7);  // 1 kv head
   const std::vector<float> values = {1, 2, 3, 4};
   std::vector<float> out(8);

@@ -234,7 +234,8 @@ TEST(Matmul, EveryTypeComputesItsDefinition) {
     for (int t = 0; t < batch; ++t) {
       for (int r = 0; r < rows; ++r) {
         const double expected = reference_dot(w.matrix, r, x.data() + static_cast<std::size_t>(t) * cols);
-        EXPECT_NEAR(out[static_cast<std::size_t>(t) * rows + r], expected, 2e-5) << to_string(type) << " " << t << "," << r;
+        EXPECT_NEAR(out[static_cast<std::size_t>(t) * rows + r], expected, 2e-5)
+            << to_string(type) << " " << t << "," << r;
       }
     }
   }

@@ -85,7 +85,10 @@ class MessagesTest : public ::testing::Test {
 const PhaseId kRoute12 = boundary_phase_id(BoundarySourceReady, 1, 2);
 
 TEST_F(MessagesTest, PhaseBeginRoundTrips) {
-  expect_round_trip(PhaseBegin{7, 12, phase_id(Execution), ExecutionArguments{true},
+  expect_round_trip(PhaseBegin{7,
+                               12,
+                               phase_id(Execution),
+                               ExecutionArguments{true},
                                {{phase_id(OutputPublication), {}},
                                 {phase_id(SamplingSynchronization), SamplingArguments{0.5f, 0.9f, 42, {2}}}}});
   expect_round_trip(PhaseBegin{7, 13, kRoute12, {}, {}});
@@ -98,8 +101,8 @@ TEST_F(MessagesTest, PhaseStatusRoundTrips) {
 
 TEST_F(MessagesTest, PhaseDecisionRoundTrips) {
   expect_round_trip(PhaseDecision{7, 12, phase_id(Commit), Decision::commit, {}});
-  expect_round_trip(PhaseDecision{7, 12, kRoute12, Decision::poison,
-                                  {CauseKind::restore_failed, 1, FailureCode::state, "disk gone"}});
+  expect_round_trip(PhaseDecision{
+      7, 12, kRoute12, Decision::poison, {CauseKind::restore_failed, 1, FailureCode::state, "disk gone"}});
 }
 
 TEST_F(MessagesTest, AbortAcknowledgementRoundTrips) {
@@ -115,8 +118,8 @@ TEST_F(MessagesTest, WireTensorRoundTripsBitForBit) {
 // The binary serializer alone loses subnormal floats; a WireTensor carries
 // its floats as raw bits, so every value comes back bit for bit.
 TEST_F(MessagesTest, WireTensorKeepsSubnormalsAndNanPayloadsBitForBit) {
-  const std::vector<std::uint32_t> bits = {0x00000001u, 0x0002b8e6u /* 2.5e-40f */, 0x807fffffu, 0x7fc01234u,
-                                           0x80000000u, 0x3f800000u};
+  const std::vector<std::uint32_t> bits = {
+      0x00000001u, 0x0002b8e6u /* 2.5e-40f */, 0x807fffffu, 0x7fc01234u, 0x80000000u, 0x3f800000u};
   std::vector<float> values(bits.size());
   std::transform(bits.begin(), bits.end(), values.begin(), [](std::uint32_t b) { return std::bit_cast<float>(b); });
   const WireTensor tensor{{1, static_cast<std::int64_t>(bits.size())}, values};
@@ -182,13 +185,12 @@ TEST_F(MessagesTest, BatchesRoundTripEveryKindInOrder) {
   expect_round_trip(RankInstructions{{PhaseDecision{7, 12, kRoute12, Decision::proceed, {}},
                                       PhaseDecision{7, 12, phase_id(Commit), Decision::commit, {}},
                                       PhaseBegin{7, 13, phase_id(StateCheckpoint), StepTokens{{1, 2}}, {}}}});
-  expect_round_trip(RankReports{{PhaseStatus{7, 12, kRoute12, 2, true, FailureCode::mechanism, ""},
-                                 AbortAcknowledgement{7, 12, 2, false, "checkpoint rows overwritten"},
-                                 StepOutput{7, 12, WireTensor{{1, 2}, {0.5f, -1.0f}}},
-                                 SamplingResult{7, 12, 411, false, 9},
-                                 PredictionTargetHidden{7, 12, WireTensor{{1, 1}, {2.0f}}, 1, 0, 0},
-                                 RankCheckpointReport{7, 12, 2, 41, 39, 1, "0123"},
-                                 PromptCacheReport{7, 12, 2, "5f0c"}}});
+  expect_round_trip(
+      RankReports{{PhaseStatus{7, 12, kRoute12, 2, true, FailureCode::mechanism, ""},
+                   AbortAcknowledgement{7, 12, 2, false, "checkpoint rows overwritten"},
+                   StepOutput{7, 12, WireTensor{{1, 2}, {0.5f, -1.0f}}}, SamplingResult{7, 12, 411, false, 9},
+                   PredictionTargetHidden{7, 12, WireTensor{{1, 1}, {2.0f}}, 1, 0, 0},
+                   RankCheckpointReport{7, 12, 2, 41, 39, 1, "0123"}, PromptCacheReport{7, 12, 2, "5f0c"}}});
   expect_round_trip(RankReports{});
 }
 
@@ -223,9 +225,17 @@ TEST_F(MessagesTest, SamplingAndCapturesTravelWithTheirFields) {
 TEST_F(MessagesTest, NodeAssignmentRoundTrips) {
   const std::vector<Fault> plan = {{1, Execution, {}, FaultKind::error, 2},
                                    {0, BoundarySourceReady, {0, 1}, FaultKind::drop, 1}};
-  expect_round_trip(
-      NodeAssignment{7, 2, {2, 2, 1}, "/models/m.bin", "0123abcd", {"aa", "", "bb"}, 4, 2000, plan, 1 << 20,
-                     {"10.0.0.1:7001", "10.0.0.2:7001", "10.0.0.3:7001"}});
+  expect_round_trip(NodeAssignment{7,
+                                   2,
+                                   {2, 2, 1},
+                                   "/models/m.bin",
+                                   "0123abcd",
+                                   {"aa", "", "bb"},
+                                   4,
+                                   2000,
+                                   plan,
+                                   1 << 20,
+                                   {"10.0.0.1:7001", "10.0.0.2:7001", "10.0.0.3:7001"}});
 }
 
 TEST_F(MessagesTest, RankStateReportRoundTripsWithItsWeightShare) {
@@ -237,19 +247,19 @@ TEST_F(MessagesTest, RankStateReportRoundTripsWithItsWeightShare) {
 }
 
 TEST_F(MessagesTest, EveryTypeIsKnownByItsStableName) {
-  for (const char* name : {"accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
-                           "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer",
-                           "accord.StepOutput", "accord.SamplingResult", "accord.PredictionTargetHidden",
-                           "accord.RankCheckpointReport", "accord.PromptCacheReport", "accord.NodeAssignment",
-                           "accord.RankInstructions", "accord.RankReports"}) {
+  for (const char* name :
+       {"accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision", "accord.AbortAcknowledgement",
+        "accord.WireTensor", "accord.RouteTransfer", "accord.StepOutput", "accord.SamplingResult",
+        "accord.PredictionTargetHidden", "accord.RankCheckpointReport", "accord.PromptCacheReport",
+        "accord.NodeAssignment", "accord.RankInstructions", "accord.RankReports"}) {
     EXPECT_NE(receiver_.types().make_value(name), nullptr) << name;
     EXPECT_EQ(bare_.types().make_value(name), nullptr) << name;
   }
 }
 
 TEST_F(MessagesTest, ANodeWithoutTheRegistrationRefusesTheMessageAsUnknownType) {
-  const std::vector<char> bytes = encode(caf::make_message(
-      PhaseStatus{7, 12, phase_id(Execution), 1, true, FailureCode::mechanism, ""}));
+  const std::vector<char> bytes =
+      encode(caf::make_message(PhaseStatus{7, 12, phase_id(Execution), 1, true, FailureCode::mechanism, ""}));
   caf::binary_deserializer source{bare_, bytes};
   caf::message decoded;
   const caf::error err = caf::inspect(source, decoded);
@@ -275,19 +285,32 @@ TEST_F(MessagesTest, StringificationUsesPhaseNames) {
 }
 
 TEST(PhaseIdTest, PhasesAreTheTableOfDesignInOrder) {
-  const std::vector<std::string> expected = {
-      "StateCheckpoint", "PromptCacheLoadPreflight", "PromptCacheLoadPreparation", "PromptCacheSavePreflight",
-      "PromptCacheSavePreparation", "PromptCacheSavePublication", "SessionCheckpoint", "SessionResetPreparation",
-      "SessionRollbackPreparation", "BoundarySourceCompletion", "BoundarySourceReady", "Execution",
-      "OutputObservation", "PredictionTargetCapture", "PredictionTargetCapturePublication",
-      "PredictionTargetStatePreparation", "PredictionExtensionExecution", "OutputPublication",
-      "SamplingSynchronization", "MechanismCompletion", "Commit"};
+  const std::vector<std::string> expected = {"StateCheckpoint",
+                                             "PromptCacheLoadPreflight",
+                                             "PromptCacheLoadPreparation",
+                                             "PromptCacheSavePreflight",
+                                             "PromptCacheSavePreparation",
+                                             "PromptCacheSavePublication",
+                                             "SessionCheckpoint",
+                                             "SessionResetPreparation",
+                                             "SessionRollbackPreparation",
+                                             "BoundarySourceCompletion",
+                                             "BoundarySourceReady",
+                                             "Execution",
+                                             "OutputObservation",
+                                             "PredictionTargetCapture",
+                                             "PredictionTargetCapturePublication",
+                                             "PredictionTargetStatePreparation",
+                                             "PredictionExtensionExecution",
+                                             "OutputPublication",
+                                             "SamplingSynchronization",
+                                             "MechanismCompletion",
+                                             "Commit"};
   ASSERT_EQ(expected.size(), static_cast<std::size_t>(kDistributedExecutionPhaseCount));
   for (int i = 0; i < kDistributedExecutionPhaseCount; ++i) {
     EXPECT_EQ(to_string(static_cast<DistributedExecutionPhase>(i)), expected[static_cast<std::size_t>(i)]);
   }
-  EXPECT_EQ(to_string(static_cast<DistributedExecutionPhase>(kDistributedExecutionPhaseCount)),
-            "UnknownPhase(21)");
+  EXPECT_EQ(to_string(static_cast<DistributedExecutionPhase>(kDistributedExecutionPhaseCount)), "UnknownPhase(21)");
 }
 
 TEST(PhaseIdTest, OnlyTheBoundaryPhasesCarryARoute) {

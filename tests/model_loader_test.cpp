@@ -1,20 +1,20 @@
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
-#include <functional>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <cmath>
+#include <cstring>
+#include <functional>
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/llama2c.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/weights.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/model/transformer.hpp"
+#include "runtime/model/weights.hpp"
 #include "tests/support.hpp"
 
 namespace accord {

@@ -14,13 +14,13 @@
 // - `accord node` processes: a secret on both sides, random bytes,
 //   truncated and oversized frames, floods of idle connections, and
 //   prompt caches confined to the node's folder.
-#include <caf/all.hpp>
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <caf/all.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -190,9 +190,9 @@ TEST(PlainNames, LoopbackIsTheLoopbackNetworkOnly) {
   EXPECT_TRUE(is_loopback(ipv4(0x7f050505)));
   EXPECT_FALSE(is_loopback(ipv4(0x0a000001)));
   EXPECT_FALSE(is_loopback(ipv4(0)));
-  EXPECT_TRUE(is_loopback(ipv6({1}, false)));                  // ::1
-  EXPECT_TRUE(is_loopback(ipv6({127, 0, 0, 1}, true)));        // ::ffff:127.0.0.1
-  EXPECT_FALSE(is_loopback(ipv6({10, 0, 0, 1}, true)));        // ::ffff:10.0.0.1
+  EXPECT_TRUE(is_loopback(ipv6({1}, false)));            // ::1
+  EXPECT_TRUE(is_loopback(ipv6({127, 0, 0, 1}, true)));  // ::ffff:127.0.0.1
+  EXPECT_FALSE(is_loopback(ipv6({10, 0, 0, 1}, true)));  // ::ffff:10.0.0.1
   EXPECT_FALSE(is_loopback(ipv6({0x20, 0x01, 0x0d, 0xb8}, false)));
 }
 
@@ -428,9 +428,7 @@ class NodeActorTest : public ::testing::Test {
     node_ = spawn_node(system_, std::move(options));
   }
 
-  CoordinatorActor coordinator() {
-    return caf::actor_cast<CoordinatorActor>(system_.spawn(silent_coordinator, 0));
-  }
+  CoordinatorActor coordinator() { return caf::actor_cast<CoordinatorActor>(system_.spawn(silent_coordinator, 0)); }
 
   NodeAssignment assignment_for(const Model& model, std::uint64_t session = 1) const {
     NodeAssignment assignment;
@@ -559,8 +557,7 @@ void expect_serving(const NodeProcess& node, const DistributedOptions& options =
   ASSERT_TRUE(remote) << remote.error().message() << "\n" << node.log();
   auto local = DistributedSession::create(model, DistributedOptions{});
   ASSERT_TRUE(local);
-  EXPECT_TRUE(test::bit_identical(test::greedy_trace(**remote, kPrompt, 2),
-                                  test::greedy_trace(**local, kPrompt, 2)));
+  EXPECT_TRUE(test::bit_identical(test::greedy_trace(**remote, kPrompt, 2), test::greedy_trace(**local, kPrompt, 2)));
 }
 
 std::vector<std::string> with(std::vector<std::string> options, std::initializer_list<std::string> more) {
@@ -577,14 +574,12 @@ TEST(NodeProcessSecurity, TheSecretIsCheckedOnBothSides) {
   const Model model = test::load_stories_model();
   const auto none = DistributedSession::connect({node.address()}, model, DistributedOptions{});
   ASSERT_FALSE(none);
-  EXPECT_NE(none.error().message().find("requires the cluster's secret"), std::string::npos)
-      << none.error().message();
+  EXPECT_NE(none.error().message().find("requires the cluster's secret"), std::string::npos) << none.error().message();
   DistributedOptions wrong;
   wrong.secret_file = other;
   const auto guessed = DistributedSession::connect({node.address()}, model, wrong);
   ASSERT_FALSE(guessed);
-  EXPECT_NE(guessed.error().message().find("secret is not the node's"), std::string::npos)
-      << guessed.error().message();
+  EXPECT_NE(guessed.error().message().find("secret is not the node's"), std::string::npos) << guessed.error().message();
   DistributedOptions right;
   right.secret_file = shared;
   expect_serving(node, right);

@@ -9,9 +9,9 @@
 // test plays the ranks' answers (statuses, acknowledgements, data) as those
 // ranks, in the order it chooses, and checks the decisions, the caller's
 // TransactionReply and the coordinator's dropped-message counters.
+#include <gtest/gtest.h>
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,9 +32,9 @@
 #include "messages/protocol.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/agreement/dropped_messages.hpp"
+#include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/rank/partition.hpp"
-#include "runtime/fault/fault_plan.hpp"
 #include "runtime/rank/rank_worker.hpp"
 #include "tests/support.hpp"
 
@@ -363,8 +363,7 @@ std::string rank_count_name(const ::testing::TestParamInfo<RankId>& run) { retur
 
 class CoordinatorOrderTest : public ::testing::TestWithParam<RankId> {};
 
-INSTANTIATE_TEST_SUITE_P(Ranks, CoordinatorOrderTest, ::testing::Values(1u, 2u, 3u, 4u),
-                         rank_count_name);
+INSTANTIATE_TEST_SUITE_P(Ranks, CoordinatorOrderTest, ::testing::Values(1u, 2u, 3u, 4u), rank_count_name);
 
 TEST_P(CoordinatorOrderTest, EveryArrivalOrderOfTheStatusesCommitsTheSameWay) {
   const RankId ranks = GetParam();
@@ -421,8 +420,8 @@ TEST_P(CoordinatorOrderTest, AnAbortReachesEachRankAfterTheProceedsHeldBeforeIt)
   const PhaseId second = cluster.phase();
   ASSERT_NE(second, first);
   cluster.answer(0, false);
-  expect_every_rank_decided(cluster, {decision(1, first, Decision::proceed),
-                                      decision(1, second, Decision::abort, rank_error(0))});
+  expect_every_rank_decided(
+      cluster, {decision(1, first, Decision::proceed), decision(1, second, Decision::abort, rank_error(0))});
 }
 
 TEST_P(CoordinatorOrderTest, EveryArrivalOrderWithOneFailingRankAbortsNamingIt) {
@@ -511,8 +510,8 @@ TEST_P(CoordinatorOrderTest, TheTimerTicksOnlyWhileAPhaseIsBeingAgreedOn) {
 
 TEST(CoordinatorOptionsTest, APhaseTimeoutTicksATwentiethOfItselfAndNeverUnder5Milliseconds) {
   using std::chrono::milliseconds;
-  for (const auto& [timeout, tick, ticks] : {std::tuple{5000, 250, 20u}, {2000, 100, 20u}, {100, 5, 20u},
-                                             {101, 5, 20u}, {7, 5, 1u}, {1, 5, 1u}}) {
+  for (const auto& [timeout, tick, ticks] :
+       {std::tuple{5000, 250, 20u}, {2000, 100, 20u}, {100, 5, 20u}, {101, 5, 20u}, {7, 5, 1u}, {1, 5, 1u}}) {
     const auto options = CoordinatorOptions::for_phase_timeout(milliseconds(timeout));
     EXPECT_EQ(options.tick, milliseconds(tick)) << timeout << " ms";
     EXPECT_EQ(options.agreement.status_deadline_ticks, ticks) << timeout << " ms";
@@ -589,8 +588,7 @@ TEST_P(CoordinatorOrderTest, ASecondRequestWhileOneIsOpenIsRefusedAndTheFirstCom
 
 class CoordinatorDropTest : public ::testing::TestWithParam<RankId> {};
 
-INSTANTIATE_TEST_SUITE_P(Ranks, CoordinatorDropTest, ::testing::Values(2u, 3u, 4u),
-                         rank_count_name);
+INSTANTIATE_TEST_SUITE_P(Ranks, CoordinatorDropTest, ::testing::Values(2u, 3u, 4u), rank_count_name);
 
 TEST_P(CoordinatorDropTest, ADuplicatedStatusIsCountedAndDecidesOnce) {
   ScriptedCluster cluster(GetParam());
@@ -680,7 +678,7 @@ TEST_P(CoordinatorDropTest, AcknowledgementsBeforeTheAbortDuplicatedOrAfterItAre
 struct CoordinatorLog {
   std::vector<PhaseStatus> statuses;
   std::vector<AbortAcknowledgement> acknowledgements;
-  std::vector<std::size_t> batch_sizes;  // of the RankReports among them
+  std::vector<std::size_t> batch_sizes;                // of the RankReports among them
   std::shared_ptr<std::vector<std::string>> arrivals;  // "reports" for each RankReports, as RankLog's
 
   void record(const PhaseStatus& status) { statuses.push_back(status); }
@@ -712,9 +710,9 @@ const std::vector<int> kTokens = {1, 403, 407};
 class RankUnderTest {
  public:
   RankUnderTest(const Model& model, int rank, int ranks, std::vector<Fault> faults = {}) {
-    auto worker = std::make_shared<RankWorker>(model, std::make_shared<cpu::ThreadPool>(1),
-                                               *Partition::balanced(model.config().n_layers, ranks), rank,
-                                               model_identity(model));
+    auto worker =
+        std::make_shared<RankWorker>(model, std::make_shared<cpu::ThreadPool>(1),
+                                     *Partition::balanced(model.config().n_layers, ranks), rank, model_identity(model));
     log_->arrivals = arrivals_;
     coordinator_ = sys_.system.spawn(scripted_coordinator, log_);
     RankOptions options;
@@ -815,8 +813,11 @@ class RankOrderTest : public ::testing::Test {
   // Activations for the route 0->1 of a step over kTokens.
   static RouteTransfer activations(Epoch epoch, SessionId session = kSession) {
     const int dim = model().config().dim;
-    return {session, epoch, {0, 1}, WireTensor{{static_cast<std::int64_t>(kTokens.size()), dim},
-                                               std::vector<float>(kTokens.size() * static_cast<std::size_t>(dim), 0.25f)}};
+    return {session,
+            epoch,
+            {0, 1},
+            WireTensor{{static_cast<std::int64_t>(kTokens.size()), dim},
+                       std::vector<float>(kTokens.size() * static_cast<std::size_t>(dim), 0.25f)}};
   }
 };
 

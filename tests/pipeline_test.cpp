@@ -5,9 +5,9 @@
 
 #include <memory>
 
-#include "runtime/text/sampler.hpp"
 #include "runtime/rank/rank_stage.hpp"
 #include "runtime/session/session.hpp"
+#include "runtime/text/sampler.hpp"
 #include "tests/support.hpp"
 
 namespace accord {

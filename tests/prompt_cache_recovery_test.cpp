@@ -11,9 +11,9 @@
 
 #include "actors/distributed_session.hpp"
 #include "runtime/io/durable_file.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 #include "runtime/rank/prompt_cache_recovery.hpp"
 #include "tests/support.hpp"
-#include "runtime/rank/prompt_cache.hpp"
 
 namespace accord {
 namespace {
@@ -67,7 +67,9 @@ class PromptCacheRecoveryTest : public ::testing::Test {
     return name;
   }
 
-  void set_current(int rank, const std::string& name) { std::ofstream(rank_folder(root(), rank) / "CURRENT") << name << "\n"; }
+  void set_current(int rank, const std::string& name) {
+    std::ofstream(rank_folder(root(), rank) / "CURRENT") << name << "\n";
+  }
 
   std::string current(int rank) const {
     std::ifstream in(rank_folder(root(), rank) / "CURRENT");

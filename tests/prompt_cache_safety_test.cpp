@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/io/durable_file.hpp"
+#include "runtime/rank/prompt_cache.hpp"
 #include "runtime/rank/prompt_cache_recovery.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
-#include "runtime/rank/prompt_cache.hpp"
 
 namespace accord {
 namespace {

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "runtime/rank/prompt_cache.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
-#include "runtime/rank/prompt_cache.hpp"
 
 namespace accord {
 namespace {
@@ -148,7 +148,8 @@ TEST_F(PromptCacheTest, RefusesOtherPrefixTokensDescriptorAndInput) {
   Status wrong_name = session->load_prompt_cache(dir_.path(), {"another", "tests"}, test::cache_prefix(5));
   ASSERT_FALSE(wrong_name);
   EXPECT_NE(wrong_name.error().message().find("saved as 'story-opening'"), std::string::npos);
-  Status wrong_input = session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42");
+  Status wrong_input =
+      session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42");
   ASSERT_FALSE(wrong_input);
   EXPECT_NE(wrong_input.error().message().find("another prepared input"), std::string::npos);
 }
@@ -187,8 +188,7 @@ TEST_F(PromptCacheTest, RefusesKeysAndValuesOfAnotherArithmetic) {
   expect_refused(dir_.path(), test::cache_prefix(5), "version 1 of the kernels' arithmetic");
   edit_manifest(live_folder(dir_.path()), [](nlohmann::json& m) { m["arithmetic_version"] = 0; });
   expect_refused(dir_.path(), test::cache_prefix(5), "arithmetic_version");
-  edit_manifest(live_folder(dir_.path()),
-                [](nlohmann::json& m) { m["arithmetic_version"] = cpu::kArithmeticVersion; });
+  edit_manifest(live_folder(dir_.path()), [](nlohmann::json& m) { m["arithmetic_version"] = cpu::kArithmeticVersion; });
   auto session = new_session();
   Status loaded = session->load_prompt_cache(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5));
   EXPECT_TRUE(loaded) << loaded.error().message();
@@ -321,10 +321,12 @@ TEST_F(PromptCacheTest, SaveRefusesAPrefixTheSessionDoesNotHold) {
 TEST_F(PromptCacheTest, PreparedInputIdentityTravelsWithTheCacheAndCheckpoints) {
   auto saver = new_session();
   ASSERT_TRUE(saver->prefill(test::cache_prefix(5)));
-  ASSERT_TRUE(saver->save_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
+  ASSERT_TRUE(
+      saver->save_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
   auto session = new_session();
   EXPECT_FALSE(session->committed_prompt_input_identity());
-  ASSERT_TRUE(session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
+  ASSERT_TRUE(
+      session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
   auto identity = session->committed_prompt_input_identity();
   ASSERT_TRUE(identity);
   EXPECT_EQ(identity->prepared_input, "image:42");
@@ -338,7 +340,8 @@ TEST_F(PromptCacheTest, PreparedInputIdentityTravelsWithTheCacheAndCheckpoints) 
   EXPECT_FALSE(session->committed_prompt_input_identity());
   EXPECT_FALSE(session->rollback_complete(*complete));
   // rollback_complete restores state and identity together.
-  ASSERT_TRUE(session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
+  ASSERT_TRUE(
+      session->load_prompt_cache_for_input(dir_.path(), test::kCacheDescriptor, test::cache_prefix(5), "image:42"));
   auto after_load = session->checkpoint_complete();
   ASSERT_TRUE(session->decode(10));
   ASSERT_TRUE(session->rollback_complete(*after_load));

@@ -18,11 +18,11 @@ TEST(Quant, HalfPrecisionRoundsToNearestEven) {
   EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
   EXPECT_EQ(f32_to_f16(1.0f), 0x3C00);
   EXPECT_EQ(f32_to_f16(-2.0f), 0xC000);
-  EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);      // largest half
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);      // rounds up to infinity
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);         // largest half
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);         // rounds up to infinity
   EXPECT_EQ(f32_to_f16(1.0f + 0x1p-11f), 0x3C00);  // a tie goes to even
   EXPECT_EQ(f32_to_f16(1.0f + 0x1p-10f + 0x1p-11f), 0x3C02);
-  EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);      // smallest subnormal
+  EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);  // smallest subnormal
   EXPECT_EQ(f32_to_f16(0x1p-26f), 0x0000);
   EXPECT_EQ(f32_to_f16(INFINITY), 0x7C00);
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
@@ -97,9 +97,9 @@ TEST(Quant, BlocksAreStoredAsGgmlStoresThem) {
   EXPECT_EQ(static_cast<std::int8_t>(q8[2]), -127);  // -16 is the block's largest magnitude
   quantize_q4_0(q4.data(), x.data(), 32);
   std::memcpy(&scale, q4.data(), 2);
-  EXPECT_EQ(scale, f32_to_f16(2.0f));                 // d = max / -8 with max = -16
-  EXPECT_EQ(std::to_integer<int>(q4[2]) & 0x0F, 0);   // -16 / 2 + 8 = level 0
-  EXPECT_EQ(std::to_integer<int>(q4[2]) >> 4, 8);     // x[16] = 0 -> level 8
+  EXPECT_EQ(scale, f32_to_f16(2.0f));                // d = max / -8 with max = -16
+  EXPECT_EQ(std::to_integer<int>(q4[2]) & 0x0F, 0);  // -16 / 2 + 8 = level 0
+  EXPECT_EQ(std::to_integer<int>(q4[2]) >> 4, 8);    // x[16] = 0 -> level 8
   // Non-finite input does not reach an undefined cast.
   x[3] = NAN;
   quantize_q8_0(q8.data(), x.data(), 32);

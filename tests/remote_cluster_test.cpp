@@ -106,7 +106,6 @@ class RemoteClusterTest : public ::testing::Test {
   std::vector<std::unique_ptr<NodeProcess>> nodes_;
 };
 
-
 // Logits of the prefill of kPrompt and of `steps` greedy decode steps.
 std::vector<float> greedy_trace(DistributedSession& session, int steps) {
   return test::greedy_trace(session, kPrompt, steps);
@@ -172,9 +171,18 @@ TEST_F(RemoteClusterTest, AClientThatReadsNoWeightsTakesItsIdentityFromTheNodesS
 
 // `accord generate --json` with greedy decoding, 24 tokens of "Once upon a time".
 nlohmann::json generate_json(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"generate",     "--model",  test::stories_model(), "--tokenizer",
-                                   test::stories_tokenizer(), "--prompt", "Once upon a time", "--temperature",
-                                   "0",            "--max-tokens", "24",             "--json"};
+  std::vector<std::string> args = {"generate",
+                                   "--model",
+                                   test::stories_model(),
+                                   "--tokenizer",
+                                   test::stories_tokenizer(),
+                                   "--prompt",
+                                   "Once upon a time",
+                                   "--temperature",
+                                   "0",
+                                   "--max-tokens",
+                                   "24",
+                                   "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   const auto result = test::run_accord(args);
   EXPECT_EQ(result.exit_code, 0) << result.output;
@@ -224,8 +232,10 @@ TEST_F(RemoteClusterTest, AKilledNodePoisonsNamingItsRankAndARestartedOneComesBa
       continue;
     }
     auto step = session->decode(token);
-    if (!step) failure = step.error();
-    else token = argmax(step->logits);
+    if (!step)
+      failure = step.error();
+    else
+      token = argmax(step->logits);
   }
   const auto failed_at = Clock::now();
   killer.join();
@@ -373,9 +383,9 @@ TEST(RemoteCluster, ANodeWithAnotherModelRefusesNamingItself) {
   const Model model = test::load_stories_model();
   auto session = DistributedSession::connect({node.address()}, model, DistributedOptions{});
   ASSERT_FALSE(session);
-  EXPECT_NE(session.error().message().find("node " + node.address().to_string() +
-                                           " has another model named 'other.bin'"),
-            std::string::npos)
+  EXPECT_NE(
+      session.error().message().find("node " + node.address().to_string() + " has another model named 'other.bin'"),
+      std::string::npos)
       << session.error().message();
 }
 
@@ -390,8 +400,7 @@ TEST(RemoteCluster, AnUnreachableNodeIsAClearError) {
   const Model model = test::load_stories_model();
   auto session = DistributedSession::connect({address}, model, DistributedOptions{});
   ASSERT_FALSE(session);
-  EXPECT_NE(session.error().message().find("cannot reach node " + address.to_string() + " (rank 0)"),
-            std::string::npos)
+  EXPECT_NE(session.error().message().find("cannot reach node " + address.to_string() + " (rank 0)"), std::string::npos)
       << session.error().message();
 }
 
@@ -477,9 +486,9 @@ TEST(RemoteCluster, ANodeCapsTheThreadsItIsAskedFor) {
   auto session = DistributedSession::connect({node.address()}, model, options);
   ASSERT_TRUE(session) << session.error().message();
   EXPECT_FALSE(greedy_trace(**session, 2).empty());
-  EXPECT_NE(node.log().find("the coordinator asks for " + std::to_string(options.threads) +
-                            " threads, more than " + std::to_string(cpu::kThreadsPerCore) +
-                            " per core of this machine; using " + std::to_string(cpu::max_useful_threads())),
+  EXPECT_NE(node.log().find("the coordinator asks for " + std::to_string(options.threads) + " threads, more than " +
+                            std::to_string(cpu::kThreadsPerCore) + " per core of this machine; using " +
+                            std::to_string(cpu::max_useful_threads())),
             std::string::npos)
       << node.log();
 }

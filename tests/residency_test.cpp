@@ -14,11 +14,11 @@
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/residency.hpp"
-#include "runtime/text/sampler.hpp"
+#include "runtime/model/weights.hpp"
 #include "runtime/rank/partition.hpp"
 #include "runtime/session/session.hpp"
+#include "runtime/text/sampler.hpp"
 #include "tests/support.hpp"
-#include "runtime/model/weights.hpp"
 
 namespace accord {
 namespace {

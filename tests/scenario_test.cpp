@@ -133,8 +133,8 @@ class ScenarioRunner {
   std::string reset(const Command& c) { return result(coordinator_->begin_reset(c.number("epoch"))); }
   std::string status(const Command& c) {
     const bool ok = c.has("ok");
-    coordinator_->step(PhaseStatus{kSession, c.number("epoch"), phase_of(c), c.u32("rank"), ok,
-                                   FailureCode::mechanism, ok ? "" : "injected"});
+    coordinator_->step(PhaseStatus{kSession, c.number("epoch"), phase_of(c), c.u32("rank"), ok, FailureCode::mechanism,
+                                   ok ? "" : "injected"});
     return "";
   }
   std::string ack(const Command& c) {
@@ -172,12 +172,15 @@ class ScenarioRunner {
   }
 
   std::optional<CoordinatorAgreement> coordinator_;
-  const std::map<std::string, Handler> handlers_ = {
-      {"coordinator", bind(&ScenarioRunner::coordinator)}, {"begin", bind(&ScenarioRunner::begin)},
-      {"reset", bind(&ScenarioRunner::reset)},             {"status", bind(&ScenarioRunner::status)},
-      {"ack", bind(&ScenarioRunner::ack)},                 {"tick", bind(&ScenarioRunner::tick)},
-      {"down", bind(&ScenarioRunner::down)},               {"up", bind(&ScenarioRunner::up)},
-      {"dropped", bind(&ScenarioRunner::dropped)}};
+  const std::map<std::string, Handler> handlers_ = {{"coordinator", bind(&ScenarioRunner::coordinator)},
+                                                    {"begin", bind(&ScenarioRunner::begin)},
+                                                    {"reset", bind(&ScenarioRunner::reset)},
+                                                    {"status", bind(&ScenarioRunner::status)},
+                                                    {"ack", bind(&ScenarioRunner::ack)},
+                                                    {"tick", bind(&ScenarioRunner::tick)},
+                                                    {"down", bind(&ScenarioRunner::down)},
+                                                    {"up", bind(&ScenarioRunner::up)},
+                                                    {"dropped", bind(&ScenarioRunner::dropped)}};
 };
 
 // A scenario file: blocks of `command`, `----`, expected output, blank line.

@@ -4,11 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <limits>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "actors/distributed_session.hpp"
 #include "actors/distributed_target.hpp"
@@ -44,8 +44,8 @@ TEST(ServeRequest, CompletionDefaultsAreOpenAIs) {
   EXPECT_EQ(request->top_p, 1.0f);
   EXPECT_FALSE(request->seed);
   EXPECT_FALSE(request->stream);
-  auto chat = serve::parse_request(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})",
-                                   Endpoint::chat_completions);
+  auto chat =
+      serve::parse_request(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})", Endpoint::chat_completions);
   ASSERT_TRUE(chat);
   EXPECT_FALSE(chat->max_tokens);  // the rest of the context
 }
@@ -85,11 +85,10 @@ TEST(ServeRequest, BadInputNamesTheField) {
   EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","n":2})").code, "unsupported_value");
   EXPECT_EQ(parse_error(R"({"model":"m","prompt":["a","b"]})").code, "unsupported_value");
   EXPECT_EQ(parse_error(R"({"model":"m","messages":[]})", Endpoint::chat_completions).param, "messages");
-  EXPECT_EQ(parse_error(R"({"model":"m","messages":[{"role":"robot","content":"x"}]})", Endpoint::chat_completions)
-                .param,
-            "messages[0].role");
-  EXPECT_EQ(parse_error(R"({"model":"m","messages":[{"role":"user","content":5}]})", Endpoint::chat_completions)
-                .param,
+  EXPECT_EQ(
+      parse_error(R"({"model":"m","messages":[{"role":"robot","content":"x"}]})", Endpoint::chat_completions).param,
+      "messages[0].role");
+  EXPECT_EQ(parse_error(R"({"model":"m","messages":[{"role":"user","content":5}]})", Endpoint::chat_completions).param,
             "messages[0].content");
 }
 
@@ -112,7 +111,8 @@ TEST(ServeRequest, MessagesPrintTheNumbersSent) {
     ASSERT_TRUE(request) << request.error().message;
     EXPECT_EQ(request->max_tokens, std::numeric_limits<int>::max());
   }
-  auto seeded = serve::parse_request(R"({"model":"m","prompt":"p","seed":18446744073709551615})", Endpoint::completions);
+  auto seeded =
+      serve::parse_request(R"({"model":"m","prompt":"p","seed":18446744073709551615})", Endpoint::completions);
   ASSERT_TRUE(seeded);
   EXPECT_EQ(seeded->seed, ~std::uint64_t{0});
 }
@@ -127,9 +127,8 @@ TEST(ServeRequest, LogprobsAreReadAsEachEndpointSpellsThem) {
   EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","logprobs":-1})").param, "logprobs");
   const std::string chat = R"({"model":"m","messages":[{"role":"user","content":"hi"}],)";
   EXPECT_EQ(serve::parse_request(chat + R"("logprobs":true})", Endpoint::chat_completions)->top_logprobs, 0);
-  EXPECT_EQ(serve::parse_request(chat + R"("logprobs":true,"top_logprobs":5})", Endpoint::chat_completions)
-                ->top_logprobs,
-            5);
+  EXPECT_EQ(
+      serve::parse_request(chat + R"("logprobs":true,"top_logprobs":5})", Endpoint::chat_completions)->top_logprobs, 5);
   EXPECT_EQ(serve::parse_request(chat + R"("logprobs":false})", Endpoint::chat_completions)->top_logprobs, -1);
   EXPECT_EQ(parse_error(chat + R"("top_logprobs":3})", Endpoint::chat_completions).message,
             "'top_logprobs' needs 'logprobs': true");
@@ -151,8 +150,10 @@ TEST(ServeRequest, UnsupportedParametersAreRefusedWhenTheyAskForSomething) {
       Endpoint::chat_completions);
   ASSERT_TRUE(chat) << chat.error().message;
   const std::vector<std::pair<std::string, std::string>> asking = {
-      {R"("presence_penalty":0.5)", "presence_penalty"}, {R"("frequency_penalty":-1)", "frequency_penalty"},
-      {R"("logit_bias":{"50256":-100})", "logit_bias"},  {R"("suffix":"end")", "suffix"},
+      {R"("presence_penalty":0.5)", "presence_penalty"},
+      {R"("frequency_penalty":-1)", "frequency_penalty"},
+      {R"("logit_bias":{"50256":-100})", "logit_bias"},
+      {R"("suffix":"end")", "suffix"},
       {R"("best_of":2)", "best_of"},
   };
   for (const auto& [field, name] : asking) {
@@ -256,7 +257,7 @@ TEST(ServeMetrics, PrometheusTextCountsAndCumulates) {
   EXPECT_NE(text.find("accord_prefill_seconds_count 1\n"), std::string::npos);
   EXPECT_NE(text.find("accord_prompt_cache_tokens_total 4\n"), std::string::npos);
   EXPECT_EQ(text.find("accord_phase_seconds"), std::string::npos);  // no phase timed yet
-  EXPECT_EQ(text.find("accord_batches_total"), std::string::npos);   // no batcher
+  EXPECT_EQ(text.find("accord_batches_total"), std::string::npos);  // no batcher
 }
 
 TEST(ServeMetrics, PhasesAndBatchesAreReported) {
@@ -484,8 +485,7 @@ std::pair<std::string, std::string> streamed(const std::vector<std::string>& eve
 
 TEST_F(ServeServiceTest, GreedyCompletionIsGenerates) {
   start(1);
-  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 24},
-                     {"temperature", 0}};
+  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}};
   const serve::HttpResponse response = post("/v1/completions", body)->wait();
   ASSERT_EQ(response.status, 200) << response.body;
   const json reply = json::parse(response.body);
@@ -497,7 +497,10 @@ TEST_F(ServeServiceTest, GreedyCompletionIsGenerates) {
 
 TEST_F(ServeServiceTest, AStreamCarriesTheSameText) {
   start(1);
-  json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0},
+  json body = {{"model", "stories260K"},
+               {"prompt", "Once upon a time"},
+               {"max_tokens", 24},
+               {"temperature", 0},
                {"stream", true}};
   auto responder = post("/v1/completions", body);
   EXPECT_EQ(responder->wait().content_type, "text/event-stream");
@@ -511,8 +514,8 @@ TEST_F(ServeServiceTest, AStopSequenceEndsTheReplyBeforeIt) {
   const std::string whole = generated("Once upon a time", 24);
   const std::string stop = "Lily";
   ASSERT_NE(whole.find(stop), std::string::npos) << whole;
-  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 24},
-                     {"temperature", 0},       {"stop", stop}};
+  const json body = {
+      {"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stop", stop}};
   const json reply = json::parse(post("/v1/completions", body)->wait().body);
   EXPECT_EQ(reply["choices"][0]["text"], whole.substr(0, whole.find(stop)));
   EXPECT_EQ(reply["choices"][0]["finish_reason"], "stop");
@@ -525,8 +528,8 @@ TEST_F(ServeServiceTest, ConcurrentSequencesDoNotChangeEachOthersTokens) {
   std::vector<std::shared_ptr<RecordingResponder>> responders;
   for (int round = 0; round < 2; ++round) {
     for (const std::string& prompt : prompts) {
-      responders.push_back(post("/v1/completions",
-                                {{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", 30}, {"temperature", 0}}));
+      responders.push_back(post(
+          "/v1/completions", {{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", 30}, {"temperature", 0}}));
     }
   }
   for (std::size_t i = 0; i < responders.size(); ++i) {
@@ -537,8 +540,7 @@ TEST_F(ServeServiceTest, ConcurrentSequencesDoNotChangeEachOthersTokens) {
 
 TEST_F(ServeServiceTest, AFullQueueAnswers429) {
   start(1, /*queue_limit=*/0);
-  const serve::HttpResponse response =
-      post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"}})->wait();
+  const serve::HttpResponse response = post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"}})->wait();
   EXPECT_EQ(response.status, 429);
   EXPECT_EQ(json::parse(response.body)["error"]["type"], "rate_limit_exceeded");
 }
@@ -547,16 +549,17 @@ TEST_F(ServeServiceTest, AClientThatGoesAwayStopsItsGeneration) {
   start(1);
   auto responder = std::make_shared<RecordingResponder>();
   responder->go_after(3);
-  service_->handle({"POST", "/v1/completions",
-                    json{{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 200}, {"stream", true}}.dump(), ""},
-                   responder);
+  service_->handle(
+      {"POST", "/v1/completions",
+       json{{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 200}, {"stream", true}}.dump(), ""},
+      responder);
   responder->wait();
   EXPECT_LE(responder->events().size(), 4u);
   // The slot serves the next request, after it counted the first.
-  const json reply = json::parse(post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"},
-                                                          {"max_tokens", 5}, {"temperature", 0}})
-                                     ->wait()
-                                     .body);
+  const json reply = json::parse(
+      post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 5}, {"temperature", 0}})
+          ->wait()
+          .body);
   EXPECT_EQ(reply["choices"][0]["text"], generated("Once", 5));
   EXPECT_NE(metrics_.prometheus_text().find("status=\"499\"} 1\n"), std::string::npos);
 }
@@ -565,8 +568,8 @@ TEST_F(ServeServiceTest, AClientThatGoesAwayStopsItsGeneration) {
 // its running jobs after their step. A running job's last step and its answer must not need the Service.
 TEST_F(ServeServiceTest, AShutdownMayEndTheServiceBeforeItsRunningJob) {
   start(1);
-  auto responder = post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 400},
-                                            {"stream", true}});
+  auto responder =
+      post("/v1/completions", {{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 400}, {"stream", true}});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
   while (responder->events().empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -617,8 +620,7 @@ TEST_F(ServeServiceTest, TheSlotTokenizesAndRefusesAPromptPastTheContext) {
 // finish; stop_running then cuts what still runs.
 TEST_F(ServeServiceTest, AShutdownAnswersTheQueue503AndLetsTheRunningFinish) {
   HeldSlot& slot = start_held();
-  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 12},
-                     {"temperature", 0}};
+  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}};
   auto running = post("/v1/completions", body);
   slot.wait_until_held();
   auto queued = post("/v1/completions", body);
@@ -653,9 +655,9 @@ TEST_F(ServeServiceTest, AnApiKeyGuardsAllButHealthAndReady) {
   start(1);
   EXPECT_EQ(get("/health").status, 200);
   EXPECT_EQ(get("/ready").status, 200);
-  for (const std::string& authorization : {std::string(), std::string("Bearer s3cret"),
-                                           std::string("Bearer s3cret-key2"), std::string("Basic s3cret-key"),
-                                           std::string("s3cret-key")}) {
+  for (const std::string& authorization :
+       {std::string(), std::string("Bearer s3cret"), std::string("Bearer s3cret-key2"), std::string("Basic s3cret-key"),
+        std::string("s3cret-key")}) {
     const serve::HttpResponse refused = get("/v1/models", authorization);
     EXPECT_EQ(refused.status, 401) << authorization;
     EXPECT_EQ(json::parse(refused.body)["error"]["code"], "invalid_api_key");
@@ -684,8 +686,7 @@ TEST_F(ServeServiceTest, MetricsMayBePublicBehindAKey) {
 
 TEST_F(ServeServiceTest, AbortedStepsAreRetriedAndTheTextIsUnchanged) {
   start(1, 8, {*parse_fault("1:Execution:error:3")});
-  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 12},
-                     {"temperature", 0}};
+  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}};
   const json reply = json::parse(post("/v1/completions", body)->wait().body);
   EXPECT_EQ(reply["choices"][0]["text"], generated("Once upon a time", 12));
   EXPECT_NE(metrics_.prometheus_text().find("accord_retries_total 1\n"), std::string::npos);
@@ -718,8 +719,9 @@ TEST_F(ServeServiceTest, ChatUsesTheTemplateAndStreamsARoleFirst) {
 // chunks that carry their text.
 TEST_F(ServeServiceTest, CompletionsGiveTheLogprobsOfThePromptAndTheCompletion) {
   start(1);
-  json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 8},
-               {"temperature", 0},       {"logprobs", 2},                  {"echo", true}};
+  json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"},
+               {"max_tokens", 8},        {"temperature", 0},
+               {"logprobs", 2},          {"echo", true}};
   const serve::HttpResponse response = post("/v1/completions", body)->wait();
   ASSERT_EQ(response.status, 200) << response.body;
   const json choice = json::parse(response.body)["choices"][0];
@@ -759,8 +761,9 @@ TEST_F(ServeServiceTest, CompletionsGiveTheLogprobsOfThePromptAndTheCompletion) 
 // The same log-probabilities on two ranks as on one, an aborted step
 // retried included: the output owner's logits are the single rank's.
 TEST_F(ServeServiceTest, LogprobsAreTheSameOnTwoRanks) {
-  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 8},
-                     {"temperature", 0},       {"logprobs", 3},                  {"echo", true}};
+  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"},
+                     {"max_tokens", 8},        {"temperature", 0},
+                     {"logprobs", 3},          {"echo", true}};
   start(1);
   const serve::HttpResponse alone = post("/v1/completions", body)->wait();
   ASSERT_EQ(alone.status, 200) << alone.body;
@@ -782,8 +785,8 @@ TEST_F(ServeServiceTest, LogprobsAreTheSameOnTwoRanks) {
 TEST_F(ServeServiceTest, ChatGivesEachTokensLogprobWithItsAlternatives) {
   start(1);
   const json body = {{"model", "stories260K"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
-                     {"max_tokens", 6},         {"temperature", 0},
-                     {"logprobs", true},        {"top_logprobs", 3}};
+                     {"max_tokens", 6},        {"temperature", 0},
+                     {"logprobs", true},       {"top_logprobs", 3}};
   const serve::HttpResponse response = post("/v1/chat/completions", body)->wait();
   ASSERT_EQ(response.status, 200) << response.body;
   const json reply = json::parse(response.body);
@@ -828,8 +831,8 @@ TEST(ServeProgress, RedrawsOneLineInPlaceAndClearsIt) {
   progress.clear();  // nothing shown yet: nothing to clear
   EXPECT_EQ(screen, "");
   progress.show("a");
-  progress.show("b");         // within the interval: skipped
-  progress.show("c", true);   // the last state: always drawn
+  progress.show("b");        // within the interval: skipped
+  progress.show("c", true);  // the last state: always drawn
   progress.clear();
   EXPECT_EQ(screen, "\r\033[Ka\r\033[Kc\r\033[K");
 }

@@ -9,8 +9,8 @@
 #include "runtime/generate/drafter.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/model/identity.hpp"
-#include "runtime/text/sampler.hpp"
 #include "runtime/rank/rank_worker.hpp"
+#include "runtime/text/sampler.hpp"
 #include "tests/reference.hpp"
 #include "tests/support.hpp"
 
@@ -112,10 +112,10 @@ TEST_F(SpeculativeStepTest, PrefillVerifiesADraftAfterThePrompt) {
 }
 
 TEST_F(SpeculativeStepTest, AFailureInAnyPhaseLeavesTheStateAsItWas) {
-  for (Phase phase : {Phase::StateCheckpoint, Phase::Execution, Phase::OutputObservation,
-                      Phase::PredictionTargetCapture, Phase::PredictionTargetCapturePublication,
-                      Phase::PredictionTargetStatePreparation, Phase::PredictionExtensionExecution,
-                      Phase::OutputPublication, Phase::MechanismCompletion, Phase::Commit}) {
+  for (Phase phase :
+       {Phase::StateCheckpoint, Phase::Execution, Phase::OutputObservation, Phase::PredictionTargetCapture,
+        Phase::PredictionTargetCapturePublication, Phase::PredictionTargetStatePreparation,
+        Phase::PredictionExtensionExecution, Phase::OutputPublication, Phase::MechanismCompletion, Phase::Commit}) {
     const std::string digest = session_.state_digest();
     session_.set_failure_hook(test::fail_every(phase));
     auto failed = test::speculate(session_, draft_of(2, 4));
@@ -141,9 +141,9 @@ TEST_F(SpeculativeStepTest, BadInputsAreRefusedBeforeAnythingChanges) {
     }
     EXPECT_EQ(session_.state_digest(), digest);
   };
-  refused({{5, 6}, 2});       // nothing before the draft
-  refused({{5, 6}, -1});      // a negative draft
-  refused({{5, 6, 512}, 2});  // a token past the vocabulary
+  refused({{5, 6}, 2});                                                                  // nothing before the draft
+  refused({{5, 6}, -1});                                                                 // a negative draft
+  refused({{5, 6, 512}, 2});                                                             // a token past the vocabulary
   refused({std::vector<int>(static_cast<std::size_t>(model_.config().seq_len), 5), 3});  // past the context
 }
 

@@ -9,8 +9,8 @@
 #include <functional>
 #include <thread>
 
-#include "runtime/text/sampler.hpp"
 #include "runtime/session/session.hpp"
+#include "runtime/text/sampler.hpp"
 #include "tests/support.hpp"
 
 namespace accord {
@@ -43,8 +43,7 @@ TEST(TransformerLanes, EachLaneComputesWhatItsSequenceComputesAlone) {
   for (int unit = 0; unit < c.n_layers; ++unit) alone.run_unit(unit, 0, solo_c);
   const std::vector<float> expect_c = test::to_vector(alone.head(Transformer::Rows::all));
 
-  const std::vector<Transformer::Lane> lanes = {
-      {a, 0, &kv_a, false}, {b, 3, &kv_b, false}, {c_tokens, 0, &kv_c, true}};
+  const std::vector<Transformer::Lane> lanes = {{a, 0, &kv_a, false}, {b, 3, &kv_b, false}, {c_tokens, 0, &kv_c, true}};
   const std::vector<float> logits = test::to_vector(together.forward_lanes(lanes));
   const auto vocab = static_cast<std::size_t>(c.vocab_size);
   ASSERT_EQ(logits.size(), (1 + 1 + c_tokens.size()) * vocab);
@@ -59,8 +58,8 @@ TEST(TransformerLanes, EachLaneComputesWhatItsSequenceComputesAlone) {
   for (int unit = 0; unit < c.n_layers; ++unit) {
     for (const auto& [mine, solo, rows] :
          {std::tuple{&kv_a, &solo_a, 5}, std::tuple{&kv_b, &solo_b, 4}, std::tuple{&kv_c, &solo_c, 4}}) {
-      EXPECT_TRUE(test::bit_identical(kv_rows(mine->keys(unit), 0, rows, kv_dim),
-                                      kv_rows(solo->keys(unit), 0, rows, kv_dim)));
+      EXPECT_TRUE(
+          test::bit_identical(kv_rows(mine->keys(unit), 0, rows, kv_dim), kv_rows(solo->keys(unit), 0, rows, kv_dim)));
       EXPECT_TRUE(test::bit_identical(kv_rows(mine->values(unit), 0, rows, kv_dim),
                                       kv_rows(solo->values(unit), 0, rows, kv_dim)));
     }
@@ -173,9 +172,8 @@ TEST_F(StepBatcherTest, AnAbortInOneSessionLeavesTheOthersTokensAsTheyWere) {
   sessions[1]->set_failure_hook(fault());
   std::vector<std::vector<float>> traces(kPrompts.size());
   std::vector<int> aborted(kPrompts.size(), 0);
-  generate_together(batcher, [&](std::size_t i) {
-    traces[i] = trace_with_retries(*sessions[i], kPrompts[i], aborted[i]);
-  });
+  generate_together(batcher,
+                    [&](std::size_t i) { traces[i] = trace_with_retries(*sessions[i], kPrompts[i], aborted[i]); });
 
   EXPECT_EQ(aborted, (std::vector<int>{0, 1, 0, 0}));
   for (std::size_t i = 0; i < kPrompts.size(); ++i) {
@@ -228,8 +226,8 @@ TEST_F(StepBatcherTest, ABatchWaitsForAMemberAtMostTheWindow) {
   Session session(model_, pool_);
   session.batch_steps_with(&batcher);
   Session alone(model_, pool_);
-  EXPECT_TRUE(test::bit_identical(test::greedy_trace(session, kPrompts[0], 3),
-                                  test::greedy_trace(alone, kPrompts[0], 3)));
+  EXPECT_TRUE(
+      test::bit_identical(test::greedy_trace(session, kPrompts[0], 3), test::greedy_trace(alone, kPrompts[0], 3)));
   EXPECT_EQ(batcher.stats().batches, 4u);
   EXPECT_EQ(batcher.stats().widest, 1);
 }

@@ -2,8 +2,8 @@
 
 #include "runtime/text/sampler.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -168,7 +168,8 @@ MismatchedFiles truncated_model_and_foreign_tokenizer(const TempDir& dir) {
   return {dir.file("half.bin"), dir.file("s.tokenizer.bin")};
 }
 
-CpuPathScope::CpuPathScope(cpu::Isa isa) : previous_(cpu::active_isa()), ok_(cpu::use_isa(cpu::to_string(isa)).empty()) {}
+CpuPathScope::CpuPathScope(cpu::Isa isa)
+    : previous_(cpu::active_isa()), ok_(cpu::use_isa(cpu::to_string(isa)).empty()) {}
 
 CpuPathScope::~CpuPathScope() { cpu::use_isa(cpu::to_string(previous_)); }
 

@@ -15,12 +15,12 @@
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/thread_pool.hpp"
-#include "runtime/model/model.hpp"
-#include "runtime/text/sampler.hpp"
-#include "runtime/model/synthetic.hpp"
-#include "runtime/text/tokenizer.hpp"
 #include "runtime/generate/target.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/synthetic.hpp"
 #include "runtime/session/session.hpp"
+#include "runtime/text/sampler.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace accord::test {
 
@@ -64,18 +64,14 @@ inline std::shared_ptr<StepObserver> borrow(StepObserver& observer) {
 // Generation steps on a distributed session (StepOptions::sampler): the
 // output owner samples; `logits` says whether the step returns them.
 inline Result<DistributedStep> sample_prefill(DistributedSession& session, std::span<const int> tokens,
-                                              Sampler& sampler, std::span<const int> stop_tokens,
-                                              bool logits = true) {
+                                              Sampler& sampler, std::span<const int> stop_tokens, bool logits = true) {
   return session.step({.tokens = tokens, .sampler = &sampler, .stop_tokens = stop_tokens, .return_logits = logits});
 }
 inline Result<DistributedStep> sample_decode(DistributedSession& session, int token, Sampler& sampler,
                                              std::span<const int> stop_tokens, bool logits = true,
                                              NextDecode next = NextDecode::unlikely) {
-  return session.step({.tokens = {&token, 1},
-                       .sampler = &sampler,
-                       .stop_tokens = stop_tokens,
-                       .return_logits = logits,
-                       .next = next});
+  return session.step(
+      {.tokens = {&token, 1}, .sampler = &sampler, .stop_tokens = stop_tokens, .return_logits = logits, .next = next});
 }
 
 // A prediction-target step of `input` on either kind of session.

@@ -25,7 +25,8 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
 TEST(ThreadPool, RespectsMinimumChunk) {
   ThreadPool pool(4);
   std::atomic<int> calls{0};
-  pool.parallel_for(10, [&](std::size_t, std::size_t) { calls++; }, 8);
+  pool.parallel_for(
+      10, [&](std::size_t, std::size_t) { calls++; }, 8);
   EXPECT_EQ(calls.load(), 1);
 }
 

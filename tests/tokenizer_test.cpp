@@ -49,8 +49,8 @@ TEST(Tokenizer, UnknownCodePointsFallBackToBytes) {
 
 TEST(Tokenizer, DecodeFollowsRunC) {
   const Tokenizer t = test::load_stories_tokenizer();
-  const int once = 403;  // " Once"
-  EXPECT_EQ(t.decode(1, once), "Once");    // leading space dropped after BOS
+  const int once = 403;                  // " Once"
+  EXPECT_EQ(t.decode(1, once), "Once");  // leading space dropped after BOS
   EXPECT_EQ(t.decode(once, once), " Once");
   EXPECT_EQ(t.decode(once, 3 + 'A'), "A");  // <0x41>
   EXPECT_EQ(t.decode(once, 3 + '\n'), "\n");

@@ -120,7 +120,6 @@ TEST(TokenizerVectors, Llama2cVocabularyConvertsToSentencePiece) {
   }
 }
 
-
 // Ordinary English prose, repeated to any length.
 std::string prose(std::size_t bytes) {
   const std::string paragraph =

@@ -167,9 +167,13 @@ int check_qkv(std::mt19937& random, cpu::WeightType type, int batch, int heads, 
   std::copy(k.begin(), k.end(), keys.begin() + static_cast<std::ptrdiff_t>(pos) * kv_dim);
   std::copy(v.begin(), v.end(), values.begin() + static_cast<std::ptrdiff_t>(pos) * kv_dim);
   Uploads device;
-  const QkvOutputs out{device.zeros<float>(q.size()), device.zeros<float>(keys.size()),
-                       device.zeros<float>(values.size()), device.copy(std::vector<int>{pos}), head_size,
-                       device.copy(cos), device.copy(sin)};
+  const QkvOutputs out{device.zeros<float>(q.size()),
+                       device.zeros<float>(keys.size()),
+                       device.zeros<float>(values.size()),
+                       device.copy(std::vector<int>{pos}),
+                       head_size,
+                       device.copy(cos),
+                       device.copy(sin)};
   qkv(nullptr, out, device.copy(x), norm.on(device), wq.on(device), wk.on(device), wv.on(device), batch);
   const std::string name = shape_name("qkv", type, dim + 2 * kv_dim, dim, batch);
   return report(name + ": queries", download(out.q, q.size()), q, 1e-5) +

@@ -16,9 +16,9 @@
 #include "runtime/model/cuda_transformer.hpp"
 #include "runtime/model/kv_cache.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/transformer.hpp"
 #include "runtime/model/weights.hpp"
 #include "runtime/text/sampler.hpp"
-#include "runtime/model/transformer.hpp"
 
 namespace {
 
@@ -79,9 +79,10 @@ int compare_with_cpu(const Model& model, int tokens, double tolerance, int threa
     step.assign(1, expected);  // both go on from the CPU's token, so one miss does not cascade
   }
   const bool ok = mismatches == 0 && worst <= tolerance;
-  std::printf("greedy tokens: %d different, %d ties; logits: largest difference %.3g of the largest logit "
-              "(tolerance %.1g)  %s\n",
-              mismatches, ties, worst, tolerance, ok ? "ok" : "FAILED");
+  std::printf(
+      "greedy tokens: %d different, %d ties; logits: largest difference %.3g of the largest logit "
+      "(tolerance %.1g)  %s\n",
+      mismatches, ties, worst, tolerance, ok ? "ok" : "FAILED");
   return ok ? 0 : 1;
 }
 

@@ -26,9 +26,9 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/text/sampler.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/session/session.hpp"
+#include "runtime/text/sampler.hpp"
 
 namespace accord::cli {
 
@@ -106,7 +106,6 @@ std::string cpu_model_name() {
   return "unknown";
 }
 
-
 std::uint64_t stored_bytes(const Model& model) {
   std::uint64_t bytes = 0;
   for (const StoredTensor& t : model.tensors()) bytes += t.bytes;
@@ -120,8 +119,8 @@ std::string model_precision(const Model& model) {
   for (const StoredTensor& t : model.tensors()) {
     if (t.shape.size() >= 2) ++counts[t.type];
   }
-  const auto most = std::max_element(counts.begin(), counts.end(),
-                                     [](const auto& x, const auto& y) { return x.second < y.second; });
+  const auto most =
+      std::max_element(counts.begin(), counts.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
   return most == counts.end() ? "unknown" : most->first;
 }
 
@@ -350,12 +349,9 @@ nlohmann::json to_json(const BenchRow& row) {
 }
 
 nlohmann::json json_heading(const BenchArgs& args, double bandwidth) {
-  return {{"cpu", cpu_model_name()},
-          {"kernel_path", cpu::to_string(cpu::active_isa())},
-          {"bandwidth_gb_per_s", bandwidth},
-          {"threads", args.threads},
-          {"model", model_label(args)},
-          {"repetitions", args.repetitions},
+  return {{"cpu", cpu_model_name()},           {"kernel_path", cpu::to_string(cpu::active_isa())},
+          {"bandwidth_gb_per_s", bandwidth},   {"threads", args.threads},
+          {"model", model_label(args)},        {"repetitions", args.repetitions},
           {"results", nlohmann::json::array()}};
 }
 
@@ -381,8 +377,8 @@ int run_bench(BenchArgs args) {
       print_row(row, args.threads);
     }
   };
-  const Status done = model ? bench_model(*model, args, pool, bandwidth, sink)
-                            : bench_synthetic(args, pool, bandwidth, sink);
+  const Status done =
+      model ? bench_model(*model, args, pool, bandwidth, sink) : bench_synthetic(args, pool, bandwidth, sink);
   if (!done) return fail(done.error().message());
   if (args.json) std::cout << json.dump(2) << std::endl;
   return 0;
@@ -404,8 +400,8 @@ Command add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Measure memory bandwidth, then decode and prefill tokens/s per precision against the bandwidth limit");
-  CLI::Option* model = cmd->add_option("--model", args->model,
-                                       "bench this model (GGUF or llama2.c) instead of synthetic ones");
+  CLI::Option* model =
+      cmd->add_option("--model", args->model, "bench this model (GGUF or llama2.c) instead of synthetic ones");
   cmd->add_option("--shape", args->shape, "synthetic model shape: 110m or 15m")
       ->check(CLI::IsMember(shapes()))
       ->excludes(model)
@@ -415,9 +411,9 @@ Command add_bench_command(CLI::App& app) {
       ->check(precision_name())
       ->excludes(model)
       ->capture_default_str();
-  cmd->add_option("--threads", args->threads,
-                  "CPU threads, at most " + std::to_string(cpu::kThreadsPerCore) +
-                      " per core (more are capped, with a warning)")
+  cmd->add_option(
+         "--threads", args->threads,
+         "CPU threads, at most " + std::to_string(cpu::kThreadsPerCore) + " per core (more are capped, with a warning)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--repetitions", args->repetitions, "runs of each test; the median is reported")

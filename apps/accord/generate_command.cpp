@@ -22,8 +22,8 @@
 #include "runtime/io/env.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/residency.hpp"
-#include "runtime/text/tokenizer.hpp"
 #include "runtime/session/session.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace accord::cli {
 
@@ -44,12 +44,12 @@ struct GenerateArgs {
   int ranks = 1;
   std::vector<NodeAddress> peers;  // --peers: remote nodes, one rank each
   std::string secret_file;         // --secret-file: the cluster's secret, with --peers
-  std::vector<Fault> faults;  // --fault entries; ACCORD_FAULTS is read at run time
+  std::vector<Fault> faults;       // --fault entries; ACCORD_FAULTS is read at run time
   int phase_timeout_ms = DistributedOptions{}.phase_timeout_ms;
   int retries = GenerationOptions{}.retries;
   int heal_attempts = GenerationOptions{}.heal_attempts;
   std::vector<NodeAddress> spares;  // --spares: nodes that take a lost node's rank
-  std::string speculative;  // --speculative: "lookup" or "model:PATH"; empty: plain decoding
+  std::string speculative;          // --speculative: "lookup" or "model:PATH"; empty: plain decoding
   int draft_tokens = GenerationOptions{}.draft_tokens;
   std::uint64_t max_resident_bytes = 0;  // --max-resident-bytes: each rank's weights budget
   BackendArgs compute;                   // --backend, --devices
@@ -324,10 +324,9 @@ int run_generate(GenerateArgs args) {
 void check_speculation(const GenerateArgs& args, const CLI::App& cmd) {
   if (args.speculative.empty() || args.temperature == 0.0f) return;
   const CLI::Option* temperature = cmd.get_option("--temperature");
-  const std::string given = temperature->count() > 0 ? temperature->as<std::string>()
-                                                       : "the default " + temperature->get_default_str();
-  throw CLI::ValidationError("--speculative",
-                             "drafts are verified greedily: it needs --temperature 0, got " + given);
+  const std::string given =
+      temperature->count() > 0 ? temperature->as<std::string>() : "the default " + temperature->get_default_str();
+  throw CLI::ValidationError("--speculative", "drafts are verified greedily: it needs --temperature 0, got " + given);
 }
 
 // --max-tokens, --temperature, --top-p, --seed: how much is generated and
@@ -396,14 +395,15 @@ void add_cluster_options(CLI::App& cmd, const std::shared_ptr<GenerateArgs>& arg
 
 // --speculative and its --draft-tokens.
 void add_speculation_options(CLI::App& cmd, GenerateArgs& args) {
-  CLI::Option* speculative = cmd.add_option("--speculative", args.speculative,
-                 "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
-                 "earlier text (prompt lookup), `model:PATH` from a smaller model with the same vocabulary")
-      ->check([](const std::string& text) {
-        const bool draft_model = text.starts_with(kDraftModelPrefix) && text.size() > kDraftModelPrefix.size();
-        const bool known = text == "lookup" || draft_model;
-        return known ? std::string() : "expected `lookup` or `model:PATH`, got `" + text + "`";
-      });
+  CLI::Option* speculative =
+      cmd.add_option("--speculative", args.speculative,
+                     "speculative decoding with greedy verification (needs --temperature 0): `lookup` drafts from "
+                     "earlier text (prompt lookup), `model:PATH` from a smaller model with the same vocabulary")
+          ->check([](const std::string& text) {
+            const bool draft_model = text.starts_with(kDraftModelPrefix) && text.size() > kDraftModelPrefix.size();
+            const bool known = text == "lookup" || draft_model;
+            return known ? std::string() : "expected `lookup` or `model:PATH`, got `" + text + "`";
+          });
   cmd.add_option("--draft-tokens", args.draft_tokens, "the most draft tokens one speculative step verifies")
       ->check(CLI::Range(1, 64))
       ->needs(speculative)

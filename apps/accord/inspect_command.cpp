@@ -27,13 +27,14 @@ void print_config(const Model& model) {
   std::printf("vocab_size   %d\nseq_len      %d\nclassifier   %s\nrope_theta   %g\nnorm_eps     %g\n", c.vocab_size,
               c.seq_len, c.shared_classifier ? "shared with the embedding" : "separate", c.rope_theta, c.norm_eps);
   std::printf("weights     ");
-  for (const auto& [type, bytes] : model.weight_bytes_by_type()) std::printf(" %s %" PRIu64 " bytes", type.c_str(), bytes);
+  for (const auto& [type, bytes] : model.weight_bytes_by_type())
+    std::printf(" %s %" PRIu64 " bytes", type.c_str(), bytes);
   std::printf(" (in place; %zu norm floats converted)\n", model.owned_floats());
 }
 
 void print_tensors(const Model& model) {
-  std::printf("\n%zu tensors:\n%-28s %-5s %-18s %12s %12s\n", model.tensors().size(), "name", "type", "shape",
-              "offset", "bytes");
+  std::printf("\n%zu tensors:\n%-28s %-5s %-18s %12s %12s\n", model.tensors().size(), "name", "type", "shape", "offset",
+              "bytes");
   for (const StoredTensor& t : model.tensors()) {
     std::printf("%-28s %-5s %-18s %12" PRIu64 " %12" PRIu64 "\n", t.name.c_str(), t.type.c_str(),
                 shape_text(t.shape).c_str(), t.offset, t.bytes);

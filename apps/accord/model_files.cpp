@@ -17,8 +17,8 @@ Result<Tokenizer> locate_tokenizer(const std::string& explicit_path, const std::
   }
   std::string tried;
   for (const auto& path : candidates) tried += "\n  " + path;
-  return Error(ErrorCode::io, "no tokenizer given and none found beside the model; pass --tokenizer. Looked for:" +
-                                  tried);
+  return Error(ErrorCode::io,
+               "no tokenizer given and none found beside the model; pass --tokenizer. Looked for:" + tried);
 }
 
 }  // namespace

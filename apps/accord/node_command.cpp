@@ -2,6 +2,9 @@
 // coordinator elsewhere (`accord generate --peers`, DistributedSession::
 // connect). Publishes the node actor (actors/node.hpp) on --listen and
 // runs until SIGINT or SIGTERM.
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -9,10 +12,7 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
-#include <pthread.h>
-#include <spdlog/spdlog.h>
 #include <thread>
-#include <unistd.h>
 
 #include "actors/atoms.hpp"
 #include "actors/caf_session.hpp"
@@ -110,8 +110,9 @@ Result<NodeOptions> node_options(const NodeArgs& args, const NodeAddress& listen
     if (!folder) return folder.error();
     options.model_dir = std::move(*folder);
   } else {
-    return Error(ErrorCode::contract, "a node needs --model FILE or --model-dir FOLDER: it never opens a path a "
-                                      "coordinator sends");
+    return Error(ErrorCode::contract,
+                 "a node needs --model FILE or --model-dir FOLDER: it never opens a path a "
+                 "coordinator sends");
   }
   if (!args.prompt_cache_dir.empty()) {
     auto folder = existing_folder(args.prompt_cache_dir, "--prompt-cache-dir");
@@ -188,16 +189,15 @@ Command add_node_command(CLI::App& app) {
   cmd->add_option("--prompt-cache-dir", args->prompt_cache_dir,
                   "folder of its ranks' prompt caches; a coordinator's --prompt-cache names one inside it "
                   "(default: none, prompt caches are refused)");
-  cmd->add_flag("--allow-faults", args->allow_faults,
-                "take the fault plans coordinators send (test clusters only)");
+  cmd->add_flag("--allow-faults", args->allow_faults, "take the fault plans coordinators send (test clusters only)");
   cmd->add_option("--secret-file", args->secret_file,
                   "file of the cluster's shared secret (or ACCORD_SECRET_FILE); coordinators and the "
                   "session's other nodes must prove it. Without one only loopback peers are admitted");
   cmd->add_option("--max-connections", args->max_connections,
                   "connections open at once, handshaking or admitted; at the limit a new peer takes the slot of "
                   "the oldest handshake, so only admitted connections keep a coordinator out. Each address has "
-                  "at most " + std::to_string(GateOptions{}.max_handshakes_per_address) +
-                      " handshakes in progress")
+                  "at most " +
+                      std::to_string(GateOptions{}.max_handshakes_per_address) + " handshakes in progress")
       ->capture_default_str();
   cmd->add_option("--max-frame-bytes", args->max_frame_bytes,
                   "largest message a connection takes; a larger one closes it")

@@ -1,14 +1,14 @@
 // accord serve: an OpenAI-compatible HTTP service over K sessions.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <boost/asio/ip/address.hpp>
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -244,9 +244,10 @@ int run_serve(ServeArgs args) {
     const StepBatcher::Stats stats = batcher.stats();
     return serve::BatchCounts{stats.batches, stats.steps, stats.widest};
   });
-  serve::Scheduler scheduler(*tokenizer, std::move(slots), args.queue_limit,
-                             [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); },
-                             [](const std::string& warning) { spdlog::warn("{}", warning); });
+  serve::Scheduler scheduler(
+      *tokenizer, std::move(slots), args.queue_limit,
+      [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); },
+      [](const std::string& warning) { spdlog::warn("{}", warning); });
   const serve::ServiceOptions options = service_options(args, *model, *chat, *key);
   serve::Service service(*tokenizer, scheduler, metrics, options);
   spdlog::info("model '{}', chat template {}, {} slot(s)", options.model_id, chat->name(), args.parallel);
@@ -269,7 +270,7 @@ void add_http_options(CLI::App& cmd, ServeArgs& args) {
                              "clients must send 'Authorization: Bearer KEY' (all but /health, /ready; "
                              "/metrics too unless --metrics-public); visible to other users in the process list, "
                              "--api-key-file is not")
-                ->check([](const std::string& value) { return value.empty() ? "the key must not be empty" : ""; });
+                  ->check([](const std::string& value) { return value.empty() ? "the key must not be empty" : ""; });
   cmd.add_option("--api-key-file", args.api_key_file, "the API key: the file's first line")
       ->check(CLI::ExistingFile)
       ->excludes(key);
@@ -302,8 +303,7 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--parallel", args->parallel, "requests generated at once, each on a session of its own")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  cmd->add_option("--queue-limit", args->queue_limit,
-                  "requests that may wait for a free slot; more are answered 429")
+  cmd->add_option("--queue-limit", args->queue_limit, "requests that may wait for a free slot; more are answered 429")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--ranks", args->ranks, "in-process ranks of each slot's session")

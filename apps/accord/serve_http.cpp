@@ -2,18 +2,18 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <atomic>
 #include <csignal>
 #include <deque>
 #include <functional>
-#include <vector>
-#include <thread>
 #include <optional>
+#include <thread>
+#include <vector>
 
 namespace accord::cli {
 
@@ -177,8 +177,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       // An idle keep-alive connection just closes; a slow request is told.
       // The parser takes no byte of an unfinished line: look at the buffer too.
       if (!parser_->got_some() && buffer_.size() == 0) return close();
-      return reject(408, "the request did not arrive within " + std::to_string(options_.request_timeout.count()) +
-                             " ms");
+      return reject(408,
+                    "the request did not arrive within " + std::to_string(options_.request_timeout.count()) + " ms");
     }
     if (error == net::error::operation_aborted) return close();
     if (error) return reject(400, "malformed HTTP request: " + error.message());
@@ -220,19 +220,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // answer is cut off.
   void watch_for_close() {
     watching_ = true;
-    stream_.socket().async_read_some(buffer_.prepare(512), [self = shared_from_this()](beast::error_code error,
-                                                                                        std::size_t bytes) {
-      self->watching_ = false;
-      self->buffer_.commit(bytes);
-      const bool cancelled = error == net::error::operation_aborted && self->answered_;
-      if ((error && !cancelled) || self->buffer_.size() > self->options_.body_limit) {
-        self->gone_ = true;
-        if (self->answered_) self->close();
-        return;
-      }
-      if (!self->answered_) return self->watch_for_close();
-      if (!self->writing_) self->after_writes();
-    });
+    stream_.socket().async_read_some(buffer_.prepare(512),
+                                     [self = shared_from_this()](beast::error_code error, std::size_t bytes) {
+                                       self->watching_ = false;
+                                       self->buffer_.commit(bytes);
+                                       const bool cancelled = error == net::error::operation_aborted && self->answered_;
+                                       if ((error && !cancelled) || self->buffer_.size() > self->options_.body_limit) {
+                                         self->gone_ = true;
+                                         if (self->answered_) self->close();
+                                         return;
+                                       }
+                                       if (!self->answered_) return self->watch_for_close();
+                                       if (!self->writing_) self->after_writes();
+                                     });
   }
 
   void write(std::string bytes) {
@@ -305,8 +305,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 // The Responder of one request. Called on the I/O thread (the service
 // answering at once) it acts at once; from a slot's thread it posts onto
 // the I/O thread.
-class ConnectionResponder final : public serve::Responder,
-                                  public std::enable_shared_from_this<ConnectionResponder> {
+class ConnectionResponder final : public serve::Responder, public std::enable_shared_from_this<ConnectionResponder> {
  public:
   ConnectionResponder(std::shared_ptr<Connection> connection, std::uint64_t request, net::any_io_executor executor)
       : connection_(std::move(connection)), request_(request), executor_(std::move(executor)) {}
@@ -330,9 +329,8 @@ class ConnectionResponder final : public serve::Responder,
   void on_connection(Action action) {
     if (std::this_thread::get_id() == io_thread_) return action(*connection_);
     // The posted action holds the responder, which holds the connection.
-    net::post(executor_, [self = shared_from_this(), action = std::move(action)]() mutable {
-      action(*self->connection_);
-    });
+    net::post(executor_,
+              [self = shared_from_this(), action = std::move(action)]() mutable { action(*self->connection_); });
   }
 
   std::shared_ptr<Connection> connection_;
@@ -361,8 +359,8 @@ class HttpServer::Impl {
     if (!error) acceptor_.bind(endpoint, error);
     if (!error) acceptor_.listen(net::socket_base::max_listen_connections, error);
     if (error) {
-      return Error(ErrorCode::io, "cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " +
-                                      error.message());
+      return Error(ErrorCode::io,
+                   "cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " + error.message());
     }
     const tcp::endpoint bound = acceptor_.local_endpoint();
     return bound.address().to_string() + ":" + std::to_string(bound.port());

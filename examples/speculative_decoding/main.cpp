@@ -57,8 +57,8 @@ int show_one_step(const Model& model, const std::vector<int>& prompt, const std:
   if (auto step = (*session)->prefill(prefix); !step) return fail(step.error().message());
   auto step = (*session)->step({.tokens = input.tokens, .prediction_target = true, .draft_tokens = input.draft_tokens});
   if (!step) return fail(step.error().message());
-  std::printf("one step: draft %d %d %d -> kept %d, greedy's next %d, position %d\n", input.tokens[1],
-              input.tokens[2], input.tokens[3], step->accepted, step->next_token, (*session)->position());
+  std::printf("one step: draft %d %d %d -> kept %d, greedy's next %d, position %d\n", input.tokens[1], input.tokens[2],
+              input.tokens[3], step->accepted, step->next_token, (*session)->position());
   return 0;
 }
 

@@ -72,7 +72,8 @@ Isa active_isa() { return active().load(std::memory_order_relaxed); }
 std::string use_isa(std::string_view name) {
   Isa isa;
   if (!parse(name, isa)) return "unknown CPU path '" + std::string(name) + "' (paths: portable, avx2, avx512)";
-  if (!supported(isa)) return "this CPU cannot run the " + std::string(name) + " path (best: " + to_string(best_isa()) + ")";
+  if (!supported(isa))
+    return "this CPU cannot run the " + std::string(name) + " path (best: " + to_string(best_isa()) + ")";
   active().store(isa, std::memory_order_relaxed);
   return {};
 }

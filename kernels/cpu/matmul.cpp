@@ -20,7 +20,7 @@ bool is_block_type(WeightType type) { return type == WeightType::q8_0 || type ==
 // (the rank's own), so a decode step allocates nothing.
 struct QuantizedBatch {
   AlignedVector<std::int8_t> quants;
-  AlignedVector<float> scale_lanes;             // Activations::scale_lanes
+  AlignedVector<float> scale_lanes;            // Activations::scale_lanes
   AlignedVector<std::int32_t> nibble_offsets;  // Activations::nibble_offsets
 };
 
@@ -37,8 +37,7 @@ void nibble_offsets(const std::int8_t* quants, int cols, std::int32_t* lanes) {
 
 // Quantizes every token of x into `batch`, for a product with `cols`
 // inputs, with the Q4_0 offsets when asked; the pool's threads take tokens.
-void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool with_offsets,
-                    QuantizedBatch& batch) {
+void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool with_offsets, QuantizedBatch& batch) {
   const auto lanes_per_token = static_cast<std::size_t>(block_pairs(cols)) * kLanes;
   batch.quants.resize(static_cast<std::size_t>(tokens) * cols);
   batch.scale_lanes.resize(static_cast<std::size_t>(tokens) * lanes_per_token);

@@ -28,7 +28,7 @@ void matmul(ThreadPool& pool, float* out, const float* x, const Matrix& w, int b
 
 // One product of a group that shares its input (matmul_group).
 struct Product {
-  float* out = nullptr;         // (batch, w->rows)
+  float* out = nullptr;  // (batch, w->rows)
   const Matrix* w = nullptr;
 };
 

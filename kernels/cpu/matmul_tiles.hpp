@@ -414,13 +414,14 @@ void quantize(const float* x, int n, std::int8_t* quants, float* scales) {
 
 template <class V>
 KernelTable make_table() {
-  return {{&matmul_rows<V, F32Format>, &matmul_rows<V, F16Format>, &matmul_rows<V, Q8Format>, &matmul_rows<V, Q4Format>},
-          &dot<V>,
-          &dots<V>,
-          &weighted_sum<V>,
-          &quantize<V>,
-          &silu_mul<V>,
-          &attention_weights<V>};
+  return {
+      {&matmul_rows<V, F32Format>, &matmul_rows<V, F16Format>, &matmul_rows<V, Q8Format>, &matmul_rows<V, Q4Format>},
+      &dot<V>,
+      &dots<V>,
+      &weighted_sum<V>,
+      &quantize<V>,
+      &silu_mul<V>,
+      &attention_weights<V>};
 }
 
 }  // namespace accord::cpu::tiles

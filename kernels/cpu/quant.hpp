@@ -11,7 +11,7 @@
 
 namespace accord::cpu {
 
-inline constexpr std::size_t kQuantBlock = 32;  // values per Q8_0 / Q4_0 block
+inline constexpr std::size_t kQuantBlock = 32;          // values per Q8_0 / Q4_0 block
 inline constexpr std::size_t kQ8_0BlockBytes = 2 + 32;  // f16 scale, 32 x int8
 inline constexpr std::size_t kQ4_0BlockBytes = 2 + 16;  // f16 scale, 32 x 4-bit
 

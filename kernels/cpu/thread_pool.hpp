@@ -51,8 +51,8 @@ class ThreadPool {
   class RangeFn {
    public:
     template <class Fn>
-      requires(std::invocable<const Fn&, std::size_t, std::size_t> && !std::same_as<Fn, RangeFn>)
-    RangeFn(const Fn& fn)  // implicit: a lambda converts, as it would to std::function
+    requires(std::invocable<const Fn&, std::size_t, std::size_t> && !std::same_as<Fn, RangeFn>)
+        RangeFn(const Fn& fn)  // implicit: a lambda converts, as it would to std::function
         : callable_(&fn), call_([](const void* callable, std::size_t begin, std::size_t end) {
             (*static_cast<const Fn*>(callable))(begin, end);
           }) {}
@@ -95,11 +95,11 @@ class ThreadPool {
   std::atomic<unsigned long> generation_{0};
   std::atomic<std::uint64_t> claim_{0};
   std::atomic<std::size_t> chunks_done_{0};
-  bool stopping_ = false;             // guarded by mutex_
-  const RangeFn* job_ = nullptr;      // written before claim_ names the job
-  std::size_t job_size_ = 0;          // likewise
-  std::size_t job_chunks_ = 0;        // likewise
-  std::exception_ptr failure_;        // guarded by mutex_
+  bool stopping_ = false;         // guarded by mutex_
+  const RangeFn* job_ = nullptr;  // written before claim_ names the job
+  std::size_t job_size_ = 0;      // likewise
+  std::size_t job_chunks_ = 0;    // likewise
+  std::exception_ptr failure_;    // guarded by mutex_
 };
 
 }  // namespace accord::cpu

@@ -9,8 +9,8 @@ DeviceQuery query_devices() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
-    query.error = std::string("no usable CUDA device: ") + cudaGetErrorName(status) + " (" +
-                  cudaGetErrorString(status) + ")";
+    query.error =
+        std::string("no usable CUDA device: ") + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
     return query;
   }
   if (count == 0) {

@@ -119,10 +119,10 @@ __global__ void attention_kernel(float* out, const float* q, const float* keys, 
   const std::size_t head = static_cast<std::size_t>(t) * n_heads + h;
   float* part = scratch.parts + (head * chunks + chunk) * (head_size + 2);
   extern __shared__ float shared[];
-  float* query = shared;                     // (head_size)
-  float* scores = query + head_size;         // (kChunk)
-  float* reduce = scores + kChunk;           // (kWarp)
-  float* partial = reduce + kWarp;           // (kAttentionThreads) or (head_size)
+  float* query = shared;              // (head_size)
+  float* scores = query + head_size;  // (kChunk)
+  float* reduce = scores + kChunk;    // (kWarp)
+  float* partial = reduce + kWarp;    // (kAttentionThreads) or (head_size)
   const float* qh = q + head * head_size;
   for (int d = threadIdx.x; d < head_size; d += blockDim.x) query[d] = qh[d];
   __syncthreads();
@@ -228,9 +228,8 @@ void attention(cudaStream_t stream, float* out, const float* q, const float* key
   const AttentionScratch parts{reinterpret_cast<unsigned*>(scratch),
                                scratch + attention_count_floats(n_heads, seq_len)};
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(n_heads), static_cast<unsigned>(rows));
-  attention_kernel<<<grid, kAttentionThreads, shared, stream>>>(out, q, keys, values, first_pos, n_heads,
-                                                                n_heads / n_kv_heads, head_size,
-                                                                n_kv_heads * head_size, chunks, parts);
+  attention_kernel<<<grid, kAttentionThreads, shared, stream>>>(
+      out, q, keys, values, first_pos, n_heads, n_heads / n_kv_heads, head_size, n_kv_heads * head_size, chunks, parts);
   check_launch();
 }
 

@@ -161,14 +161,9 @@ __device__ void warp_dots(cpu::WeightType type, const RowPart& part, const float
   for (int t = 0; t < kTokensPerPass; ++t) sums[t] = 0.0f;
   const float* xs = x + part.first_col;
   switch (type) {
-    case cpu::WeightType::f32:
-      float_row_dots<cpu::WeightType::f32>(part, xs, stride, tokens, sums);
-      break;
-    case cpu::WeightType::f16:
-      float_row_dots<cpu::WeightType::f16>(part, xs, stride, tokens, sums);
-      break;
-    default:
-      q8_0_row_dots(part.bytes, xs, part.cols, stride, tokens, sums);
+    case cpu::WeightType::f32: float_row_dots<cpu::WeightType::f32>(part, xs, stride, tokens, sums); break;
+    case cpu::WeightType::f16: float_row_dots<cpu::WeightType::f16>(part, xs, stride, tokens, sums); break;
+    default: q8_0_row_dots(part.bytes, xs, part.cols, stride, tokens, sums);
   }
   for (int t = 0; t < kTokensPerPass; ++t) sums[t] = warp_sum(sums[t]);
 }
@@ -199,7 +194,7 @@ __device__ void block_pass(cpu::WeightType type, const RowPart& part, bool valid
 // out (batch, w.rows) = x w^T, or += when Accumulate (a residual). Each row
 // in `splits` parts of its columns, kWarpsPerBlock / splits rows a block.
 template <bool Accumulate>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kProductBlocksPerSm)
     matmul_kernel(float* out, const float* x, DeviceMatrix w, int batch, int splits) {
   __shared__ Parts parts;
   const int warp = warp_in_block();
@@ -261,7 +256,7 @@ __device__ void store_qkv_pair(const QkvOutputs& o, const QkvRow& even, int t, f
 // A warp per row of wq, then wk, then wv; the queries and keys rotated, a
 // pair of neighbouring rows (neighbouring warps) a rotation; keys and values
 // straight into the cache at their positions.
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kProductBlocksPerSm)
     qkv_kernel(QkvOutputs o, const float* x, DeviceMatrix wq, DeviceMatrix wk, DeviceMatrix wv, int batch) {
   __shared__ Parts parts;
   const int warp = warp_in_block();
@@ -271,8 +266,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
   const RowPart part = row_part(target.w, target.row, 0, target.w.cols);
   for (int first = 0; first < batch; first += kTokensPerPass) {
     const int tokens = min(kTokensPerPass, batch - first);
-    block_pass(target.w.type, part, valid, x + static_cast<std::size_t>(first) * target.w.cols, target.w.cols,
-               tokens, parts);
+    block_pass(target.w.type, part, valid, x + static_cast<std::size_t>(first) * target.w.cols, target.w.cols, tokens,
+               parts);
     if (valid && warp % 2 == 0 && threadIdx.x % kWarp == 0) {
       for (int t = 0; t < tokens; ++t) {
         store_qkv_pair(o, target, first + t, parts.sums[warp][t], parts.sums[warp + 1][t]);
@@ -286,7 +281,7 @@ __device__ float silu_times(float gate, float up) { return gate / (1.0f + expf(-
 
 // The feed-forward's hidden layer, silu(w1 x) * (w3 x): a warp per row of
 // both (parts of a block of their own were slower: measured).
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kProductBlocksPerSm)
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kProductBlocksPerSm)
     gate_up_kernel(float* out, const float* x, DeviceMatrix w1, DeviceMatrix w3, int batch) {
   const int row = static_cast<int>(blockIdx.x) * kWarpsPerBlock + warp_in_block();
   if (row >= w1.rows) return;  // the whole warp: nothing below waits for the block
@@ -394,7 +389,7 @@ __device__ int first_unit() { return static_cast<int>(blockIdx.x) * kWarpsPerBlo
 __device__ int unit_stride() { return static_cast<int>(gridDim.x) * kWarpsPerBlock; }
 
 template <cpu::WeightType Type, bool Accumulate>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kDecodeBlocksPerSm)
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kDecodeBlocksPerSm)
     decode_matmul_kernel(float* out, const float* x, DeviceMatrix w) {
   LaneRow<Type> row;
   int r = first_unit();
@@ -411,9 +406,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kDecodeBlocksPerSm)
 // A warp per row, a block's eight rows at a time: the rows a rotation
 // joins meet in shared memory.
 template <cpu::WeightType Type>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kDecodeBlocksPerSm)
-    decode_qkv_kernel(QkvOutputs o, const float* x, InputNorm norm, DeviceMatrix wq, DeviceMatrix wk,
-                      DeviceMatrix wv) {
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kDecodeBlocksPerSm)
+    decode_qkv_kernel(QkvOutputs o, const float* x, InputNorm norm, DeviceMatrix wq, DeviceMatrix wk, DeviceMatrix wv) {
   __shared__ float sums[kWarpsPerBlock];
   const int rows = wq.rows + wk.rows + wv.rows, warp = warp_in_block();
   const bool first_lane = threadIdx.x % kWarp == 0;
@@ -438,7 +432,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kDecodeBlocksPerSm)
 }
 
 template <cpu::WeightType Type>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kDecodeBlocksPerSm)
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp, kDecodeBlocksPerSm)
     decode_gate_up_kernel(float* out, const float* x, InputNorm norm, DeviceMatrix w1, DeviceMatrix w3) {
   LaneRow<Type> row;
   int r = first_unit();
@@ -477,7 +471,7 @@ void launch_warps(cudaStream_t stream, int warps, void (*kernel)(Params...), Arg
 // registers hold the input (kLoadsInFlight vector loads a lane).
 template <class... Matrices>
 bool takes_decode_kernels(int batch, const DeviceMatrix& w, const Matrices&... more) {
-  const int values = w.type == cpu::WeightType::f32 ? VectorLoad<cpu::WeightType::f32>::kValues
+  const int values = w.type == cpu::WeightType::f32   ? VectorLoad<cpu::WeightType::f32>::kValues
                      : w.type == cpu::WeightType::f16 ? VectorLoad<cpu::WeightType::f16>::kValues
                                                       : 0;
   return batch == 1 && values > 0 && ((more.type == w.type) && ...) && w.cols % values == 0 &&
@@ -487,8 +481,8 @@ bool takes_decode_kernels(int batch, const DeviceMatrix& w, const Matrices&... m
 // Launches a decode kernel over `units` units of work (a warp each), for F32
 // or F16 weights: enough blocks to fill the device, no more than the units.
 template <class... Params, class... Args>
-void launch_decode(cudaStream_t stream, int units, cpu::WeightType type, void (*f32)(Params...),
-                   void (*f16)(Params...), Args&&... args) {
+void launch_decode(cudaStream_t stream, int units, cpu::WeightType type, void (*f32)(Params...), void (*f16)(Params...),
+                   Args&&... args) {
   int device = 0, multiprocessors = 0;
   ACCORD_CUDA_CHECK(cudaGetDevice(&device));
   ACCORD_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));

@@ -13,11 +13,11 @@ CoordinatorAgreement::CoordinatorAgreement(SessionId session, RankId rank_count,
   ACCORD_ASSERT(rank_count > 0, "a session has at least one rank");
 }
 
-Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition position,
-                                   PhaseArguments arguments, std::vector<Rider> riders) {
+Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition position, PhaseArguments arguments,
+                                   std::vector<Rider> riders) {
   if (stage_ != Stage::idle) {
-    return Error(ErrorCode::contract, "phase " + to_string(phase_) + " of epoch " + std::to_string(epoch_) +
-                                          " is still being agreed on");
+    return Error(ErrorCode::contract,
+                 "phase " + to_string(phase_) + " of epoch " + std::to_string(epoch_) + " is still being agreed on");
   }
   const bool continues_open_transaction = open_ && open_->epoch == epoch;
   if (!continues_open_transaction) {
@@ -28,8 +28,8 @@ Status CoordinatorAgreement::begin(Epoch epoch, PhaseId phase, PhasePosition pos
   return {};
 }
 
-Status CoordinatorAgreement::begin_reset(Epoch epoch, PhaseArguments arguments,
-                                         std::vector<Rider> riders, PhasePosition position) {
+Status CoordinatorAgreement::begin_reset(Epoch epoch, PhaseArguments arguments, std::vector<Rider> riders,
+                                         PhasePosition position) {
   if (stage_ != Stage::idle) {
     return Error(ErrorCode::contract, "cannot reset while phase " + to_string(phase_) + " of epoch " +
                                           std::to_string(epoch_) + " is being agreed on");
@@ -40,8 +40,7 @@ Status CoordinatorAgreement::begin_reset(Epoch epoch, PhaseArguments arguments,
   }
   const auto down = std::find(down_.begin(), down_.end(), true);
   if (down != down_.end()) {
-    return Error(ErrorCode::state,
-                 "cannot reset: rank " + std::to_string(down - down_.begin()) + " is down");
+    return Error(ErrorCode::state, "cannot reset: rank " + std::to_string(down - down_.begin()) + " is down");
   }
   // A reset supersedes a transaction left open: it replaces the state anyway.
   open_ = OpenTransaction{epoch, true};
@@ -53,8 +52,8 @@ Status CoordinatorAgreement::begin_reset(Epoch epoch, PhaseArguments arguments,
 Status CoordinatorAgreement::check_can_open(Epoch epoch) const {
   if (poison_) return Error(ErrorCode::commit_indeterminate, "session poisoned: " + describe(*poison_));
   if (open_) {
-    return Error(ErrorCode::contract, "transaction " + std::to_string(open_->epoch) +
-                                          " is still open: end it with its last phase");
+    return Error(ErrorCode::contract,
+                 "transaction " + std::to_string(open_->epoch) + " is still open: end it with its last phase");
   }
   if (epoch <= epoch_) {
     return Error(ErrorCode::contract,
@@ -63,8 +62,8 @@ Status CoordinatorAgreement::check_can_open(Epoch epoch) const {
   return {};
 }
 
-void CoordinatorAgreement::start_round(Epoch epoch, PhaseId phase, PhasePosition position,
-                                       PhaseArguments arguments, std::vector<Rider> riders) {
+void CoordinatorAgreement::start_round(Epoch epoch, PhaseId phase, PhasePosition position, PhaseArguments arguments,
+                                       std::vector<Rider> riders) {
   ACCORD_ASSERT(epoch >= epoch_, "epochs only grow: a round begins in the newest epoch or a later one");
   ACCORD_ASSERT(open_ && open_->epoch == epoch, "a round belongs to the open transaction, in its epoch");
   stage_ = Stage::collecting_statuses;
@@ -117,8 +116,7 @@ void CoordinatorAgreement::step(const AbortAcknowledgement& acknowledgement) {
   }
   if (!record_answer(acknowledgement.rank)) return;
   if (!acknowledgement.restored) {
-    decide_poison({CauseKind::restore_failed, acknowledgement.rank, FailureCode::state,
-                   acknowledgement.error_message});
+    decide_poison({CauseKind::restore_failed, acknowledgement.rank, FailureCode::state, acknowledgement.error_message});
   } else if (unanswered_ == 0) {
     settle_abort();
   }

@@ -55,8 +55,7 @@ enum class PhasePosition { intermediate, last, last_on_confirmation };
 struct CoordinatorMessage {
   // A constructor rather than an aggregate: clang 14 (the fuzz build) has
   // no parenthesised aggregate initialisation for emplace_back.
-  CoordinatorMessage(RankId recipient, RankInstruction content)
-      : to(recipient), message(std::move(content)) {}
+  CoordinatorMessage(RankId recipient, RankInstruction content) : to(recipient), message(std::move(content)) {}
 
   RankId to = kNoRank;
   RankInstruction message;
@@ -166,9 +165,9 @@ class CoordinatorAgreement {
   AgreementOptions options_;
 
   Stage stage_ = Stage::idle;
-  std::optional<OpenTransaction> open_;  // begun, neither committed, aborted nor poisoned
-  Epoch epoch_ = 0;                      // the newest transaction begun
-  PhaseId phase_;                        // the phase being agreed on
+  std::optional<OpenTransaction> open_;                   // begun, neither committed, aborted nor poisoned
+  Epoch epoch_ = 0;                                       // the newest transaction begun
+  PhaseId phase_;                                         // the phase being agreed on
   PhasePosition position_ = PhasePosition::intermediate;  // the round's last phase's
   std::vector<PhaseId> round_;                            // the phase begun, then its riders
   std::size_t current_ = 0;                               // phase_'s index in round_

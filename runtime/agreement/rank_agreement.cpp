@@ -38,8 +38,8 @@ void RankAgreement::open_transaction(const PhaseBegin& begin) {
   // previous one; a rank that did not has missed a decision. Only a reset,
   // which replaces the state, may skip over it.
   if (stage_ != Stage::settled && !is_reset && !poison_) {
-    become_poisoned(own_poison({CauseKind::rank_error, rank_, FailureCode::state,
-                                "epoch " + std::to_string(epoch_) + " was never settled"}));
+    become_poisoned(own_poison(
+        {CauseKind::rank_error, rank_, FailureCode::state, "epoch " + std::to_string(epoch_) + " was never settled"}));
   }
   epoch_ = begin.epoch;
   in_reset_ = is_reset;
@@ -151,9 +151,7 @@ void RankAgreement::step(const PhaseDecision& decision) {
       return;
     case Decision::proceed:
     case Decision::commit:
-    case Decision::abort:
-      apply_decision(decision);
-      return;
+    case Decision::abort: apply_decision(decision); return;
   }
   dropped_.count(DropReason::malformed);
 }
@@ -212,8 +210,8 @@ void RankAgreement::apply_abort() {
   } else if (poison_ && !in_reset_) {
     // Refused the phase, changed nothing, but its state is not trustworthy.
     stage_ = Stage::settled;
-    ready_.messages.push_back(AbortAcknowledgement{session_, epoch_, rank_, false,
-                                                   "rank " + std::to_string(rank_) + " is poisoned"});
+    ready_.messages.push_back(
+        AbortAcknowledgement{session_, epoch_, rank_, false, "rank " + std::to_string(rank_) + " is poisoned"});
   } else {
     ACCORD_ASSERT(!work_in_flight_, "a restore never runs under local work in flight");
     stage_ = Stage::restoring;

@@ -38,10 +38,8 @@ bool rides(const PlannedPhase& phase) {
     case OutputPublication:
     case SamplingSynchronization:
     case MechanismCompletion:
-    case Commit:
-      return true;
-    default:
-      return false;
+    case Commit: return true;
+    default: return false;
   }
 }
 
@@ -72,23 +70,16 @@ std::vector<PlannedPhase> phases_for(const TransactionRequest& request, RankId r
   std::vector<PlannedPhase> plan;
   const auto& operation = request.operation;
   switch (request.kind()) {
-    case TransactionKind::end_chain:
-      return plan;  // no phase of its own (TransactionDriver)
-    case TransactionKind::forward_step:
-      plan_forward_step(std::get<ForwardStepRequest>(operation), ranks, plan);
-      break;
-    case TransactionKind::checkpoint:
-      plan.push_back({phase_id(SessionCheckpoint), {}});
-      break;
+    case TransactionKind::end_chain: return plan;  // no phase of its own (TransactionDriver)
+    case TransactionKind::forward_step: plan_forward_step(std::get<ForwardStepRequest>(operation), ranks, plan); break;
+    case TransactionKind::checkpoint: plan.push_back({phase_id(SessionCheckpoint), {}}); break;
     case TransactionKind::rollback: {
       const auto& rollback = std::get<RollbackRequest>(operation);
       plan.push_back({phase_id(SessionRollbackPreparation),
                       RollbackTarget{rollback.position, rollback.state_epoch, rollback.reset_epoch}});
       break;
     }
-    case TransactionKind::reset:
-      plan.push_back({phase_id(SessionResetPreparation), {}});
-      break;
+    case TransactionKind::reset: plan.push_back({phase_id(SessionResetPreparation), {}}); break;
     case TransactionKind::prompt_cache_save: {
       const PromptCacheArguments& arguments = std::get<PromptCacheSaveRequest>(operation).arguments;
       plan.push_back({phase_id(PromptCacheSavePreflight), arguments});
@@ -143,10 +134,10 @@ std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, Ra
       rounds.push_back({phase.id, std::move(phase.arguments), {}});
     }
   }
-  ACCORD_ASSERT(rounds.empty() || (rounds.back().riders.empty() ? rounds.back().phase
-                                                                 : rounds.back().riders.back().phase) ==
-                                      phase_id(Commit),
-                "a planned transaction ends with its Commit phase");
+  ACCORD_ASSERT(
+      rounds.empty() ||
+          (rounds.back().riders.empty() ? rounds.back().phase : rounds.back().riders.back().phase) == phase_id(Commit),
+      "a planned transaction ends with its Commit phase");
   return rounds;
 }
 

@@ -23,9 +23,9 @@ namespace accord {
 
 }  // namespace accord
 
-#define ACCORD_ASSERT(condition, message)                                          \
-  do {                                                                             \
-    if (!(condition)) [[unlikely]] {                                               \
-      ::accord::assert_failed(__FILE__, __LINE__, #condition, message);            \
-    }                                                                              \
+#define ACCORD_ASSERT(condition, message)                               \
+  do {                                                                  \
+    if (!(condition)) [[unlikely]] {                                    \
+      ::accord::assert_failed(__FILE__, __LINE__, #condition, message); \
+    }                                                                   \
   } while (false)

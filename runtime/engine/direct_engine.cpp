@@ -43,14 +43,14 @@ struct DirectEngine::State {
     Rank(State& engine, RankId r, std::shared_ptr<RankWorker> worker, const std::vector<Fault>& faults)
         : outbox(engine, r),
           participant(std::move(worker), engine.session, static_cast<RankId>(engine.partition.ranks()), faults, outbox,
-               engine.options.env != nullptr ? *engine.options.env : posix_env()) {}
+                      engine.options.env != nullptr ? *engine.options.env : posix_env()) {}
 
     Outbox outbox;
     RankParticipant participant;
   };
 
-  State(const Model& m, std::shared_ptr<cpu::ThreadPool> p, const Partition& part, std::string identity,
-        SessionId id, DirectEngineOptions o)
+  State(const Model& m, std::shared_ptr<cpu::ThreadPool> p, const Partition& part, std::string identity, SessionId id,
+        DirectEngineOptions o)
       : model(m),
         pool(std::move(p)),
         partition(part),
@@ -62,10 +62,9 @@ struct DirectEngine::State {
   }
 
   std::unique_ptr<Rank> make_rank(int r, const std::vector<Fault>& faults) {
-    auto rank = std::make_unique<Rank>(*this, static_cast<RankId>(r),
-                                       std::make_shared<RankWorker>(model, pool, partition, r, model_identity,
-                                                                    options.stage),
-                                       faults);
+    auto rank = std::make_unique<Rank>(
+        *this, static_cast<RankId>(r),
+        std::make_shared<RankWorker>(model, pool, partition, r, model_identity, options.stage), faults);
     rank->participant.lend_observer(observer);
     rank->participant.lend_batcher(batcher);
     rank->participant.set_phase_hook(hook);

@@ -25,10 +25,10 @@
 #include "messages/session_api.hpp"
 #include "runtime/agreement/coordinator_agreement.hpp"
 #include "runtime/base/error.hpp"
+#include "runtime/engine/rank_participant.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/rank/partition.hpp"
-#include "runtime/engine/rank_participant.hpp"
 #include "runtime/rank/rank_worker.hpp"
 
 namespace accord {

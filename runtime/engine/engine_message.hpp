@@ -14,9 +14,9 @@
 
 namespace accord {
 
-using EngineMessage = std::variant<PhaseBegin, PhaseDecision, RouteTransfer, SamplingResult, PredictionTargetHidden,
-                                   PhaseStatus, AbortAcknowledgement, StepOutput, RankCheckpointReport,
-                                   PromptCacheReport>;
+using EngineMessage =
+    std::variant<PhaseBegin, PhaseDecision, RouteTransfer, SamplingResult, PredictionTargetHidden, PhaseStatus,
+                 AbortAcknowledgement, StepOutput, RankCheckpointReport, PromptCacheReport>;
 
 // What one of a variant's alternatives holds, as an EngineMessage.
 template <class Variant>

@@ -20,7 +20,7 @@ bool holds_for(const std::optional<Data>& data, const RunPhase& run) {
 }  // namespace
 
 RankParticipant::RankParticipant(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count,
-                   const std::vector<Fault>& plan, RankOutbox& outbox, Env& env)
+                                 const std::vector<Fault>& plan, RankOutbox& outbox, Env& env)
     : worker_(std::move(worker)),
       cache_(worker_->shard_identity(), env),
       machine_(session, static_cast<RankId>(worker_->rank())),
@@ -153,20 +153,12 @@ void RankParticipant::run_phase(const RunPhase& run) {
   if (!fault) return run_guarded(run);
   const std::string what = injected_fault_message(*fault, static_cast<int>(rank_), run.phase);
   switch (*fault) {
-    case FaultKind::error:
-      return finish(run, Error(ErrorCode::mechanism, what));
-    case FaultKind::throws:
-      return run_guarded(run, what);
-    case FaultKind::delay:
-      held_back_ = run;
-      return outbox_.hold_back(run.epoch);
-    case FaultKind::exit:
-      exited_ = true;
-      return outbox_.exit();
+    case FaultKind::error: return finish(run, Error(ErrorCode::mechanism, what));
+    case FaultKind::throws: return run_guarded(run, what);
+    case FaultKind::delay: held_back_ = run; return outbox_.hold_back(run.epoch);
+    case FaultKind::exit: exited_ = true; return outbox_.exit();
     case FaultKind::drop:
-    case FaultKind::corrupt:
-      marks_.mark(*fault, run);
-      return run_guarded(run);
+    case FaultKind::corrupt: marks_.mark(*fault, run); return run_guarded(run);
   }
 }
 
@@ -212,8 +204,7 @@ std::optional<Status> RankParticipant::local_work(const RunPhase& run) {
     case BoundarySourceCompletion:
       if (run.phase.route.source == rank_) return worker.run_units(OutputRows::none);
       return Status{};
-    case BoundarySourceReady:
-      return boundary_ready(run);
+    case BoundarySourceReady: return boundary_ready(run);
     case Execution:
       // Ranks before the output owner ran their units at their route's
       // completion; the output owner runs its own and the head now.
@@ -225,27 +216,22 @@ std::optional<Status> RankParticipant::local_work(const RunPhase& run) {
     case OutputObservation:
       if (!owner || !worker.step_has_observer()) return Status{};
       return worker.observe_output();
-    case OutputPublication:
-      return publication(run);
+    case OutputPublication: return publication(run);
     case PredictionTargetCapture:
       if (!owner) return Status{};
       if (const auto* draft = std::get_if<DraftTokens>(&run.arguments)) {
         return worker.capture_prediction_target(draft->count);
       }
       return malformed("draft");
-    case PredictionTargetCapturePublication:
-      return capture_publication(run);
+    case PredictionTargetCapturePublication: return capture_publication(run);
     case PredictionTargetStatePreparation:
       if (const auto* draft = std::get_if<DraftTokens>(&run.arguments)) {
         return worker.prepare_prediction_target_state(draft->count);
       }
       return malformed("draft");
-    case PredictionExtensionExecution:
-      return worker.apply_prediction_target_operation();
-    case SamplingSynchronization:
-      return sampling(run);
-    case SessionCheckpoint:
-      return report_checkpoint(epoch);
+    case PredictionExtensionExecution: return worker.apply_prediction_target_operation();
+    case SamplingSynchronization: return sampling(run);
+    case SessionCheckpoint: return report_checkpoint(epoch);
     case SessionRollbackPreparation:
       if (const auto* target = std::get_if<RollbackTarget>(&run.arguments)) {
         return worker.prepare_rollback(epoch, {target->position, target->state_epoch, target->reset_epoch, ""});
@@ -260,8 +246,7 @@ std::optional<Status> RankParticipant::local_work(const RunPhase& run) {
     case PromptCacheSavePreparation:
     case PromptCacheSavePublication:
     case PromptCacheLoadPreflight:
-    case PromptCacheLoadPreparation:
-      return prompt_cache(run);
+    case PromptCacheLoadPreparation: return prompt_cache(run);
     default:
       // No local work of its own (MechanismCompletion: CPU work completes
       // synchronously; Commit: applied on the decision).
@@ -357,8 +342,7 @@ Status RankParticipant::prompt_cache(const RunPhase& run) {
   const auto* a = std::get_if<PromptCacheArguments>(&run.arguments);
   if (a == nullptr) return malformed("prompt cache");
   switch (run.phase.phase) {
-    case PromptCacheSavePreflight:
-      return worker_->check_prefix_held(a->prefix);
+    case PromptCacheSavePreflight: return worker_->check_prefix_held(a->prefix);
     case PromptCacheSavePreparation: {
       auto request = cache_request(*a);
       if (!request) return request.error();

@@ -24,8 +24,8 @@
 #include "messages/protocol.hpp"
 #include "runtime/agreement/dropped_messages.hpp"
 #include "runtime/agreement/rank_agreement.hpp"
-#include "runtime/engine/rank_wire.hpp"
 #include "runtime/base/error.hpp"
+#include "runtime/engine/rank_wire.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/rank/phase.hpp"
 #include "runtime/rank/rank_prompt_cache.hpp"
@@ -64,8 +64,8 @@ class RankParticipant {
   // node is the worker's only holder (a shared_ptr, so that its deleter may
   // keep the model alive: actors/node.cpp). The prompt cache's files go
   // through `env`, which must outlive the participant.
-  RankParticipant(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count, const std::vector<Fault>& plan,
-           RankOutbox& outbox, Env& env = posix_env());
+  RankParticipant(std::shared_ptr<RankWorker> worker, SessionId session, RankId rank_count,
+                  const std::vector<Fault>& plan, RankOutbox& outbox, Env& env = posix_env());
 
   void receive(const PhaseBegin& begin);
   void receive(const PhaseDecision& decision);
@@ -135,14 +135,14 @@ class RankParticipant {
   bool exited_ = false;
   bool confined_ = false;
   std::optional<std::filesystem::path> cache_folder_;  // when confined_
-  DroppedMessages dropped_data_;  // data beside the protocol; the machine counts the rest
+  DroppedMessages dropped_data_;                       // data beside the protocol; the machine counts the rest
 
   // What other ranks sent for the open step, and the phase waiting for it.
   std::optional<RouteTransfer> activations_;
   std::optional<SamplingResult> sampled_;
   std::optional<PredictionTargetHidden> capture_;
   std::optional<RunPhase> waiting_;
-  std::optional<RunPhase> held_back_;  // by a `delay` fault
+  std::optional<RunPhase> held_back_;   // by a `delay` fault
   std::vector<RankReady> spare_ready_;  // pump's buffers, one a level of its recursion
 };
 

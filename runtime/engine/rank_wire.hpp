@@ -6,12 +6,12 @@
 #include <optional>
 #include <string>
 
-#include "runtime/fault/fault_plan.hpp"
-#include "runtime/rank/prompt_cache_shard.hpp"
 #include "messages/phase_arguments.hpp"
 #include "messages/protocol.hpp"
 #include "runtime/agreement/rank_agreement.hpp"
 #include "runtime/base/error.hpp"
+#include "runtime/fault/fault_plan.hpp"
+#include "runtime/rank/prompt_cache_shard.hpp"
 #include "runtime/rank/rank_worker.hpp"
 
 namespace accord {

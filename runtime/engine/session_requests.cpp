@@ -20,7 +20,11 @@ TransactionRequest rollback_request(std::int32_t position, std::uint64_t state_e
 TransactionRequest cache_request(TransactionKind kind, const std::filesystem::path& root,
                                  const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
                                  const std::string& prepared_input) {
-  PromptCacheArguments arguments{root.string(), descriptor.name, descriptor.cache_namespace, prepared_input, "",
+  PromptCacheArguments arguments{root.string(),
+                                 descriptor.name,
+                                 descriptor.cache_namespace,
+                                 prepared_input,
+                                 "",
                                  std::vector<std::int32_t>(prefix.begin(), prefix.end())};
   if (kind == TransactionKind::prompt_cache_load) return {PromptCacheLoadRequest{std::move(arguments)}};
   arguments.save_id = new_save_id();

@@ -70,7 +70,8 @@ void TransactionDriver::meet_chained_step(const TransactionRequest& request) {
   }
   caller_ = Caller::waiting;
   if (!asked) return run(request);  // it ended already: nothing to undo
-  std::get<ForwardStepRequest>(request_.operation).chain_next = std::get<ForwardStepRequest>(request.operation).chain_next;
+  std::get<ForwardStepRequest>(request_.operation).chain_next =
+      std::get<ForwardStepRequest>(request.operation).chain_next;
   if (ended) {
     deliver(std::move(*ended));
   } else {
@@ -110,11 +111,10 @@ void TransactionDriver::begin_next() {
   ++next_round_;
   reply_.phases_run += 1 + round.riders.size();
   round_end_ = round.riders.empty() ? round.phase : round.riders.back().phase;
-  Status begun = next_round_ == 1 && round.phase.phase == SessionResetPreparation
-                     ? agreement_.begin_reset(reply_.epoch, std::move(round.arguments), std::move(round.riders),
-                                              position)
-                     : agreement_.begin(reply_.epoch, round.phase, position, std::move(round.arguments),
-                                        std::move(round.riders));
+  Status begun =
+      next_round_ == 1 && round.phase.phase == SessionResetPreparation
+          ? agreement_.begin_reset(reply_.epoch, std::move(round.arguments), std::move(round.riders), position)
+          : agreement_.begin(reply_.epoch, round.phase, position, std::move(round.arguments), std::move(round.riders));
   if (!begun) {
     reply_.message = begun.error().message();
     const bool poisoned = agreement_.poisoned();
@@ -136,12 +136,8 @@ void TransactionDriver::settle(const PhaseDecision& decision) {
                     "a commit decides the plan's last phase: every round ran, in order");
       finish(TransactionOutcome::committed, nullptr);
       break;
-    case Decision::abort:
-      finish(TransactionOutcome::aborted, &decision);
-      break;
-    case Decision::poison:
-      finish(TransactionOutcome::poisoned, &decision);
-      break;
+    case Decision::abort: finish(TransactionOutcome::aborted, &decision); break;
+    case Decision::poison: finish(TransactionOutcome::poisoned, &decision); break;
   }
 }
 
@@ -163,17 +159,14 @@ void TransactionDriver::finish(TransactionOutcome outcome, const PhaseDecision* 
 // the chained step where its commit asks for one.
 void TransactionDriver::deliver(TransactionReply reply) {
   switch (caller_) {
-    case Caller::not_yet:
-      unclaimed_ = std::move(reply);
-      return;
+    case Caller::not_yet: unclaimed_ = std::move(reply); return;
     case Caller::gone: {
       ACCORD_ASSERT(after_withdrawal_.has_value(), "a withdrawn chained step leaves the request that withdrew it");
       caller_ = Caller::waiting;
       run(*std::exchange(after_withdrawal_, std::nullopt));
       return;
     }
-    case Caller::waiting:
-      break;
+    case Caller::waiting: break;
   }
   std::optional<TransactionRequest> next = chained_step(request_, reply);
   ready_.reply = std::move(reply);
@@ -241,9 +234,8 @@ Error reply_error(const TransactionReply& reply) {
     default: {
       const ErrorCode code =
           reply.phase == to_string(Commit) ? ErrorCode::commit_aborted : to_error_code(reply.error_code);
-      return std::move(
-          Error(code, "transaction aborted at epoch " + std::to_string(reply.epoch) + ": " + reply.message)
-              .at(reply.epoch, reply.phase));
+      return std::move(Error(code, "transaction aborted at epoch " + std::to_string(reply.epoch) + ": " + reply.message)
+                           .at(reply.epoch, reply.phase));
     }
   }
 }

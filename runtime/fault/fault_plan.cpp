@@ -76,7 +76,8 @@ Status parse_kind(std::string_view text, std::string_view field, Fault& fault) {
       return {};
     }
   }
-  return bad_fault(text, "unknown kind '" + std::string(field) + "'; kinds are error, throw, delay, exit, drop, corrupt");
+  return bad_fault(text,
+                   "unknown kind '" + std::string(field) + "'; kinds are error, throw, delay, exit, drop, corrupt");
 }
 
 }  // namespace
@@ -106,7 +107,8 @@ std::string to_string(const Fault& fault) {
 
 Result<Fault> parse_fault(std::string_view text) {
   const auto fields = split(text, ':');
-  if (fields.size() < 3 || fields.size() > 4) return bad_fault(text, "it has " + std::to_string(fields.size()) + " fields");
+  if (fields.size() < 3 || fields.size() > 4)
+    return bad_fault(text, "it has " + std::to_string(fields.size()) + " fields");
   Fault fault;
   const auto rank = parse_number<RankId>(fields[0]);
   if (!rank) return bad_fault(text, "the rank is not a number");
@@ -150,8 +152,8 @@ Status check_fault_plan(const std::vector<Fault>& plan, int ranks) {
       return Error(ErrorCode::contract, "the fault " + to_string(fault) + " names rank " + std::to_string(fault.rank) +
                                             " but the session has " + std::to_string(ranks) + " rank(s)");
     }
-    if (!fault.route.is_none() && (fault.route.target != fault.route.source + 1 ||
-                                   fault.route.target >= static_cast<RankId>(ranks))) {
+    if (!fault.route.is_none() &&
+        (fault.route.target != fault.route.source + 1 || fault.route.target >= static_cast<RankId>(ranks))) {
       return Error(ErrorCode::contract, "the fault " + to_string(fault) + " names a route the session does not have");
     }
   }
@@ -161,7 +163,8 @@ Status check_fault_plan(const std::vector<Fault>& plan, int ranks) {
 Status flip_middle_byte(Env& env, const std::filesystem::path& file) {
   constexpr std::size_t kAnySize = std::size_t{1} << 40;
   auto bytes = env.read_file(file, kAnySize);
-  if (!bytes || bytes->empty()) return Error(ErrorCode::io, "cannot corrupt " + file.string() + ": unreadable or empty");
+  if (!bytes || bytes->empty())
+    return Error(ErrorCode::io, "cannot corrupt " + file.string() + ": unreadable or empty");
   std::byte& middle = (*bytes)[bytes->size() / 2];
   middle = ~middle;
   return env.write_file(file, *bytes, false);

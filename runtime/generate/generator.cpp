@@ -14,9 +14,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 Status check_request(const GenerationTarget& target, const Tokenizer& tokenizer, const GenerationOptions& options) {
   if (options.max_tokens < 1) {
@@ -65,9 +63,9 @@ bool is_aborted(const Error& error) { return !error.before_state_mutation() && !
 GenerationFailure stopped_by(const Error& error, GenerationResult partial) {
   partial.stop_reason = StopReason::error;
   if (!is_poisoned(error)) return {error, std::move(partial)};
-  const Error named = error.poison() ? error
-                                     : Error::poisoned({error.message(), std::nullopt, error.phase(),
-                                                        error.epoch().value_or(0)});
+  const Error named = error.poison()
+                          ? error
+                          : Error::poisoned({error.message(), std::nullopt, error.phase(), error.epoch().value_or(0)});
   partial.poisoned = true;
   partial.poison_cause = named.poison()->cause;
   return {named, std::move(partial)};
@@ -340,8 +338,7 @@ class Generation {
   // short of max_tokens and the context, and before any stop token, so
   // what is kept is exactly what plain decoding would have emitted.
   Result<SampledToken> decode_speculatively(int next) {
-    const int room = std::min(options_.max_tokens - generated() - 1,
-                              target_.config().seq_len - target_.position() - 1);
+    const int room = std::min(options_.max_tokens - generated() - 1, target_.config().seq_len - target_.position() - 1);
     std::vector<int> draft;
     if (room > 0) {
       std::vector<int> context = result_.prompt_tokens;
@@ -440,32 +437,22 @@ class Generation {
 
 std::string_view to_string(StopReason reason) {
   switch (reason) {
-    case StopReason::max_tokens:
-      return "max_tokens";
-    case StopReason::end_of_sequence:
-      return "end_of_sequence";
-    case StopReason::context_full:
-      return "context_full";
-    case StopReason::stopped:
-      return "stopped";
-    case StopReason::error:
-      return "error";
+    case StopReason::max_tokens: return "max_tokens";
+    case StopReason::end_of_sequence: return "end_of_sequence";
+    case StopReason::context_full: return "context_full";
+    case StopReason::stopped: return "stopped";
+    case StopReason::error: return "error";
   }
   return "unknown";
 }
 
 std::string_view to_string(PromptCacheOutcome outcome) {
   switch (outcome) {
-    case PromptCacheOutcome::unused:
-      return "unused";
-    case PromptCacheOutcome::hit:
-      return "hit";
-    case PromptCacheOutcome::saved:
-      return "saved";
-    case PromptCacheOutcome::rejected:
-      return "rejected";
-    case PromptCacheOutcome::failed:
-      return "failed";
+    case PromptCacheOutcome::unused: return "unused";
+    case PromptCacheOutcome::hit: return "hit";
+    case PromptCacheOutcome::saved: return "saved";
+    case PromptCacheOutcome::rejected: return "rejected";
+    case PromptCacheOutcome::failed: return "failed";
   }
   return "unknown";
 }

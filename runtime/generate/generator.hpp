@@ -34,11 +34,11 @@
 #include <vector>
 
 #include "runtime/base/error.hpp"
-#include "runtime/text/sampler.hpp"
-#include "runtime/text/tokenizer.hpp"
 #include "runtime/generate/drafter.hpp"
 #include "runtime/generate/logprobs.hpp"
 #include "runtime/generate/target.hpp"
+#include "runtime/text/sampler.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace accord {
 
@@ -48,7 +48,7 @@ struct GenerationOptions {
   // A prompt cache root: reused when it holds a prefix of the prompt for
   // this model, written otherwise. Empty: no cache.
   std::filesystem::path prompt_cache;
-  int retries = 2;  // >= 0: how often one aborted step is run again
+  int retries = 2;             // >= 0: how often one aborted step is run again
   Drafter* drafter = nullptr;  // speculative decoding with it (not owned), or none
   int draft_tokens = 4;        // >= 1: the most tokens one speculative step verifies
   int heal_attempts = 3;       // >= 0: attempts to heal a poisoned session, over the whole generation
@@ -79,7 +79,6 @@ struct GenerationOptions {
   // token's before its piece goes to the PieceSink.
   std::function<void(const TokenLogprobs&, bool prompt)> on_logprobs;
 };
-
 
 // stopped: options.stop_requested said so. error: generation ended with an
 // error (a GenerationFailure's partial result).
@@ -113,14 +112,14 @@ struct GenerationResult {
   std::string prompt_cache_reason;    // why it was rejected, or why the save failed
   std::string prompt_cache_recovery;  // what opening the cache healed (prompt_cache_recovery.hpp), if anything
   int prompt_cache_tokens_reused = 0;
-  int aborted_steps = 0;  // failed attempts of steps that aborted, retried or not
-  int retries = 0;        // attempts made again after an abort
-  int recoveries = 0;     // speculative steps whose poisoned target recovered before a retry
-  int heals = 0;          // poisoned steps run again after the target healed
-  int heal_attempts = 0;  // heals tried, successful or not
+  int aborted_steps = 0;    // failed attempts of steps that aborted, retried or not
+  int retries = 0;          // attempts made again after an abort
+  int recoveries = 0;       // speculative steps whose poisoned target recovered before a retry
+  int heals = 0;            // poisoned steps run again after the target healed
+  int heal_attempts = 0;    // heals tried, successful or not
   double heal_seconds = 0;  // spent healing, replay included
   int replayed_tokens = 0;  // committed tokens prefilled again by the heals
-  bool poisoned = false;  // generation ended because the session is poisoned
+  bool poisoned = false;    // generation ended because the session is poisoned
   std::string poison_cause;
   // With options.top_logprobs: one per prompt token after BOS (with
   // prompt_logprobs), and one per generated token.

@@ -8,11 +8,11 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/text/sampler.hpp"
 #include "runtime/rank/prompt_cache_descriptor.hpp"
 #include "runtime/rank/prompt_cache_recovery.hpp"
 #include "runtime/session/heal_report.hpp"
 #include "runtime/session/session.hpp"
+#include "runtime/text/sampler.hpp"
 
 namespace accord {
 
@@ -60,7 +60,7 @@ class GenerationTarget {
     return sample_token(sampler, *logits, stop_tokens);
   }
   virtual Result<SampledToken> decode_and_sample(int token, Sampler& sampler, std::span<const int> stop_tokens,
-                                                NextDecode /*next*/) {
+                                                 NextDecode /*next*/) {
     auto logits = decode(token);
     if (!logits) return logits.error();
     return sample_token(sampler, *logits, stop_tokens);

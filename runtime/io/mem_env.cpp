@@ -38,8 +38,7 @@ Names parent_of(Names names) {
 }
 
 Error failure(std::string_view what, const Names& names, std::string_view why) {
-  return Error(ErrorCode::io,
-               "cannot " + std::string(what) + " " + path_of(names).string() + ": " + std::string(why));
+  return Error(ErrorCode::io, "cannot " + std::string(what) + " " + path_of(names).string() + ": " + std::string(why));
 }
 
 }  // namespace

@@ -51,8 +51,8 @@ Status check_weight_types(const Model& model, const WeightScope& scope) {
   }
   for (const cpu::Matrix* m : matrices) {
     if (!cuda::supported(m->type)) {
-      return Error(ErrorCode::architecture, std::string("the CUDA kernels take F32, F16 and Q8_0 weights, not ") +
-                                                cpu::to_string(m->type));
+      return Error(ErrorCode::architecture,
+                   std::string("the CUDA kernels take F32, F16 and Q8_0 weights, not ") + cpu::to_string(m->type));
     }
   }
   return {};
@@ -276,11 +276,11 @@ void CudaTransformer::Impl::forget_graphs() {
 void CudaTransformer::Impl::launch_unit(int unit) {
   const ModelConfig& c = model.config();
   const DeviceLayer& w = layers[static_cast<std::size_t>(unit - scope.first_unit)];
-  const cuda::QkvOutputs qkv{q.get(), kv->keys(unit), kv->values(unit), pos.get(), c.head_size(), rope_cos.get(),
-                             rope_sin.get()};
+  const cuda::QkvOutputs qkv{q.get(),       kv->keys(unit), kv->values(unit), pos.get(),
+                             c.head_size(), rope_cos.get(), rope_sin.get()};
   cuda::qkv(stream, qkv, x.get(), {w.rms_att, c.norm_eps, xb.get()}, w.wq, w.wk, w.wv, batch);
-  cuda::attention(stream, xb.get(), q.get(), qkv.keys, qkv.values, batch, pos.get(), c.seq_len, c.n_heads,
-                  c.n_kv_heads, c.head_size(), scratch.get());
+  cuda::attention(stream, xb.get(), q.get(), qkv.keys, qkv.values, batch, pos.get(), c.seq_len, c.n_heads, c.n_kv_heads,
+                  c.head_size(), scratch.get());
   cuda::matmul_add(stream, x.get(), xb.get(), w.wo, batch);
   // Feed-forward: x += w2(silu(w1 x) * w3 x).
   cuda::gate_up(stream, hb.get(), x.get(), {w.rms_ffn, c.norm_eps, xb.get()}, w.w1, w.w3, batch);
@@ -306,8 +306,8 @@ std::span<float> CudaTransformer::Impl::head(Transformer::Rows which) {
 std::span<float> CudaTransformer::Impl::copy_hidden() {
   settle();
   host_hidden.resize(static_cast<std::size_t>(batch) * model.config().dim);
-  ACCORD_CUDA_CHECK(cudaMemcpyAsync(host_hidden.data(), x.get(), host_hidden.size() * sizeof(float),
-                                    cudaMemcpyDeviceToHost, stream));
+  ACCORD_CUDA_CHECK(
+      cudaMemcpyAsync(host_hidden.data(), x.get(), host_hidden.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
   ACCORD_CUDA_CHECK(cudaStreamSynchronize(stream));
   return host_hidden;
 }
@@ -322,8 +322,8 @@ Result<std::unique_ptr<CudaTransformer>> CudaTransformer::create(const Model& mo
   try {
     impl->load();
   } catch (const cuda::CudaFailure& failure) {
-    return Error(ErrorCode::io, "cannot load the model onto CUDA device " + std::to_string(device) + ": " +
-                                    failure.what());
+    return Error(ErrorCode::io,
+                 "cannot load the model onto CUDA device " + std::to_string(device) + ": " + failure.what());
   }
   return std::unique_ptr<CudaTransformer>(new CudaTransformer(std::move(impl)));
 }
@@ -361,8 +361,8 @@ void CudaTransformer::hidden_changed() {
   impl_->on_device();
   impl_->settle();
   const std::vector<float>& rows = impl_->host_hidden;
-  ACCORD_CUDA_CHECK(cudaMemcpyAsync(impl_->x.get(), rows.data(), rows.size() * sizeof(float),
-                                    cudaMemcpyHostToDevice, impl_->stream));
+  ACCORD_CUDA_CHECK(
+      cudaMemcpyAsync(impl_->x.get(), rows.data(), rows.size() * sizeof(float), cudaMemcpyHostToDevice, impl_->stream));
   ACCORD_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));  // the host rows may change again
 }
 

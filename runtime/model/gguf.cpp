@@ -25,22 +25,17 @@ std::uint64_t min_bytes(ValueType type) {
   switch (type) {
     case ValueType::u8:
     case ValueType::i8:
-    case ValueType::boolean:
-      return 1;
+    case ValueType::boolean: return 1;
     case ValueType::u16:
-    case ValueType::i16:
-      return 2;
+    case ValueType::i16: return 2;
     case ValueType::u32:
     case ValueType::i32:
-    case ValueType::f32:
-      return 4;
+    case ValueType::f32: return 4;
     case ValueType::u64:
     case ValueType::i64:
     case ValueType::f64:
-    case ValueType::string:
-      return 8;
-    case ValueType::array:
-      return 12;
+    case ValueType::string: return 8;
+    case ValueType::array: return 12;
   }
   return 1;
 }
@@ -80,8 +75,8 @@ class Reader {
     T value{};
     if (failed()) return value;
     if (remaining() < sizeof(T)) {
-      fail("truncated: " + what + " needs " + std::to_string(sizeof(T)) + " bytes at offset " +
-           std::to_string(at_) + " but the file ends at " + std::to_string(bytes_.size()));
+      fail("truncated: " + what + " needs " + std::to_string(sizeof(T)) + " bytes at offset " + std::to_string(at_) +
+           " but the file ends at " + std::to_string(bytes_.size()));
       return value;
     }
     std::memcpy(&value, bytes_.data() + at_, sizeof(T));
@@ -285,8 +280,8 @@ void read_tensor_infos(Reader& r, File& file, std::uint64_t count, std::uint64_t
 }  // namespace
 
 std::string_view to_string(ValueType type) {
-  static const char* const names[] = {"u8",   "i8",     "u16",    "i16",   "u32", "i32", "f32",
-                                      "bool", "string", "array", "u64",   "i64", "f64"};
+  static const char* const names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                      "bool", "string", "array", "u64", "i64", "f64"};
   const auto index = static_cast<std::uint32_t>(type);
   return index < std::size(names) ? names[index] : "unknown";
 }
@@ -323,7 +318,8 @@ Value Value::array(ValueType element_type, Array items) {
 
 Result<std::int64_t> Value::as_int() const {
   if (const auto* u = std::get_if<std::uint64_t>(&data_)) {
-    if (*u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return static_cast<std::int64_t>(*u);
+    if (*u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      return static_cast<std::int64_t>(*u);
     return Error(ErrorCode::format, "the integer " + std::to_string(*u) + " is too large");
   }
   if (const auto* i = std::get_if<std::int64_t>(&data_)) return *i;

@@ -100,7 +100,7 @@ using Metadata = std::vector<std::pair<std::string, Value>>;
 
 struct File {
   std::uint32_t version = 3;
-  Metadata metadata;  // in file order
+  Metadata metadata;                // in file order
   std::vector<TensorInfo> tensors;  // in file order
   std::uint64_t alignment = 32;
   std::uint64_t data_offset = 0;  // start of the tensor data section

@@ -156,9 +156,8 @@ Status check_supported(const MetadataReader& meta, const ModelConfig& c, const s
   if (failed) return *failed;
   if (experts > 0) return Error(ErrorCode::architecture, name + ": mixture-of-experts models are not supported");
   if (rope_dims != c.head_size()) {
-    return Error(ErrorCode::architecture, name + ": RoPE over " + std::to_string(rope_dims) +
-                                              " of each head's " + std::to_string(c.head_size()) +
-                                              " dimensions is not supported");
+    return Error(ErrorCode::architecture, name + ": RoPE over " + std::to_string(rope_dims) + " of each head's " +
+                                              std::to_string(c.head_size()) + " dimensions is not supported");
   }
   return {};
 }
@@ -247,8 +246,8 @@ Result<ModelHeader> read_gguf_header(const gguf::File& file, const std::string& 
   return ModelHeader{*config, "gguf-v" + std::to_string(file.version)};
 }
 
-Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes,
-                                      const std::string& name, const ModelLoad& load) {
+Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes, const std::string& name,
+                                      const ModelLoad& load) {
   auto header = read_gguf_header(file, name);
   if (!header) return header.error();
   const ModelConfig& config = header->config;

@@ -21,8 +21,8 @@ namespace accord {
 // bytes are `bytes`; pointers of the result point into `bytes` or into its
 // owned buffer. Every weight must be finite (identity.hpp). `name`
 // prefixes error messages.
-Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes,
-                                      const std::string& name, const ModelLoad& load = {});
+Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes, const std::string& name,
+                                      const ModelLoad& load = {});
 
 // The llama configuration of a parsed GGUF file and its tensors' names
 // and shapes, checked as read_gguf_model() checks them, reading no tensor
@@ -36,7 +36,6 @@ gguf::Metadata llama_metadata(const ModelConfig& config);
 // hold the llama keys and usually a vocabulary). Matrices and the embedding
 // are stored as `type`; norm weights stay F32, as llama.cpp keeps them.
 // general.file_type is set to match.
-Status write_gguf_model(const std::string& path, const Model& model, gguf::Metadata metadata,
-                        gguf::TensorType type);
+Status write_gguf_model(const std::string& path, const Model& model, gguf::Metadata metadata, gguf::TensorType type);
 
 }  // namespace accord

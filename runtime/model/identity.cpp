@@ -141,8 +141,9 @@ WeightId weight_at(const ModelConfig& config, std::size_t index) {
 }
 
 std::string weight_name(WeightId id) {
-  static const char* const names[] = {"the token embedding", "rms_att", "wq", "wk", "wv", "wo", "rms_ffn",
-                                      "w1", "w2", "w3", "the final norm", "the classifier"};
+  static const char* const names[] = {
+      "the token embedding", "rms_att",       "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3",
+      "the final norm",      "the classifier"};
   const std::string kind = names[static_cast<std::size_t>(id.kind)];
   return id.layer < 0 ? kind : kind + " of layer " + std::to_string(id.layer);
 }

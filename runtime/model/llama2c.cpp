@@ -29,16 +29,16 @@ std::vector<TensorSpan> file_order(const ModelConfig& c, Layout layout) {
   const std::size_t rope = static_cast<std::size_t>(c.seq_len) * c.head_size() / 2;
   std::vector<TensorSpan> order;
   if (layout == Layout::legacy) {
-    order = {{Tensor::token_embedding, V * D}, {Tensor::rms_att, L * D},  {Tensor::wq, L * D * D},
-             {Tensor::wk, L * KV * D},         {Tensor::wv, L * KV * D},  {Tensor::wo, L * D * D},
-             {Tensor::rms_ffn, L * D},         {Tensor::w1, L * H * D},   {Tensor::w2, L * D * H},
-             {Tensor::w3, L * H * D},          {Tensor::rms_final, D},    {Tensor::freq_cis_real, rope},
+    order = {{Tensor::token_embedding, V * D}, {Tensor::rms_att, L * D}, {Tensor::wq, L * D * D},
+             {Tensor::wk, L * KV * D},         {Tensor::wv, L * KV * D}, {Tensor::wo, L * D * D},
+             {Tensor::rms_ffn, L * D},         {Tensor::w1, L * H * D},  {Tensor::w2, L * D * H},
+             {Tensor::w3, L * H * D},          {Tensor::rms_final, D},   {Tensor::freq_cis_real, rope},
              {Tensor::freq_cis_imag, rope}};
   } else {
-    order = {{Tensor::rms_att, L * D},  {Tensor::rms_ffn, L * D},  {Tensor::rms_final, D},
-             {Tensor::token_embedding, V * D}, {Tensor::wq, L * D * D}, {Tensor::wk, L * KV * D},
-             {Tensor::wv, L * KV * D}, {Tensor::wo, L * D * D},   {Tensor::w1, L * H * D},
-             {Tensor::w2, L * D * H},  {Tensor::w3, L * H * D}};
+    order = {{Tensor::rms_att, L * D},         {Tensor::rms_ffn, L * D}, {Tensor::rms_final, D},
+             {Tensor::token_embedding, V * D}, {Tensor::wq, L * D * D},  {Tensor::wk, L * KV * D},
+             {Tensor::wv, L * KV * D},         {Tensor::wo, L * D * D},  {Tensor::w1, L * H * D},
+             {Tensor::w2, L * D * H},          {Tensor::w3, L * H * D}};
   }
   if (!c.shared_classifier) order.push_back({Tensor::classifier, V * D});
   return order;
@@ -138,11 +138,10 @@ Status check_length(std::span<const std::byte> bytes, const std::string& name, c
   std::size_t expected = header_bytes(layout);
   for (const auto& span : file_order(config, layout)) expected += span.count * sizeof(float);
   if (bytes.size() == expected) return {};
-  return format_error(name, (bytes.size() < expected ? "truncated: " : "unexpected trailing data: ") +
-                                std::to_string(bytes.size()) + " bytes, but the header (dim " +
-                                std::to_string(config.dim) + ", " + std::to_string(config.n_layers) +
-                                " layers, vocab " + std::to_string(config.vocab_size) + ") implies " +
-                                std::to_string(expected));
+  return format_error(
+      name, (bytes.size() < expected ? "truncated: " : "unexpected trailing data: ") + std::to_string(bytes.size()) +
+                " bytes, but the header (dim " + std::to_string(config.dim) + ", " + std::to_string(config.n_layers) +
+                " layers, vocab " + std::to_string(config.vocab_size) + ") implies " + std::to_string(expected));
 }
 
 std::string format_name(Layout layout) { return layout == Layout::legacy ? "llama2c-legacy" : "llama2c-v1"; }
@@ -155,7 +154,8 @@ void assign(ModelWeights& w, const ModelConfig& c, Tensor tensor, const float* p
   // Each layer's (rows, cols) matrix follows the previous layer's.
   auto matrices = [&](cpu::Matrix LayerWeights::*field, int rows, int cols) {
     const std::size_t stride = static_cast<std::size_t>(rows) * cols;
-    for (std::size_t l = 0; l < w.layers.size(); ++l) w.layers[l].*field = cpu::Matrix::of_floats(p + l * stride, rows, cols);
+    for (std::size_t l = 0; l < w.layers.size(); ++l)
+      w.layers[l].*field = cpu::Matrix::of_floats(p + l * stride, rows, cols);
   };
   switch (tensor) {
     case Tensor::token_embedding: w.token_embedding = cpu::Matrix::of_floats(p, V, D); break;
@@ -176,9 +176,20 @@ void assign(ModelWeights& w, const ModelConfig& c, Tensor tensor, const float* p
 }
 
 std::string tensor_name(Tensor tensor) {
-  static const char* const names[] = {"token_embedding_table", "rms_att_weight", "wq", "wk", "wv", "wo",
-                                      "rms_ffn_weight", "w1", "w2", "w3", "rms_final_weight", "freq_cis_real",
-                                      "freq_cis_imag", "wcls"};
+  static const char* const names[] = {"token_embedding_table",
+                                      "rms_att_weight",
+                                      "wq",
+                                      "wk",
+                                      "wv",
+                                      "wo",
+                                      "rms_ffn_weight",
+                                      "w1",
+                                      "w2",
+                                      "w3",
+                                      "rms_final_weight",
+                                      "freq_cis_real",
+                                      "freq_cis_imag",
+                                      "wcls"};
   return names[static_cast<std::size_t>(tensor)];
 }
 
@@ -207,7 +218,8 @@ std::vector<std::uint64_t> tensor_shape(Tensor tensor, const ModelConfig& c) {
     case Tensor::w2: return {L, D, H};
     case Tensor::rms_final: return {D};
     case Tensor::freq_cis_real:
-    case Tensor::freq_cis_imag: return {static_cast<std::uint64_t>(c.seq_len), static_cast<std::uint64_t>(c.head_size() / 2)};
+    case Tensor::freq_cis_imag:
+      return {static_cast<std::uint64_t>(c.seq_len), static_cast<std::uint64_t>(c.head_size() / 2)};
   }
   return {};
 }

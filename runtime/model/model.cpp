@@ -17,8 +17,8 @@ namespace {
 
 Status check_range(const char* name, long long value, long long max) {
   if (value < 1 || value > max) {
-    return Error(ErrorCode::format, std::string(name) + " is " + std::to_string(value) + ", expected 1.." +
-                                        std::to_string(max));
+    return Error(ErrorCode::format,
+                 std::string(name) + " is " + std::to_string(value) + ", expected 1.." + std::to_string(max));
   }
   return {};
 }
@@ -204,16 +204,16 @@ Status validate(const ModelConfig& c) {
     const char* name;
     int value;
     int max;
-  } fields[] = {{"dim", c.dim, 1 << 16},           {"hidden_dim", c.hidden_dim, 1 << 18},
-                {"n_layers", c.n_layers, 1 << 10}, {"n_heads", c.n_heads, 1 << 12},
-                {"n_kv_heads", c.n_kv_heads, 1 << 12}, {"vocab_size", c.vocab_size, 1 << 22},
-                {"seq_len", c.seq_len, 1 << 20}};
+  } fields[] = {
+      {"dim", c.dim, 1 << 16},         {"hidden_dim", c.hidden_dim, 1 << 18}, {"n_layers", c.n_layers, 1 << 10},
+      {"n_heads", c.n_heads, 1 << 12}, {"n_kv_heads", c.n_kv_heads, 1 << 12}, {"vocab_size", c.vocab_size, 1 << 22},
+      {"seq_len", c.seq_len, 1 << 20}};
   for (const auto& f : fields) {
     if (Status s = check_range(f.name, f.value, f.max); !s) return s;
   }
   if (c.dim % c.n_heads != 0) {
-    return Error(ErrorCode::format, "dim " + std::to_string(c.dim) + " is not a multiple of n_heads " +
-                                        std::to_string(c.n_heads));
+    return Error(ErrorCode::format,
+                 "dim " + std::to_string(c.dim) + " is not a multiple of n_heads " + std::to_string(c.n_heads));
   }
   if (c.head_size() % 2 != 0) {
     return Error(ErrorCode::format, "head size " + std::to_string(c.head_size()) + " is odd; RoPE needs pairs");

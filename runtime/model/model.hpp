@@ -11,8 +11,8 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,7 +35,7 @@ struct ModelConfig {
   int n_heads = 0;     // query heads
   int n_kv_heads = 0;  // key/value heads (grouped-query attention when < n_heads)
   int vocab_size = 0;
-  int seq_len = 0;  // context length: positions 0..seq_len-1
+  int seq_len = 0;                // context length: positions 0..seq_len-1
   bool shared_classifier = true;  // the head reuses the token embedding
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
@@ -63,10 +63,10 @@ struct WeightId {
 // it takes no memory.
 struct WeightScope {
   static constexpr int kAllUnits = 1 << 30;
-  bool embedding = true;   // the token embedding (the first rank)
-  int first_unit = 0;      // the blocks [first_unit, first_unit + units)
+  bool embedding = true;  // the token embedding (the first rank)
+  int first_unit = 0;     // the blocks [first_unit, first_unit + units)
   int units = kAllUnits;
-  bool head = true;        // the final norm and the classifier (the output owner)
+  bool head = true;  // the final norm and the classifier (the output owner)
 
   static WeightScope everything() { return {}; }
   static WeightScope nothing() { return {false, 0, 0, false}; }

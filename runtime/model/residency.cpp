@@ -92,7 +92,8 @@ Result<ResidencyPlan> plan_residency(const Model& model, const WeightScope& scop
   }
   return Error(ErrorCode::contract, "--max-resident-bytes " + std::to_string(budget) +
                                         " is too small for this rank: a step needs two of its largest layers "
-                                        "resident at once, " + std::to_string(2 * largest_unit) + " bytes");
+                                        "resident at once, " +
+                                        std::to_string(2 * largest_unit) + " bytes");
 }
 
 WeightResidency::WeightResidency(const Model& model, ResidencyPlan plan, int first_unit)

@@ -30,12 +30,9 @@ int fan_in(llama2c::Tensor tensor, const ModelConfig& c) {
     case Tensor::w1:
     case Tensor::w3:
     case Tensor::classifier:
-    case Tensor::token_embedding:
-      return c.dim;
-    case Tensor::w2:
-      return c.hidden_dim;
-    default:
-      return 0;
+    case Tensor::token_embedding: return c.dim;
+    case Tensor::w2: return c.hidden_dim;
+    default: return 0;
   }
 }
 

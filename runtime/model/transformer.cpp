@@ -29,8 +29,7 @@ Status check_tokens(const ModelConfig& c, std::span<const int> tokens, int pos) 
   if (pos < 0 || static_cast<long long>(pos) + static_cast<long long>(tokens.size()) > c.seq_len) {
     return Error(ErrorCode::contract, "positions " + std::to_string(pos) + ".." +
                                           std::to_string(pos + static_cast<long long>(tokens.size()) - 1) +
-                                          " are past the model's context of " + std::to_string(c.seq_len) +
-                                          " tokens");
+                                          " are past the model's context of " + std::to_string(c.seq_len) + " tokens");
   }
   return {};
 }
@@ -64,9 +63,7 @@ void Transformer::load_hidden(std::span<const float> rows) {
   std::copy(rows.begin(), rows.end(), x_.begin());
 }
 
-std::span<float> Transformer::hidden() {
-  return {x_.data(), static_cast<std::size_t>(batch_) * model_.config().dim};
-}
+std::span<float> Transformer::hidden() { return {x_.data(), static_cast<std::size_t>(batch_) * model_.config().dim}; }
 
 void Transformer::run_unit(int unit, int pos, KvCache& kv) {
   lanes_.assign(1, LaneRows{0, batch_, pos, &kv});

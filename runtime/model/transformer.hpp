@@ -99,15 +99,15 @@ class Transformer {
 
   // Activations for a batch of B tokens, aligned to cache lines for the
   // kernels' vector loads.
-  cpu::AlignedVector<float> x_;       // (B, dim) residual stream
-  cpu::AlignedVector<float> xb_;      // (B, dim) normed input / attention output
-  cpu::AlignedVector<float> xb2_;     // (B, dim) projection output
-  cpu::AlignedVector<float> q_;       // (B, dim) queries
-  cpu::AlignedVector<float> k_;       // (B, kv_dim) keys, before they go to their lane's cache
-  cpu::AlignedVector<float> v_;       // (B, kv_dim) values, likewise
-  cpu::AlignedVector<float> hb_;      // (B, hidden_dim) gate
-  cpu::AlignedVector<float> hb2_;     // (B, hidden_dim) up
-  cpu::AlignedVector<float> logits_;  // (rows, vocab)
+  cpu::AlignedVector<float> x_;            // (B, dim) residual stream
+  cpu::AlignedVector<float> xb_;           // (B, dim) normed input / attention output
+  cpu::AlignedVector<float> xb2_;          // (B, dim) projection output
+  cpu::AlignedVector<float> q_;            // (B, dim) queries
+  cpu::AlignedVector<float> k_;            // (B, kv_dim) keys, before they go to their lane's cache
+  cpu::AlignedVector<float> v_;            // (B, kv_dim) values, likewise
+  cpu::AlignedVector<float> hb_;           // (B, hidden_dim) gate
+  cpu::AlignedVector<float> hb2_;          // (B, hidden_dim) up
+  cpu::AlignedVector<float> logits_;       // (rows, vocab)
   cpu::AlignedVector<float> part_logits_;  // (rows, part's rows), under a residency
   int batch_ = 0;
   std::vector<LaneRows> lanes_;  // of the batch being run

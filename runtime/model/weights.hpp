@@ -35,7 +35,6 @@ struct ModelWeights {
   cpu::Matrix classifier;            // (vocab_size, dim)
 };
 
-
 // A piece of a weight tensor as floats: values [first, first + count) of
 // its total.
 struct WeightPiece {
@@ -85,8 +84,8 @@ struct ModelContents {
   ModelWeights weights;
   std::vector<float> owned;  // norm weights not stored as aligned F32; the buffer keeps its address when moved
   std::vector<StoredTensor> tensors;
-  std::string format;    // e.g. "llama2c-legacy", "gguf-v3"
-  WeightScope scope;     // the weights read; the others point into the file but were never touched
+  std::string format;  // e.g. "llama2c-legacy", "gguf-v3"
+  WeightScope scope;   // the weights read; the others point into the file but were never touched
   // identity.hpp; the readers set them as they check every weight read is
   // finite. identity is empty unless the scope holds every weight.
   std::vector<std::string> tensor_digests;

@@ -1,11 +1,11 @@
 #include "runtime/net/handshake.hpp"
 
-#include <cstdlib>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
+#include <cstdlib>
 
 #include "runtime/io/durable_file.hpp"
 
@@ -63,8 +63,8 @@ Result<Secret> Secret::read(const std::filesystem::path& file) {
   auto bytes = read_file(file, kMaxFileBytes);
   if (!bytes) return Error(ErrorCode::contract, "cannot read the secret file " + printable(file.string()));
   auto secret = from_bytes(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
-  if (!secret) return Error(ErrorCode::contract, "the secret file " + printable(file.string()) + ": " +
-                                                     secret.error().message());
+  if (!secret)
+    return Error(ErrorCode::contract, "the secret file " + printable(file.string()) + ": " + secret.error().message());
   return secret;
 }
 

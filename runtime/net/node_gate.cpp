@@ -1,10 +1,10 @@
 #include "runtime/net/node_gate.hpp"
 
-#include <algorithm>
-#include <cerrno>
 #include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
+#include <algorithm>
+#include <cerrno>
 #include <vector>
 
 namespace accord {
@@ -127,8 +127,8 @@ void NodeGate::accept_all(std::vector<Pending>& pending) {
   for (;;) {
     sockaddr_storage address{};
     socklen_t length = sizeof address;
-    UniqueFd fd(::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&address), &length,
-                          SOCK_NONBLOCK | SOCK_CLOEXEC));
+    UniqueFd fd(
+        ::accept4(listener_.get(), reinterpret_cast<sockaddr*>(&address), &length, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd) {
       if (errno != EMFILE && errno != ENFILE) return;
       // Out of descriptors, the peer would stay in the queue and the
@@ -147,8 +147,13 @@ void NodeGate::accept_all(std::vector<Pending>& pending) {
     }
     NodeHandshake handshake(options_.secret);
     if (!send_now(fd.get(), handshake.greeting())) continue;
-    pending.push_back(Pending{std::move(fd), peer, host_of(address), std::move(handshake), {},
-                              Clock::now() + options_.handshake_timeout, ConnectionSlot(open_)});
+    pending.push_back(Pending{std::move(fd),
+                              peer,
+                              host_of(address),
+                              std::move(handshake),
+                              {},
+                              Clock::now() + options_.handshake_timeout,
+                              ConnectionSlot(open_)});
   }
 }
 

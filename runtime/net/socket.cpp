@@ -1,13 +1,13 @@
 #include "runtime/net/socket.hpp"
 
 #include <arpa/inet.h>
-#include <cerrno>
-#include <cstring>
-#include <memory>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <memory>
 
 namespace accord {
 

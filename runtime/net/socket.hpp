@@ -2,11 +2,11 @@
 // and handshaken here (runtime/net/handshake.hpp) before CAF takes them.
 #pragma once
 
+#include <sys/socket.h>
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <sys/socket.h>
 
 #include "runtime/base/error.hpp"
 #include "runtime/net/handshake.hpp"

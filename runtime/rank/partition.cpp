@@ -7,8 +7,8 @@ namespace accord {
 
 Result<Partition> Partition::balanced(int units, int ranks) {
   if (ranks < 1 || ranks > units) {
-    return Error(ErrorCode::contract, "cannot split " + std::to_string(units) + " units over " +
-                                          std::to_string(ranks) + " ranks: every rank needs at least one unit");
+    return Error(ErrorCode::contract, "cannot split " + std::to_string(units) + " units over " + std::to_string(ranks) +
+                                          " ranks: every rank needs at least one unit");
   }
   std::vector<int> counts;
   for (int r = 0; r < ranks; ++r) counts.push_back(units / ranks + (r < units % ranks ? 1 : 0));
@@ -86,8 +86,8 @@ Result<Partition> Partition::from_counts(int units, const std::vector<int>& coun
     first += count;
   }
   if (first != units) {
-    return Error(ErrorCode::contract, "the partition covers " + std::to_string(first) + " units, the model has " +
-                                          std::to_string(units));
+    return Error(ErrorCode::contract,
+                 "the partition covers " + std::to_string(first) + " units, the model has " + std::to_string(units));
   }
   return Partition(std::move(ranges));
 }

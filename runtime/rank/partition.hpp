@@ -30,8 +30,7 @@ class Partition {
   // choices the earlier ranges are the larger. A pipeline of one sequence
   // runs one rank at a time, so the split decides memory, not speed.
   // Needs 1 <= ranks <= units.
-  static Result<Partition> by_weight(const std::vector<std::uint64_t>& unit_bytes, std::uint64_t head_bytes,
-                                     int ranks);
+  static Result<Partition> by_weight(const std::vector<std::uint64_t>& unit_bytes, std::uint64_t head_bytes, int ranks);
   static Result<Partition> by_weight(const Model& model, int ranks);
   // Ranges of the given sizes, in rank order; each >= 1, summing to units.
   static Result<Partition> from_counts(int units, const std::vector<int>& counts);

@@ -28,16 +28,17 @@ PredictionTargetState verify_draft(RankStage& stage, std::span<const float> logi
 
 Status check_lane_swap(const PredictionTargetState& verdict, int step_rows, int draft_tokens) {
   if (draft_tokens < 0 || draft_tokens >= step_rows) {
-    return Error(ErrorCode::contract, "a draft of " + std::to_string(draft_tokens) + " token(s) does not fit a step of " +
-                                          std::to_string(step_rows) + " row(s): at least one row must commit");
+    return Error(ErrorCode::contract, "a draft of " + std::to_string(draft_tokens) +
+                                          " token(s) does not fit a step of " + std::to_string(step_rows) +
+                                          " row(s): at least one row must commit");
   }
   const int committed = step_rows - draft_tokens;
   if (verdict.kept_rows < committed || verdict.kept_rows > step_rows ||
       verdict.accepted != verdict.kept_rows - committed) {
     return Error(ErrorCode::contract, "the verdict keeps " + std::to_string(verdict.kept_rows) + " row(s) with " +
                                           std::to_string(verdict.accepted) + " accepted, but the lane has " +
-                                          std::to_string(step_rows) + " row(s) of which " +
-                                          std::to_string(committed) + " must commit");
+                                          std::to_string(step_rows) + " row(s) of which " + std::to_string(committed) +
+                                          " must commit");
   }
   return {};
 }

@@ -26,9 +26,9 @@ namespace accord {
 
 // What the output owner decides and publishes to every rank.
 struct PredictionTargetState {
-  int kept_rows = 0;        // the step's rows that commit: committed tokens and accepted draft
-  int accepted = 0;         // draft tokens kept
-  int next_token = -1;      // greedy decoding's token after the kept rows
+  int kept_rows = 0;          // the step's rows that commit: committed tokens and accepted draft
+  int accepted = 0;           // draft tokens kept
+  int next_token = -1;        // greedy decoding's token after the kept rows
   std::vector<float> hidden;  // the capture: the final hidden state of the last kept row, (dim)
 };
 

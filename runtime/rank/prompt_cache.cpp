@@ -2,8 +2,8 @@
 
 #include <cstdio>
 #include <cstring>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "runtime/io/digest.hpp"
 #include "runtime/io/durable_file.hpp"
@@ -108,7 +108,9 @@ fs::path rank_folder(const fs::path& root, int rank) {
 
 fs::path generation_folder(const fs::path& rank_dir, const std::string& name) { return rank_dir / kGenerations / name; }
 
-fs::path staging_folder(const fs::path& rank_dir, const std::string& name) { return rank_dir / (kStagingPrefix + name); }
+fs::path staging_folder(const fs::path& rank_dir, const std::string& name) {
+  return rank_dir / (kStagingPrefix + name);
+}
 
 std::string staged_generation(const std::string& entry) {
   if (!entry.starts_with(kStagingPrefix)) return "";
@@ -196,7 +198,8 @@ Result<PromptCacheManifest> manifest_from_json(std::string_view text) {
     m.epoch = unsigned_number(json, "epoch");
     m.save_id = json.at("save_id").get<std::string>();
     if (!is_hex(m.save_id, 64)) {
-      return cache_error("malformed manifest: 'save_id' must be 1 to 64 lower-case hex digits, not '" + m.save_id + "'");
+      return cache_error("malformed manifest: 'save_id' must be 1 to 64 lower-case hex digits, not '" + m.save_id +
+                         "'");
     }
     const auto& shards = json.at("shards");
     if (!shards.is_array() || shards.size() != 1) return cache_error("the manifest must list exactly one shard");
@@ -330,7 +333,8 @@ Result<LiveGeneration> read_generation(const fs::path& root, const fs::path& fol
   }
   const fs::path shard = folder / manifest->shard_file;
   auto shard_inside = resolves_inside(env, root, shard);
-  if (!shard_inside) return cache_error("cannot open the shard " + shard.string() + ": " + shard_inside.error().message());
+  if (!shard_inside)
+    return cache_error("cannot open the shard " + shard.string() + ": " + shard_inside.error().message());
   if (!*shard_inside) return cache_error("the shard " + shard.string() + " leaves the cache root");
   return LiveGeneration{std::move(*manifest), shard, &env};
 }

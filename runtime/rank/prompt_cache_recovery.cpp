@@ -69,9 +69,8 @@ const RankView* find_view(const Views& views, int rank) {
 // and held by every rank of its save. A live generation that exists but
 // cannot be read is damage, not a mixed publication: the load refuses it.
 bool is_consistent(Env& env, const fs::path& root, const Views& views) {
-  const bool any_current = std::any_of(views.begin(), views.end(), [](const auto& v) {
-    return v.second.current || v.second.current_unreadable;
-  });
+  const bool any_current = std::any_of(views.begin(), views.end(),
+                                       [](const auto& v) { return v.second.current || v.second.current_unreadable; });
   if (!any_current) return true;  // an empty cache
   const RankView* first = find_view(views, 0);
   if (first == nullptr || !first->current) return first != nullptr && first->current_unreadable;
@@ -93,8 +92,8 @@ std::optional<int> whole_everywhere(Env& env, const fs::path& root, const Views&
   for (int r = 0; !ranks || r < *ranks; ++r) {
     const RankView* view = find_view(views, r);
     if (view == nullptr || !(view->published.contains(name) || view->staged.contains(name))) return std::nullopt;
-    const fs::path folder = view->published.contains(name) ? generation_folder(view->dir, name)
-                                                           : staging_folder(view->dir, name);
+    const fs::path folder =
+        view->published.contains(name) ? generation_folder(view->dir, name) : staging_folder(view->dir, name);
     auto generation = read_generation(root, folder, env);
     if (!generation || !read_shard(*generation)) return std::nullopt;
     const PromptCacheTopology& topology = generation->manifest.topology;
@@ -160,7 +159,9 @@ std::string describe(const Views& views) {
   for (const auto& [rank, view] : views) {
     if (!text.empty()) text += ", ";
     text += view.dir.filename().string() + " on " +
-            (view.current ? *view.current : view.current_unreadable ? "an unreadable CURRENT" : "none");
+            (view.current              ? *view.current
+             : view.current_unreadable ? "an unreadable CURRENT"
+                                       : "none");
   }
   return text;
 }
@@ -191,7 +192,8 @@ Result<PromptCacheRecovery> recover_prompt_cache(const fs::path& root, Env& env)
     return PromptCacheRecovery{RecoveryAction::healed, choice->name, found + "; every rank now names " + choice->name};
   }
   if (Status ok = remove_every_current(env, views); !ok) return ok.error();
-  return PromptCacheRecovery{RecoveryAction::cleared, "", found + "; none was whole on every rank, so the cache is now empty"};
+  return PromptCacheRecovery{RecoveryAction::cleared, "",
+                             found + "; none was whole on every rank, so the cache is now empty"};
 }
 
 }  // namespace accord

@@ -56,8 +56,7 @@ Status check_prefix_held(const SessionState& state, std::span<const int> prefix)
 std::vector<float> pack_shard(const SessionState& state, int rows);
 // Commit of a load: copies the shard into the KV cache and makes `prefix`
 // the committed tokens. The shard must hold prefix.size() rows.
-void install_shard(SessionState& state, std::span<const float> shard, std::span<const int> prefix,
-                   std::uint64_t epoch);
+void install_shard(SessionState& state, std::span<const float> shard, std::span<const int> prefix, std::uint64_t epoch);
 
 // --- the files' side ---------------------------------------------------------
 

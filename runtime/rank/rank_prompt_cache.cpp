@@ -15,8 +15,8 @@ void RankPromptCache::close() {
   load_.reset();
 }
 
-Status RankPromptCache::prepare_save(std::uint64_t epoch, const PromptCacheRequest& request,
-                                     const std::string& save_id, std::span<const float> shard) {
+Status RankPromptCache::prepare_save(std::uint64_t epoch, const PromptCacheRequest& request, const std::string& save_id,
+                                     std::span<const float> shard) {
   close();
   epoch_ = epoch;
   save_.emplace();

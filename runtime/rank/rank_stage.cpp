@@ -15,8 +15,10 @@ RankStage::RankStage(const Model& model, cpu::ThreadPool& pool, const Partition&
   state_.emplace(backend_->kv());
   if (stage_error_ || options.max_resident_bytes == 0) return;
   if (cpu_ == nullptr) {
-    stage_error_ = Error(ErrorCode::contract, "a weights budget (--max-resident-bytes) layers the CPU's weights; "
-                                              "the " + to_string(options.backend) + " backend holds them all");
+    stage_error_ = Error(ErrorCode::contract,
+                         "a weights budget (--max-resident-bytes) layers the CPU's weights; "
+                         "the " +
+                             to_string(options.backend) + " backend holds them all");
     return;
   }
   auto plan = plan_residency(model, scope(), options.max_resident_bytes);
@@ -75,8 +77,9 @@ Status RankStage::execute(std::span<const int> tokens, std::span<const float> ac
     backend_->run_unit(unit, position);
     if (observer != nullptr) {
       Status s = observer->on_unit_output(unit, position, backend_->hidden(), backend_->batch());
-      if (!s) return Error(ErrorCode::mechanism, "unit observer failed after unit " + std::to_string(unit) + ": " +
-                                                     s.error().message());
+      if (!s)
+        return Error(ErrorCode::mechanism,
+                     "unit observer failed after unit " + std::to_string(unit) + ": " + s.error().message());
       backend_->hidden_changed();
     }
   }

@@ -15,8 +15,8 @@ class ComputeTimer {
  public:
   explicit ComputeTimer(std::uint64_t& total) : total_(total), start_(Clock::now()) {}
   ~ComputeTimer() {
-    total_ += static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+    total_ +=
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
   }
   ComputeTimer(const ComputeTimer&) = delete;
   ComputeTimer& operator=(const ComputeTimer&) = delete;
@@ -29,12 +29,12 @@ class ComputeTimer {
 
 }  // namespace
 
-RankWorker::RankWorker(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const Partition& partition,
-                       int rank, const std::string& model_identity, const StageOptions& stage)
+RankWorker::RankWorker(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const Partition& partition, int rank,
+                       const std::string& model_identity, const StageOptions& stage)
     : pool_(std::move(pool)),
       stage_(model, *pool_, partition, rank, stage),
-      shard_identity_(accord::shard_identity(model_identity, model.config(), partition.ranks(), rank,
-                                             partition.range(rank))) {}
+      shard_identity_(
+          accord::shard_identity(model_identity, model.config(), partition.ranks(), rank, partition.range(rank))) {}
 
 void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on_commit) {
   ACCORD_ASSERT(epoch > epoch_, "epochs never go backwards: a rank opens each transaction once, in epoch order");
@@ -62,7 +62,8 @@ Status RankWorker::run_units(OutputRows rows) {
   if (!is_first() && !incoming_) {
     return Error(ErrorCode::state, "rank " + std::to_string(rank()) + " has not received its activations");
   }
-  const std::span<const float> activations = incoming_ ? std::span<const float>(incoming_->data) : std::span<const float>();
+  const std::span<const float> activations =
+      incoming_ ? std::span<const float>(incoming_->data) : std::span<const float>();
   if (Status ok = stage_.check_step(step_tokens_, activations); !ok) return ok;
   if (rows != OutputRows::none && !is_output_owner()) {
     return Error(ErrorCode::contract, "rank " + std::to_string(rank()) + " does not own the output");
@@ -94,8 +95,8 @@ Status RankWorker::receive_activations(RowBlock block) {
   if (block.rows != static_cast<int>(step_tokens_.size()) ||
       block.data.size() != static_cast<std::size_t>(block.rows) * block.width) {
     return Error(ErrorCode::contract, "rank " + std::to_string(rank()) + " received " + std::to_string(block.rows) +
-                                          " rows of activations for a step of " +
-                                          std::to_string(step_tokens_.size()) + " tokens");
+                                          " rows of activations for a step of " + std::to_string(step_tokens_.size()) +
+                                          " tokens");
   }
   incoming_ = std::move(block);
   return {};
@@ -145,9 +146,9 @@ Status RankWorker::apply_prediction_target_operation() {
   if (!lane_swap_prepared_ || !undo_) {
     return Error(ErrorCode::state, "rank " + std::to_string(rank()) + " has no prepared lane swap");
   }
-  ACCORD_ASSERT(prediction_ && prediction_->kept_rows >= 1 &&
-                    prediction_->kept_rows <= static_cast<int>(step_tokens_.size()),
-                "a prepared lane swap keeps between one row and the step's rows (check_lane_swap checked it)");
+  ACCORD_ASSERT(
+      prediction_ && prediction_->kept_rows >= 1 && prediction_->kept_rows <= static_cast<int>(step_tokens_.size()),
+      "a prepared lane swap keeps between one row and the step's rows (check_lane_swap checked it)");
   drop_rejected_rows(stage_.state(), *undo_, *prediction_);
   const int step_rows = static_cast<int>(step_tokens_.size());
   step_tokens_.resize(static_cast<std::size_t>(prediction_->kept_rows));

@@ -22,11 +22,11 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/base/error.hpp"
-#include "runtime/rank/prompt_cache_shard.hpp"
-#include "runtime/text/sampler.hpp"
 #include "runtime/rank/observer.hpp"
 #include "runtime/rank/prediction_target.hpp"
+#include "runtime/rank/prompt_cache_shard.hpp"
 #include "runtime/rank/rank_stage.hpp"
+#include "runtime/text/sampler.hpp"
 
 namespace accord {
 

@@ -88,8 +88,8 @@ class StepBatcher {
 
   struct Stats {
     std::uint64_t batches = 0;
-    std::uint64_t steps = 0;   // lanes over all batches
-    int widest = 0;            // the most steps one batch held
+    std::uint64_t steps = 0;  // lanes over all batches
+    int widest = 0;           // the most steps one batch held
   };
   Stats stats() const;
 

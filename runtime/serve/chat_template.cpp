@@ -68,8 +68,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages) const
     case ChatFormat::zephyr:
       for (const ChatMessage& m : messages) prompt += "<|" + m.role + "|>\n" + m.content + "</s>\n";
       return prompt + "<|assistant|>\n";
-    case ChatFormat::llama2:
-      return render_llama2(messages);
+    case ChatFormat::llama2: return render_llama2(messages);
     case ChatFormat::plain:
       for (const ChatMessage& m : messages) prompt += capitalised(m.role) + ": " + m.content + "\n";
       return prompt + "Assistant:";
@@ -79,16 +78,11 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages) const
 
 std::vector<std::string> ChatTemplate::stop_sequences() const {
   switch (format) {
-    case ChatFormat::chatml:
-      return {"<|im_end|>"};
-    case ChatFormat::llama3:
-      return {"<|eot_id|>"};
-    case ChatFormat::zephyr:
-      return {"</s>"};
-    case ChatFormat::llama2:
-      return {"</s>", "[INST]"};
-    case ChatFormat::plain:
-      return {"\nUser:"};
+    case ChatFormat::chatml: return {"<|im_end|>"};
+    case ChatFormat::llama3: return {"<|eot_id|>"};
+    case ChatFormat::zephyr: return {"</s>"};
+    case ChatFormat::llama2: return {"</s>", "[INST]"};
+    case ChatFormat::plain: return {"\nUser:"};
   }
   return {};
 }
@@ -130,8 +124,8 @@ Result<ChatTemplate> chat_template_from_option(const std::string& name_or_file) 
   if (!file) {
     std::string names;
     for (std::string_view name : chat_template_names()) names += (names.empty() ? "" : ", ") + std::string(name);
-    return Error(ErrorCode::io, "--chat-template: '" + name_or_file + "' is neither a built-in (" + names +
-                                    ") nor a readable file");
+    return Error(ErrorCode::io,
+                 "--chat-template: '" + name_or_file + "' is neither a built-in (" + names + ") nor a readable file");
   }
   std::ostringstream text;
   text << file.rdbuf();

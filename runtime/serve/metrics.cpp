@@ -18,9 +18,7 @@ std::string header(const std::string& name, const std::string& type, const std::
   return "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
 }
 
-std::string sample(const std::string& name, std::uint64_t value) {
-  return name + " " + std::to_string(value) + "\n";
-}
+std::string sample(const std::string& name, std::uint64_t value) { return name + " " + std::to_string(value) + "\n"; }
 
 std::string counter(const std::string& name, const std::string& help, std::uint64_t value) {
   return header(name, "counter", help) + sample(name, value);

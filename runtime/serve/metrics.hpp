@@ -17,7 +17,7 @@ class Histogram {
  public:
   // From 10 µs: a transaction phase's local work can take that little.
   static constexpr std::array<double, 16> kBounds{0.00001, 0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                   0.05,    0.1,    0.25,   0.5,   1,      2.5,   5,    10};
+                                                  0.05,    0.1,    0.25,   0.5,   1,      2.5,   5,    10};
   void observe(double seconds);
   // The text of one series: NAME_bucket{LABELS,le=...}, NAME_sum, NAME_count.
   std::string text(const std::string& name, const std::string& labels) const;

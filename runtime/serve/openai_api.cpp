@@ -65,9 +65,9 @@ class Fields {
     if (!value->is_number()) return fail(wrong_type(name, *value, "a number"));
     const double number = value->get<double>();
     if (!(number >= low && number <= high)) {
-      return fail(bad_request(in_quotes(name) + " must be between " + format(low) + " and " + format(high) + ", got " +
-                                  format(number),
-                              name));
+      return fail(bad_request(
+          in_quotes(name) + " must be between " + format(low) + " and " + format(high) + ", got " + format(number),
+          name));
     }
     out = static_cast<float>(number);
   }
@@ -99,9 +99,8 @@ class Fields {
     // -1 asks for a random seed, as llama-server takes it.
     if (value->get<std::int64_t>() == -1) return;
     if (value->get<std::int64_t>() < 0) {
-      return fail(bad_request("'seed' must be between 0 and 18446744073709551615, or -1 for a random seed, got " +
-                                  value->dump(),
-                              "seed"));
+      return fail(bad_request(
+          "'seed' must be between 0 and 18446744073709551615, or -1 for a random seed, got " + value->dump(), "seed"));
     }
     out = static_cast<std::uint64_t>(value->get<std::int64_t>());
   }
@@ -113,9 +112,8 @@ class Fields {
     if (!value->is_number_integer()) return fail(wrong_type(name, *value, "an integer"));
     // nlohmann reads every integer from 0 up as unsigned.
     if (!value->is_number_unsigned() || value->get<std::uint64_t>() > static_cast<std::uint64_t>(high)) {
-      return fail(bad_request(in_quotes(name) + " must be between 0 and " + std::to_string(high) + ", got " +
-                                  value->dump(),
-                              name));
+      return fail(bad_request(
+          in_quotes(name) + " must be between 0 and " + std::to_string(high) + ", got " + value->dump(), name));
     }
     out = value->get<int>();
   }
@@ -167,8 +165,8 @@ class Fields {
     }
     for (const char* name : {"logit_bias", "tools", "functions", "suffix"}) {
       const json* value = find(name);
-      const bool empty = value == nullptr || (value->is_string() ? value->get_ref<const std::string&>().empty()
-                                                                 : value->empty());
+      const bool empty =
+          value == nullptr || (value->is_string() ? value->get_ref<const std::string&>().empty() : value->empty());
       if (!empty) fail(unsupported(name, "", *value));
     }
     if (const json* format = find("response_format");
@@ -206,8 +204,8 @@ void read_prompt(Fields& fields, CompletionRequest& request) {
   if (prompt == nullptr) return fields.fail(bad_request("'prompt' is required", "prompt"));
   if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) prompt = &(*prompt)[0];
   if (prompt->is_array()) {
-    return fields.fail(bad_request("'prompt' must be one string: a batch of prompts is not supported", "prompt",
-                                   "unsupported_value"));
+    return fields.fail(
+        bad_request("'prompt' must be one string: a batch of prompts is not supported", "prompt", "unsupported_value"));
   }
   if (!prompt->is_string()) return fields.fail(wrong_type("prompt", *prompt, "a string"));
   request.prompt = prompt->get<std::string>();
@@ -279,8 +277,8 @@ json completion_logprobs(const Logprobs& logprobs) {
     for (const TokenChoice& choice : token.top) top.emplace(choice.text, choice.logprob);
     tops.push_back(std::move(top));
   }
-  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops},
-          {"text_offset", logprobs.text_offsets}};
+  return {
+      {"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", logprobs.text_offsets}};
 }
 
 json chat_choice(const TokenChoice& choice) {

@@ -81,7 +81,7 @@ struct CompletionOutcome {
 
 // The reply's identity, shared by a stream's chunks.
 struct ReplyHeader {
-  std::string id;  // "cmpl-..." or "chatcmpl-..."
+  std::string id;            // "cmpl-..." or "chatcmpl-..."
   std::int64_t created = 0;  // Unix seconds
   std::string model;
   Endpoint endpoint = Endpoint::completions;

@@ -23,9 +23,9 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/generate/target.hpp"
-#include "runtime/text/tokenizer.hpp"
-#include "runtime/session/session.hpp"
 #include "runtime/rank/step_batcher.hpp"
+#include "runtime/session/session.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace accord::serve {
 
@@ -136,7 +136,7 @@ class Scheduler {
   std::deque<Job> queue_;
   int active_ = 0;
   bool stopping_ = false;
-  bool closed_ = false;  // shut_down() was called
+  bool closed_ = false;               // shut_down() was called
   std::atomic<bool> cutting_{false};  // stop_running(): asked by running jobs after each step
   std::vector<std::thread> workers_;
 };

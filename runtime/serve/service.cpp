@@ -43,9 +43,7 @@ KeyDigest digest_of(std::string_view text) {
 }
 
 // The field a refused prompt's error names.
-std::string prompt_param(Endpoint endpoint) {
-  return endpoint == Endpoint::chat_completions ? "messages" : "prompt";
-}
+std::string prompt_param(Endpoint endpoint) { return endpoint == Endpoint::chat_completions ? "messages" : "prompt"; }
 
 // The token of "Bearer <token>" (the scheme in any case), or nothing.
 std::optional<std::string_view> bearer_token(std::string_view authorization) {
@@ -64,8 +62,8 @@ std::string finish_reason(StopReason reason) {
 
 // One completion in flight: what its callbacks share, on the slot's thread.
 struct Exchange {
-  Exchange(std::string endpoint, ReplyHeader reply, std::shared_ptr<Responder> client,
-           const CompletionRequest& wanted, std::vector<std::string> stops, int context_tokens)
+  Exchange(std::string endpoint, ReplyHeader reply, std::shared_ptr<Responder> client, const CompletionRequest& wanted,
+           std::vector<std::string> stops, int context_tokens)
       : path(std::move(endpoint)),
         context(context_tokens),
         prompt_field(prompt_param(wanted.endpoint)),
@@ -178,8 +176,10 @@ int finish(Exchange& exchange, const GenerationOutcome& outcome) {
   const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
   Responder& responder = *exchange.responder;
   if (responder.client_gone()) {
-    if (exchange.opened) responder.close_stream();
-    else responder.respond(json_response(kClientClosed, "{}"));
+    if (exchange.opened)
+      responder.close_stream();
+    else
+      responder.respond(json_response(kClientClosed, "{}"));
     return kClientClosed;
   }
   if (!outcome) {
@@ -262,8 +262,7 @@ Service::Service(const Tokenizer& tokenizer, Scheduler& scheduler, Metrics& metr
       key_digest_(digest_of(options_.api_key)),
       started_(unix_seconds()) {}
 
-void Service::answer(const std::string& endpoint, const std::shared_ptr<Responder>& responder,
-                     HttpResponse response) {
+void Service::answer(const std::string& endpoint, const std::shared_ptr<Responder>& responder, HttpResponse response) {
   metrics_.count_request(endpoint, response.status);
   responder->respond(std::move(response));
 }
@@ -294,9 +293,8 @@ void Service::handle(const HttpRequest& request, const std::shared_ptr<Responder
   if (!authorized(request, path)) {
     // OpenAI's answer to a missing or wrong key.
     const ApiError error{401,
-                         request.authorization.empty()
-                             ? "no API key: send it as the header 'Authorization: Bearer KEY'"
-                             : "the API key is not the server's (--api-key)",
+                         request.authorization.empty() ? "no API key: send it as the header 'Authorization: Bearer KEY'"
+                                                       : "the API key is not the server's (--api-key)",
                          "invalid_request_error", "", "invalid_api_key"};
     HttpResponse response = json_response(error.http_status, error.body());
     response.headers = "WWW-Authenticate: Bearer\r\n";
@@ -314,7 +312,8 @@ void Service::handle(const HttpRequest& request, const std::shared_ptr<Responder
                                        : R"({"status":"recovering"})";
     return answer(path, responder, json_response(!shutting_down_ && slots_ready ? 200 : 503, state));
   }
-  if (path == "/v1/models" && get) return answer(path, responder, json_response(200, models_body(options_.model_id, started_)));
+  if (path == "/v1/models" && get)
+    return answer(path, responder, json_response(200, models_body(options_.model_id, started_)));
   if (path == "/metrics" && get) {
     return answer(path, responder, {200, "text/plain; version=0.0.4", metrics_.prometheus_text(), {}});
   }
@@ -334,10 +333,10 @@ void Service::complete(const HttpRequest& request, Endpoint endpoint, const std:
   if (!parsed) return answer_error(path, responder, parsed.error());
   const CompletionRequest& wanted = *parsed;
   if (wanted.model != options_.model_id) {
-    return answer_error(path, responder,
-                        ApiError{404, "the model '" + wanted.model + "' does not exist: this server serves '" +
-                                          options_.model_id + "'",
-                                 "invalid_request_error", "model", "model_not_found"});
+    return answer_error(
+        path, responder,
+        ApiError{404, "the model '" + wanted.model + "' does not exist: this server serves '" + options_.model_id + "'",
+                 "invalid_request_error", "model", "model_not_found"});
   }
   if (shutting_down_) return answer_error(path, responder, server_error(503, std::string(kShutdownMessage)));
   const bool chat = endpoint == Endpoint::chat_completions;

@@ -12,10 +12,10 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/text/tokenizer.hpp"
 #include "runtime/serve/chat_template.hpp"
 #include "runtime/serve/metrics.hpp"
 #include "runtime/serve/scheduler.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace accord::serve {
 

@@ -73,9 +73,7 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
 
-std::uint64_t Session::successful_state_restoration_generation() const {
-  return impl_->record.restoration_generation;
-}
+std::uint64_t Session::successful_state_restoration_generation() const { return impl_->record.restoration_generation; }
 const std::optional<Poison>& Session::poison() const { return impl_->poison; }
 const Model& Session::model() const { return impl_->model; }
 const std::string& Session::model_identity() const { return impl_->model_identity; }
@@ -88,11 +86,9 @@ Status Session::inject_faults(const std::vector<Fault>& plan) { return impl_->en
 
 void Session::set_failure_hook(FailureHook hook) {
   if (!hook) return impl_->engine.set_phase_hook({});
-  impl_->engine.set_phase_hook([hook = std::move(hook)](RankId, const PhaseId& phase, Epoch epoch) {
-    return hook(phase.phase, epoch);
-  });
+  impl_->engine.set_phase_hook(
+      [hook = std::move(hook)](RankId, const PhaseId& phase, Epoch epoch) { return hook(phase.phase, epoch); });
 }
-
 
 // ---------------------------------------------------------------------------
 // Forward steps: the phases of transaction_plan.hpp's forward step on one
@@ -115,11 +111,17 @@ Result<StepResult> Session::step(const StepOptions& options) {
   if (!reply) return reply.error();
   impl_->published = std::move(reply->logits.data);
   impl_->capture = std::move(reply->prediction_target.hidden.data);
-  const int kept = options.prediction_target ? reply->prediction_target.kept_rows
-                                             : static_cast<int>(options.tokens.size());
+  const int kept =
+      options.prediction_target ? reply->prediction_target.kept_rows : static_cast<int>(options.tokens.size());
   const int rows = static_cast<int>(impl_->published.size()) / impl_->model.config().vocab_size;
-  StepResult result{reply->epoch, first + kept - rows, rows, impl_->published, impl_->capture,
-                    reply->prediction_target.accepted, reply->prediction_target.next_token, {}};
+  StepResult result{reply->epoch,
+                    first + kept - rows,
+                    rows,
+                    impl_->published,
+                    impl_->capture,
+                    reply->prediction_target.accepted,
+                    reply->prediction_target.next_token,
+                    {}};
   if (options.sampler != nullptr) {
     const auto vocab = static_cast<std::size_t>(impl_->model.config().vocab_size);
     result.sampled = sample_token(*options.sampler, result.logits.last(vocab), options.stop_tokens);
@@ -190,9 +192,8 @@ Result<PromptCacheSaveResult> Session::save_prompt_cache_for_input(const std::fi
   return save(root, descriptor, prefix, prepared_input);
 }
 
-Result<PromptCacheSaveResult> Session::save(const std::filesystem::path& root,
-                                            const PromptCacheDescriptor& descriptor, std::span<const int> prefix,
-                                            const std::string& prepared_input) {
+Result<PromptCacheSaveResult> Session::save(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
+                                            std::span<const int> prefix, const std::string& prepared_input) {
   if (impl_->poison) return Error::poisoned(*impl_->poison);
   const TransactionRequest request =
       cache_request(TransactionKind::prompt_cache_save, root, descriptor, prefix, prepared_input);
@@ -216,7 +217,8 @@ Status Session::load(const std::filesystem::path& root, const PromptCacheDescrip
                      std::span<const int> prefix, const std::string& prepared_input) {
   if (impl_->poison) return Error::poisoned(*impl_->poison);
   if (Status ok = check_tokens(impl_->model.config(), prefix, 0); !ok) return before_mutation(ok.error());
-  auto reply = impl_->transact(cache_request(TransactionKind::prompt_cache_load, root, expected, prefix, prepared_input));
+  auto reply =
+      impl_->transact(cache_request(TransactionKind::prompt_cache_load, root, expected, prefix, prepared_input));
   if (!reply) return reply.error();
   impl_->prepared.clear();
   if (!prepared_input.empty()) impl_->prepared.set(prepared_input, static_cast<int>(prefix.size()));

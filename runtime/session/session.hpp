@@ -76,12 +76,12 @@ struct CompleteCheckpoint {
 
 struct SessionReport {
   std::string model_identity;
-  std::uint64_t weights_bytes = 0;           // the model's weights as held in memory
+  std::uint64_t weights_bytes = 0;                             // the model's weights as held in memory
   std::map<std::string, std::uint64_t> weights_bytes_by_type;  // the same by type: "F32", "Q8_0", ...
-  std::uint64_t weights_resident_bytes = 0;  // the sum of the ranks' measured resident bytes
-  std::string weights_residency;             // "resident", or "layered" when a rank has a budget
-  std::vector<WeightShare> weight_shares;    // what each rank holds, in rank order
-  std::string kernel_path;  // the CPU kernels' path (kernels/cpu/isa.hpp)
+  std::uint64_t weights_resident_bytes = 0;                    // the sum of the ranks' measured resident bytes
+  std::string weights_residency;                               // "resident", or "layered" when a rank has a budget
+  std::vector<WeightShare> weight_shares;                      // what each rank holds, in rank order
+  std::string kernel_path;                                     // the CPU kernels' path (kernels/cpu/isa.hpp)
   std::uint64_t kv_bytes_used = 0;
   std::uint64_t kv_bytes_capacity = 0;
   int position = 0;
@@ -154,8 +154,7 @@ class Session {
   // Saves the state's first prefix.size() rows, which must hold exactly
   // `prefix`, as the live generation of the cache at `root`.
   Result<PromptCacheSaveResult> save_prompt_cache(const std::filesystem::path& root,
-                                                  const PromptCacheDescriptor& descriptor,
-                                                  std::span<const int> prefix);
+                                                  const PromptCacheDescriptor& descriptor, std::span<const int> prefix);
   Result<PromptCacheSaveResult> save_prompt_cache_for_input(const std::filesystem::path& root,
                                                             const PromptCacheDescriptor& descriptor,
                                                             std::span<const int> prefix,

@@ -11,8 +11,8 @@ namespace accord {
 
 Status validate(const SamplerOptions& options) {
   if (!(options.temperature >= 0.0f) || !std::isfinite(options.temperature)) {
-    return Error(ErrorCode::contract, "temperature must be a finite number >= 0, got " +
-                                          std::to_string(options.temperature));
+    return Error(ErrorCode::contract,
+                 "temperature must be a finite number >= 0, got " + std::to_string(options.temperature));
   }
   if (!(options.top_p > 0.0f && options.top_p <= 1.0f)) {
     return Error(ErrorCode::contract, "top-p must be in (0, 1], got " + std::to_string(options.top_p));

@@ -17,7 +17,7 @@ struct SamplerOptions {
   // divided by it overflows a float (below about 1e-37 with usual logits)
   // is greedy too: sampling approaches argmax as the temperature falls.
   float temperature = 1.0f;
-  float top_p = 0.9f;        // in (0, 1]; 1 = sample from the whole distribution
+  float top_p = 0.9f;  // in (0, 1]; 1 = sample from the whole distribution
   std::uint64_t seed = 0;
 };
 

@@ -53,7 +53,6 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
   return out;
 }
 
-
 // Symbols being merged, as a doubly linked list over their first
 // positions: a merge keeps the left symbol and unlinks the right one.
 class SymbolList {
@@ -90,9 +89,9 @@ struct ScoredPair {
   float score;
   int left;
   int right;
-  int left_id;   // the symbols' tokens when it was pushed
+  int left_id;  // the symbols' tokens when it was pushed
   int right_id;
-  int id;        // the merged piece
+  int id;  // the merged piece
   bool operator<(const ScoredPair& other) const {
     return score != other.score ? score < other.score : left > other.left;
   }
@@ -105,9 +104,7 @@ struct RankedPair {
   int right;
   std::size_t left_size;  // the symbols' lengths when it was pushed
   std::size_t right_size;
-  bool operator<(const RankedPair& other) const {
-    return rank != other.rank ? rank > other.rank : left > other.left;
-  }
+  bool operator<(const RankedPair& other) const { return rank != other.rank ? rank > other.rank : left > other.left; }
 };
 
 }  // namespace
@@ -366,7 +363,8 @@ Result<std::vector<int>> Tokenizer::encode_bpe(std::string_view text, EncodeCost
     merge_by_rank(symbols, cost);
     for (const std::string& symbol : symbols) {
       const int id = lookup(symbol);
-      if (id < 0) return Error(ErrorCode::contract, "cannot encode '" + symbol + "': the vocabulary has no token for it");
+      if (id < 0)
+        return Error(ErrorCode::contract, "cannot encode '" + symbol + "': the vocabulary has no token for it");
       tokens.push_back(id);
     }
   }

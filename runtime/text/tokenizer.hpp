@@ -120,8 +120,8 @@ class Tokenizer {
   TokenizerKind kind_ = TokenizerKind::llama2c;
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
-  std::unordered_map<std::string, int> ids_;  // piece -> lowest id with it
-  std::array<int, 256> byte_ids_{};           // byte -> id of "<0xNN>", or -1
+  std::unordered_map<std::string, int> ids_;          // piece -> lowest id with it
+  std::array<int, 256> byte_ids_{};                   // byte -> id of "<0xNN>", or -1
   std::unordered_map<std::string, int> merge_ranks_;  // "left right" -> rank (BPE)
   std::vector<std::string> merges_;                   // in rank order (BPE)
   bool add_space_prefix_ = true;                      // SentencePiece dummy prefix

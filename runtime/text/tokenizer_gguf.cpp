@@ -70,8 +70,7 @@ class VocabularyReader {
     auto id = value->as_int();
     if (!id) return error(key, id.error().message());
     if (*id < 0 || *id >= vocab_size) {
-      return error(key, "token " + std::to_string(*id) + " is outside the vocabulary of " +
-                            std::to_string(vocab_size));
+      return error(key, "token " + std::to_string(*id) + " is outside the vocabulary of " + std::to_string(vocab_size));
     }
     return static_cast<int>(*id);
   }

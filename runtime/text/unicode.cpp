@@ -20,14 +20,11 @@ CharClass classify(const CodePoint& cp) {
     case U_LOWERCASE_LETTER:
     case U_TITLECASE_LETTER:
     case U_MODIFIER_LETTER:
-    case U_OTHER_LETTER:
-      return CharClass::letter;
+    case U_OTHER_LETTER: return CharClass::letter;
     case U_DECIMAL_DIGIT_NUMBER:
     case U_LETTER_NUMBER:
-    case U_OTHER_NUMBER:
-      return CharClass::number;
-    default:
-      return CharClass::other;
+    case U_OTHER_NUMBER: return CharClass::number;
+    default: return CharClass::other;
   }
 }
 
