@@ -64,7 +64,7 @@ typename Inspector::result_type inspect(Inspector& f, PhaseBegin& x) {
 }
 
 // Why a rank's local part failed: the wire form of the runtime's ErrorCode
-// (runtime/error.hpp) for the codes a rank's work can produce. It lives here
+// (runtime/base/error.hpp) for the codes a rank's work can produce. It lives here
 // because messages/ depends on nothing else of ours.
 enum class FailureCode : std::uint8_t {
   contract,      // a broken precondition: bad arguments for the phase

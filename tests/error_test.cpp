@@ -1,4 +1,4 @@
-// runtime/error.hpp: printable(), which every message the command line
+// runtime/base/error.hpp: printable(), which every message the command line
 // prints goes through, so that quoted input cannot drive the terminal.
 #include "runtime/base/error.hpp"
 

@@ -269,7 +269,7 @@ TEST_F(PromptCacheTest, AFailedPublicationIsReverted) {
   EXPECT_NE(live_folder(dir_.path()), old_generation);
 }
 
-// runtime/error.hpp: when a failed save cannot undo its publication, no
+// runtime/base/error.hpp: when a failed save cannot undo its publication, no
 // state can be proven, so the session refuses every call until a reset.
 TEST_F(PromptCacheTest, AFailedReversalPoisonsTheSessionUntilAReset) {
   save(dir_.path(), 5);

@@ -8,7 +8,7 @@
 // The KvStore copies rows between the device and the host, so the
 // session's checkpoints, digests, rollback and prompt cache work on device
 // memory. A CUDA failure throws cuda::CudaFailure out of the StageBackend
-// calls; the phase guard (status_of, runtime/error.hpp) turns it into the
+// calls; the phase guard (status_of, runtime/base/error.hpp) turns it into the
 // phase's error, so the transaction aborts or poisons as for any other.
 //
 // Plain C++: callers need no CUDA header. Only built where nvcc exists.

@@ -173,7 +173,7 @@ class Session {
   // Counts successful restorations: aborted steps undone and rollbacks.
   std::uint64_t successful_state_restoration_generation() const;
   // Why the session is poisoned, while it is: a failed step could not undo
-  // its publication (runtime/error.hpp, commit_indeterminate). Every call
+  // its publication (runtime/base/error.hpp, commit_indeterminate). Every call
   // but reset() is then refused with that Poison.
   const std::optional<Poison>& poison() const;
 
