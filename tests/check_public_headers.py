@@ -10,13 +10,13 @@ only.
     tests/check_public_headers.py CXX SOURCE_ROOT
 """
 import pathlib
-import re
 import subprocess
 import sys
 
+from check_layers import INCLUDE
+
 FORBIDDEN = ("kernels/", "runtime/agreement/", "runtime/engine/", "caf/", "actors/interfaces.hpp")
 ALLOWED_IN = {"actors.hpp": ("caf/", "actors/interfaces.hpp")}
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
 def dependencies(cxx, root, header):

@@ -83,6 +83,8 @@ TEST(FaultPlan, ListsAndTheEnvironment) {
   ASSERT_TRUE(from_env) << from_env.error().message();
   EXPECT_EQ(from_env->faults.size(), 1u);
   EXPECT_EQ(from_env->secret_file, "/some/secret");
+  EXPECT_EQ(from_env->secret_file_for(""), "/some/secret");
+  EXPECT_EQ(from_env->secret_file_for("/given"), "/given");
   ASSERT_FALSE(malformed);
   EXPECT_NE(malformed.error().message().find("ACCORD_FAULTS: "), std::string::npos);
   auto unset = read_environment();

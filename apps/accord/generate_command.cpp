@@ -242,7 +242,7 @@ std::vector<Fault> parse_faults(const std::vector<std::string>& entries) {
 Result<std::vector<Fault>> fault_plan(GenerateArgs& args) {
   auto environment = read_environment();
   if (!environment) return environment.error();
-  if (args.secret_file.empty()) args.secret_file = environment->secret_file;
+  args.secret_file = environment->secret_file_for(args.secret_file);
   std::vector<Fault> plan = args.faults;
   plan.insert(plan.end(), environment->faults.begin(), environment->faults.end());
   const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());

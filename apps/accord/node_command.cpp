@@ -138,7 +138,7 @@ int run_node(const NodeArgs& args) {
   if (!options) return fail(options.error().message());
   auto environment = read_environment();
   if (!environment) return fail(environment.error().message());
-  auto secret = secret_from(args.secret_file.empty() ? environment->secret_file : args.secret_file);
+  auto secret = secret_from(environment->secret_file_for(args.secret_file));
   if (!secret) return fail(secret.error().message());
   options->secret = *secret;
   if (args.max_connections < 1) return fail("--max-connections must be at least 1");

@@ -209,7 +209,7 @@ int run_serve(ServeArgs args) {
   auto environment = read_environment();
   if (!environment) return fail(environment.error().message());
   const std::vector<Fault>& faults = environment->faults;
-  if (args.secret_file.empty()) args.secret_file = environment->secret_file;
+  args.secret_file = environment->secret_file_for(args.secret_file);
   const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
   if (Status ok = check_fault_plan(faults, ranks); !ok) return fail(ok.error().message());
   auto header = Model::read_header(args.model);

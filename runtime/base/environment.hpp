@@ -20,6 +20,9 @@ struct Environment {
   // ACCORD_SECRET_FILE: the file of a cluster's secret, for a command
   // given no --secret-file (docs/protocol.md, "Node security").
   std::string secret_file;
+
+  // The secret file a command uses: its --secret-file, else ACCORD_SECRET_FILE.
+  const std::string& secret_file_for(const std::string& option) const { return option.empty() ? secret_file : option; }
 };
 
 // Reads the variables; an unset one leaves its field empty. Fails naming
