@@ -13,7 +13,8 @@ import pathlib
 import subprocess
 import sys
 
-from check_layers import INCLUDE
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from check_layers import INCLUDE  # noqa: E402
 
 FORBIDDEN = ("kernels/", "runtime/agreement/", "runtime/engine/", "caf/", "actors/interfaces.hpp")
 ALLOWED_IN = {"actors.hpp": ("caf/", "actors/interfaces.hpp")}
