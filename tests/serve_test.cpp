@@ -211,25 +211,6 @@ TEST(ServeStopFilter, HoldsAnUnfinishedUtf8Character) {
   EXPECT_EQ(filter.push(euro.substr(2)), euro);
 }
 
-TEST(ServeChatTemplate, BuiltinsRender) {
-  const std::vector<serve::ChatMessage> messages = {{"system", "Be brief."}, {"user", "Hi"}};
-  EXPECT_EQ(serve::ChatTemplate{serve::ChatFormat::chatml}.render(messages),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(serve::ChatTemplate{serve::ChatFormat::llama2}.render(messages),
-            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]");
-  EXPECT_EQ(serve::ChatTemplate{serve::ChatFormat::plain}.render(messages), "System: Be brief.\nUser: Hi\nAssistant:");
-}
-
-TEST(ServeChatTemplate, RecognisedByMarkersOrRefused) {
-  auto chatml = serve::recognise_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}...");
-  ASSERT_TRUE(chatml);
-  EXPECT_EQ(chatml->name(), "chatml");
-  EXPECT_EQ(serve::recognise_chat_template("{{ bos }}[INST] {{ m }} [/INST]")->name(), "llama2");
-  EXPECT_FALSE(serve::recognise_chat_template("{{ messages | tojson }}"));
-  EXPECT_FALSE(serve::chat_template_from_option("no-such-template-or-file"));
-  EXPECT_EQ(serve::chat_template_from_option("zephyr")->name(), "zephyr");
-}
-
 TEST(ServeChatTemplate, AGgufWithoutATemplateHasNone) {
   auto jinja = serve::gguf_chat_template((test::shared_dir() / "models" / "stories260K.gguf").string());
   ASSERT_TRUE(jinja) << jinja.error().message();

@@ -326,8 +326,8 @@ Command add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prompt-cache", args->prompt_cache, "prompt cache folder: requests reuse cached prefixes");
   cmd->add_option("--chat-template", args->chat_template,
-                  "chatml, llama2, llama3, zephyr or plain, or a Jinja file recognised as one (default: the GGUF's "
-                  "tokenizer.chat_template, else plain)");
+                  "a built-in (chatml, llama3, gemma, phi3, mistral-v7, ...: docs/serve.md) or plain, or a Jinja "
+                  "file recognised as one (default: the GGUF's tokenizer.chat_template, else plain)");
   cmd->add_option("--log-level", args->log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
