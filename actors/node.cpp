@@ -149,9 +149,14 @@ Result<std::shared_ptr<const Model>> shard_model(NodePointer self, const NodeAss
     return Error(ErrorCode::architecture, another_model(s, *path, assignment) + partition.error().message());
   }
   const WeightScope scope = partition->scope(static_cast<int>(assignment.rank));
-  if (s.model && s.model->path() == path->string() && s.model->scope() == scope) return s.model;
+  if (s.model && s.model->path() == path->string() && s.model->scope() == scope &&
+      s.model->config().seq_len == assignment.context) {
+    return s.model;
+  }
   s.model.reset();  // the old shard goes before the new one is read
-  auto loaded = Model::load(path->string(), {scope, node_threads(s, assignment.threads)});
+  ModelLoad load{scope, node_threads(s, assignment.threads)};
+  load.context = assignment.context;
+  auto loaded = Model::load(path->string(), load);
   if (!loaded) return cannot_load(loaded.error());
   s.model = std::make_shared<const Model>(std::move(*loaded));
   spdlog::info("{}: read rank {}'s shard of {}", s.options.name, assignment.rank, printable(path->string()));

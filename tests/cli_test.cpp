@@ -340,6 +340,9 @@ TEST(Cli, RefusesAPromptPastTheContext) {
   std::string prompt;
   for (int i = 0; i < 300; ++i) prompt += "zq ";
   expect_failure(generate_args({"--prompt", prompt}), 1, "past the model's context of 512 tokens");
+  expect_failure(generate_args({"--prompt", "Once upon a time", "--ctx-size", "4"}), 1,
+                 "past the model's context of 4 tokens");
+  expect_failure(generate_args({"--ctx-size", "0"}), 2, "--ctx-size");
 }
 
 TEST(Cli, SynthRefusesImpossibleShapes) {

@@ -235,6 +235,7 @@ TEST_F(MessagesTest, NodeAssignmentRoundTrips) {
                                    2000,
                                    plan,
                                    1 << 20,
+                                   300,
                                    {"10.0.0.1:7001", "10.0.0.2:7001", "10.0.0.3:7001"}});
 }
 

@@ -48,6 +48,31 @@ TEST(ModelLoader, ReadsStoriesConfiguration) {
   EXPECT_EQ(model->weights().classifier, model->weights().token_embedding);
 }
 
+// --ctx-size: a load may hold fewer positions than the file says, never
+// more; the weights are the same, the identity (which names the context
+// every rank must share) is not.
+TEST(ModelLoader, AContextBelowTheFilesIsTakenAndOneAboveIsNot) {
+  const std::string gguf = (test::shared_dir() / "models" / "stories260K.gguf").string();
+  for (const std::string& path : {test::stories_model(), gguf}) {
+    auto header = Model::read_header(path);
+    ASSERT_TRUE(header) << header.error().message();
+    const int file_context = header->config.seq_len;  // 512, and the GGUF's 2048
+    ModelLoad load;
+    auto whole = Model::load(path, load);
+    load.context = 100;
+    auto short_context = Model::load(path, load);
+    load.context = file_context + 1000;
+    auto long_context = Model::load(path, load);
+    ASSERT_TRUE(whole && short_context && long_context) << path;
+    EXPECT_EQ(whole->config().seq_len, file_context);
+    EXPECT_EQ(short_context->config().seq_len, 100);
+    EXPECT_EQ(long_context->config().seq_len, file_context);
+    EXPECT_EQ(short_context->tensor_digests(), whole->tensor_digests());
+    EXPECT_NE(short_context->identity(), whole->identity());
+    EXPECT_EQ(long_context->identity(), whole->identity());
+  }
+}
+
 TEST(ModelLoader, TellsItsProgressUpToEveryWeightByte) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> calls;
   ModelLoad load{WeightScope::everything(), 2};

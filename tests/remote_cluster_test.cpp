@@ -198,6 +198,14 @@ TEST_F(RemoteClusterTest, GenerateWithPeersPrintsTheTokensOfInProcessRanks) {
   EXPECT_EQ(remote.at("ranks"), 3);
 }
 
+// The nodes load the model with the coordinator's --ctx-size, which the
+// identity covers: a node that kept the file's would be refused.
+TEST_F(RemoteClusterTest, NodesHoldTheCoordinatorsContext) {
+  const auto remote = generate_json({"--peers", peer_list(), "--ctx-size", "40"});
+  const auto local = generate_json({"--ranks", "3"});
+  EXPECT_EQ(remote.at("generated_tokens"), local.at("generated_tokens"));
+}
+
 TEST_F(RemoteClusterTest, SpeculativeDecodingOnTheNodesGivesGreedysTokens) {
   const auto plain = generate_json({"--ranks", "3"});
   const auto remote = generate_json({"--peers", peer_list(), "--speculative", "model:" + test::stories_model()});

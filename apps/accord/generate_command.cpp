@@ -53,6 +53,7 @@ struct GenerateArgs {
   int draft_tokens = GenerationOptions{}.draft_tokens;
   std::uint64_t max_resident_bytes = 0;  // --max-resident-bytes: each rank's weights budget
   BackendArgs compute;                   // --backend, --devices
+  int context = kDefaultContext;         // --ctx-size
 };
 
 constexpr std::string_view kDraftModelPrefix = "model:";
@@ -68,7 +69,9 @@ Result<Speculation> load_speculation(const GenerateArgs& args, const Model& targ
   if (args.speculative == "lookup") {
     speculation.drafter = std::make_unique<PromptLookupDrafter>();
   } else if (args.speculative.starts_with(kDraftModelPrefix)) {
-    auto draft = Model::load(args.speculative.substr(kDraftModelPrefix.size()));
+    ModelLoad load;
+    load.context = args.context;
+    auto draft = Model::load(args.speculative.substr(kDraftModelPrefix.size()), load);
     if (!draft) return Error(draft.error().code(), "the draft model: " + draft.error().message());
     if (Status ok = check_draft_model(draft->config(), target.config()); !ok) return ok.error();
     speculation.draft_model = std::make_unique<Model>(std::move(*draft));
@@ -274,7 +277,8 @@ int run_generate(GenerateArgs args) {
   auto tokenizer = find_tokenizer(args.tokenizer, args.model, *header);
   if (!tokenizer) return fail(tokenizer.error().message());
   // A coordinator of nodes reads no weights: each node reads its shard.
-  const ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
+  ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
+  load.context = args.context;
   auto model = Model::load(args.model, load);
   if (!model) return fail(model.error().message());
   auto speculation = load_speculation(args, *model);
@@ -424,6 +428,7 @@ Command add_generate_command(CLI::App& app) {
   // command-line error (exit 2) before the model is opened, not a failed
   // generation after a long load.
   add_sampling_options(*cmd, *args);
+  add_context_option(*cmd, args->context);
   cmd->add_option("--threads", args->threads,
                   "CPU threads of the compute pool, which in-process ranks share; each node of --peers makes "
                   "a pool of this many. At most " +

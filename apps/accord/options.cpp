@@ -91,6 +91,14 @@ BackendChoice BackendArgs::choice() const {
   return {backend == "cuda" ? BackendChoice::Kind::cuda : BackendChoice::Kind::cpu, devices};
 }
 
+void add_context_option(CLI::App& cmd, int& context) {
+  cmd.add_option("--ctx-size", context,
+                 "positions a session holds, prompt and reply together: the model file's context length where "
+                 "that is smaller (each session keeps keys and values for all of them)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+}
+
 void add_backend_options(CLI::App& cmd, BackendArgs& args) {
   cmd.add_option("--backend", args.backend,
                  "where the ranks compute: cpu (the default), or cuda (a build with nvcc and a machine with a GPU)")

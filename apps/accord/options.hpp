@@ -44,6 +44,12 @@ int capped_threads(int requested);
 // `nodes`, or refuses `option`'s value.
 std::function<void(const std::string&)> node_list(std::vector<NodeAddress>& nodes, const std::string& option);
 
+// --ctx-size N: the positions a session holds (ModelLoad::context), the
+// file's context length where smaller. The default, as llama.cpp's, keeps
+// a Llama 3 file's 131072 from taking gigabytes of keys and values.
+inline constexpr int kDefaultContext = 4096;
+void add_context_option(CLI::App& cmd, int& context);
+
 // --backend cpu|cuda and --devices 0,1,...: where the command's ranks compute.
 struct BackendArgs {
   std::string backend = "cpu";

@@ -57,6 +57,7 @@ struct ServeArgs {
   std::string api_key_file;
   bool metrics_public = false;
   int shutdown_grace_ms = 10000;
+  int context = kDefaultContext;  // --ctx-size
 };
 
 // A slot on a distributed session: in-process ranks, or remote nodes.
@@ -151,6 +152,7 @@ Result<HttpOptions> http_options(const ServeArgs& args) {
 Result<Model> load_model(const ServeArgs& args, serve::TerminalProgress& progress) {
   spdlog::info("loading {}", args.model);
   ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
+  load.context = args.context;
   const std::string model_name = std::filesystem::path(args.model).filename().string();
   load.progress = [&](std::uint64_t done, std::uint64_t total) {
     progress.show(serve::load_progress_line(model_name, done, total), done == total);
@@ -299,6 +301,7 @@ Command add_serve_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "Serve an OpenAI-compatible HTTP API (docs/serve.md)");
   cmd->add_option("--model", args->model, "GGUF model (llama) or llama2.c checkpoint (.bin)")->required();
   cmd->add_option("--tokenizer", args->tokenizer, "tokenizer file, as for `accord generate`");
+  add_context_option(*cmd, args->context);
   cmd->add_option("--listen", args->listen, "HOST:PORT to listen on; port 0 picks a free one")->capture_default_str();
   cmd->add_option("--parallel", args->parallel, "requests generated at once, each on a session of its own")
       ->check(CLI::Range(1, 256))

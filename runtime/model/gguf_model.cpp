@@ -288,6 +288,7 @@ Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const st
   for (const auto& t : file.tensors) {
     contents.tensors.push_back({t.name, std::string(gguf::to_string(t.type)), t.shape, t.offset, t.bytes});
   }
+  contents.config.seq_len = fitted_context(config.seq_len, load);
   if (Status ok = identify(contents, bytes, name, tensor_name, load); !ok) return ok.error();
   return contents;
 }

@@ -255,6 +255,7 @@ Result<ModelContents> read(std::span<const std::byte> bytes, const std::string& 
   }
   if (config.shared_classifier) contents.weights.classifier = contents.weights.token_embedding;
   contents.format = format_name(layout);
+  contents.config.seq_len = fitted_context(config.seq_len, load);
   if (Status ok = identify(contents, bytes, name, tensor_weight_name, load); !ok) return ok.error();
   return contents;
 }

@@ -197,6 +197,10 @@ std::size_t Model::resident_bytes(const WeightScope& scope) const {
   return file_.resident_bytes(file_ranges(scope)) + owned;
 }
 
+int fitted_context(int file_context, const ModelLoad& load) {
+  return load.context > 0 ? std::min(file_context, load.context) : file_context;
+}
+
 Status validate(const ModelConfig& c) {
   // Generous bounds: far above any Llama-family model, low enough that the
   // product of any two or three of them cannot overflow 64 bits.

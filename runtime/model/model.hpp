@@ -95,7 +95,16 @@ struct ModelLoad {
   // Told the bytes of weights read so far and in all, after each tensor;
   // one call at a time, from any of the loading threads. For a display.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress = {};
+  // The positions a session of the model may hold (--ctx-size): the file's
+  // context length, or this where smaller; 0: the file's. A session's keys
+  // and values take room for all of them, so a runtime sets it (a Llama 3.2
+  // file says 131072), while conversion and inspection keep the file's.
+  // Never past the file's: the model was not trained for those positions.
+  int context = 0;
 };
+
+// The context length a model whose file says `file_context` has under `load`.
+int fitted_context(int file_context, const ModelLoad& load);
 
 // One tensor as the file stores it (for `accord inspect`).
 struct StoredTensor {
