@@ -38,14 +38,30 @@ void softmax(float* x, int n);
 // for the token's position.
 void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin);
 
+// The same rotation of GPT-NeoX's halves: (v[j], v[j + head_size/2]).
+void rope_neox(float* v, int n_heads, int head_size, const float* cos, const float* sin);
+
 // RoPE angle tables: cos and sin of pos * theta^(-2j / head_size) for every
 // position and pair j, computed in float exactly as llama2.c's run.c does.
 // cos, sin: (seq_len, head_size / 2)
 void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta);
 
+// The same tables as ggml computes them (ggml_rope_cache_init): the angle
+// of pair j is pos * s^j / factors[j], s = theta^(-2 / head_size), its
+// powers taken by repeated multiplication in float; cos and sin are then
+// multiplied by `scale`. factors: (head_size / 2), or null for ones.
+void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, float theta, const float* factors,
+                      float scale);
+
 // In place: gate[i] = silu(gate[i]) * up[i], the exponential within 2 ulp
 // of e^x (a polynomial that vectorizes).  gate, up: (n)
 void silu_mul(float* gate, const float* up, int n);
+
+// In place: gate[i] = gelu(gate[i]) * up[i], GELU's tanh form as ggml
+// computes it on the CPU: through a table over half-precision inputs
+// (gate rounded to F16, the result rounded to F16), 0 below -10 and the
+// identity above 10.  gate, up: (n)
+void gelu_tanh_mul(float* gate, const float* up, int n);
 
 // One layer's key and value cache, laid out by position.
 // keys, values: (capacity, kv_dim) with kv_dim = n_kv_heads * head_size.
@@ -63,5 +79,18 @@ struct KvView {
 // softmax of the scores takes silu_mul's exponential.
 void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos, int n_heads,
                int n_kv_heads, int head_size);
+
+// The heads of attention and how the scores are formed.
+struct AttentionHeads {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_size = 0;
+  float score_divisor = 1.0f;  // scores are divided by it (the overload above: sqrt(head_size))
+  int window = 0;              // > 0: a token at p attends to positions p - window + 1 .. p only
+};
+
+// attention() with the heads' options.
+void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos,
+               const AttentionHeads& heads);
 
 }  // namespace accord::cpu
