@@ -193,17 +193,17 @@ TEST(Kernels, RopeNeoxRotatesTheHalvesOfEachHead) {
   }
 }
 
-// ggml's tables: angle pos * s^j / factor_j with s^j taken by repeated
-// multiplication; cos and sin scaled. Checked against that loop in double
+// ggml's tables: angle freq_scale * pos * s^j / factor_j with s^j taken by
+// repeated multiplication; cos and sin scaled. Checked against that loop in double
 // within float rounding, and at position 0 exactly.
 TEST(Kernels, RopeTablesGgmlDivideByTheFactorsAndScale) {
   const int seq = 5, hs = 8;
   const std::vector<float> factors = {1.0f, 2.0f, 4.0f, 8.0f};
   std::vector<float> cos(seq * hs / 2), sin(cos.size());
-  rope_tables_ggml(cos.data(), sin.data(), seq, hs, 500000.0f, factors.data(), 0.5f);
+  rope_tables_ggml(cos.data(), sin.data(), seq, hs, {500000.0f, factors.data(), 0.25f, 0.5f});
   for (int pos = 0; pos < seq; ++pos) {
     for (int j = 0; j < hs / 2; ++j) {
-      const double angle = pos * std::pow(500000.0, -2.0 * j / hs) / factors[j];
+      const double angle = 0.25 * pos * std::pow(500000.0, -2.0 * j / hs) / factors[j];
       EXPECT_NEAR(cos[pos * hs / 2 + j], 0.5 * std::cos(angle), 4e-6) << pos << " " << j;
       EXPECT_NEAR(sin[pos * hs / 2 + j], 0.5 * std::sin(angle), 4e-6) << pos << " " << j;
     }

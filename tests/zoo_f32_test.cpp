@@ -17,8 +17,11 @@
 
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "runtime/model/identity.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/stage_backend.hpp"
+#include "runtime/model/transformer.hpp"
+#include "runtime/rank/partition.hpp"
 #include "runtime/session/session.hpp"
 #include "runtime/text/sampler.hpp"
 #include "tests/support.hpp"
@@ -118,6 +121,46 @@ TEST_P(ZooF32, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
     expect_matches(greedy_tokens(**three, c.prompt_tokens, c.generated_tokens.size()), c,
                    file + " prompt " + std::to_string(i) + ", 3 ranks");
   }
+}
+
+// Three ranks that each load only their share (as node processes do; the
+// rest of the file is confined away) digest the whole model's tensors and,
+// run one after another, compute its logits bit for bit.
+TEST_P(ZooF32, ShardsOfThreeRanksMakeTheWholeModel) {
+  const auto path = zoo_model(GetParam()).string();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: the ZooF32Models test writes it";
+  auto whole = Model::load(path);
+  ASSERT_TRUE(whole) << whole.error().message();
+  const ModelConfig& c = whole->config();
+  const Partition partition = Partition::balanced(c.n_layers, 3).value();
+  const std::vector<int> prompt = {1, 450, 4996, 17354, 1701, 29916};
+  cpu::ThreadPool pool(2);
+  Transformer reference(*whole, pool);
+  KvCache cache(c, 0, c.n_layers);
+  const auto expected = test::to_vector(*reference.forward(prompt, 0, cache));
+  std::vector<std::string> digests(tensor_count(c));
+  std::vector<float> hidden;
+  for (int r = 0; r < 3; ++r) {
+    const WeightScope scope = partition.scope(r);
+    auto shard = Model::load(path, {scope, 1});
+    ASSERT_TRUE(shard) << shard.error().message();
+    EXPECT_FALSE(merge_digests(digests, shard->tensor_digests())) << "two ranks disagree on a tensor they share";
+    Transformer stage(*shard, pool);
+    KvCache shard_cache(c, scope.first_unit, scope.units);
+    if (r == 0) {
+      stage.embed(prompt);
+    } else {
+      stage.load_hidden(hidden);
+    }
+    for (int unit = scope.first_unit; unit < scope.first_unit + scope.units; ++unit)
+      stage.run_unit(unit, 0, shard_cache);
+    hidden = test::to_vector(stage.hidden());
+    if (r == 2) {
+      EXPECT_TRUE(test::bit_identical(stage.head(Transformer::Rows::last), expected));
+    }
+  }
+  EXPECT_EQ(digests, whole->tensor_digests());
+  EXPECT_EQ(combine_identity(c, digests).value(), whole->identity());
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ZooF32,

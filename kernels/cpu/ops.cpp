@@ -96,16 +96,16 @@ void rope_neox(float* v, int n_heads, int head_size, const float* cos, const flo
   }
 }
 
-void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, float theta, const float* factors,
-                      float scale) {
+void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, const RopeAngles& angles) {
   const int half = head_size / 2;
-  const float theta_scale = std::pow(theta, -2.0f / static_cast<float>(head_size));
+  const float theta_scale = std::pow(angles.theta, -2.0f / static_cast<float>(head_size));
   for (int pos = 0; pos < seq_len; ++pos) {
     float angle = static_cast<float>(pos);
     for (int j = 0; j < half; ++j) {
-      const float scaled = factors != nullptr ? angle / factors[j] : angle;
-      cos[static_cast<std::size_t>(pos) * half + j] = std::cos(scaled) * scale;
-      sin[static_cast<std::size_t>(pos) * half + j] = std::sin(scaled) * scale;
+      const float extrapolated = angles.factors != nullptr ? angle / angles.factors[j] : angle;
+      const float scaled = angles.freq_scale * extrapolated;
+      cos[static_cast<std::size_t>(pos) * half + j] = std::cos(scaled) * angles.scale;
+      sin[static_cast<std::size_t>(pos) * half + j] = std::sin(scaled) * angles.scale;
       angle *= theta_scale;
     }
   }

@@ -46,12 +46,19 @@ void rope_neox(float* v, int n_heads, int head_size, const float* cos, const flo
 // cos, sin: (seq_len, head_size / 2)
 void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta);
 
-// The same tables as ggml computes them (ggml_rope_cache_init): the angle
-// of pair j is pos * s^j / factors[j], s = theta^(-2 / head_size), its
-// powers taken by repeated multiplication in float; cos and sin are then
-// multiplied by `scale`. factors: (head_size / 2), or null for ones.
-void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, float theta, const float* factors,
-                      float scale);
+// How ggml's RoPE forms its angles and their cos and sin.
+struct RopeAngles {
+  float theta = 10000.0f;          // the base
+  const float* factors = nullptr;  // (head_size / 2) frequency factors, or null for ones
+  float freq_scale = 1.0f;         // linear scaling of every angle
+  float scale = 1.0f;              // of cos and sin
+};
+
+// The same tables as ggml computes them (ggml_rope_cache_init, rope_yarn
+// without YaRN): the angle of pair j is freq_scale * (pos * s^j / factors[j]),
+// s = theta^(-2 / head_size), its powers taken by repeated multiplication
+// in float; cos and sin are then multiplied by `scale`.
+void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, const RopeAngles& angles);
 
 // In place: gate[i] = silu(gate[i]) * up[i], the exponential within 2 ulp
 // of e^x (a polynomial that vectorizes).  gate, up: (n)

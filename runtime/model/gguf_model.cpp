@@ -198,9 +198,9 @@ class MetadataReader {
     return f;
   }
 
-  Result<std::string> text(const std::string& key) const {
+  Result<std::string> text(const std::string& key, std::optional<std::string> fallback = std::nullopt) const {
     const Value* value = file_.find(key);
-    if (value == nullptr) return missing<std::string>(key, std::nullopt);
+    if (value == nullptr) return missing<std::string>(key, fallback);
     auto v = value->as_string();
     if (!v) return error(key, v.error().message());
     return std::string(*v);
@@ -259,17 +259,32 @@ Status read_shape_keys(const MetadataReader& meta, const std::string& arch, Mode
   return {};
 }
 
+// RoPE scaling as llama.cpp takes it: linear (the default type) and
+// LongRoPE's divide the global layers' angles by rope.scaling.factor (or
+// the older rope.scale_linear); "none" ignores it; YaRN and the others are
+// refused.
+Status read_rope_scaling(const MetadataReader& meta, const std::string& arch, ModelConfig& c, const std::string& name) {
+  auto type = meta.text(arch + ".rope.scaling.type", "linear");
+  if (!type) return type.error();
+  if (*type != "none" && *type != "linear" && *type != "longrope") {
+    return Error(ErrorCode::architecture, name + ": RoPE scaling '" + *type + "' is not supported");
+  }
+  auto factor = meta.positive_real(arch + ".rope.scaling.factor", 0.0f);  // 0: absent
+  if (factor && *factor == 0.0f) factor = meta.positive_real(arch + ".rope.scale_linear", 0.0f);
+  if (!factor) return factor.error();
+  c.rope_freq_scale = (*type == "none" || *factor == 0.0f) ? 1.0f : 1.0f / *factor;
+  return {};
+}
+
 // What accord cannot run although the shapes fit: experts, partial RoPE,
-// values of another width than keys, RoPE scaled by a factor.
+// values of another width than keys.
 Status check_supported(const MetadataReader& meta, const std::string& arch, const ModelConfig& c,
                        const std::string& name) {
   std::optional<Error> failed;
   int experts = 0, rope_dims = 0, value_width = 0;
-  float scaling = 1.0f;
   take(meta.integer(arch + ".expert_count", 0), experts, failed);
   take(meta.integer(arch + ".rope.dimension_count", c.head_size()), rope_dims, failed);
   take(meta.integer(arch + ".attention.value_length", c.head_size()), value_width, failed);
-  take(meta.positive_real(arch + ".rope.scaling.factor", 1.0f), scaling, failed);
   if (failed) return *failed;
   auto refuse = [&](const std::string& what) { return Error(ErrorCode::architecture, name + ": " + what); };
   if (experts > 0) {
@@ -284,7 +299,6 @@ Status check_supported(const MetadataReader& meta, const std::string& arch, cons
     return refuse("value heads of " + std::to_string(value_width) + " dimensions beside key heads of " +
                   std::to_string(c.head_size()) + " are not supported");
   }
-  if (scaling != 1.0f) return refuse("RoPE scaling by a factor of " + std::to_string(scaling) + " is not supported");
   return {};
 }
 
@@ -335,6 +349,7 @@ Result<ModelConfig> read_config(const gguf::File& file, const std::string& name)
   c.shared_classifier = file.tensor("output.weight") == nullptr;
   if (Status valid = validate(c); !valid) return Error(ErrorCode::format, name + ": " + valid.error().message());
   if (Status ok = check_supported(meta, prefix, c, name); !ok) return ok.error();
+  if (Status ok = read_rope_scaling(meta, prefix, c, name); !ok) return ok.error();
   auto factors = rope_factor_names(file, meta, c);
   if (!factors) return factors.error();
   c.rope_factors = !factors->used.empty();

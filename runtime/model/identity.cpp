@@ -176,11 +176,11 @@ Result<std::string> combine_identity(const ModelConfig& c, const std::vector<std
   digest.update_value(c.rope_theta).update_value(c.norm_eps).update_value(c.shared_classifier);
   // What other architectures add; a Llama model's identity stays the one
   // accord always gave it (its RoPE factors, when present, are a tensor).
-  if (c.arch != Arch::llama || c.head_dim > 0) {
+  if (c.arch != Arch::llama || c.head_dim > 0 || c.rope_scale != 1.0f || c.rope_freq_scale != 1.0f) {
     const std::string_view arch = c.architecture().name;
     digest.update(arch.data(), arch.size());
     digest.update_value(c.head_size()).update_value(c.sliding_window).update_value(c.rope_scale);
-    digest.update_value(c.rope_theta_sliding);
+    digest.update_value(c.rope_theta_sliding).update_value(c.rope_freq_scale);
   }
   for (std::size_t i = 0; i < digests.size(); ++i) {
     if (digests[i].size() != 32) {

@@ -279,8 +279,9 @@ Status validate(const ModelConfig& c) {
                                         std::to_string(c.n_kv_heads));
   }
   if (c.sliding_window < 0) return Error(ErrorCode::format, "sliding_window is " + std::to_string(c.sliding_window));
-  for (const auto& [name, value] : {std::pair{"rope_theta", c.rope_theta}, std::pair{"norm_eps", c.norm_eps},
-                                    std::pair{"rope_scale", c.rope_scale}}) {
+  for (const auto& [name, value] :
+       {std::pair{"rope_theta", c.rope_theta}, std::pair{"norm_eps", c.norm_eps}, std::pair{"rope_scale", c.rope_scale},
+        std::pair{"rope_freq_scale", c.rope_freq_scale}}) {
     if (!std::isfinite(value) || !(value > 0.0f)) {
       return Error(ErrorCode::format,
                    std::string(name) + " is " + std::to_string(value) + ", expected a finite positive number");

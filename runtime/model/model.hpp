@@ -41,11 +41,12 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   float rope_theta_sliding = 10000.0f;  // RoPE base of the sliding-window layers
   float norm_eps = 1e-5f;
-  Arch arch = Arch::llama;    // architecture.hpp
-  int head_dim = 0;           // width of a query/key/value head; 0: dim / n_heads
-  bool rope_factors = false;  // the file holds RoPE frequency factors (WeightKind::rope_factors)
-  float rope_scale = 1.0f;    // LongRoPE's factor on RoPE's cos and sin (rope.scaling.attn_factor)
-  int sliding_window = 0;     // positions a sliding layer attends to, itself included (architecture.hpp)
+  Arch arch = Arch::llama;       // architecture.hpp
+  int head_dim = 0;              // width of a query/key/value head; 0: dim / n_heads
+  bool rope_factors = false;     // the file holds RoPE frequency factors (WeightKind::rope_factors)
+  float rope_scale = 1.0f;       // LongRoPE's factor on RoPE's cos and sin (rope.scaling.attn_factor)
+  float rope_freq_scale = 1.0f;  // linear RoPE scaling of the global layers' angles: 1 / rope.scaling.factor
+  int sliding_window = 0;        // positions a sliding layer attends to, itself included (architecture.hpp)
 
   const Architecture& architecture() const { return describe(arch); }
   int head_size() const { return head_dim > 0 ? head_dim : dim / n_heads; }

@@ -34,10 +34,10 @@ Status check_cuda_runs(const ModelConfig& c) {
     return Error(ErrorCode::architecture, "the CUDA backend does not run architecture '" +
                                               std::string(c.architecture().name) + "'; use --backend cpu");
   }
-  if (c.rope_factors || c.rope_scale != 1.0f || c.head_dim > 0) {
+  if (c.rope_factors || c.rope_scale != 1.0f || c.rope_freq_scale != 1.0f || c.head_dim > 0) {
     return Error(ErrorCode::architecture,
-                 "the CUDA backend does not run llama models with RoPE factors or a head width of their own; "
-                 "use --backend cpu");
+                 "the CUDA backend does not run llama models with RoPE factors or scaling or a head width of their "
+                 "own; use --backend cpu");
   }
   return {};
 }

@@ -13,20 +13,27 @@ namespace accord {
 
 namespace {
 
-// RoPE's tables for base `theta`. llama2.c's arithmetic for a Llama model
-// without factors or scale, so that llama2.c files and their GGUF
+// RoPE's tables of the global layers, or of the sliding-window ones, whose
+// base is their own and whose angles are never scaled (llama.cpp's
+// rope_freq_scale_train_swa). llama2.c's arithmetic for a Llama model
+// without factors or scaling, so that llama2.c files and their GGUF
 // conversions keep the bits they always had; ggml's everywhere else, as
 // llama.cpp computes the architectures accord checks against it.
-void fill_rope_tables(const Model& model, float theta, RopeTables& tables) {
+void fill_rope_tables(const Model& model, bool sliding, RopeTables& tables) {
   const ModelConfig& c = model.config();
   const std::size_t size = static_cast<std::size_t>(c.seq_len) * (c.head_size() / 2);
   tables.cos.resize(size);
   tables.sin.resize(size);
-  if (c.arch == Arch::llama && !c.rope_factors && c.rope_scale == 1.0f) {
-    cpu::rope_tables(tables.cos.data(), tables.sin.data(), c.seq_len, c.head_size(), theta);
+  // A rank without units holds no factors (their pages may be confined
+  // away) and uses no table.
+  const bool held = model.scope().holds(c, {WeightKind::rope_factors});
+  const cpu::RopeAngles angles{sliding ? c.rope_theta_sliding : c.rope_theta,
+                               held ? model.weights().rope_factors : nullptr, sliding ? 1.0f : c.rope_freq_scale,
+                               c.rope_scale};
+  if (c.arch == Arch::llama && !c.rope_factors && angles.freq_scale == 1.0f && angles.scale == 1.0f) {
+    cpu::rope_tables(tables.cos.data(), tables.sin.data(), c.seq_len, c.head_size(), angles.theta);
   } else {
-    cpu::rope_tables_ggml(tables.cos.data(), tables.sin.data(), c.seq_len, c.head_size(), theta,
-                          model.weights().rope_factors, c.rope_scale);
+    cpu::rope_tables_ggml(tables.cos.data(), tables.sin.data(), c.seq_len, c.head_size(), angles);
   }
 }
 
@@ -55,10 +62,10 @@ void norm_heads(float* rows, const float* weight, int batch, int heads, const Mo
 
 Transformer::Transformer(const Model& model, cpu::ThreadPool& pool) : model_(model), pool_(pool) {
   const ModelConfig& c = model_.config();
-  fill_rope_tables(model_, c.rope_theta, rope_);
+  fill_rope_tables(model_, false, rope_);
   bool slides = false;
   for (int layer = 0; layer < c.n_layers; ++layer) slides = slides || c.slides(layer);
-  if (slides) fill_rope_tables(model_, c.rope_theta_sliding, sliding_rope_);
+  if (slides) fill_rope_tables(model_, true, sliding_rope_);
 }
 
 Status check_tokens(const ModelConfig& c, std::span<const int> tokens, int pos) {
