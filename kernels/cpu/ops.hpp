@@ -1,5 +1,5 @@
-// CPU kernels of the Llama forward pass besides the matrix products
-// (matmul.hpp): flat functions over float arrays.
+// CPU kernels of the forward pass (of every architecture, docs/models.md)
+// besides the matrix products (matmul.hpp): flat functions over float arrays.
 //
 // Determinism: every output element is reduced in one fixed order that
 // depends neither on the pool size nor on the number of rows in a batch.

@@ -253,6 +253,7 @@ Status read_shape_keys(const MetadataReader& meta, const std::string& arch, Mode
   int head = 0;
   take(meta.integer(arch + ".attention.key_length", 0), head, failed);
   if (failed) return *failed;
+  if (head < 0) return meta.error(arch + ".attention.key_length", std::to_string(head) + " is negative");
   // A head width of its own only where it differs, so that a Llama file's
   // configuration (and identity) stays what it was.
   if (head > 0 && c.n_heads > 0 && head * c.n_heads != c.dim) c.head_dim = head;
