@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actors/distributed_session.hpp"
+#include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/model.hpp"
@@ -98,7 +99,10 @@ void expect_matches(const std::vector<int>& tokens, const ZooCase& c, const std:
   }
 }
 
-class ZooF32 : public testing::TestWithParam<const char*> {};
+class ZooF32 : public testing::TestWithParam<const char*> {
+ protected:
+  cpu::ThreadPool pool_{2};
+};
 
 TEST_P(ZooF32, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
   const std::string file = GetParam();
@@ -108,10 +112,9 @@ TEST_P(ZooF32, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
   ASSERT_TRUE(model) << model.error().message();
   const auto cases = reference_cases(file);
   ASSERT_EQ(cases.size(), 3u);
-  cpu::ThreadPool pool(2);
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const ZooCase& c = cases[i];
-    Session one(*model, pool);
+    Session one(*model, pool_);
     expect_matches(greedy_tokens(one, c.prompt_tokens, c.generated_tokens.size()), c,
                    file + " prompt " + std::to_string(i) + ", 1 rank");
     DistributedOptions options;
@@ -134,8 +137,7 @@ TEST_P(ZooF32, ShardsOfThreeRanksMakeTheWholeModel) {
   const ModelConfig& c = whole->config();
   const Partition partition = Partition::balanced(c.n_layers, 3).value();
   const std::vector<int> prompt = {1, 450, 4996, 17354, 1701, 29916};
-  cpu::ThreadPool pool(2);
-  Transformer reference(*whole, pool);
+  Transformer reference(*whole, pool_);
   KvCache cache(c, 0, c.n_layers);
   const auto expected = test::to_vector(*reference.forward(prompt, 0, cache));
   std::vector<std::string> digests(tensor_count(c));
@@ -145,7 +147,7 @@ TEST_P(ZooF32, ShardsOfThreeRanksMakeTheWholeModel) {
     auto shard = Model::load(path, {scope, 1});
     ASSERT_TRUE(shard) << shard.error().message();
     EXPECT_FALSE(merge_digests(digests, shard->tensor_digests())) << "two ranks disagree on a tensor they share";
-    Transformer stage(*shard, pool);
+    Transformer stage(*shard, pool_);
     KvCache shard_cache(c, scope.first_unit, scope.units);
     if (r == 0) {
       stage.embed(prompt);
@@ -161,6 +163,31 @@ TEST_P(ZooF32, ShardsOfThreeRanksMakeTheWholeModel) {
   }
   EXPECT_EQ(digests, whole->tensor_digests());
   EXPECT_EQ(combine_identity(c, digests).value(), whole->identity());
+}
+
+// The architectures' own kernels (NeoX RoPE, windows, GELU, head norms)
+// keep accord's promise: every CPU path computes the same bits.
+TEST_P(ZooF32, EveryCpuPathGivesBitIdenticalLogits) {
+  const auto path = zoo_model(GetParam()).string();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: the ZooF32Models test writes it";
+  auto model = Model::load(path);
+  ASSERT_TRUE(model) << model.error().message();
+  const std::vector<int> prompt = {
+      1,     450,   4996,  17354, 1701, 29916, 432,   17204, 975,  278,
+      17366, 11203, 29889, 13,    1576, 4996,  17354, 1701,  29916};  // longer than gemma3's window
+  std::vector<float> portable;
+  {
+    test::CpuPathScope scope(cpu::Isa::portable);
+    ASSERT_TRUE(scope.ok());
+    Session session(*model, pool_);
+    portable = test::greedy_trace(session, prompt, 4);
+  }
+  for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+    test::CpuPathScope scope(isa);
+    if (!scope.ok()) continue;
+    Session session(*model, pool_);
+    EXPECT_TRUE(test::bit_identical(test::greedy_trace(session, prompt, 4), portable)) << cpu::to_string(isa);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ZooF32,
