@@ -254,6 +254,8 @@ TEST_F(GgufModelErrors, RefusesWrongOrMissingArchitectureKeys) {
                  ErrorCode::architecture, "RoPE scaling 'yarn' is not supported");
   expect_refused([](auto& m) { set(m, "general.architecture", Value::string("qwen2moe")); }, ErrorCode::architecture,
                  "architecture 'qwen2moe' is a mixture of experts");
+  expect_refused([](auto& m) { m.emplace_back("llama.final_logit_softcapping", Value::floating(ValueType::f32, 30)); },
+                 ErrorCode::architecture, "metadata llama.final_logit_softcapping is not supported");
 }
 
 // attention.key_length sets the heads' width apart from dim / heads: Q's

@@ -206,6 +206,8 @@ class MetadataReader {
     return std::string(*v);
   }
 
+  bool has(const std::string& key) const { return file_.find(key) != nullptr; }
+
   Error error(const std::string& key, const std::string& problem) const {
     return Error(ErrorCode::format, name_ + ": metadata " + key + ": " + problem);
   }
@@ -278,7 +280,8 @@ Status read_rope_scaling(const MetadataReader& meta, const std::string& arch, Mo
 }
 
 // What accord cannot run although the shapes fit: experts, partial RoPE,
-// values of another width than keys.
+// values of another width than keys, soft-capped logits, a sliding-window
+// pattern other than the architecture's.
 Status check_supported(const MetadataReader& meta, const std::string& arch, const ModelConfig& c,
                        const std::string& name) {
   std::optional<Error> failed;
@@ -299,6 +302,9 @@ Status check_supported(const MetadataReader& meta, const std::string& arch, cons
   if (value_width != c.head_size()) {
     return refuse("value heads of " + std::to_string(value_width) + " dimensions beside key heads of " +
                   std::to_string(c.head_size()) + " are not supported");
+  }
+  for (const char* key : {".final_logit_softcapping", ".attn_logit_softcapping", ".attention.sliding_window_pattern"}) {
+    if (meta.has(arch + key)) return refuse("metadata " + arch + key + " is not supported");
   }
   return {};
 }
