@@ -49,8 +49,8 @@ TEST(CliGguf, GenerateTakesTheTokenizerFromTheFile) {
 TEST(CliGguf, InspectPrintsConfigurationTensorsAndIdentity) {
   const auto gguf = run_accord({"inspect", stories_gguf()});
   ASSERT_EQ(gguf.exit_code, 0) << gguf.output;
-  for (const char* fragment : {"gguf-v3", "seq_len      2048", "48 tensors", "blk.4.ffn_down.weight", "172 x 64",
-                               "identity     ", "XXH3-128"}) {
+  for (const char* fragment : {"gguf-v3", "architecture llama", "seq_len      2048", "48 tensors",
+                               "blk.4.ffn_down.weight", "172 x 64", "identity     ", "XXH3-128"}) {
     EXPECT_NE(gguf.output.find(fragment), std::string::npos) << fragment << " in\n" << gguf.output;
   }
   const auto bin = run_accord({"inspect", test::stories_model()});

@@ -250,6 +250,50 @@ TEST_F(GgufModelErrors, RefusesWrongOrMissingArchitectureKeys) {
                  ErrorCode::architecture, "RoPE over 8");
   expect_refused([](auto& m) { m.emplace_back("llama.expert_count", Value::unsigned_int(ValueType::u32, 8)); },
                  ErrorCode::architecture, "mixture-of-experts");
+  expect_refused([](auto& m) { m.emplace_back("llama.rope.scaling.type", Value::string("yarn")); },
+                 ErrorCode::architecture, "RoPE scaling 'yarn' is not supported");
+  expect_refused([](auto& m) { set(m, "general.architecture", Value::string("qwen2moe")); }, ErrorCode::architecture,
+                 "architecture 'qwen2moe' is a mixture of experts");
+  expect_refused([](auto& m) { m.emplace_back("llama.final_logit_softcapping", Value::floating(ValueType::f32, 30)); },
+                 ErrorCode::architecture, "metadata llama.final_logit_softcapping is not supported");
+}
+
+// attention.key_length sets the heads' width apart from dim / heads: Q's
+// rows are heads x key_length, and values must be as wide.
+TEST_F(GgufModelErrors, KeyLengthShapesTheHeads) {
+  using gguf::Value;
+  expect_refused(
+      [](auto& m) {
+        m.emplace_back("llama.attention.key_length", Value::unsigned_int(ValueType::u32, 32));
+        set(m, "llama.rope.dimension_count", Value::unsigned_int(ValueType::u32, 32));
+      },
+      ErrorCode::format, "tensor blk.0.attn_q.weight has shape [64, 64], but the metadata implies [64, 128]");
+  expect_refused(
+      [](auto& m) {
+        m.emplace_back("llama.attention.key_length", Value::unsigned_int(ValueType::u32, 16));
+        m.emplace_back("llama.attention.value_length", Value::unsigned_int(ValueType::u32, 8));
+      },
+      ErrorCode::architecture, "value heads of 8 dimensions beside key heads of 16");
+}
+
+// Linear RoPE scaling (rope.scaling.factor, the older rope.scale_linear)
+// divides the angles; type "none" ignores the factor.
+TEST_F(GgufModelErrors, LinearRopeScalingIsReadAsLlamaCppReadsIt) {
+  using gguf::Value;
+  const auto factor = [](const char* key) {
+    return [key](gguf::Metadata& m) { m.emplace_back(key, Value::floating(ValueType::f32, 4.0)); };
+  };
+  for (const char* key : {"llama.rope.scaling.factor", "llama.rope.scale_linear"}) {
+    auto model = load_with(factor(key));
+    ASSERT_TRUE(model) << model.error().message();
+    EXPECT_EQ(model->config().rope_freq_scale, 0.25f) << key;
+  }
+  auto unscaled = load_with([&](gguf::Metadata& m) {
+    factor("llama.rope.scaling.factor")(m);
+    m.emplace_back("llama.rope.scaling.type", Value::string("none"));
+  });
+  ASSERT_TRUE(unscaled) << unscaled.error().message();
+  EXPECT_EQ(unscaled->config().rope_freq_scale, 1.0f);
 }
 
 // An infinite epsilon divides every activation to zero and the model

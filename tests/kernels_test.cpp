@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/quant.hpp"
 #include "tests/support.hpp"
 
 namespace accord::cpu {
@@ -150,6 +151,82 @@ TEST(Kernels, AttentionIsCausalAndBatchInvariant) {
     EXPECT_EQ(0, std::memcmp(single.data(), batched.data() + static_cast<std::size_t>(t) * heads * hs,
                              single.size() * sizeof(float)))
         << "position " << t;
+  }
+}
+
+// A sliding window of w positions is attention over the last w cached
+// positions alone: the same arithmetic on a shorter cache.
+TEST(Kernels, AttentionWindowAttendsToTheLastPositionsOnly) {
+  const int hs = 8, heads = 4, kv_heads = 2, positions = 9, kv_dim = kv_heads * hs, window = 4;
+  const auto keys = random_floats(static_cast<std::size_t>(positions) * kv_dim, 11);
+  const auto values = random_floats(keys.size(), 12);
+  const auto q = random_floats(static_cast<std::size_t>(positions) * heads * hs, 13);
+  ThreadPool pool(2);
+  std::vector<float> windowed(q.size());
+  const float divisor = std::sqrt(static_cast<float>(hs));
+  attention(pool, windowed.data(), q.data(), {keys.data(), values.data(), kv_dim}, positions, 0,
+            AttentionHeads{heads, kv_heads, hs, divisor, window});
+  for (int t = 0; t < positions; ++t) {
+    const int start = std::max(0, t - window + 1);
+    const auto offset = static_cast<std::size_t>(start) * kv_dim;
+    std::vector<float> alone(static_cast<std::size_t>(heads) * hs);
+    attention(pool, alone.data(), q.data() + static_cast<std::size_t>(t) * heads * hs,
+              {keys.data() + offset, values.data() + offset, kv_dim}, 1, t - start, heads, kv_heads, hs);
+    EXPECT_EQ(0, std::memcmp(alone.data(), windowed.data() + static_cast<std::size_t>(t) * heads * hs,
+                             alone.size() * sizeof(float)))
+        << "position " << t;
+  }
+}
+
+TEST(Kernels, RopeNeoxRotatesTheHalvesOfEachHead) {
+  const int hs = 8, heads = 2;
+  auto v = random_floats(static_cast<std::size_t>(heads) * hs, 14);
+  const auto before = v;
+  const std::vector<float> cos = {0.5f, -1.0f, 0.25f, 1.0f}, sin = {0.75f, 0.0f, -0.5f, 0.125f};
+  rope_neox(v.data(), heads, hs, cos.data(), sin.data());
+  for (int h = 0; h < heads; ++h) {
+    for (int j = 0; j < hs / 2; ++j) {
+      const float a = before[h * hs + j], b = before[h * hs + j + hs / 2];
+      EXPECT_EQ(v[h * hs + j], a * cos[j] - b * sin[j]);
+      EXPECT_EQ(v[h * hs + j + hs / 2], a * sin[j] + b * cos[j]);
+    }
+  }
+}
+
+// ggml's tables: angle freq_scale * pos * s^j / factor_j with s^j taken by
+// repeated multiplication; cos and sin scaled. Checked against that loop in double
+// within float rounding, and at position 0 exactly.
+TEST(Kernels, RopeTablesGgmlDivideByTheFactorsAndScale) {
+  const int seq = 5, hs = 8;
+  const std::vector<float> factors = {1.0f, 2.0f, 4.0f, 8.0f};
+  std::vector<float> cos(seq * hs / 2), sin(cos.size());
+  rope_tables_ggml(cos.data(), sin.data(), seq, hs, {500000.0f, factors.data(), 0.25f, 0.5f});
+  for (int pos = 0; pos < seq; ++pos) {
+    for (int j = 0; j < hs / 2; ++j) {
+      const double angle = 0.25 * pos * std::pow(500000.0, -2.0 * j / hs) / factors[j];
+      EXPECT_NEAR(cos[pos * hs / 2 + j], 0.5 * std::cos(angle), 4e-6) << pos << " " << j;
+      EXPECT_NEAR(sin[pos * hs / 2 + j], 0.5 * std::sin(angle), 4e-6) << pos << " " << j;
+    }
+  }
+  EXPECT_EQ(cos[0], 0.5f);
+  EXPECT_EQ(sin[0], 0.0f);
+}
+
+// GELU's tanh form through F16 as ggml's CPU backend computes it: the input
+// rounded to F16, the result too; 0 below -10, the identity above 10.
+TEST(Kernels, GeluTanhMulRoundsThroughHalfPrecision) {
+  std::vector<float> gate = {-12.0f, -10.0f, -1.2345f, -0.001f, 0.0f, 0.3f, 2.71828f, 9.99f, 10.0f, 11.5f};
+  const std::vector<float> up = {2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+  const auto x = gate;
+  gelu_tanh_mul(gate.data(), up.data(), static_cast<int>(gate.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    float expected = x[i] >= 10.0f ? x[i] : 0.0f;
+    if (x[i] > -10.0f && x[i] < 10.0f) {
+      const double h = f16_to_f32(f32_to_f16(x[i]));
+      const double gelu = 0.5 * h * (1.0 + std::tanh(0.7978845608028654 * h * (1.0 + 0.044715 * h * h)));
+      expected = f16_to_f32(f32_to_f16(static_cast<float>(gelu)));
+    }
+    EXPECT_EQ(gate[i], expected * 2.0f) << "gelu(" << x[i] << ")";
   }
 }
 

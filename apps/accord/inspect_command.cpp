@@ -22,8 +22,13 @@ void print_config(const Model& model) {
   const ModelConfig& c = model.config();
   std::printf("model        %s\nformat       %s (%zu bytes)\n", model.path().c_str(), model.format().c_str(),
               model.file_bytes());
-  std::printf("dim          %d\nhidden_dim   %d\nn_layers     %d\nn_heads      %d\nn_kv_heads   %d\n", c.dim,
-              c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads);
+  std::printf("architecture %s\n", std::string(c.architecture().name).c_str());
+  std::printf("dim          %d\nhidden_dim   %d\nn_layers     %d\nn_heads      %d\nn_kv_heads   %d\nhead_dim     %d\n",
+              c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_size());
+  if (c.sliding_window > 0) {
+    std::printf("sliding      %d positions, RoPE base %g\n", c.sliding_window, c.rope_theta_sliding);
+  }
+  if (c.rope_factors) std::printf("rope_factors yes\n");
   std::printf("vocab_size   %d\nseq_len      %d\nclassifier   %s\nrope_theta   %g\nnorm_eps     %g\n", c.vocab_size,
               c.seq_len, c.shared_classifier ? "shared with the embedding" : "separate", c.rope_theta, c.norm_eps);
   std::printf("weights     ");

@@ -128,7 +128,7 @@ void matmul_group(ThreadPool& pool, const float* x, int batch, int cols, std::sp
 }
 
 void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const float* x, int batch, const Matrix& gate,
-                  const Matrix& up) {
+                  const Matrix& up, GateActivation activation) {
   if (gate.rows != up.rows || gate.cols != up.cols) {
     throw std::invalid_argument("gated_matmul: the gate and up matrices differ in shape");
   }
@@ -143,7 +143,13 @@ void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const floa
         kernel_for(gate.type)(gate, activations, hidden, static_cast<int>(begin), static_cast<int>(end));
         kernel_for(up.type)(up, activations, up_scratch, static_cast<int>(begin), static_cast<int>(end));
         for (std::size_t t = 0; t < static_cast<std::size_t>(batch); ++t) {
-          silu_mul(hidden + t * width + begin, up_scratch + t * width + begin, static_cast<int>(end - begin));
+          float* row = hidden + t * width + begin;
+          const float* up_row = up_scratch + t * width + begin;
+          if (activation == GateActivation::silu) {
+            silu_mul(row, up_row, static_cast<int>(end - begin));
+          } else {
+            gelu_tanh_mul(row, up_row, static_cast<int>(end - begin));
+          }
         }
       },
       kMinRowsPerChunk);

@@ -39,12 +39,17 @@ struct Product {
 // each out equals what matmul gives for its w alone.
 void matmul_group(ThreadPool& pool, const float* x, int batch, int cols, std::span<const Product> products);
 
+// The feed-forward's gate function.
+enum class GateActivation { silu, gelu_tanh };
+
 // hidden = silu(x gate^T) * (x up^T) elementwise (the feed-forward's
 // SwiGLU), in one pass of the pool: a thread gates the rows it computed at
 // once. up_scratch receives x up^T. gate and up have the same shape.
 // x: (batch, gate.cols)  hidden, up_scratch: (batch, gate.rows)
+// With `activation` gelu_tanh: gelu(x gate^T) * (x up^T) (GeGLU, ops.hpp's
+// gelu_tanh_mul).
 void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const float* x, int batch, const Matrix& gate,
-                  const Matrix& up);
+                  const Matrix& up, GateActivation activation = GateActivation::silu);
 
 // Dot product of a[n] and b[n] in the canonical F32 order.
 float dot(const float* a, const float* b, int n);

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/quant.hpp"
 
 namespace accord::cpu {
 
@@ -82,6 +83,34 @@ void rope(float* v, int n_heads, int head_size, const float* cos, const float* s
   }
 }
 
+void rope_neox(float* v, int n_heads, int head_size, const float* cos, const float* sin) {
+  const int half = head_size / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = v + static_cast<std::size_t>(h) * head_size;
+    for (int j = 0; j < half; ++j) {
+      const float v0 = head[j];
+      const float v1 = head[j + half];
+      head[j] = v0 * cos[j] - v1 * sin[j];
+      head[j + half] = v0 * sin[j] + v1 * cos[j];
+    }
+  }
+}
+
+void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, const RopeAngles& angles) {
+  const int half = head_size / 2;
+  const float theta_scale = std::pow(angles.theta, -2.0f / static_cast<float>(head_size));
+  for (int pos = 0; pos < seq_len; ++pos) {
+    float angle = static_cast<float>(pos);
+    for (int j = 0; j < half; ++j) {
+      const float extrapolated = angles.factors != nullptr ? angle / angles.factors[j] : angle;
+      const float scaled = angles.freq_scale * extrapolated;
+      cos[static_cast<std::size_t>(pos) * half + j] = std::cos(scaled) * angles.scale;
+      sin[static_cast<std::size_t>(pos) * half + j] = std::sin(scaled) * angles.scale;
+      angle *= theta_scale;
+    }
+  }
+}
+
 void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta) {
   const int half = head_size / 2;
   for (int pos = 0; pos < seq_len; ++pos) {
@@ -96,11 +125,50 @@ void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta
 
 void silu_mul(float* gate, const float* up, int n) { active_kernels().silu_mul(gate, up, n); }
 
+namespace {
+
+// ggml's gelu_f32, whose results its CPU backend tabulates per F16 input.
+float gelu_tanh(float x) {
+  constexpr float kCoefA = 0.044715f;
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)));
+}
+
+// GELU of every F16 value, rounded to F16 and widened back.
+const std::vector<float>& gelu_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> values(1 << 16);
+    for (std::size_t h = 0; h < values.size(); ++h) {
+      values[h] = f16_to_f32(f32_to_f16(gelu_tanh(f16_to_f32(static_cast<std::uint16_t>(h)))));
+    }
+    return values;
+  }();
+  return table;
+}
+
+}  // namespace
+
+void gelu_tanh_mul(float* gate, const float* up, int n) {
+  const std::vector<float>& table = gelu_table();
+  for (int i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float gelu = x <= -10.0f ? 0.0f : (x >= 10.0f ? x : table[f32_to_f16(x)]);
+    gate[i] = gelu * up[i];
+  }
+}
+
 void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos, int n_heads,
                int n_kv_heads, int head_size) {
-  const int group = n_heads / n_kv_heads;
+  attention(pool, out, q, kv, batch, first_pos,
+            {n_heads, n_kv_heads, head_size, std::sqrt(static_cast<float>(head_size)), 0});
+}
+
+void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos,
+               const AttentionHeads& heads) {
+  const int n_heads = heads.n_heads, head_size = heads.head_size;
+  const int group = n_heads / heads.n_kv_heads;
   const int q_dim = n_heads * head_size;
-  const float scale = std::sqrt(static_cast<float>(head_size));
+  const auto stride = static_cast<std::size_t>(kv.kv_dim);
   // One task per (token, head); each owns its output slice and its scores.
   // A later token attends to more positions, so tokens are dealt from both
   // ends (0, B-1, 1, B-2, ...) and contiguous chunks of tasks weigh alike.
@@ -114,12 +182,15 @@ void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batc
       const int t = dealt % 2 == 0 ? dealt / 2 : batch - 1 - dealt / 2;
       const int h = static_cast<int>(task % n_heads);
       const int pos = first_pos + t;
-      const std::size_t kv_offset = static_cast<std::size_t>(h / group) * head_size;
+      const int start = heads.window > 0 ? std::max(0, pos - heads.window + 1) : 0;
+      const int count = pos + 1 - start;
+      const std::size_t kv_offset =
+          static_cast<std::size_t>(start) * stride + static_cast<std::size_t>(h / group) * head_size;
       const float* qh = q + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
-      dots(kv.keys + kv_offset, static_cast<std::size_t>(kv.kv_dim), pos + 1, qh, head_size, scores.data());
-      active_kernels().attention_weights(scores.data(), pos + 1, scale);
+      dots(kv.keys + kv_offset, stride, count, qh, head_size, scores.data());
+      active_kernels().attention_weights(scores.data(), count, heads.score_divisor);
       float* oh = out + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
-      weighted_sum(scores.data(), kv.values + kv_offset, static_cast<std::size_t>(kv.kv_dim), pos + 1, head_size, oh);
+      weighted_sum(scores.data(), kv.values + kv_offset, stride, count, head_size, oh);
     }
   });
 }

@@ -1,5 +1,5 @@
-// CPU kernels of the Llama forward pass besides the matrix products
-// (matmul.hpp): flat functions over float arrays.
+// CPU kernels of the forward pass (of every architecture, docs/models.md)
+// besides the matrix products (matmul.hpp): flat functions over float arrays.
 //
 // Determinism: every output element is reduced in one fixed order that
 // depends neither on the pool size nor on the number of rows in a batch.
@@ -38,14 +38,37 @@ void softmax(float* x, int n);
 // for the token's position.
 void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin);
 
+// The same rotation of GPT-NeoX's halves: (v[j], v[j + head_size/2]).
+void rope_neox(float* v, int n_heads, int head_size, const float* cos, const float* sin);
+
 // RoPE angle tables: cos and sin of pos * theta^(-2j / head_size) for every
 // position and pair j, computed in float exactly as llama2.c's run.c does.
 // cos, sin: (seq_len, head_size / 2)
 void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta);
 
+// How ggml's RoPE forms its angles and their cos and sin.
+struct RopeAngles {
+  float theta = 10000.0f;          // the base
+  const float* factors = nullptr;  // (head_size / 2) frequency factors, or null for ones
+  float freq_scale = 1.0f;         // linear scaling of every angle
+  float scale = 1.0f;              // of cos and sin
+};
+
+// The same tables as ggml computes them (ggml_rope_cache_init, rope_yarn
+// without YaRN): the angle of pair j is freq_scale * (pos * s^j / factors[j]),
+// s = theta^(-2 / head_size), its powers taken by repeated multiplication
+// in float; cos and sin are then multiplied by `scale`.
+void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, const RopeAngles& angles);
+
 // In place: gate[i] = silu(gate[i]) * up[i], the exponential within 2 ulp
 // of e^x (a polynomial that vectorizes).  gate, up: (n)
 void silu_mul(float* gate, const float* up, int n);
+
+// In place: gate[i] = gelu(gate[i]) * up[i], GELU's tanh form as ggml
+// computes it on the CPU: through a table over half-precision inputs
+// (gate rounded to F16, the result rounded to F16), 0 below -10 and the
+// identity above 10.  gate, up: (n)
+void gelu_tanh_mul(float* gate, const float* up, int n);
 
 // One layer's key and value cache, laid out by position.
 // keys, values: (capacity, kv_dim) with kv_dim = n_kv_heads * head_size.
@@ -63,5 +86,18 @@ struct KvView {
 // softmax of the scores takes silu_mul's exponential.
 void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos, int n_heads,
                int n_kv_heads, int head_size);
+
+// The heads of attention and how the scores are formed.
+struct AttentionHeads {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_size = 0;
+  float score_divisor = 1.0f;  // scores are divided by it (the overload above: sqrt(head_size))
+  int window = 0;              // > 0: a token at p attends to positions p - window + 1 .. p only
+};
+
+// attention() with the heads' options.
+void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos,
+               const AttentionHeads& heads);
 
 }  // namespace accord::cpu

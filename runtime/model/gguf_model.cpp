@@ -18,50 +18,151 @@ using gguf::TensorType;
 using gguf::Value;
 using gguf::ValueType;
 
-// One tensor of the llama architecture: its GGUF name, its ggml shape
-// (input features first) and the weight it fills: a norm (floats) or a
-// matrix (kept in its stored type). The reader and the writer both walk
-// this list, so they cannot disagree.
+// One tensor of a GGUF file: its name, its ggml shape (input features
+// first) and the weights it fills: one, or for a fused tensor its parts in
+// the order of their rows. The reader and the writer both walk the list of
+// an architecture's slots, so they cannot disagree.
 struct Slot {
-  WeightId id;
   std::string name;
   std::vector<std::uint64_t> shape;
-  const float** norm = nullptr;
-  cpu::Matrix* matrix = nullptr;
+  std::vector<WeightId> ids;
 };
+
+// A weight's GGUF name without its block and suffix (a bias and its
+// matrix share one).
+std::string base_name(WeightKind kind) {
+  static const char* const names[] = {"token_embd",
+                                      "attn_norm",
+                                      "attn_q",
+                                      "attn_k",
+                                      "attn_v",
+                                      "attn_output",
+                                      "ffn_norm",
+                                      "ffn_gate",
+                                      "ffn_down",
+                                      "ffn_up",
+                                      "output_norm",
+                                      "output",
+                                      "rope_freqs",
+                                      "attn_q",
+                                      "attn_k",
+                                      "attn_v",
+                                      "attn_q_norm",
+                                      "attn_k_norm",
+                                      "post_attention_norm",
+                                      "post_ffw_norm"};
+  return names[static_cast<std::size_t>(kind)];
+}
+
+bool is_bias(WeightKind kind) { return kind == WeightKind::bq || kind == WeightKind::bk || kind == WeightKind::bv; }
 
 // GGUF's (llama.cpp's) name of a weight, e.g. "blk.3.attn_q.weight".
 std::string tensor_name(WeightId id) {
-  static const char* const names[] = {"token_embd", "attn_norm", "attn_q",   "attn_k", "attn_v",      "attn_output",
-                                      "ffn_norm",   "ffn_gate",  "ffn_down", "ffn_up", "output_norm", "output"};
   const std::string block = id.layer < 0 ? "" : "blk." + std::to_string(id.layer) + ".";
-  return block + names[static_cast<std::size_t>(id.kind)] + ".weight";
+  return block + base_name(id.kind) + (is_bias(id.kind) ? ".bias" : ".weight");
 }
 
-std::vector<Slot> llama_slots(const ModelConfig& c, ModelWeights& w, bool with_output) {
-  const auto D = static_cast<std::uint64_t>(c.dim), H = static_cast<std::uint64_t>(c.hidden_dim);
-  const auto KV = static_cast<std::uint64_t>(c.kv_dim()), V = static_cast<std::uint64_t>(c.vocab_size);
-  using K = WeightKind;
-  auto slot = [](WeightId id, std::vector<std::uint64_t> shape, const float** norm, cpu::Matrix* matrix) {
-    return Slot{id, tensor_name(id), std::move(shape), norm, matrix};
-  };
-  std::vector<Slot> slots = {slot({K::token_embedding}, {D, V}, nullptr, &w.token_embedding)};
-  for (std::size_t l = 0; l < w.layers.size(); ++l) {
-    LayerWeights& layer = w.layers[l];
-    const int i = static_cast<int>(l);
-    slots.push_back(slot({K::rms_att, i}, {D}, &layer.rms_att, nullptr));
-    slots.push_back(slot({K::wq, i}, {D, D}, nullptr, &layer.wq));
-    slots.push_back(slot({K::wk, i}, {D, KV}, nullptr, &layer.wk));
-    slots.push_back(slot({K::wv, i}, {D, KV}, nullptr, &layer.wv));
-    slots.push_back(slot({K::wo, i}, {D, D}, nullptr, &layer.wo));
-    slots.push_back(slot({K::rms_ffn, i}, {D}, &layer.rms_ffn, nullptr));
-    slots.push_back(slot({K::w1, i}, {D, H}, nullptr, &layer.w1));
-    slots.push_back(slot({K::w2, i}, {H, D}, nullptr, &layer.w2));
-    slots.push_back(slot({K::w3, i}, {D, H}, nullptr, &layer.w3));
+// The name of the RoPE factors the slots read: Llama 3's, or LongRoPE's
+// long ones when the context exceeds the original (as llama.cpp chooses).
+struct RopeFactorNames {
+  std::string used;
+  std::string unused;  // accepted in the file, never read
+};
+
+// An architecture's slots, built block by block (architecture.hpp says
+// which tensors each has).
+class SlotList {
+ public:
+  explicit SlotList(const ModelConfig& c) : c_(c) {}
+
+  void add(WeightId id, std::vector<std::uint64_t> shape) {
+    slots_.push_back({tensor_name(id), std::move(shape), {id}});
   }
-  slots.push_back(slot({K::rms_final}, {D}, &w.rms_final, nullptr));
-  if (with_output) slots.push_back(slot({K::classifier}, {D, V}, nullptr, &w.classifier));
-  return slots;
+  // A tensor named otherwise than its weight: a fused one, the RoPE factors.
+  void add_named(const std::string& name, std::vector<std::uint64_t> shape, std::vector<WeightId> ids) {
+    slots_.push_back({name, std::move(shape), std::move(ids)});
+  }
+  std::vector<Slot> take() { return std::move(slots_); }
+
+  void add_block(int i) {
+    using K = WeightKind;
+    const Architecture& a = c_.architecture();
+    const auto D = u64(c_.dim), H = u64(c_.hidden_dim), Q = u64(c_.q_dim()), KV = u64(c_.kv_dim());
+    const auto head = u64(c_.head_size());
+    add({K::rms_att, i}, {D});
+    if (a.fused_qkv) {
+      add_named(prefix(i) + "attn_qkv.weight", {D, Q + 2 * KV}, {{K::wq, i}, {K::wk, i}, {K::wv, i}});
+    } else {
+      add({K::wq, i}, {D, Q});
+      add({K::wk, i}, {D, KV});
+      add({K::wv, i}, {D, KV});
+    }
+    if (a.qkv_bias) {
+      add({K::bq, i}, {Q});
+      add({K::bk, i}, {KV});
+      add({K::bv, i}, {KV});
+    }
+    if (a.qk_norm) {
+      add({K::q_norm, i}, {head});
+      add({K::k_norm, i}, {head});
+    }
+    add({K::wo, i}, {Q, D});
+    if (a.post_norms) add({K::post_att_norm, i}, {D});
+    add({K::rms_ffn, i}, {D});
+    if (a.fused_gate_up) {
+      add({K::w2, i}, {H, D});
+      add_named(prefix(i) + "ffn_up.weight", {D, 2 * H}, {{K::w1, i}, {K::w3, i}});
+    } else {
+      add({K::w1, i}, {D, H});
+      add({K::w2, i}, {H, D});
+      add({K::w3, i}, {D, H});
+    }
+    if (a.post_norms) add({K::post_ffn_norm, i}, {D});
+  }
+
+ private:
+  static std::uint64_t u64(int v) { return static_cast<std::uint64_t>(v); }
+  static std::string prefix(int i) { return "blk." + std::to_string(i) + "."; }
+
+  const ModelConfig& c_;
+  std::vector<Slot> slots_;
+};
+
+// The tensors of a model shaped like `c`, in file order (llama.cpp's).
+std::vector<Slot> gguf_slots(const ModelConfig& c, const std::string& rope_factors) {
+  using K = WeightKind;
+  const auto D = static_cast<std::uint64_t>(c.dim), V = static_cast<std::uint64_t>(c.vocab_size);
+  SlotList list(c);
+  list.add({K::token_embedding}, {D, V});
+  if (c.rope_factors) {
+    list.add_named(rope_factors, {static_cast<std::uint64_t>(c.head_size() / 2)}, {{K::rope_factors}});
+  }
+  for (int i = 0; i < c.n_layers; ++i) list.add_block(i);
+  list.add({K::rms_final}, {D});
+  if (!c.shared_classifier) list.add({K::classifier}, {D, V});
+  return list.take();
+}
+
+// The rows of a fused tensor's part `kind`.
+int part_rows(const ModelConfig& c, WeightKind kind) {
+  switch (kind) {
+    case WeightKind::wq: return c.q_dim();
+    case WeightKind::wk:
+    case WeightKind::wv: return c.kv_dim();
+    default: return c.hidden_dim;  // w1, w3
+  }
+}
+
+// How errors name a weight of this file (a part of a fused tensor by the tensor).
+TensorNamer namer(const std::vector<Slot>& slots) {
+  return [&slots](WeightId id) {
+    for (const Slot& slot : slots) {
+      for (const WeightId& part : slot.ids) {
+        if (part == id) return slot.name;
+      }
+    }
+    return tensor_name(id);
+  };
 }
 
 std::string shape_text(const std::vector<std::uint64_t>& shape) {
@@ -97,13 +198,15 @@ class MetadataReader {
     return f;
   }
 
-  Result<std::string> text(const std::string& key) const {
+  Result<std::string> text(const std::string& key, std::optional<std::string> fallback = std::nullopt) const {
     const Value* value = file_.find(key);
-    if (value == nullptr) return missing<std::string>(key, std::nullopt);
+    if (value == nullptr) return missing<std::string>(key, fallback);
     auto v = value->as_string();
     if (!v) return error(key, v.error().message());
     return std::string(*v);
   }
+
+  bool has(const std::string& key) const { return file_.find(key) != nullptr; }
 
   Error error(const std::string& key, const std::string& problem) const {
     return Error(ErrorCode::format, name_ + ": metadata " + key + ": " + problem);
@@ -132,46 +235,117 @@ void take(Result<T> value, T& out, std::optional<Error>& first_error) {
   }
 }
 
-// The llama.* keys that shape the model.
-Status read_llama_keys(const MetadataReader& meta, ModelConfig& c) {
+// The keys that shape the model, ARCH.* for an architecture ARCH.
+Status read_shape_keys(const MetadataReader& meta, const std::string& arch, ModelConfig& c) {
   std::optional<Error> failed;
-  take(meta.integer("llama.embedding_length"), c.dim, failed);
-  take(meta.integer("llama.feed_forward_length"), c.hidden_dim, failed);
-  take(meta.integer("llama.block_count"), c.n_layers, failed);
-  take(meta.integer("llama.attention.head_count"), c.n_heads, failed);
-  take(meta.integer("llama.attention.head_count_kv", c.n_heads), c.n_kv_heads, failed);
-  take(meta.integer("llama.context_length"), c.seq_len, failed);
-  take(meta.positive_real("llama.attention.layer_norm_rms_epsilon", 1e-5f), c.norm_eps, failed);
-  take(meta.positive_real("llama.rope.freq_base", 10000.0f), c.rope_theta, failed);
+  take(meta.integer(arch + ".embedding_length"), c.dim, failed);
+  take(meta.integer(arch + ".feed_forward_length"), c.hidden_dim, failed);
+  take(meta.integer(arch + ".block_count"), c.n_layers, failed);
+  take(meta.integer(arch + ".attention.head_count"), c.n_heads, failed);
+  take(meta.integer(arch + ".attention.head_count_kv", c.n_heads), c.n_kv_heads, failed);
+  take(meta.integer(arch + ".context_length"), c.seq_len, failed);
+  take(meta.positive_real(arch + ".attention.layer_norm_rms_epsilon", 1e-5f), c.norm_eps, failed);
+  take(meta.positive_real(arch + ".rope.freq_base", 10000.0f), c.rope_theta, failed);
+  take(meta.positive_real(arch + ".rope.freq_base_swa", c.architecture().sliding_rope_base), c.rope_theta_sliding,
+       failed);
+  take(meta.positive_real(arch + ".rope.scaling.attn_factor", 1.0f), c.rope_scale, failed);
+  if (c.architecture().sliding_window_period > 0) {
+    take(meta.integer(arch + ".attention.sliding_window", 0), c.sliding_window, failed);
+  }
+  int head = 0;
+  take(meta.integer(arch + ".attention.key_length", 0), head, failed);
   if (failed) return *failed;
+  if (head < 0) return meta.error(arch + ".attention.key_length", std::to_string(head) + " is negative");
+  // A head width of its own only where it differs, so that a Llama file's
+  // configuration (and identity) stays what it was.
+  if (head > 0 && c.n_heads > 0 && head * c.n_heads != c.dim) c.head_dim = head;
   return {};
 }
 
-// What accord cannot run although the shapes fit: experts, partial RoPE.
-Status check_supported(const MetadataReader& meta, const ModelConfig& c, const std::string& name) {
+// RoPE scaling as llama.cpp takes it: linear (the default type) and
+// LongRoPE's divide the global layers' angles by rope.scaling.factor (or
+// the older rope.scale_linear); "none" ignores it; YaRN and the others are
+// refused.
+Status read_rope_scaling(const MetadataReader& meta, const std::string& arch, ModelConfig& c, const std::string& name) {
+  auto type = meta.text(arch + ".rope.scaling.type", "linear");
+  if (!type) return type.error();
+  if (*type != "none" && *type != "linear" && *type != "longrope") {
+    return Error(ErrorCode::architecture, name + ": RoPE scaling '" + *type + "' is not supported");
+  }
+  auto factor = meta.positive_real(arch + ".rope.scaling.factor", 0.0f);  // 0: absent
+  if (factor && *factor == 0.0f) factor = meta.positive_real(arch + ".rope.scale_linear", 0.0f);
+  if (!factor) return factor.error();
+  c.rope_freq_scale = (*type == "none" || *factor == 0.0f) ? 1.0f : 1.0f / *factor;
+  return {};
+}
+
+// What accord cannot run although the shapes fit: experts, partial RoPE,
+// values of another width than keys, soft-capped logits, a sliding-window
+// pattern other than the architecture's.
+Status check_supported(const MetadataReader& meta, const std::string& arch, const ModelConfig& c,
+                       const std::string& name) {
   std::optional<Error> failed;
-  int experts = 0, rope_dims = 0;
-  take(meta.integer("llama.expert_count", 0), experts, failed);
-  take(meta.integer("llama.rope.dimension_count", c.head_size()), rope_dims, failed);
+  int experts = 0, rope_dims = 0, value_width = 0;
+  take(meta.integer(arch + ".expert_count", 0), experts, failed);
+  take(meta.integer(arch + ".rope.dimension_count", c.head_size()), rope_dims, failed);
+  take(meta.integer(arch + ".attention.value_length", c.head_size()), value_width, failed);
   if (failed) return *failed;
-  if (experts > 0) return Error(ErrorCode::architecture, name + ": mixture-of-experts models are not supported");
+  auto refuse = [&](const std::string& what) { return Error(ErrorCode::architecture, name + ": " + what); };
+  if (experts > 0) {
+    return refuse("architecture '" + arch + "' with " + std::to_string(experts) +
+                  " experts: mixture-of-experts models are not supported");
+  }
   if (rope_dims != c.head_size()) {
-    return Error(ErrorCode::architecture, name + ": RoPE over " + std::to_string(rope_dims) + " of each head's " +
-                                              std::to_string(c.head_size()) + " dimensions is not supported");
+    return refuse("RoPE over " + std::to_string(rope_dims) + " of each head's " + std::to_string(c.head_size()) +
+                  " dimensions is not supported");
+  }
+  if (value_width != c.head_size()) {
+    return refuse("value heads of " + std::to_string(value_width) + " dimensions beside key heads of " +
+                  std::to_string(c.head_size()) + " are not supported");
+  }
+  for (const char* key : {".final_logit_softcapping", ".attn_logit_softcapping", ".attention.sliding_window_pattern"}) {
+    if (meta.has(arch + key)) return refuse("metadata " + arch + key + " is not supported");
   }
   return {};
+}
+
+// The architecture the file names, or why accord does not run it.
+Result<Arch> read_architecture(const MetadataReader& meta, const std::string& name) {
+  auto architecture = meta.text("general.architecture");
+  if (!architecture) return architecture.error();
+  if (is_mixture_of_experts(*architecture)) {
+    return Error(ErrorCode::architecture, name + ": architecture '" + *architecture +
+                                              "' is a mixture of experts: mixture-of-experts models are not supported");
+  }
+  if (auto arch = find_architecture(*architecture)) return *arch;
+  return Error(ErrorCode::architecture, name + ": architecture '" + *architecture + "' is not supported; accord runs " +
+                                            supported_architectures());
+}
+
+// The RoPE factor tensors of the file, as the architecture takes them.
+Result<RopeFactorNames> rope_factor_names(const gguf::File& file, const MetadataReader& meta, const ModelConfig& c) {
+  switch (c.architecture().rope_factors) {
+    case RopeFactors::none: return RopeFactorNames{};
+    case RopeFactors::frequencies:
+      return RopeFactorNames{file.tensor("rope_freqs.weight") ? "rope_freqs.weight" : "", ""};
+    case RopeFactors::long_short: break;
+  }
+  if (file.tensor("rope_factors_long.weight") == nullptr) return RopeFactorNames{};
+  auto original = meta.integer(std::string(c.architecture().name) + ".rope.scaling.original_context_length", c.seq_len);
+  if (!original) return original.error();
+  const bool longer = c.seq_len > *original;
+  return RopeFactorNames{longer ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                         longer ? "rope_factors_short.weight" : "rope_factors_long.weight"};
 }
 
 Result<ModelConfig> read_config(const gguf::File& file, const std::string& name) {
   const MetadataReader meta(file, name);
-  auto architecture = meta.text("general.architecture");
-  if (!architecture) return architecture.error();
-  if (*architecture != "llama") {
-    return Error(ErrorCode::architecture,
-                 name + ": architecture '" + *architecture + "' is not supported; accord runs llama models");
-  }
+  auto arch = read_architecture(meta, name);
+  if (!arch) return arch.error();
   ModelConfig c;
-  if (Status ok = read_llama_keys(meta, c); !ok) return ok.error();
+  c.arch = *arch;
+  const std::string prefix(c.architecture().name);
+  if (Status ok = read_shape_keys(meta, prefix, c); !ok) return ok.error();
   const gguf::TensorInfo* embedding = file.tensor("token_embd.weight");
   if (embedding == nullptr) return Error(ErrorCode::format, name + ": missing tensor token_embd.weight");
   if (embedding->shape.size() != 2 || embedding->shape[1] > (1u << 30)) {
@@ -181,7 +355,11 @@ Result<ModelConfig> read_config(const gguf::File& file, const std::string& name)
   c.vocab_size = static_cast<int>(embedding->shape[1]);
   c.shared_classifier = file.tensor("output.weight") == nullptr;
   if (Status valid = validate(c); !valid) return Error(ErrorCode::format, name + ": " + valid.error().message());
-  if (Status ok = check_supported(meta, c, name); !ok) return ok.error();
+  if (Status ok = check_supported(meta, prefix, c, name); !ok) return ok.error();
+  if (Status ok = read_rope_scaling(meta, prefix, c, name); !ok) return ok.error();
+  auto factors = rope_factor_names(file, meta, c);
+  if (!factors) return factors.error();
+  c.rope_factors = !factors->used.empty();
   return c;
 }
 
@@ -211,9 +389,11 @@ bool read_in_place(const gguf::TensorInfo& t, std::span<const std::byte> bytes) 
   return t.type == TensorType::f32 && reinterpret_cast<std::uintptr_t>(bytes.data() + t.offset) % alignof(float) == 0;
 }
 
-// Every tensor the architecture needs, of the expected shape, and no other.
-Status check_tensors(const gguf::File& file, const std::vector<Slot>& slots, const std::string& name) {
-  std::unordered_set<std::string> expected;
+// Every tensor the architecture needs, of the expected shape, and no other
+// but `unused`.
+Status check_tensors(const gguf::File& file, const std::vector<Slot>& slots, const std::string& unused,
+                     const ModelConfig& c, const std::string& name) {
+  std::unordered_set<std::string> expected = {unused};
   for (const Slot& slot : slots) {
     expected.insert(slot.name);
     const gguf::TensorInfo* t = file.tensor(slot.name);
@@ -225,71 +405,100 @@ Status check_tensors(const gguf::File& file, const std::vector<Slot>& slots, con
   }
   for (const auto& t : file.tensors) {
     if (expected.count(t.name) == 0) {
-      return Error(ErrorCode::architecture,
-                   name + ": tensor " + t.name + " is not part of the llama architecture accord runs");
+      return Error(ErrorCode::architecture, name + ": tensor " + t.name + " is not part of the " +
+                                                std::string(c.architecture().name) + " architecture accord runs");
     }
   }
   return {};
 }
 
+// A header and the slots it implies, checked against the tensors.
+struct Layout {
+  ModelHeader header;
+  std::vector<Slot> slots;
+};
+
+Result<Layout> read_layout(const gguf::File& file, const std::string& name) {
+  auto config = read_config(file, name);
+  if (!config) return config.error();
+  // Read once by read_config already, so it does not fail here.
+  const RopeFactorNames factors = *rope_factor_names(file, MetadataReader(file, name), *config);
+  Layout layout{{*config, "gguf-v" + std::to_string(file.version)}, gguf_slots(*config, factors.used)};
+  if (Status ok = check_tensors(file, layout.slots, factors.unused, *config, name); !ok) return ok.error();
+  return layout;
+}
+
+// Points the weights of `slot` at tensor `t`: a matrix (or a fused one's
+// parts, by rows) where it lies; a vector where it lies when read_in_place,
+// else decoded at `owned` unless that is null (outside the scope).
+void place(const Slot& slot, const gguf::TensorInfo& t, std::span<const std::byte> bytes, ModelContents& contents,
+           float* owned) {
+  const WeightSlot first = weight_slot(contents.weights, slot.ids.front());
+  if (first.vector != nullptr) {
+    if (read_in_place(t, bytes)) {
+      *first.vector = reinterpret_cast<const float*>(bytes.data() + t.offset);
+    } else if (owned != nullptr) {
+      decode(owned, bytes.data() + t.offset, t.type, static_cast<std::size_t>(t.elements));
+      *first.vector = owned;
+    }
+    return;
+  }
+  const cpu::Matrix whole{weight_type(t.type), bytes.data() + t.offset, static_cast<int>(t.shape[1]),
+                          static_cast<int>(t.shape[0])};
+  int row = 0;
+  for (const WeightId& id : slot.ids) {
+    cpu::Matrix& m = *weight_slot(contents.weights, id).matrix;
+    const int rows = slot.ids.size() == 1 ? whole.rows : part_rows(contents.config, id.kind);
+    m = {whole.type, whole.row(row), rows, whole.cols};
+    row += rows;
+  }
+}
+
 }  // namespace
 
 Result<ModelHeader> read_gguf_header(const gguf::File& file, const std::string& name) {
-  auto config = read_config(file, name);
-  if (!config) return config.error();
-  // The slots' names and shapes are checked; nothing is pointed anywhere.
-  ModelWeights unused;
-  unused.layers.resize(static_cast<std::size_t>(config->n_layers));
-  if (Status ok = check_tensors(file, llama_slots(*config, unused, !config->shared_classifier), name); !ok) {
-    return ok.error();
-  }
-  return ModelHeader{*config, "gguf-v" + std::to_string(file.version)};
+  auto layout = read_layout(file, name);
+  if (!layout) return layout.error();
+  return layout->header;
 }
 
 Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const std::byte> bytes, const std::string& name,
                                       const ModelLoad& load) {
-  auto header = read_gguf_header(file, name);
-  if (!header) return header.error();
-  const ModelConfig& config = header->config;
+  auto layout = read_layout(file, name);
+  if (!layout) return layout.error();
+  const ModelConfig& config = layout->header.config;
   ModelContents contents;
   contents.config = config;
-  contents.format = header->format;
+  contents.format = layout->header.format;
   contents.weights.layers.resize(static_cast<std::size_t>(config.n_layers));
-  const auto slots = llama_slots(config, contents.weights, !config.shared_classifier);
 
-  // A norm outside the scope is never read: it stays null, and it is not
+  // A vector outside the scope is never read: it stays null, and it is not
   // decoded, which would touch its page of the file.
   auto decoded = [&](const Slot& slot, const gguf::TensorInfo& t) {
-    return slot.norm != nullptr && !read_in_place(t, bytes) && load.scope.holds(config, slot.id);
+    return vector_length(config, slot.ids.front().kind) > 0 && !read_in_place(t, bytes) &&
+           load.scope.holds(config, slot.ids.front());
   };
   // The owned buffer is sized first, so pointers into it stay valid. Its
   // size is bounded by the tensors' bytes, which parse() found in the file.
   std::size_t owned = 0;
-  for (const Slot& slot : slots) {
+  for (const Slot& slot : layout->slots) {
     const gguf::TensorInfo& t = *file.tensor(slot.name);
     if (decoded(slot, t)) owned += static_cast<std::size_t>(t.elements);
   }
   contents.owned.resize(owned);
   std::size_t next = 0;
-  for (const Slot& slot : slots) {
+  for (const Slot& slot : layout->slots) {
     const gguf::TensorInfo& t = *file.tensor(slot.name);
-    if (slot.matrix != nullptr) {
-      *slot.matrix = {weight_type(t.type), bytes.data() + t.offset, static_cast<int>(t.shape[1]),
-                      static_cast<int>(t.shape[0])};
-    } else if (read_in_place(t, bytes)) {
-      *slot.norm = reinterpret_cast<const float*>(bytes.data() + t.offset);
-    } else if (decoded(slot, t)) {
-      decode(contents.owned.data() + next, bytes.data() + t.offset, t.type, static_cast<std::size_t>(t.elements));
-      *slot.norm = contents.owned.data() + next;
-      next += static_cast<std::size_t>(t.elements);
-    }
+    const bool decode_here = decoded(slot, t);
+    place(slot, t, bytes, contents, decode_here ? contents.owned.data() + next : nullptr);
+    if (decode_here) next += static_cast<std::size_t>(t.elements);
   }
   if (config.shared_classifier) contents.weights.classifier = contents.weights.token_embedding;
   for (const auto& t : file.tensors) {
     contents.tensors.push_back({t.name, std::string(gguf::to_string(t.type)), t.shape, t.offset, t.bytes});
   }
   contents.config.seq_len = fitted_context(config.seq_len, load);
-  if (Status ok = identify(contents, bytes, name, tensor_name, load); !ok) return ok.error();
+  if (Status ok = identify(contents, bytes, name, namer(layout->slots), load); !ok) return ok.error();
   return contents;
 }
 
@@ -347,23 +556,28 @@ void set(gguf::Metadata& metadata, const std::string& key, Value value) {
 }  // namespace
 
 Status write_gguf_model(const std::string& path, const Model& model, gguf::Metadata metadata, TensorType type) {
+  const ModelConfig& c = model.config();
+  if (c.arch != Arch::llama || c.head_dim > 0) {
+    return Error(ErrorCode::architecture, "writing GGUF files is only supported for llama models, not '" +
+                                              std::string(c.architecture().name) + "'");
+  }
   set(metadata, "general.file_type", Value::unsigned_int(ValueType::u32, static_cast<std::uint64_t>(file_type(type))));
   ModelWeights weights = model.weights();
-  const ModelConfig& c = model.config();
   std::vector<gguf::TensorData> tensors;
-  for (const Slot& slot : llama_slots(c, weights, !c.shared_classifier)) {
+  for (const Slot& slot : gguf_slots(c, "rope_freqs.weight")) {
     std::uint64_t n = 1;
     for (std::uint64_t extent : slot.shape) n *= extent;
+    const WeightSlot weight = weight_slot(weights, slot.ids.front());
     // Rows that do not split into 32-value blocks fall back to F16, as
     // llama.cpp falls back to another type for them.
-    TensorType stored = slot.matrix != nullptr ? type : TensorType::f32;
+    TensorType stored = weight.matrix != nullptr ? type : TensorType::f32;
     if (slot.shape[0] % gguf::block_size(stored) != 0) stored = TensorType::f16;
-    if (slot.norm != nullptr) {
-      tensors.push_back({slot.name, slot.shape, stored, encode(*slot.norm, static_cast<std::size_t>(n), stored)});
+    if (weight.vector != nullptr) {
+      tensors.push_back({slot.name, slot.shape, stored, encode(*weight.vector, static_cast<std::size_t>(n), stored)});
       continue;
     }
     std::vector<float> values(static_cast<std::size_t>(n));
-    cpu::dequantize(*slot.matrix, values.data());
+    cpu::dequantize(*weight.matrix, values.data());
     tensors.push_back({slot.name, slot.shape, stored, encode(values.data(), values.size(), stored)});
   }
   return gguf::write(path, metadata, tensors);

@@ -18,9 +18,6 @@ namespace {
 // what the digest just brought into the cache: one pass over memory.
 constexpr std::size_t kChunk = 4096;
 
-// Tensors of a block, from rms_att to w3.
-constexpr std::size_t kBlockTensors = 9;
-
 // Whether any of `data[0..n)`, n <= kChunk, is NaN or infinite. Counting
 // instead of stopping at the first lets the loop vectorize (twice as fast
 // as a bool reduction here).
@@ -39,18 +36,6 @@ Error non_finite_error(const std::string& name, const std::string& tensor, const
                                       "; a model's weights must be finite numbers");
 }
 
-std::size_t canonical_index(const ModelConfig& config, WeightId id) {
-  const auto blocks = static_cast<std::size_t>(config.n_layers) * kBlockTensors;
-  switch (id.kind) {
-    case WeightKind::token_embedding: return 0;
-    case WeightKind::rms_final: return 1 + blocks;
-    case WeightKind::classifier: return 2 + blocks;
-    default:
-      return 1 + static_cast<std::size_t>(id.layer) * kBlockTensors + static_cast<std::size_t>(id.kind) -
-             static_cast<std::size_t>(WeightKind::rms_att);
-  }
-}
-
 // One tensor's digest, or the error of its first weight that is not finite.
 struct TensorResult {
   std::string digest;
@@ -66,12 +51,12 @@ void release_rows_read(const cpu::Matrix& matrix, const WeightPiece& piece) {
 
 // `release`: the tensor lies in a file mapping and steps use only a few of
 // its rows, so its pages go as soon as they are digested.
-TensorResult digest_tensor(const WeightTensor& tensor, int dim, bool release, const std::string& name,
+TensorResult digest_tensor(const WeightTensor& tensor, bool release, const std::string& name,
                            const TensorNamer& tensor_name) {
   FastDigest digest;
   std::vector<float> scratch;
   TensorResult result;
-  for_each_piece(tensor, dim, scratch, [&](const WeightPiece& piece) {
+  for_each_piece(tensor, scratch, [&](const WeightPiece& piece) {
     if (result.failure) return;
     for (std::size_t start = 0; start < piece.count; start += kChunk) {
       const std::size_t n = std::min(kChunk, piece.count - start);
@@ -88,8 +73,8 @@ TensorResult digest_tensor(const WeightTensor& tensor, int dim, bool release, co
 }
 
 // What a tensor takes as stored.
-std::uint64_t tensor_bytes(const WeightTensor& tensor, int dim) {
-  return tensor.matrix != nullptr ? tensor.matrix->bytes() : static_cast<std::uint64_t>(dim) * sizeof(float);
+std::uint64_t tensor_bytes(const WeightTensor& tensor) {
+  return tensor.matrix != nullptr ? tensor.matrix->bytes() : tensor.length * sizeof(float);
 }
 
 // Digests `tensors` on `threads` threads, each taking the next tensor not
@@ -104,15 +89,15 @@ std::vector<TensorResult> digest_tensors(const ModelContents& contents, const st
   std::vector<TensorResult> results(tensors.size());
   std::atomic<std::size_t> next{0};
   std::uint64_t total = 0, done = 0;
-  for (const WeightTensor& tensor : tensors) total += tensor_bytes(tensor, c.dim);
+  for (const WeightTensor& tensor : tensors) total += tensor_bytes(tensor);
   std::mutex progress_mutex;
   auto work = [&] {
     for (std::size_t i = next++; i < tensors.size(); i = next++) {
       const bool release = load.mapped && lookup_only && tensors[i].id.kind == WeightKind::token_embedding;
-      results[i] = digest_tensor(tensors[i], c.dim, release, name, tensor_name);
+      results[i] = digest_tensor(tensors[i], release, name, tensor_name);
       if (!load.progress) continue;
       std::lock_guard lock(progress_mutex);
-      done += tensor_bytes(tensors[i], c.dim);
+      done += tensor_bytes(tensors[i]);
       load.progress(done, total);
     }
   };
@@ -126,24 +111,31 @@ std::vector<TensorResult> digest_tensors(const ModelContents& contents, const st
 
 }  // namespace
 
-std::size_t tensor_count(const ModelConfig& config) {
-  return 2 + static_cast<std::size_t>(config.n_layers) * kBlockTensors + (config.shared_classifier ? 0 : 1);
-}
+std::size_t tensor_count(const ModelConfig& config) { return canonical_weights(config).size(); }
 
-WeightId weight_at(const ModelConfig& config, std::size_t index) {
-  const auto blocks = static_cast<std::size_t>(config.n_layers) * kBlockTensors;
-  if (index == 0) return {WeightKind::token_embedding};
-  if (index == 1 + blocks) return {WeightKind::rms_final};
-  if (index == 2 + blocks) return {WeightKind::classifier};
-  const std::size_t within = index - 1;
-  return {static_cast<WeightKind>(static_cast<std::size_t>(WeightKind::rms_att) + within % kBlockTensors),
-          static_cast<int>(within / kBlockTensors)};
-}
+WeightId weight_at(const ModelConfig& config, std::size_t index) { return canonical_weights(config).at(index); }
 
 std::string weight_name(WeightId id) {
-  static const char* const names[] = {
-      "the token embedding", "rms_att",       "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3",
-      "the final norm",      "the classifier"};
+  static const char* const names[] = {"the token embedding",
+                                      "rms_att",
+                                      "wq",
+                                      "wk",
+                                      "wv",
+                                      "wo",
+                                      "rms_ffn",
+                                      "w1",
+                                      "w2",
+                                      "w3",
+                                      "the final norm",
+                                      "the classifier",
+                                      "the RoPE frequency factors",
+                                      "bq",
+                                      "bk",
+                                      "bv",
+                                      "q_norm",
+                                      "k_norm",
+                                      "post_att_norm",
+                                      "post_ffn_norm"};
   const std::string kind = names[static_cast<std::size_t>(id.kind)];
   return id.layer < 0 ? kind : kind + " of layer " + std::to_string(id.layer);
 }
@@ -153,12 +145,16 @@ Status identify(ModelContents& contents, std::span<const std::byte> bytes, const
   const ModelConfig& c = contents.config;
   contents.scope = load.scope;
   const auto tensors = weight_tensors(c, contents.weights, contents.scope);
-  if (load.mapped && !load.scope.holds_everything(c)) confine_mapping(bytes, tensor_ranges(tensors, c.dim, bytes));
+  if (load.mapped && !load.scope.holds_everything(c)) confine_mapping(bytes, tensor_ranges(tensors, bytes));
   auto results = digest_tensors(contents, tensors, load, name, tensor_name);
-  contents.tensor_digests.assign(tensor_count(c), std::string());
+  // The scope's tensors are a subsequence of the canonical order.
+  const std::vector<WeightId> all = canonical_weights(c);
+  contents.tensor_digests.assign(all.size(), std::string());
+  std::size_t at = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (results[i].failure) return *results[i].failure;
-    contents.tensor_digests[canonical_index(c, tensors[i].id)] = std::move(results[i].digest);
+    while (!(all[at] == tensors[i].id)) ++at;
+    contents.tensor_digests[at] = std::move(results[i].digest);
   }
   if (!contents.scope.holds_everything(c)) return {};
   auto identity = combine_identity(c, contents.tensor_digests);
@@ -178,6 +174,14 @@ Result<std::string> combine_identity(const ModelConfig& c, const std::vector<std
     digest.update_value(field);
   }
   digest.update_value(c.rope_theta).update_value(c.norm_eps).update_value(c.shared_classifier);
+  // What other architectures add; a Llama model's identity stays the one
+  // accord always gave it (its RoPE factors, when present, are a tensor).
+  if (c.arch != Arch::llama || c.head_dim > 0 || c.rope_scale != 1.0f || c.rope_freq_scale != 1.0f) {
+    const std::string_view arch = c.architecture().name;
+    digest.update(arch.data(), arch.size());
+    digest.update_value(c.head_size()).update_value(c.sliding_window).update_value(c.rope_scale);
+    digest.update_value(c.rope_theta_sliding).update_value(c.rope_freq_scale);
+  }
   for (std::size_t i = 0; i < digests.size(); ++i) {
     if (digests[i].size() != 32) {
       return Error(ErrorCode::contract, "no digest of " + weight_name(weight_at(c, i)) + " was given");

@@ -30,6 +30,7 @@ bool WeightScope::holds(const ModelConfig& config, WeightId id) const {
     case WeightKind::token_embedding: return embedding || (head && config.shared_classifier);
     case WeightKind::rms_final:
     case WeightKind::classifier: return head;
+    case WeightKind::rope_factors: return units > 0 && first_unit < config.n_layers;
     default: return id.layer >= first_unit && id.layer - first_unit < units;
   }
 }
@@ -38,31 +39,88 @@ bool WeightScope::holds_everything(const ModelConfig& config) const {
   return embedding && head && first_unit == 0 && units >= config.n_layers;
 }
 
-std::vector<WeightTensor> weight_tensors(const ModelConfig& c, const ModelWeights& w, const WeightScope& scope) {
+std::vector<WeightId> canonical_weights(const ModelConfig& c) {
   using K = WeightKind;
-  std::vector<WeightTensor> tensors;
-  auto matrix = [&](WeightId id, const cpu::Matrix& m) {
-    if (scope.holds(c, id)) tensors.push_back({id, &m, nullptr});
-  };
-  auto norm = [&](WeightId id, const float* data) {
-    if (scope.holds(c, id)) tensors.push_back({id, nullptr, data});
-  };
-  matrix({K::token_embedding}, w.token_embedding);
-  for (std::size_t i = 0; i < w.layers.size(); ++i) {
-    const LayerWeights& l = w.layers[i];
-    const int layer = static_cast<int>(i);
-    norm({K::rms_att, layer}, l.rms_att);
-    matrix({K::wq, layer}, l.wq);
-    matrix({K::wk, layer}, l.wk);
-    matrix({K::wv, layer}, l.wv);
-    matrix({K::wo, layer}, l.wo);
-    norm({K::rms_ffn, layer}, l.rms_ffn);
-    matrix({K::w1, layer}, l.w1);
-    matrix({K::w2, layer}, l.w2);
-    matrix({K::w3, layer}, l.w3);
+  const Architecture& a = c.architecture();
+  std::vector<WeightId> ids = {{K::token_embedding}};
+  if (c.rope_factors) ids.push_back({K::rope_factors});
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    auto add = [&](std::initializer_list<K> kinds) {
+      for (K kind : kinds) ids.push_back({kind, layer});
+    };
+    add({K::rms_att, K::wq, K::wk, K::wv});
+    if (a.qkv_bias) add({K::bq, K::bk, K::bv});
+    if (a.qk_norm) add({K::q_norm, K::k_norm});
+    add({K::wo});
+    if (a.post_norms) add({K::post_att_norm});
+    add({K::rms_ffn, K::w1, K::w2, K::w3});
+    if (a.post_norms) add({K::post_ffn_norm});
   }
-  norm({K::rms_final}, w.rms_final);
-  if (!c.shared_classifier) matrix({K::classifier}, w.classifier);
+  ids.push_back({K::rms_final});
+  if (!c.shared_classifier) ids.push_back({K::classifier});
+  return ids;
+}
+
+std::size_t vector_length(const ModelConfig& c, WeightKind kind) {
+  switch (kind) {
+    case WeightKind::rms_att:
+    case WeightKind::rms_ffn:
+    case WeightKind::rms_final:
+    case WeightKind::post_att_norm:
+    case WeightKind::post_ffn_norm: return static_cast<std::size_t>(c.dim);
+    case WeightKind::bq: return static_cast<std::size_t>(c.q_dim());
+    case WeightKind::bk:
+    case WeightKind::bv: return static_cast<std::size_t>(c.kv_dim());
+    case WeightKind::q_norm:
+    case WeightKind::k_norm: return static_cast<std::size_t>(c.head_size());
+    case WeightKind::rope_factors: return static_cast<std::size_t>(c.head_size() / 2);
+    default: return 0;
+  }
+}
+
+WeightSlot weight_slot(ModelWeights& w, WeightId id) {
+  using K = WeightKind;
+  switch (id.kind) {
+    case K::token_embedding: return {&w.token_embedding, nullptr};
+    case K::rope_factors: return {nullptr, &w.rope_factors};
+    case K::rms_final: return {nullptr, &w.rms_final};
+    case K::classifier: return {&w.classifier, nullptr};
+    default: break;
+  }
+  LayerWeights& l = w.layers[static_cast<std::size_t>(id.layer)];
+  switch (id.kind) {
+    case K::wq: return {&l.wq, nullptr};
+    case K::wk: return {&l.wk, nullptr};
+    case K::wv: return {&l.wv, nullptr};
+    case K::wo: return {&l.wo, nullptr};
+    case K::w1: return {&l.w1, nullptr};
+    case K::w2: return {&l.w2, nullptr};
+    case K::w3: return {&l.w3, nullptr};
+    case K::rms_att: return {nullptr, &l.rms_att};
+    case K::rms_ffn: return {nullptr, &l.rms_ffn};
+    case K::bq: return {nullptr, &l.bq};
+    case K::bk: return {nullptr, &l.bk};
+    case K::bv: return {nullptr, &l.bv};
+    case K::q_norm: return {nullptr, &l.q_norm};
+    case K::k_norm: return {nullptr, &l.k_norm};
+    case K::post_att_norm: return {nullptr, &l.post_att_norm};
+    default: return {nullptr, &l.post_ffn_norm};
+  }
+}
+
+std::vector<WeightTensor> weight_tensors(const ModelConfig& c, const ModelWeights& w, const WeightScope& scope) {
+  std::vector<WeightTensor> tensors;
+  // weight_slot only locates; nothing is written through it here.
+  auto& weights = const_cast<ModelWeights&>(w);
+  for (const WeightId& id : canonical_weights(c)) {
+    if (!scope.holds(c, id)) continue;
+    const WeightSlot slot = weight_slot(weights, id);
+    if (slot.matrix != nullptr) {
+      tensors.push_back({id, slot.matrix, nullptr, 0});
+    } else {
+      tensors.push_back({id, nullptr, *slot.vector, vector_length(c, id.kind)});
+    }
+  }
   return tensors;
 }
 
@@ -73,11 +131,10 @@ constexpr std::size_t kPieceFloats = 1 << 16;
 
 }  // namespace
 
-void for_each_piece(const WeightTensor& tensor, int dim, std::vector<float>& scratch,
+void for_each_piece(const WeightTensor& tensor, std::vector<float>& scratch,
                     const std::function<void(const WeightPiece& piece)>& fn) {
   if (tensor.matrix == nullptr) {
-    const auto D = static_cast<std::size_t>(dim);
-    fn({tensor.id, tensor.norm, D, 0, D});
+    fn({tensor.id, tensor.vector, tensor.length, 0, tensor.length});
     return;
   }
   const cpu::Matrix& m = *tensor.matrix;
@@ -102,7 +159,7 @@ void for_each_piece(const WeightTensor& tensor, int dim, std::vector<float>& scr
 void for_each_weight(const ModelConfig& c, const ModelWeights& w,
                      const std::function<void(const WeightPiece& piece)>& fn) {
   std::vector<float> scratch;
-  for (const WeightTensor& tensor : weight_tensors(c, w)) for_each_piece(tensor, c.dim, scratch, fn);
+  for (const WeightTensor& tensor : weight_tensors(c, w)) for_each_piece(tensor, scratch, fn);
 }
 
 std::map<std::string, std::uint64_t> Model::weight_bytes_by_type(const WeightScope& scope) const {
@@ -111,7 +168,7 @@ std::map<std::string, std::uint64_t> Model::weight_bytes_by_type(const WeightSco
     if (t.matrix != nullptr) {
       bytes[cpu::to_string(t.matrix->type)] += t.matrix->bytes();
     } else {
-      bytes["F32"] += static_cast<std::uint64_t>(config().dim) * sizeof(float);
+      bytes["F32"] += t.length * sizeof(float);
     }
   }
   return bytes;
@@ -136,21 +193,19 @@ std::uint64_t decode_weight_bytes(const Model& model) {
   return bytes;
 }
 
-std::optional<ByteRange> tensor_range(const WeightTensor& tensor, int dim, std::span<const std::byte> bytes) {
+std::optional<ByteRange> tensor_range(const WeightTensor& tensor, std::span<const std::byte> bytes) {
   const auto* data = tensor.matrix != nullptr ? static_cast<const std::byte*>(tensor.matrix->data)
-                                              : reinterpret_cast<const std::byte*>(tensor.norm);
-  const std::size_t length =
-      tensor.matrix != nullptr ? tensor.matrix->bytes() : static_cast<std::size_t>(dim) * sizeof(float);
+                                              : reinterpret_cast<const std::byte*>(tensor.vector);
+  const std::size_t length = tensor.matrix != nullptr ? tensor.matrix->bytes() : tensor.length * sizeof(float);
   const std::byte* begin = bytes.data();
   if (data == nullptr || begin == nullptr || data < begin || data + length > begin + bytes.size()) return std::nullopt;
   return ByteRange{static_cast<std::size_t>(data - begin), length};
 }
 
-std::vector<ByteRange> tensor_ranges(const std::vector<WeightTensor>& tensors, int dim,
-                                     std::span<const std::byte> bytes) {
+std::vector<ByteRange> tensor_ranges(const std::vector<WeightTensor>& tensors, std::span<const std::byte> bytes) {
   std::vector<ByteRange> ranges;
   for (const WeightTensor& t : tensors) {
-    if (auto range = tensor_range(t, dim, bytes)) ranges.push_back(*range);
+    if (auto range = tensor_range(t, bytes)) ranges.push_back(*range);
   }
   std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
   std::vector<ByteRange> merged;
@@ -166,7 +221,7 @@ std::vector<ByteRange> tensor_ranges(const std::vector<WeightTensor>& tensors, i
 }
 
 std::vector<ByteRange> Model::file_ranges(const WeightScope& scope) const {
-  return tensor_ranges(weight_tensors(config(), weights(), scope), config().dim, file_.bytes());
+  return tensor_ranges(weight_tensors(config(), weights(), scope), file_.bytes());
 }
 
 Model::Model(ModelContents contents, MappedFile file)
@@ -190,9 +245,9 @@ std::size_t Model::resident_bytes() const {
 }
 
 std::size_t Model::resident_bytes(const WeightScope& scope) const {
-  std::size_t owned = 0;  // norms the Model holds, not the file
+  std::size_t owned = 0;  // vectors the Model holds, not the file
   for (const WeightTensor& t : weight_tensors(config(), weights(), scope)) {
-    if (!tensor_range(t, config().dim, file_.bytes())) owned += static_cast<std::size_t>(config().dim) * sizeof(float);
+    if (!tensor_range(t, file_.bytes())) owned += t.length * sizeof(float);
   }
   return file_.resident_bytes(file_ranges(scope)) + owned;
 }
@@ -215,10 +270,11 @@ Status validate(const ModelConfig& c) {
   for (const auto& f : fields) {
     if (Status s = check_range(f.name, f.value, f.max); !s) return s;
   }
-  if (c.dim % c.n_heads != 0) {
+  if (c.head_dim == 0 && c.dim % c.n_heads != 0) {
     return Error(ErrorCode::format,
                  "dim " + std::to_string(c.dim) + " is not a multiple of n_heads " + std::to_string(c.n_heads));
   }
+  if (Status s = check_range("head_dim", c.head_size(), 1 << 12); !s) return s;
   if (c.head_size() % 2 != 0) {
     return Error(ErrorCode::format, "head size " + std::to_string(c.head_size()) + " is odd; RoPE needs pairs");
   }
@@ -226,7 +282,10 @@ Status validate(const ModelConfig& c) {
     return Error(ErrorCode::format, "n_heads " + std::to_string(c.n_heads) + " is not a multiple of n_kv_heads " +
                                         std::to_string(c.n_kv_heads));
   }
-  for (const auto& [name, value] : {std::pair{"rope_theta", c.rope_theta}, std::pair{"norm_eps", c.norm_eps}}) {
+  if (c.sliding_window < 0) return Error(ErrorCode::format, "sliding_window is " + std::to_string(c.sliding_window));
+  for (const auto& [name, value] :
+       {std::pair{"rope_theta", c.rope_theta}, std::pair{"norm_eps", c.norm_eps}, std::pair{"rope_scale", c.rope_scale},
+        std::pair{"rope_freq_scale", c.rope_freq_scale}}) {
     if (!std::isfinite(value) || !(value > 0.0f)) {
       return Error(ErrorCode::format,
                    std::string(name) + " is " + std::to_string(value) + ", expected a finite positive number");

@@ -1,4 +1,4 @@
-// A Llama-family decoder loaded from disk: configuration plus its weights
+// A decoder of one of the architectures of architecture.hpp, loaded from disk: configuration plus its weights
 // where the file mapping put them. Matrices stay in the file's type (F32,
 // F16, Q8_0 or Q4_0) and the kernels read them in place (weights.hpp says
 // how, in kernel types; this header names none). Norm weights are floats: in place when the file stores them as
@@ -22,6 +22,7 @@
 
 #include "runtime/base/error.hpp"
 #include "runtime/io/mapped_file.hpp"
+#include "runtime/model/architecture.hpp"
 
 namespace accord {
 
@@ -38,10 +39,24 @@ struct ModelConfig {
   int seq_len = 0;                // context length: positions 0..seq_len-1
   bool shared_classifier = true;  // the head reuses the token embedding
   float rope_theta = 10000.0f;
+  float rope_theta_sliding = 10000.0f;  // RoPE base of the sliding-window layers
   float norm_eps = 1e-5f;
+  Arch arch = Arch::llama;       // architecture.hpp
+  int head_dim = 0;              // width of a query/key/value head; 0: dim / n_heads
+  bool rope_factors = false;     // the file holds RoPE frequency factors (WeightKind::rope_factors)
+  float rope_scale = 1.0f;       // LongRoPE's factor on RoPE's cos and sin (rope.scaling.attn_factor)
+  float rope_freq_scale = 1.0f;  // linear RoPE scaling of the global layers' angles: 1 / rope.scaling.factor
+  int sliding_window = 0;        // positions a sliding layer attends to, itself included (architecture.hpp)
 
-  int head_size() const { return dim / n_heads; }
+  const Architecture& architecture() const { return describe(arch); }
+  int head_size() const { return head_dim > 0 ? head_dim : dim / n_heads; }
+  int q_dim() const { return n_heads * head_size(); }
   int kv_dim() const { return n_kv_heads * head_size(); }
+  // Whether `layer` attends through a sliding window.
+  bool slides(int layer) const {
+    const int period = architecture().sliding_window_period;
+    return sliding_window > 0 && period > 0 && layer % period != period - 1;
+  }
 };
 
 // Checks that the shapes are positive, divisible as attention needs and
@@ -49,14 +64,51 @@ struct ModelConfig {
 // and that rope theta and norm epsilon are finite and positive.
 Status validate(const ModelConfig& config);
 
-// The weights of a model, in the canonical order of for_each_weight.
-enum class WeightKind { token_embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, classifier };
+// The weights of a model (canonical_weights gives their order). The
+// first twelve are Llama's; the others only some architectures have:
+// RoPE's frequency factors (head_size / 2), the biases of Q, K and V (their
+// widths), the per-head norms of Q and K (head_size), and the norms of the
+// attention's and the feed-forward's outputs (dim).
+enum class WeightKind {
+  token_embedding,
+  rms_att,
+  wq,
+  wk,
+  wv,
+  wo,
+  rms_ffn,
+  w1,
+  w2,
+  w3,
+  rms_final,
+  classifier,
+  rope_factors,
+  bq,
+  bk,
+  bv,
+  q_norm,
+  k_norm,
+  post_att_norm,
+  post_ffn_norm,
+};
 
 // One weight tensor: its kind and, for those of a block, the block's layer.
 struct WeightId {
   WeightKind kind;
   int layer = -1;  // -1: not a block's weight
+  bool operator==(const WeightId&) const = default;
 };
+
+// Every weight of a model shaped like `config`, in the canonical order:
+// the embedding; the RoPE factors when the file has them; per layer
+// rms_att, wq, wk, wv, [bq, bk, bv], [q_norm, k_norm], wo,
+// [post_att_norm], rms_ffn, w1, w2, w3, [post_ffn_norm]; the final norm;
+// the classifier when it is not shared. Llama's order is the one accord
+// always had, so its identities stay.
+std::vector<WeightId> canonical_weights(const ModelConfig& config);
+
+// The length of a vector weight (a norm, a bias, the RoPE factors); 0 for a matrix.
+std::size_t vector_length(const ModelConfig& config, WeightKind kind);
 
 // Which of a model's weights a process reads and keeps: a rank's share
 // (docs/residency.md). The rest of the file is mapped but never touched, so
@@ -71,7 +123,8 @@ struct WeightScope {
   static WeightScope everything() { return {}; }
   static WeightScope nothing() { return {false, 0, 0, false}; }
   // Whether the scope holds `id` of a model shaped like `config`. A shared
-  // classifier is the embedding, so the head holds the embedding then.
+  // classifier is the embedding, so the head holds the embedding then; the
+  // RoPE factors go with any unit.
   bool holds(const ModelConfig& config, WeightId id) const;
   bool holds_everything(const ModelConfig& config) const;
   bool operator==(const WeightScope&) const = default;

@@ -25,9 +25,31 @@ Status check_backend(const BackendChoice& choice) {
   return check_cuda_devices(choice.used_devices());
 }
 
+namespace {
+
+// The CUDA forward pass (cuda_transformer.cu) is Llama's as accord always
+// ran it: no other architecture, no RoPE factors, heads of dim / n_heads.
+Status check_cuda_runs(const ModelConfig& c) {
+  if (c.arch != Arch::llama) {
+    return Error(ErrorCode::architecture, "the CUDA backend does not run architecture '" +
+                                              std::string(c.architecture().name) + "'; use --backend cpu");
+  }
+  if (c.rope_factors || c.rope_scale != 1.0f || c.rope_freq_scale != 1.0f || c.head_dim > 0) {
+    return Error(ErrorCode::architecture,
+                 "the CUDA backend does not run llama models with RoPE factors or scaling or a head width of their "
+                 "own; use --backend cpu");
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<StageBackend>> make_stage(const Model& model, cpu::ThreadPool& pool, const WeightScope& scope,
                                                  const BackendChoice& choice, int rank) {
-  if (choice.kind == BackendChoice::Kind::cuda) return make_cuda_stage(model, scope, choice.device_for(rank));
+  if (choice.kind == BackendChoice::Kind::cuda) {
+    if (Status runs = check_cuda_runs(model.config()); !runs) return runs.error();
+    return make_cuda_stage(model, scope, choice.device_for(rank));
+  }
   return std::unique_ptr<StageBackend>(std::make_unique<CpuStage>(model, pool, scope.first_unit, scope.units));
 }
 

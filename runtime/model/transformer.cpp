@@ -1,6 +1,7 @@
 #include "runtime/model/transformer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "kernels/cpu/matmul.hpp"
@@ -10,12 +11,61 @@
 
 namespace accord {
 
+namespace {
+
+// RoPE's tables of the global layers, or of the sliding-window ones, whose
+// base is their own and whose angles are never scaled (llama.cpp's
+// rope_freq_scale_train_swa). llama2.c's arithmetic for a Llama model
+// without factors or scaling, so that llama2.c files and their GGUF
+// conversions keep the bits they always had; ggml's everywhere else, as
+// llama.cpp computes the architectures accord checks against it.
+void fill_rope_tables(const Model& model, bool sliding, RopeTables& tables) {
+  const ModelConfig& c = model.config();
+  const std::size_t size = static_cast<std::size_t>(c.seq_len) * (c.head_size() / 2);
+  tables.cos.resize(size);
+  tables.sin.resize(size);
+  // A rank without units holds no factors (their pages may be confined
+  // away) and uses no table.
+  const bool held = model.scope().holds(c, {WeightKind::rope_factors});
+  const cpu::RopeAngles angles{sliding ? c.rope_theta_sliding : c.rope_theta,
+                               held ? model.weights().rope_factors : nullptr, sliding ? 1.0f : c.rope_freq_scale,
+                               c.rope_scale};
+  if (c.arch == Arch::llama && !c.rope_factors && angles.freq_scale == 1.0f && angles.scale == 1.0f) {
+    cpu::rope_tables(tables.cos.data(), tables.sin.data(), c.seq_len, c.head_size(), angles.theta);
+  } else {
+    cpu::rope_tables_ggml(tables.cos.data(), tables.sin.data(), c.seq_len, c.head_size(), angles);
+  }
+}
+
+// The factor of the queries where the architecture scales them:
+// 1/sqrt(head_size), except that llama.cpp gives Gemma 3 27B (its only
+// 62-layer size) 1/sqrt(dim / n_heads), as Gemma's reference code does.
+float query_scale(const ModelConfig& c) {
+  const bool gemma3_27b = c.arch == Arch::gemma3 && c.n_layers == 62;
+  return 1.0f / std::sqrt(static_cast<float>(gemma3_27b ? c.dim / c.n_heads : c.head_size()));
+}
+
+// rows[t] += bias for each of `batch` rows of `width`.
+void add_bias(float* rows, const float* bias, int batch, int width) {
+  for (std::size_t i = 0; i < static_cast<std::size_t>(batch) * width; ++i) rows[i] += bias[i % width];
+}
+
+// RMSNorm of each head of each row, in place (Q and K norms).
+void norm_heads(float* rows, const float* weight, int batch, int heads, const ModelConfig& c) {
+  const int head = c.head_size();
+  for (std::size_t h = 0; h < static_cast<std::size_t>(batch) * heads; ++h) {
+    cpu::rmsnorm(rows + h * head, rows + h * head, weight, head, c.norm_eps);
+  }
+}
+
+}  // namespace
+
 Transformer::Transformer(const Model& model, cpu::ThreadPool& pool) : model_(model), pool_(pool) {
   const ModelConfig& c = model_.config();
-  const std::size_t table = static_cast<std::size_t>(c.seq_len) * (c.head_size() / 2);
-  rope_cos_.resize(table);
-  rope_sin_.resize(table);
-  cpu::rope_tables(rope_cos_.data(), rope_sin_.data(), c.seq_len, c.head_size(), c.rope_theta);
+  fill_rope_tables(model_, false, rope_);
+  bool slides = false;
+  for (int layer = 0; layer < c.n_layers; ++layer) slides = slides || c.slides(layer);
+  if (slides) fill_rope_tables(model_, true, sliding_rope_);
 }
 
 Status check_tokens(const ModelConfig& c, std::span<const int> tokens, int pos) {
@@ -37,7 +87,9 @@ Status check_tokens(const ModelConfig& c, std::span<const int> tokens, int pos) 
 void Transformer::resize_scratch(int batch) {
   const ModelConfig& c = model_.config();
   const std::size_t b = static_cast<std::size_t>(batch);
-  for (auto* buffer : {&x_, &xb_, &xb2_, &q_}) buffer->resize(b * c.dim);
+  for (auto* buffer : {&x_, &xb2_}) buffer->resize(b * c.dim);
+  xb_.resize(b * std::max(c.dim, c.q_dim()));
+  q_.resize(b * c.q_dim());
   for (auto* buffer : {&k_, &v_}) buffer->resize(b * c.kv_dim());
   for (auto* buffer : {&hb_, &hb2_}) buffer->resize(b * c.hidden_dim);
 }
@@ -48,6 +100,10 @@ void Transformer::embed(std::span<const int> tokens) {
   const std::size_t dim = static_cast<std::size_t>(model_.config().dim);
   for (std::size_t t = 0; t < tokens.size(); ++t) {
     cpu::dequantize_row(model_.weights().token_embedding, tokens[t], x_.data() + t * dim);
+  }
+  if (model_.config().architecture().scaled_embedding) {
+    const float scale = std::sqrt(static_cast<float>(dim));
+    for (std::size_t i = 0; i < tokens.size() * dim; ++i) x_[i] *= scale;
   }
   // The pages of the rows read; without this they would pile up, and a
   // recent kernel maps a whole large folio (up to 2 MiB) per fault.
@@ -77,38 +133,80 @@ void Transformer::run_lanes_unit(int unit) {
 }
 
 void Transformer::compute_unit(int unit) {
-  const ModelConfig& c = model_.config();
-  const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
-  const std::size_t dim = static_cast<std::size_t>(c.dim), kv_dim = static_cast<std::size_t>(c.kv_dim());
-  const std::size_t half_head = static_cast<std::size_t>(c.head_size() / 2);
-  const int batch = batch_;
+  attend(unit);
+  feed_forward(unit);
+}
 
-  // Attention: queries, keys and values of every row at once; then each
-  // lane's keys and values go to its own cache, and its rows attend to it.
+// Attention: queries, keys and values of every row at once; then each
+// lane's keys and values go to its own cache, and its rows attend to it.
+// Leaves the sublayer's output in xb2_.
+void Transformer::attend(int unit) {
+  const ModelConfig& c = model_.config();
+  const Architecture& a = c.architecture();
+  const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
+  const int batch = batch_;
   cpu::rmsnorm_rows(pool_, xb_.data(), x_.data(), w.rms_att, batch, c.dim, c.norm_eps);
   const cpu::Product qkv[] = {{q_.data(), &w.wq}, {k_.data(), &w.wk}, {v_.data(), &w.wv}};
   cpu::matmul_group(pool_, xb_.data(), batch, c.dim, qkv);
+  if (a.qkv_bias) {
+    add_bias(q_.data(), w.bq, batch, c.q_dim());
+    add_bias(k_.data(), w.bk, batch, c.kv_dim());
+    add_bias(v_.data(), w.bv, batch, c.kv_dim());
+  }
+  if (a.qk_norm) {
+    norm_heads(q_.data(), w.q_norm, batch, c.n_heads, c);
+    norm_heads(k_.data(), w.k_norm, batch, c.n_kv_heads, c);
+  }
+  const cpu::AttentionHeads heads{c.n_heads, c.n_kv_heads, c.head_size(),
+                                  a.scale_queries ? 1.0f : std::sqrt(static_cast<float>(c.head_size())),
+                                  c.slides(unit) ? c.sliding_window : 0};
+  const std::size_t q_dim = static_cast<std::size_t>(c.q_dim()), kv_dim = static_cast<std::size_t>(c.kv_dim());
   for (const LaneRows& lane : lanes_) {
     const std::size_t first = static_cast<std::size_t>(lane.first_row);
-    for (std::size_t t = first; t < first + static_cast<std::size_t>(lane.rows); ++t) {
-      const std::size_t angle = (static_cast<std::size_t>(lane.pos) + t - first) * half_head;
-      cpu::rope(&q_[t * dim], c.n_heads, c.head_size(), &rope_cos_[angle], &rope_sin_[angle]);
-      cpu::rope(&k_[t * kv_dim], c.n_kv_heads, c.head_size(), &rope_cos_[angle], &rope_sin_[angle]);
-    }
+    for (int t = 0; t < lane.rows; ++t) position_row(unit, first + static_cast<std::size_t>(t), lane.pos + t);
     const std::size_t count = static_cast<std::size_t>(lane.rows) * kv_dim;
     const std::size_t at = static_cast<std::size_t>(lane.pos) * kv_dim;
     std::copy_n(&k_[first * kv_dim], count, lane.kv->keys(unit) + at);
     std::copy_n(&v_[first * kv_dim], count, lane.kv->values(unit) + at);
     const cpu::KvView view{lane.kv->keys(unit), lane.kv->values(unit), c.kv_dim()};
-    cpu::attention(pool_, &xb_[first * dim], &q_[first * dim], view, lane.rows, lane.pos, c.n_heads, c.n_kv_heads,
-                   c.head_size());
+    cpu::attention(pool_, &xb_[first * q_dim], &q_[first * q_dim], view, lane.rows, lane.pos, heads);
   }
   cpu::matmul(pool_, xb2_.data(), xb_.data(), w.wo, batch);
+  if (a.post_norms) cpu::rmsnorm_rows(pool_, xb2_.data(), xb2_.data(), w.post_att_norm, batch, c.dim, c.norm_eps);
+}
 
-  // Feed-forward: w2(silu(w1 x) * w3 x).
+// RoPE on row `t`'s queries and keys at position `pos`, and the queries'
+// scale where the architecture scales them rather than the scores.
+void Transformer::position_row(int unit, std::size_t t, int pos) {
+  const ModelConfig& c = model_.config();
+  const Architecture& a = c.architecture();
+  const RopeTables& tables = c.slides(unit) ? sliding_rope_ : rope_;
+  const std::size_t angle = static_cast<std::size_t>(pos) * static_cast<std::size_t>(c.head_size() / 2);
+  float* q = &q_[t * static_cast<std::size_t>(c.q_dim())];
+  float* k = &k_[t * static_cast<std::size_t>(c.kv_dim())];
+  const auto rope = a.rope == RopeStyle::adjacent_pairs ? cpu::rope : cpu::rope_neox;
+  rope(q, c.n_heads, c.head_size(), &tables.cos[angle], &tables.sin[angle]);
+  rope(k, c.n_kv_heads, c.head_size(), &tables.cos[angle], &tables.sin[angle]);
+  if (a.scale_queries) {
+    const float scale = query_scale(c);
+    for (int i = 0; i < c.q_dim(); ++i) q[i] *= scale;
+  }
+}
+
+// The feed-forward after the residual of attention's output:
+// w2(act(w1 x) * w3 x), added to the residual stream.
+void Transformer::feed_forward(int unit) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
+  const int batch = batch_;
   cpu::add_rmsnorm_rows(pool_, x_.data(), xb2_.data(), xb_.data(), w.rms_ffn, batch, c.dim, c.norm_eps);
-  cpu::gated_matmul(pool_, hb_.data(), hb2_.data(), xb_.data(), batch, w.w1, w.w3);
+  const auto activation =
+      c.architecture().activation == Activation::silu ? cpu::GateActivation::silu : cpu::GateActivation::gelu_tanh;
+  cpu::gated_matmul(pool_, hb_.data(), hb2_.data(), xb_.data(), batch, w.w1, w.w3, activation);
   cpu::matmul(pool_, xb_.data(), hb_.data(), w.w2, batch);
+  if (c.architecture().post_norms) {
+    cpu::rmsnorm_rows(pool_, xb_.data(), xb_.data(), w.post_ffn_norm, batch, c.dim, c.norm_eps);
+  }
   cpu::add_rows(pool_, x_.data(), xb_.data(), batch, c.dim);
 }
 

@@ -1,4 +1,5 @@
-// The Llama forward pass over a Model, on the CPU kernels.
+// The forward pass of a decoder (architecture.hpp: Llama, Qwen 2 and 3,
+// Gemma 3, Phi-3) over a Model, on the CPU kernels.
 //
 // A Transformer holds scratch buffers and the RoPE tables; the weights stay
 // in the Model and the keys/values in a caller-owned KvCache. One forward
@@ -19,6 +20,12 @@ namespace accord {
 
 class WeightResidency;
 struct RowSpan;
+
+// cos and sin of every position's RoPE angles: (seq_len, head_size / 2) each.
+struct RopeTables {
+  std::vector<float> cos;
+  std::vector<float> sin;
+};
 
 // Checks that every id is in the vocabulary and that positions
 // [pos, pos + tokens.size()) fit the context. Contract error otherwise.
@@ -86,6 +93,9 @@ class Transformer {
   void resize_scratch(int batch);
   void run_lanes_unit(int unit);
   void compute_unit(int unit);
+  void attend(int unit);
+  void position_row(int unit, std::size_t t, int pos);
+  void feed_forward(int unit);
   // Logits of the batch rows `rows`, after the final norm.
   std::span<float> classify(std::span<const int> rows);
   // Logits of `count` normed rows against the classifier's `rows` (a part
@@ -94,15 +104,15 @@ class Transformer {
 
   const Model& model_;
   cpu::ThreadPool& pool_;
-  std::vector<float> rope_cos_;  // (seq_len, head_size / 2)
-  std::vector<float> rope_sin_;  // (seq_len, head_size / 2)
+  RopeTables rope_;
+  RopeTables sliding_rope_;  // of the sliding-window layers' base; empty when none slides
 
   // Activations for a batch of B tokens, aligned to cache lines for the
   // kernels' vector loads.
   cpu::AlignedVector<float> x_;            // (B, dim) residual stream
-  cpu::AlignedVector<float> xb_;           // (B, dim) normed input / attention output
+  cpu::AlignedVector<float> xb_;           // (B, max(dim, q_dim)) normed input / attention output
   cpu::AlignedVector<float> xb2_;          // (B, dim) projection output
-  cpu::AlignedVector<float> q_;            // (B, dim) queries
+  cpu::AlignedVector<float> q_;            // (B, q_dim) queries
   cpu::AlignedVector<float> k_;            // (B, kv_dim) keys, before they go to their lane's cache
   cpu::AlignedVector<float> v_;            // (B, kv_dim) values, likewise
   cpu::AlignedVector<float> hb_;           // (B, hidden_dim) gate

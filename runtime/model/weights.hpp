@@ -15,25 +15,41 @@
 
 namespace accord {
 
-// One block's weights; matrices are row-major (out, in).
+// One block's weights; matrices are row-major (out, in). The vectors an
+// architecture does not have stay null.
 struct LayerWeights {
-  const float* rms_att = nullptr;  // (dim)
-  cpu::Matrix wq;                  // (dim, dim)
-  cpu::Matrix wk;                  // (kv_dim, dim)
-  cpu::Matrix wv;                  // (kv_dim, dim)
-  cpu::Matrix wo;                  // (dim, dim)
-  const float* rms_ffn = nullptr;  // (dim)
-  cpu::Matrix w1;                  // (hidden_dim, dim) gate
-  cpu::Matrix w2;                  // (dim, hidden_dim) down
-  cpu::Matrix w3;                  // (hidden_dim, dim) up
+  const float* rms_att = nullptr;        // (dim)
+  cpu::Matrix wq;                        // (q_dim, dim)
+  cpu::Matrix wk;                        // (kv_dim, dim)
+  cpu::Matrix wv;                        // (kv_dim, dim)
+  const float* bq = nullptr;             // (q_dim)
+  const float* bk = nullptr;             // (kv_dim)
+  const float* bv = nullptr;             // (kv_dim)
+  const float* q_norm = nullptr;         // (head_size)
+  const float* k_norm = nullptr;         // (head_size)
+  cpu::Matrix wo;                        // (dim, q_dim)
+  const float* post_att_norm = nullptr;  // (dim)
+  const float* rms_ffn = nullptr;        // (dim)
+  cpu::Matrix w1;                        // (hidden_dim, dim) gate
+  cpu::Matrix w2;                        // (dim, hidden_dim) down
+  cpu::Matrix w3;                        // (hidden_dim, dim) up
+  const float* post_ffn_norm = nullptr;  // (dim)
 };
 
 struct ModelWeights {
-  cpu::Matrix token_embedding;       // (vocab_size, dim)
-  std::vector<LayerWeights> layers;  // n_layers blocks
-  const float* rms_final = nullptr;  // (dim)
-  cpu::Matrix classifier;            // (vocab_size, dim)
+  cpu::Matrix token_embedding;          // (vocab_size, dim)
+  const float* rope_factors = nullptr;  // (head_size / 2), when the file has them
+  std::vector<LayerWeights> layers;     // n_layers blocks
+  const float* rms_final = nullptr;     // (dim)
+  cpu::Matrix classifier;               // (vocab_size, dim)
 };
+
+// Where weight `id` sits in `weights`: a matrix, or a vector's pointer.
+struct WeightSlot {
+  cpu::Matrix* matrix = nullptr;
+  const float** vector = nullptr;
+};
+WeightSlot weight_slot(ModelWeights& weights, WeightId id);
 
 // A piece of a weight tensor as floats: values [first, first + count) of
 // its total.
@@ -45,33 +61,32 @@ struct WeightPiece {
   std::size_t total;
 };
 
-// One weight tensor where it lies: a matrix, or a norm's floats.
+// One weight tensor where it lies: a matrix, or a vector's floats.
 struct WeightTensor {
   WeightId id;
   const cpu::Matrix* matrix = nullptr;
-  const float* norm = nullptr;  // (dim), when matrix is null
+  const float* vector = nullptr;  // (length), when matrix is null
+  std::size_t length = 0;
 };
 
-// Every weight tensor `scope` holds, in one canonical order (embedding; per
-// layer rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3; final norm; the
-// classifier when it is not shared), whatever the file layout. The
-// index of a tensor in the list of everything is its canonical index.
+// Every weight tensor `scope` holds, in the canonical order
+// (canonical_weights), whatever the file layout. The index of a tensor in
+// the list of everything is its canonical index.
 std::vector<WeightTensor> weight_tensors(const ModelConfig& config, const ModelWeights& weights,
                                          const WeightScope& scope = WeightScope::everything());
 
 // Calls fn for every piece of `tensor`, a few whole rows at a time: where
 // they lie for floats, else dequantized into `scratch`, so a quantized
 // model never exists whole as floats.
-void for_each_piece(const WeightTensor& tensor, int dim, std::vector<float>& scratch,
+void for_each_piece(const WeightTensor& tensor, std::vector<float>& scratch,
                     const std::function<void(const WeightPiece& piece)>& fn);
 
 // Where `tensor` lies in `bytes` (a model file's), as offsets; nullopt
-// when it lies elsewhere (a norm the Model owns).
-std::optional<ByteRange> tensor_range(const WeightTensor& tensor, int dim, std::span<const std::byte> bytes);
+// when it lies elsewhere (a vector the Model owns).
+std::optional<ByteRange> tensor_range(const WeightTensor& tensor, std::span<const std::byte> bytes);
 
 // Where `tensors` lie in `bytes`, sorted by offset, touching ranges merged.
-std::vector<ByteRange> tensor_ranges(const std::vector<WeightTensor>& tensors, int dim,
-                                     std::span<const std::byte> bytes);
+std::vector<ByteRange> tensor_ranges(const std::vector<WeightTensor>& tensors, std::span<const std::byte> bytes);
 
 // for_each_piece over weight_tensors(config, weights), in order.
 void for_each_weight(const ModelConfig& config, const ModelWeights& weights,
@@ -82,7 +97,7 @@ void for_each_weight(const ModelConfig& config, const ModelWeights& weights,
 struct ModelContents {
   ModelConfig config;
   ModelWeights weights;
-  std::vector<float> owned;  // norm weights not stored as aligned F32; the buffer keeps its address when moved
+  std::vector<float> owned;  // vectors not stored as aligned F32; the buffer keeps its address when moved
   std::vector<StoredTensor> tensors;
   std::string format;  // e.g. "llama2c-legacy", "gguf-v3"
   WeightScope scope;   // the weights read; the others point into the file but were never touched

@@ -1,0 +1,229 @@
+// The architectures of docs/models.md against llama.cpp: the model zoo's
+// F32 originals (shared/models/zoo; the ZooF32Models ctest fixture writes
+// them into the build folder) generate three prompts' 64 greedy tokens on
+// one rank and on three, and each must equal llama.cpp's
+// (shared/reference/zoo-f32.json) up to the first step whose top-2 logit
+// margin is under 0.02, where two correct engines may pick differently.
+// The mixture-of-experts files are refused by name.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "actors/distributed_session.hpp"
+#include "kernels/cpu/isa.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "runtime/model/identity.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/model/stage_backend.hpp"
+#include "runtime/model/transformer.hpp"
+#include "runtime/rank/partition.hpp"
+#include "runtime/session/session.hpp"
+#include "runtime/text/sampler.hpp"
+#include "tests/support.hpp"
+
+namespace accord {
+namespace {
+
+// Below this top-2 margin llama.cpp's own choice is a near tie (the zoo's
+// README, reference/README.md).
+constexpr float kTieMargin = 0.02f;
+
+// ACCORD_ZOO_F32 overrides the build folder's copy.
+std::filesystem::path zoo_model(const std::string& file) {
+  const char* dir = std::getenv("ACCORD_ZOO_F32");
+  return std::filesystem::path(dir != nullptr ? dir : ACCORD_ZOO_F32_DIR) / file;
+}
+
+struct ZooCase {
+  std::vector<int> prompt_tokens;
+  std::vector<int> generated_tokens;
+  std::vector<float> margins;
+};
+
+std::vector<ZooCase> reference_cases(const std::string& file) {
+  const auto path = test::shared_dir() / "reference" / "zoo-f32.json";
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << "missing " << path;
+  if (!in) return {};
+  const auto json = nlohmann::json::parse(in);
+  std::vector<ZooCase> cases;
+  for (const auto& c : json.at(file).at("cases")) {
+    cases.push_back({c.at("prompt_tokens").get<std::vector<int>>(), c.at("generated_tokens").get<std::vector<int>>(),
+                     c.at("logprob_margins").get<std::vector<float>>()});
+  }
+  return cases;
+}
+
+// The steps that must match: those before the first near tie.
+std::size_t decisive_steps(const ZooCase& c) {
+  std::size_t steps = 0;
+  while (steps < c.margins.size() && c.margins[steps] >= kTieMargin) ++steps;
+  return steps;
+}
+
+// `count` greedy tokens after `prompt` on either kind of session.
+template <class AnySession>
+std::vector<int> greedy_tokens(AnySession& session, const std::vector<int>& prompt, std::size_t count) {
+  std::vector<int> tokens;
+  auto step = session.prefill(prompt);
+  while (step && !step->logits.empty()) {
+    tokens.push_back(argmax(step->logits));
+    if (tokens.size() == count) break;
+    step = session.decode(tokens.back());
+  }
+  EXPECT_TRUE(step) << step.error().message();
+  return tokens;
+}
+
+// How many tokens agree with the reference from the start.
+std::size_t agreeing(const std::vector<int>& tokens, const std::vector<int>& reference) {
+  std::size_t n = 0;
+  while (n < tokens.size() && n < reference.size() && tokens[n] == reference[n]) ++n;
+  return n;
+}
+
+void expect_matches(const std::vector<int>& tokens, const ZooCase& c, const std::string& what) {
+  const std::size_t decisive = decisive_steps(c), equal = agreeing(tokens, c.generated_tokens);
+  std::printf("[ zoo-f32  ] %s: %zu of %zu tokens equal llama.cpp's; first margin under %.2f at step %zu\n",
+              what.c_str(), equal, c.generated_tokens.size(), kTieMargin, decisive);
+  if (equal < decisive) {
+    ADD_FAILURE() << what << ": step " << equal << " gives token "
+                  << (equal < tokens.size() ? std::to_string(tokens[equal]) : "none") << ", llama.cpp "
+                  << c.generated_tokens[equal] << " with a margin of " << c.margins[equal];
+  }
+}
+
+class ZooF32 : public testing::TestWithParam<const char*> {
+ protected:
+  cpu::ThreadPool pool_{2};
+};
+
+TEST_P(ZooF32, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
+  const std::string file = GetParam();
+  const auto path = zoo_model(file);
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: the ZooF32Models test writes it";
+  auto model = Model::load(path.string());
+  ASSERT_TRUE(model) << model.error().message();
+  const auto cases = reference_cases(file);
+  ASSERT_EQ(cases.size(), 3u);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const ZooCase& c = cases[i];
+    Session one(*model, pool_);
+    expect_matches(greedy_tokens(one, c.prompt_tokens, c.generated_tokens.size()), c,
+                   file + " prompt " + std::to_string(i) + ", 1 rank");
+    DistributedOptions options;
+    options.ranks = 3;
+    auto three = DistributedSession::create(*model, options);
+    ASSERT_TRUE(three) << three.error().message();
+    expect_matches(greedy_tokens(**three, c.prompt_tokens, c.generated_tokens.size()), c,
+                   file + " prompt " + std::to_string(i) + ", 3 ranks");
+  }
+}
+
+// Three ranks that each load only their share (as node processes do; the
+// rest of the file is confined away) digest the whole model's tensors and,
+// run one after another, compute its logits bit for bit.
+TEST_P(ZooF32, ShardsOfThreeRanksMakeTheWholeModel) {
+  const auto path = zoo_model(GetParam()).string();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: the ZooF32Models test writes it";
+  auto whole = Model::load(path);
+  ASSERT_TRUE(whole) << whole.error().message();
+  const ModelConfig& c = whole->config();
+  const Partition partition = Partition::balanced(c.n_layers, 3).value();
+  const std::vector<int> prompt = {1, 450, 4996, 17354, 1701, 29916};
+  Transformer reference(*whole, pool_);
+  KvCache cache(c, 0, c.n_layers);
+  const auto expected = test::to_vector(*reference.forward(prompt, 0, cache));
+  std::vector<std::string> digests(tensor_count(c));
+  std::vector<float> hidden;
+  for (int r = 0; r < 3; ++r) {
+    const WeightScope scope = partition.scope(r);
+    auto shard = Model::load(path, {scope, 1});
+    ASSERT_TRUE(shard) << shard.error().message();
+    EXPECT_FALSE(merge_digests(digests, shard->tensor_digests())) << "two ranks disagree on a tensor they share";
+    Transformer stage(*shard, pool_);
+    KvCache shard_cache(c, scope.first_unit, scope.units);
+    if (r == 0) {
+      stage.embed(prompt);
+    } else {
+      stage.load_hidden(hidden);
+    }
+    for (int unit = scope.first_unit; unit < scope.first_unit + scope.units; ++unit)
+      stage.run_unit(unit, 0, shard_cache);
+    hidden = test::to_vector(stage.hidden());
+    if (r == 2) {
+      EXPECT_TRUE(test::bit_identical(stage.head(Transformer::Rows::last), expected));
+    }
+  }
+  EXPECT_EQ(digests, whole->tensor_digests());
+  EXPECT_EQ(combine_identity(c, digests).value(), whole->identity());
+}
+
+// The architectures' own kernels (NeoX RoPE, windows, GELU, head norms)
+// keep accord's promise: every CPU path computes the same bits.
+TEST_P(ZooF32, EveryCpuPathGivesBitIdenticalLogits) {
+  const auto path = zoo_model(GetParam()).string();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: the ZooF32Models test writes it";
+  auto model = Model::load(path);
+  ASSERT_TRUE(model) << model.error().message();
+  const std::vector<int> prompt = {
+      1,     450,   4996,  17354, 1701, 29916, 432,   17204, 975,  278,
+      17366, 11203, 29889, 13,    1576, 4996,  17354, 1701,  29916};  // longer than gemma3's window
+  std::vector<float> portable;
+  {
+    test::CpuPathScope scope(cpu::Isa::portable);
+    ASSERT_TRUE(scope.ok());
+    Session session(*model, pool_);
+    portable = test::greedy_trace(session, prompt, 4);
+  }
+  for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+    test::CpuPathScope scope(isa);
+    if (!scope.ok()) continue;
+    Session session(*model, pool_);
+    EXPECT_TRUE(test::bit_identical(test::greedy_trace(session, prompt, 4), portable)) << cpu::to_string(isa);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ZooF32,
+                         testing::Values("llama3-f32.gguf", "qwen2-f32.gguf", "qwen3-f32.gguf", "gemma3-f32.gguf",
+                                         "phi3-f32.gguf"));
+
+TEST(ZooF32Refusals, MixtureOfExpertsModelsAreRefusedByName) {
+  for (const auto& [file, architecture] :
+       {std::pair{"mixtral-f32.gguf", "'llama'"}, {"qwen3moe-f32.gguf", "'qwen3moe'"}}) {
+    const auto path = zoo_model(file);
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: the ZooF32Models test writes it";
+    auto header = Model::read_header(path.string());
+    ASSERT_FALSE(header) << file;
+    EXPECT_EQ(header.error().code(), ErrorCode::architecture);
+    const std::string message = header.error().message();
+    EXPECT_NE(message.find("mixture-of-experts models are not supported"), std::string::npos) << message;
+    EXPECT_NE(message.find(architecture), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+// The CUDA forward pass is Llama's alone: make_stage names the
+// architecture it refuses, whether or not this build has CUDA.
+TEST(ZooF32Refusals, CudaBackendRefusesOtherArchitecturesByName) {
+  const auto path = zoo_model("qwen3-f32.gguf");
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: the ZooF32Models test writes it";
+  auto model = Model::load(path.string());
+  ASSERT_TRUE(model) << model.error().message();
+  cpu::ThreadPool pool(1);
+  BackendChoice cuda;
+  cuda.kind = BackendChoice::Kind::cuda;
+  auto stage = make_stage(*model, pool, WeightScope::everything(), cuda, 0);
+  ASSERT_FALSE(stage);
+  EXPECT_EQ(stage.error().code(), ErrorCode::architecture);
+  EXPECT_NE(stage.error().message().find("'qwen3'"), std::string::npos) << stage.error().message();
+}
+
+}  // namespace
+}  // namespace accord
