@@ -22,6 +22,16 @@ std::filesystem::path shared_dir() {
   return ACCORD_SHARED_DIR;
 }
 
+std::filesystem::path zoo_f32_dir() {
+  const char* dir = std::getenv("ACCORD_ZOO_F32");
+  if (dir == nullptr || !std::filesystem::is_directory(dir)) {
+    ADD_FAILURE() << "ACCORD_ZOO_F32 must name the folder of the zoo's F32 originals (make_zoo.py OUT 100), found "
+                  << (dir == nullptr ? "it unset" : std::string("'") + dir + "', not a folder");
+    return {};
+  }
+  return dir;
+}
+
 std::string stories_model() { return (shared_dir() / "models" / "stories260K.bin").string(); }
 std::string stories_tokenizer() { return (shared_dir() / "models" / "tok512.bin").string(); }
 
