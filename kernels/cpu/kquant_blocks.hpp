@@ -27,21 +27,24 @@ struct SuperBlock {
   float d = 0.0f, dmin = 0.0f;
 };
 
-static inline unsigned byte_at(const std::byte* p, int i) { return std::to_integer<unsigned>(p[i]); }
+// The block's bytes as unsigned chars: loops over them vectorize on
+// bytes, where std::byte's conversions to int kept them scalar.
+static inline const std::uint8_t* bytes_of(const std::byte* p) { return reinterpret_cast<const std::uint8_t*>(p); }
 
 static inline float half_at(const std::byte* p) {
-  return f16_to_f32(static_cast<std::uint16_t>(byte_at(p, 0) | byte_at(p, 1) << 8));
+  const std::uint8_t* b = bytes_of(p);
+  return f16_to_f32(static_cast<std::uint16_t>(b[0] | b[1] << 8));
 }
 
 // Q4_K's and Q5_K's 6-bit scale and minimum of sub-block j (of 32 values)
 // from their 12 packed bytes (ggml's get_scale_min_k4).
-static inline void scale_min_k4(int j, const std::byte* packed, int& scale, int& min) {
+static inline void scale_min_k4(int j, const std::uint8_t* packed, int& scale, int& min) {
   if (j < 4) {
-    scale = static_cast<int>(byte_at(packed, j) & 63);
-    min = static_cast<int>(byte_at(packed, j + 4) & 63);
+    scale = packed[j] & 63;
+    min = packed[j + 4] & 63;
   } else {
-    scale = static_cast<int>((byte_at(packed, j + 4) & 0xF) | (byte_at(packed, j - 4) >> 6) << 4);
-    min = static_cast<int>((byte_at(packed, j + 4) >> 4) | (byte_at(packed, j) >> 6) << 4);
+    scale = (packed[j + 4] & 0xF) | (packed[j - 4] >> 6) << 4;
+    min = (packed[j + 4] >> 4) | (packed[j] >> 6) << 4;
   }
 }
 
@@ -52,7 +55,7 @@ static inline void unpack_scales_k4(const std::byte* block, SuperBlock& u) {
   u.dmin = half_at(block + 2);
   for (int j = 0; j < 8; ++j) {
     int scale, min;
-    scale_min_k4(j, block + 4, scale, min);
+    scale_min_k4(j, bytes_of(block) + 4, scale, min);
     u.scale[2 * j] = u.scale[2 * j + 1] = static_cast<std::int16_t>(scale);
     u.min[2 * j] = u.min[2 * j + 1] = static_cast<std::int16_t>(min);
   }
@@ -62,12 +65,11 @@ static inline void unpack_scales_k4(const std::byte* block, SuperBlock& u) {
 // of qs[32c ..], the next 32 in the high ones.
 static inline void unpack_q4_k(const std::byte* block, SuperBlock& u) {
   unpack_scales_k4(block, u);
-  const std::byte* qs = block + 16;
+  const std::uint8_t* qs = bytes_of(block) + 16;
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {
-      const unsigned packed = byte_at(qs, 32 * c + l);
-      u.q[64 * c + l] = static_cast<std::int8_t>(packed & 0xF);
-      u.q[64 * c + 32 + l] = static_cast<std::int8_t>(packed >> 4);
+      u.q[64 * c + l] = static_cast<std::int8_t>(qs[32 * c + l] & 0xF);
+      u.q[64 * c + 32 + l] = static_cast<std::int8_t>(qs[32 * c + l] >> 4);
     }
   }
 }
@@ -76,13 +78,12 @@ static inline void unpack_q4_k(const std::byte* block, SuperBlock& u) {
 // bit 2c of qh[l] for value 64c + l and bit 2c + 1 for value 64c + 32 + l.
 static inline void unpack_q5_k(const std::byte* block, SuperBlock& u) {
   unpack_scales_k4(block, u);
-  const std::byte* qh = block + 16;
-  const std::byte* qs = block + 48;
+  const std::uint8_t* qh = bytes_of(block) + 16;
+  const std::uint8_t* qs = bytes_of(block) + 48;
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {
-      const unsigned packed = byte_at(qs, 32 * c + l), high = byte_at(qh, l) >> (2 * c);
-      u.q[64 * c + l] = static_cast<std::int8_t>((packed & 0xF) | (high & 1) << 4);
-      u.q[64 * c + 32 + l] = static_cast<std::int8_t>((packed >> 4) | (high >> 1 & 1) << 4);
+      u.q[64 * c + l] = static_cast<std::int8_t>((qs[32 * c + l] & 0xF) | (qh[l] >> (2 * c) & 1) << 4);
+      u.q[64 * c + 32 + l] = static_cast<std::int8_t>((qs[32 * c + l] >> 4) | (qh[l] >> (2 * c + 1) & 1) << 4);
     }
   }
 }
@@ -92,19 +93,18 @@ static inline void unpack_q5_k(const std::byte* block, SuperBlock& u) {
 // k < 2), its high two in qh[l] at bit 2k; stored as v + 32.
 static inline void unpack_q6_k(const std::byte* block, SuperBlock& u) {
   for (int half = 0; half < 2; ++half) {
-    const std::byte* ql = block + 64 * half;
-    const std::byte* qh = block + 128 + 32 * half;
+    const std::uint8_t* ql = bytes_of(block) + 64 * half;
+    const std::uint8_t* qh = bytes_of(block) + 128 + 32 * half;
     std::int8_t* q = u.q + 128 * half;
-    for (int k = 0; k < 4; ++k) {
-      for (int l = 0; l < 32; ++l) {
-        const unsigned low = byte_at(ql, l + 32 * (k % 2)) >> (4 * (k / 2)) & 0xF;
-        const unsigned high = byte_at(qh, l) >> (2 * k) & 3;
-        q[32 * k + l] = static_cast<std::int8_t>(static_cast<int>(low | high << 4) - 32);
-      }
+    for (int l = 0; l < 32; ++l) {
+      q[l] = static_cast<std::int8_t>(((ql[l] & 0xF) | (qh[l] & 3) << 4) - 32);
+      q[l + 32] = static_cast<std::int8_t>(((ql[l + 32] & 0xF) | (qh[l] >> 2 & 3) << 4) - 32);
+      q[l + 64] = static_cast<std::int8_t>(((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4) - 32);
+      q[l + 96] = static_cast<std::int8_t>(((ql[l + 32] >> 4) | (qh[l] >> 6) << 4) - 32);
     }
   }
   for (int g = 0; g < kGroups; ++g) {
-    u.scale[g] = static_cast<std::int8_t>(byte_at(block, 192 + g));
+    u.scale[g] = static_cast<std::int8_t>(bytes_of(block)[192 + g]);
     u.min[g] = 0;
   }
   u.d = half_at(block + 208);
@@ -112,19 +112,19 @@ static inline void unpack_q6_k(const std::byte* block, SuperBlock& u) {
 }
 
 // scales[16] (scale in the low nibble, minimum in the high), qs[64], d,
-// dmin: per half of 128 values, value 32j + l in qs[l] (of that half's
-// 32 bytes) at bit 2j.
+// dmin: per half of 128 values, value 32j + l in byte l of that half's 32
+// at bit 2j.
 static inline void unpack_q2_k(const std::byte* block, SuperBlock& u) {
+  const std::uint8_t* scales = bytes_of(block);
   for (int g = 0; g < kGroups; ++g) {
-    u.scale[g] = static_cast<std::int16_t>(byte_at(block, g) & 0xF);
-    u.min[g] = static_cast<std::int16_t>(byte_at(block, g) >> 4);
+    u.scale[g] = static_cast<std::int16_t>(scales[g] & 0xF);
+    u.min[g] = static_cast<std::int16_t>(scales[g] >> 4);
   }
   for (int half = 0; half < 2; ++half) {
+    const std::uint8_t* qs = bytes_of(block) + 16 + 32 * half;
     for (int j = 0; j < 4; ++j) {
-      for (int l = 0; l < 32; ++l) {
-        const unsigned packed = byte_at(block, 16 + 32 * half + l);
-        u.q[128 * half + 32 * j + l] = static_cast<std::int8_t>(packed >> (2 * j) & 3);
-      }
+      std::int8_t* q = u.q + 128 * half + 32 * j;
+      for (int l = 0; l < 32; ++l) q[l] = static_cast<std::int8_t>(qs[l] >> (2 * j) & 3);
     }
   }
   u.d = half_at(block + 80);
@@ -135,20 +135,21 @@ static inline void unpack_q2_k(const std::byte* block, SuperBlock& u) {
 // i / 32 of hmask[i % 32] is clear; 6-bit scales stored as s + 32, low
 // nibbles in bytes 0-7, high two bits in bytes 8-11.
 static inline void unpack_q3_k(const std::byte* block, SuperBlock& u) {
-  const std::byte* scales = block + 96;
+  const std::uint8_t* scales = bytes_of(block) + 96;
   for (int g = 0; g < kGroups; ++g) {
-    const unsigned low = g < 8 ? byte_at(scales, g) & 0xF : byte_at(scales, g - 8) >> 4;
-    const unsigned high = byte_at(scales, 8 + g % 4) >> (2 * (g / 4)) & 3;
-    u.scale[g] = static_cast<std::int16_t>(static_cast<int>(low | high << 4) - 32);
+    const int low = g < 8 ? scales[g] & 0xF : scales[g - 8] >> 4;
+    const int high = scales[8 + g % 4] >> (2 * (g / 4)) & 3;
+    u.scale[g] = static_cast<std::int16_t>((low | high << 4) - 32);
     u.min[g] = 0;
   }
+  const std::uint8_t* hmask = bytes_of(block);
   for (int half = 0; half < 2; ++half) {
+    const std::uint8_t* qs = bytes_of(block) + 32 + 32 * half;
     for (int j = 0; j < 4; ++j) {
+      const int shift = 2 * j, bit = 4 * half + j;
+      std::int8_t* q = u.q + 128 * half + 32 * j;
       for (int l = 0; l < 32; ++l) {
-        const unsigned packed = byte_at(block, 32 + 32 * half + l);
-        const unsigned high = byte_at(block, l) >> (4 * half + j) & 1;  // hmask: bit i / 32 of byte i % 32
-        u.q[128 * half + 32 * j + l] =
-            static_cast<std::int8_t>(static_cast<int>((packed >> (2 * j) & 3) | high << 2) - 4);
+        q[l] = static_cast<std::int8_t>(((qs[l] >> shift & 3) | (hmask[l] >> bit & 1) << 2) - 4);
       }
     }
   }
