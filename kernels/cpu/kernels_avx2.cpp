@@ -87,6 +87,7 @@ struct Avx2 {
   static std::int32_t super_block_sum(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x) {
     return x86::super_block_sum(q, scale, x);
   }
+  static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) { return x86::group_sum(a, b); }
 };
 
 }  // namespace

@@ -128,6 +128,11 @@ struct Portable {
     }
     return total;
   }
+  static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) {
+    std::int32_t total = 0;
+    for (int g = 0; g < 16; ++g) total += a[g] * b[g];
+    return total;
+  }
 };
 
 }  // namespace

@@ -157,14 +157,6 @@ static inline void unpack_q3_k(const std::byte* block, SuperBlock& u) {
   u.dmin = 0.0f;
 }
 
-// The minimums' part of a super-block's product: sum over groups of
-// min * (sum of the group's 16 activation quants), exact.
-static inline std::int32_t min_sum(const SuperBlock& u, const std::int16_t* sums) {
-  std::int32_t total = 0;
-  for (int g = 0; g < kGroups; ++g) total += u.min[g] * sums[g];
-  return total;
-}
-
 // The formats as template arguments of the products: block bytes, the
 // unpacking, and whether the values carry a minimum.
 template <std::size_t Bytes, void (*Unpack)(const std::byte*, SuperBlock&), bool Mins>

@@ -5,8 +5,10 @@
 // V provides super_block_sum(q, scale, x): the exact sum over the 16
 // groups g of scale[g] * sum of q[i] * x[i] for i in g, with q (256) int8
 // of magnitude at most 32, scale (16) int16 and x (256) int8 of magnitude
-// at most 127. Each path computes it with its own instructions; integers
-// are exact, so every path gives the same bits.
+// at most 127; and group_sum(a, b), the exact sum of a[g] * b[g] over 16
+// int16 (the minimums' part: min against the sums of 16 quants). Each path
+// computes them with its own instructions; integers are exact, so every
+// path gives the same bits.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +39,7 @@ void kquant_row(const Matrix& w, const Activations& x, float* out, int r, int to
       const std::int32_t sum = V::super_block_sum(u.q, u.scale, x.k_quants + at);
       acc[t] = __builtin_fmaf(u.d * d_x, static_cast<float>(sum), acc[t]);
       if constexpr (Format::kMins) {
-        const std::int32_t mins = kq::min_sum(u, x.k_sums + at / 16);
+        const std::int32_t mins = V::group_sum(u.min, x.k_sums + at / 16);
         acc[t] = __builtin_fmaf(-(u.dmin * d_x), static_cast<float>(mins), acc[t]);
       }
     }
