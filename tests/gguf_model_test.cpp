@@ -174,8 +174,9 @@ TEST(GgufModel, EveryCpuPathGivesBitIdenticalLogitsForEveryType) {
   const Model bin = test::synthetic_model(dir, {block_config(), 13, llama2c::Layout::legacy});
   const Model wide = test::synthetic_model(dir, {super_block_config(), 13, llama2c::Layout::legacy}, "wide.bin");
   using gguf::TensorType;
-  for (auto type : {TensorType::f32, TensorType::f16, TensorType::q8_0, TensorType::q4_0, TensorType::bf16,
-                    TensorType::q2_k, TensorType::q3_k, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k}) {
+  for (auto type :
+       {TensorType::f32, TensorType::f16, TensorType::q8_0, TensorType::q4_0, TensorType::bf16, TensorType::q2_k,
+        TensorType::q3_k, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k, TensorType::iq4_xs}) {
     const std::string path = dir.file(std::string(gguf::to_string(type)) + ".gguf");
     const Model& source = is_k_quant(type) ? wide : bin;
     ASSERT_TRUE(write_gguf_model(path, source, llama_metadata(source.config()), type));
@@ -279,7 +280,8 @@ TEST(GgufModel, QuantizedConversionsStayWithinTolerance) {
 // that rows hold whole super-blocks): with 6, 5, 4, 3 and 2 bits per
 // weight their errors grow about twofold per bit from Q8_0's, and their
 // activations are quantized per 256 values, not 32. Measured relative
-// errors: BF16 0.027, Q6_K 0.22, Q5_K 0.38, Q4_K 0.88, Q3_K 1.8, Q2_K 2.8
+// errors: BF16 0.027, Q6_K 0.22, Q5_K 0.38, Q4_K 0.88, Q3_K 1.8, Q2_K 2.8,
+// IQ4_XS (4 bits on 16 non-linear levels) 0.97
 // (the tokens of random models' flat logits change at the least error);
 // bounds about 2.3x above them.
 TEST(GgufModel, KQuantConversionsStayWithinTolerance) {
@@ -289,7 +291,8 @@ TEST(GgufModel, KQuantConversionsStayWithinTolerance) {
   using gguf::TensorType;
   const DriftBound bounds[] = {{TensorType::bf16, 0.07, steps - 2}, {TensorType::q6_k, 0.5, steps - 4},
                                {TensorType::q5_k, 0.9, steps - 4},  {TensorType::q4_k, 2.0, steps / 2},
-                               {TensorType::q3_k, 4.0, steps / 4},  {TensorType::q2_k, 6.0, 0}};
+                               {TensorType::q3_k, 4.0, steps / 4},  {TensorType::q2_k, 6.0, 0},
+                               {TensorType::iq4_xs, 2.2, steps / 2}};
   expect_drift_within(dir, reference_model, steps, bounds);
 }
 

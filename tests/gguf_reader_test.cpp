@@ -150,8 +150,8 @@ TEST(GgufReader, RefusesUnknownTypes) {
   expect_parse_error(Bytes().header(0, 1).str("k").u32(9).u32(77).u64(1).zeros(8).bytes, "unknown element type 77");
   expect_parse_error(Bytes().header(0, 1).str("k").u32(7).u32(2).bytes, "expected 0 or 1");
   expect_parse_error(one_tensor_file(6).bytes,
-                     "Q5_0, which accord does not read (it reads F32, F16, Q8_0, Q4_0, BF16, Q2_K, Q3_K, Q4_K, Q5_K "
-                     "and Q6_K)");
+                     "Q5_0, which accord does not read (it reads F32, F16, Q8_0, Q4_0, BF16, Q2_K, Q3_K, Q4_K, Q5_K, "
+                     "Q6_K and IQ4_XS)");
   expect_parse_error(one_tensor_file(99).bytes, "type 99");
 }
 

@@ -1,4 +1,4 @@
-// The K-quants (Q2_K .. Q6_K) and BF16: ggml's reference quantizers byte
+// The K-quants (Q2_K .. Q6_K), IQ4_XS and BF16: ggml's reference quantizers byte
 // for byte (against the zoo's files, which llama-quantize wrote without an
 // importance matrix from the F32 originals), and their matrix products on
 // every CPU path, bit-identical to the portable one and equal to the dot
@@ -24,8 +24,8 @@ namespace {
 using test::bit_identical;
 using test::random_floats;
 
-constexpr WeightType kKQuants[] = {WeightType::q2_k, WeightType::q3_k, WeightType::q4_k, WeightType::q5_k,
-                                   WeightType::q6_k};
+constexpr WeightType kKQuants[] = {WeightType::q2_k, WeightType::q3_k, WeightType::q4_k,
+                                   WeightType::q5_k, WeightType::q6_k, WeightType::iq4_xs};
 
 struct StoredMatrix {
   std::vector<std::byte> bytes;
@@ -51,8 +51,8 @@ std::vector<float> product(const Matrix& w, const std::vector<float>& x, int bat
 // Three super-blocks (an odd count), 37 rows (no tile fills them), and
 // batches past the 64 tokens a row keeps at once.
 TEST(KQuant, EveryPathGivesTheSameBitsForEveryType) {
-  const WeightType types[] = {WeightType::bf16, WeightType::q2_k, WeightType::q3_k,
-                              WeightType::q4_k, WeightType::q5_k, WeightType::q6_k};
+  const WeightType types[] = {WeightType::bf16, WeightType::q2_k, WeightType::q3_k,  WeightType::q4_k,
+                              WeightType::q5_k, WeightType::q6_k, WeightType::iq4_xs};
   for (WeightType type : types) {
     const int rows = 37, cols = type == WeightType::bf16 ? 173 : 768;
     const StoredMatrix w = make_matrix(type, rows, cols, 7);
@@ -168,7 +168,7 @@ TEST(KQuant, QuantizersWriteLlamaQuantizesBytes) {
   ASSERT_TRUE(f32) << f32.error().message();
   std::map<std::string, int> compared;  // by type
   for (const char* name : {"llama3-Q4_K_M.gguf", "llama3-Q5_K_M.gguf", "llama3-Q6_K.gguf", "llama3-Q3_K_M.gguf",
-                           "llama3-Q2_K.gguf", "llama3-BF16.gguf"}) {
+                           "llama3-Q2_K.gguf", "llama3-BF16.gguf", "llama3-IQ4_XS.gguf"}) {
     const auto bytes = test::read_bytes((test::shared_dir() / "models" / "zoo" / name).string());
     auto file = gguf::parse(bytes, name);
     ASSERT_TRUE(file) << file.error().message();
@@ -186,7 +186,7 @@ TEST(KQuant, QuantizersWriteLlamaQuantizesBytes) {
       ++compared[std::string(gguf::to_string(t.type))];
     }
   }
-  for (const char* type : {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "BF16"}) {
+  for (const char* type : {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "BF16", "IQ4_XS"}) {
     EXPECT_GE(compared[type], 9) << type;  // each is the main type of a file, or of a third of the Q3_K_M one's
   }
 }

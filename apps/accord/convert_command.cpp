@@ -1,5 +1,5 @@
 // accord convert: write a model as a GGUF file of F32, F16, BF16, Q8_0, Q4_0
-// or one of the K-quants Q2_K to Q6_K.
+// or one of the K-quants Q2_K to Q6_K or IQ4_XS.
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <iostream>
@@ -102,10 +102,11 @@ Command add_convert_command(CLI::App& app) {
       "convert", "Write a model (GGUF or llama2.c) as a GGUF file with F32, F16, BF16, Q8_0, Q4_0 or K-quant matrices");
   cmd->add_option("--in", args->in, "model to read: GGUF or llama2.c checkpoint")->required();
   cmd->add_option("--out", args->out, "GGUF file to write")->required();
-  cmd->add_option("--type", args->type,
-                  "type of the matrices: f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k or q6_k, or a mix of "
-                  "K-quants per tensor as llama-quantize makes it: q3_k_m, q4_k_m, q5_k_m or q2_k_mix (its Q2_K); "
-                  "the K-quants need rows of a multiple of 256 values; norms stay f32")
+  cmd->add_option(
+         "--type", args->type,
+         "type of the matrices: f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs, or a mix of "
+         "K-quants per tensor as llama-quantize makes it: q3_k_m, q4_k_m, q5_k_m or q2_k_mix (its Q2_K); "
+         "the K-quants and iq4_xs need rows of a multiple of 256 values; norms stay f32")
       ->check(CLI::IsMember(type_names()))
       ->capture_default_str();
   cmd->add_option("--tokenizer", args->tokenizer,

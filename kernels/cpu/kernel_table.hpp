@@ -27,8 +27,9 @@
 //   row and token, from 0, takes the super-blocks in order:
 //   s = fma(d_w * d_x, float(S_b), s), then, with minimums,
 //   s = fma(-(dmin_w * d_x), float(M_b), s), the scale products rounded
-//   to float first. (The integers stay far below 2^31: at most
-//   256 * 32 * 127 * 128.)
+//   to float first. (The integers stay below 2^31: at most
+//   256 * 127 * 127 * 128.) IQ4_XS (16 non-linear levels per 32 values
+//   and a 6-bit scale) takes the same order, without minimums.
 //
 // Attention's weighted sum of values adds each position in order with an
 // fma per element, from 0 (weighted_sum).

@@ -68,6 +68,9 @@ void dequantize_q5_k(float* dst, const std::byte* src, std::size_t n) {
 void dequantize_q6_k(float* dst, const std::byte* src, std::size_t n) {
   dequantize_super_blocks<kQ6_KBlockBytes>(dst, src, n, kq::unpack_q6_k);
 }
+void dequantize_iq4_xs(float* dst, const std::byte* src, std::size_t n) {
+  dequantize_super_blocks<kIQ4_XSBlockBytes>(dst, src, n, kq::unpack_iq4_xs);
+}
 
 void quantize_q8_k(const float* x, std::size_t n, std::int8_t* quants, float* scales, std::int16_t* sums) {
   for (std::size_t b = 0; b < n / kSuperBlock; ++b) {

@@ -1,4 +1,4 @@
-// A K-quant super-block unpacked into one form for every type: 256 small
+// A K-quant (or IQ4_XS) super-block unpacked into one form for every type: 256 small
 // integers, a scale and a minimum per 16 values, and the two f16 scales
 // as floats. Its value i is (d * scale[i / 16]) * q[i] - (dmin * min[i / 16]),
 // exactly ggml's dequantize_row_q*_K. The products (matmul_tiles.hpp) and
@@ -21,9 +21,10 @@ inline constexpr int kValues = 256;
 inline constexpr int kGroups = 16;  // of 16 values, each with its scale
 
 struct SuperBlock {
-  std::int8_t q[kValues];       // Q2_K 0..3, Q3_K -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K -32..31
-  std::int16_t scale[kGroups];  // Q3_K -32..31, Q6_K -128..127, else 0..63
-  std::int16_t min[kGroups];    // 0 for Q3_K and Q6_K, which have none
+  // Q2_K 0..3, Q3_K -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K -32..31, IQ4_XS -127..113
+  std::int8_t q[kValues];
+  std::int16_t scale[kGroups];  // Q3_K and IQ4_XS -32..31, Q6_K -128..127, else 0..63
+  std::int16_t min[kGroups];    // 0 for Q3_K, Q6_K and IQ4_XS, which have none
   float d = 0.0f, dmin = 0.0f;
 };
 
@@ -157,6 +158,32 @@ static inline void unpack_q3_k(const std::byte* block, SuperBlock& u) {
   u.dmin = 0.0f;
 }
 
+// ggml's kvalues_iq4nl: IQ4_XS's 16 levels.
+inline constexpr std::int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                               1,    13,   25,  38,  53,  69,  89,  113};
+
+// d, scales_h (u16), scales_l[4], qs[128]: per sub-block of 32 a 6-bit scale
+// stored as s + 32 (low nibble in scales_l, two high bits in scales_h), and
+// values j and j + 16 in the low and high nibble of its qs[j], indices
+// into kIq4Levels.
+static inline void unpack_iq4_xs(const std::byte* block, SuperBlock& u) {
+  const std::uint8_t* b = bytes_of(block);
+  const int scales_h = b[2] | b[3] << 8;
+  for (int ib = 0; ib < 8; ++ib) {
+    const int low = b[4 + ib / 2] >> (4 * (ib % 2)) & 0xF;
+    const int high = scales_h >> (2 * ib) & 3;
+    u.scale[2 * ib] = u.scale[2 * ib + 1] = static_cast<std::int16_t>((low | high << 4) - 32);
+    u.min[2 * ib] = u.min[2 * ib + 1] = 0;
+    const std::uint8_t* qs = b + 8 + 16 * ib;
+    for (int j = 0; j < 16; ++j) {
+      u.q[32 * ib + j] = kIq4Levels[qs[j] & 0xF];
+      u.q[32 * ib + 16 + j] = kIq4Levels[qs[j] >> 4];
+    }
+  }
+  u.d = half_at(block);
+  u.dmin = 0.0f;
+}
+
 // The formats as template arguments of the products: block bytes, the
 // unpacking, and whether the values carry a minimum.
 template <std::size_t Bytes, void (*Unpack)(const std::byte*, SuperBlock&), bool Mins>
@@ -170,5 +197,6 @@ using Q3K = Format<kQ3_KBlockBytes, unpack_q3_k, false>;
 using Q4K = Format<kQ4_KBlockBytes, unpack_q4_k, true>;
 using Q5K = Format<kQ5_KBlockBytes, unpack_q5_k, true>;
 using Q6K = Format<kQ6_KBlockBytes, unpack_q6_k, false>;
+using IQ4XS = Format<kIQ4_XSBlockBytes, unpack_iq4_xs, false>;
 
 }  // namespace accord::cpu::kq

@@ -1,14 +1,13 @@
-// The products of K-quant weights (Q2_K .. Q6_K) with Q8_K activations,
+// The products of K-quant weights (Q2_K .. Q6_K) and IQ4_XS with Q8_K activations,
 // written once over a path's vector type V (matmul_tiles.hpp), in the
 // order kernel_table.hpp defines. Internal to kernels/cpu.
 //
 // V provides super_block_sum(q, scale, x): the exact sum over the 16
 // groups g of scale[g] * sum of q[i] * x[i] for i in g, with q (256) int8
-// of magnitude at most 32, scale (16) int16 and x (256) int8 of magnitude
-// at most 127; and group_sum(a, b), the exact sum of a[g] * b[g] over 16
-// int16 (the minimums' part: min against the sums of 16 quants). Each path
-// computes them with its own instructions; integers are exact, so every
-// path gives the same bits.
+// of magnitude at most 127 (IQ4_XS; the K-quants' at most 32), scale (16)
+// int16 of magnitude at most 128 and x (256) int8 of magnitude at most 127; and group_sum(a, b), the exact sum of a[g]
+// * b[g] over 16 int16 (the minimums' part: min against the sums of 16 quants). Each path computes them with its own
+// instructions; integers are exact, so every path gives the same bits.
 #pragma once
 
 #include <cstddef>

@@ -388,6 +388,85 @@ void quantize_q3_k_block(const float* x, std::byte* block) {
   pack_2bit(levels, block + 32);
 }
 
+// ggml's kvalues_iq4nl, and the index of the level nearest v (ties to the
+// upper one only where strictly nearer: ggml's best_index_int8).
+constexpr std::int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+int nearest_level(float v) {
+  if (v <= kIq4Levels[0]) return 0;
+  if (v >= kIq4Levels[15]) return 15;
+  int lo = 0, hi = 15;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (v < kIq4Levels[mid] ? hi : lo) = mid;
+  }
+  return v - kIq4Levels[hi - 1] < kIq4Levels[hi] - v ? hi - 1 : hi;
+}
+
+// Of a sub-block of 32 (ggml's quantize_row_iq4_nl_impl, ntry 7, weights
+// x^2): the scale that best fits its values to the levels, among the
+// least-squares one for the first guess and for 15 guesses around it.
+float iq4_sub_block_scale(const float* x) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < 32; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  if (amax < kGroupMaxEps) return 0.0f;
+  const auto fit = [&](float id, float& sumqx, float& sumq2) {
+    sumqx = sumq2 = 0;
+    for (int j = 0; j < 32; ++j) {
+      const float q = kIq4Levels[nearest_level(id * x[j])], w = x[j] * x[j];
+      sumqx += w * q * x[j];
+      sumq2 += w * q * q;
+    }
+  };
+  float sumqx, sumq2;
+  fit(1 / (-max / static_cast<float>(kIq4Levels[0])), sumqx, sumq2);
+  float d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+  float best = d * sumqx;
+  for (int itry = -7; itry <= 7; ++itry) {
+    fit(static_cast<float>(itry + kIq4Levels[0]) / max, sumqx, sumq2);
+    if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+      d = sumqx / sumq2;
+      best = d * sumqx;
+    }
+  }
+  return d;
+}
+
+void quantize_iq4_xs_block(const float* x, std::byte* block) {
+  float scales[8], max_scale = 0, amax_scale = 0;
+  for (int ib = 0; ib < 8; ++ib) {
+    scales[ib] = iq4_sub_block_scale(x + 32 * ib);
+    if (std::fabs(scales[ib]) > amax_scale) {
+      amax_scale = std::fabs(scales[ib]);
+      max_scale = scales[ib];
+    }
+  }
+  std::memset(block, 0, kIQ4_XSBlockBytes);
+  const float d = -max_scale / 32;
+  store_half(block, d);
+  const float id = d != 0.0f ? 1 / d : 0.f;
+  unsigned scales_h = 0;
+  for (int ib = 0; ib < 8; ++ib) {
+    const int l = std::max(-32, std::min(31, nearest_int(id * scales[ib])));
+    const float dl = d * static_cast<float>(l);
+    const float idl = dl != 0.0f ? 1 / dl : 0.f;
+    std::byte* qs = block + 8 + 16 * ib;
+    for (int j = 0; j < 16; ++j) {
+      const int low = nearest_level(idl * x[32 * ib + j]), high = nearest_level(idl * x[32 * ib + 16 + j]);
+      qs[j] = std::byte{u8(low | high << 4)};
+    }
+    block[4 + ib / 2] |= std::byte{u8(((l + 32) & 0xF) << (4 * (ib % 2)))};
+    scales_h |= static_cast<unsigned>((l + 32) >> 4) << (2 * ib);
+  }
+  block[2] = std::byte{u8(static_cast<int>(scales_h & 0xFF))};
+  block[3] = std::byte{u8(static_cast<int>(scales_h >> 8))};
+}
+
 template <std::size_t BlockBytes>
 void quantize_super_blocks(std::byte* dst, const float* src, std::size_t n,
                            void (*quantize)(const float*, std::byte*)) {
@@ -410,6 +489,9 @@ void quantize_q5_k(std::byte* dst, const float* src, std::size_t n) {
 }
 void quantize_q6_k(std::byte* dst, const float* src, std::size_t n) {
   quantize_super_blocks<kQ6_KBlockBytes>(dst, src, n, quantize_q6_k_block);
+}
+void quantize_iq4_xs(std::byte* dst, const float* src, std::size_t n) {
+  quantize_super_blocks<kIQ4_XSBlockBytes>(dst, src, n, quantize_iq4_xs_block);
 }
 
 }  // namespace accord::cpu

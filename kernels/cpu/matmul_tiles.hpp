@@ -435,7 +435,7 @@ template <class V>
 KernelTable make_table() {
   return {{&matmul_rows<V, F32Format>, &matmul_rows<V, F16Format>, &matmul_rows<V, Q8Format>, &matmul_rows<V, Q4Format>,
            &matmul_rows<V, BF16Format>, &kquant_rows<V, kq::Q2K>, &kquant_rows<V, kq::Q3K>, &kquant_rows<V, kq::Q4K>,
-           &kquant_rows<V, kq::Q5K>, &kquant_rows<V, kq::Q6K>},
+           &kquant_rows<V, kq::Q5K>, &kquant_rows<V, kq::Q6K>, &kquant_rows<V, kq::IQ4XS>},
           &dot<V>,
           &dots<V>,
           &weighted_sum<V>,

@@ -18,6 +18,7 @@ void dequantize_values(WeightType type, float* dst, const std::byte* src, std::s
     case WeightType::q4_k: dequantize_q4_k(dst, src, n); break;
     case WeightType::q5_k: dequantize_q5_k(dst, src, n); break;
     case WeightType::q6_k: dequantize_q6_k(dst, src, n); break;
+    case WeightType::iq4_xs: dequantize_iq4_xs(dst, src, n); break;
   }
 }
 
@@ -33,6 +34,7 @@ void quantize_values(WeightType type, std::byte* dst, const float* src, std::siz
     case WeightType::q4_k: quantize_q4_k(dst, src, n); break;
     case WeightType::q5_k: quantize_q5_k(dst, src, n); break;
     case WeightType::q6_k: quantize_q6_k(dst, src, n); break;
+    case WeightType::iq4_xs: quantize_iq4_xs(dst, src, n); break;
   }
 }
 

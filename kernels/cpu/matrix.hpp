@@ -1,6 +1,6 @@
 // A weight matrix as its file stores it: F32, F16, BF16, ggml's block
 // quantizations Q8_0 and Q4_0 (quant.hpp), or its K-quants Q2_K to Q6_K
-// (kquant.hpp), row-major (rows, cols). The kernels read it where it lies,
+// and IQ4_XS (kquant.hpp), row-major (rows, cols). The kernels read it where it lies,
 // usually inside the model's file mapping; no dequantized copy is made.
 #pragma once
 
@@ -12,8 +12,8 @@
 
 namespace accord::cpu {
 
-enum class WeightType : std::uint8_t { f32, f16, q8_0, q4_0, bf16, q2_k, q3_k, q4_k, q5_k, q6_k };
-inline constexpr int kWeightTypes = 10;
+enum class WeightType : std::uint8_t { f32, f16, q8_0, q4_0, bf16, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs };
+inline constexpr int kWeightTypes = 11;
 
 // A type as a row of one table: GGUF's name and number (ggml_type), and
 // how many bytes hold how many values. A row is whole blocks.
@@ -38,6 +38,7 @@ constexpr TypeTraits traits(WeightType type) {
     case WeightType::q4_k: return {"Q4_K", 12, kSuperBlock, kQ4_KBlockBytes};
     case WeightType::q5_k: return {"Q5_K", 13, kSuperBlock, kQ5_KBlockBytes};
     case WeightType::q6_k: return {"Q6_K", 14, kSuperBlock, kQ6_KBlockBytes};
+    case WeightType::iq4_xs: return {"IQ4_XS", 23, kSuperBlock, kIQ4_XSBlockBytes};
   }
   return {"?", ~0u, 1, 0};
 }
@@ -50,7 +51,8 @@ const char* to_string(WeightType type);
 void dequantize_values(WeightType type, float* dst, const std::byte* src, std::size_t n);
 void quantize_values(WeightType type, std::byte* dst, const float* src, std::size_t n);
 
-// A K-quant: 256 values per super-block, multiplied against Q8_K activations.
+// A K-quant (or IQ4_XS): 256 values per super-block, multiplied against
+// Q8_K activations.
 constexpr bool is_k_quant(WeightType type) { return traits(type).block_values == kSuperBlock; }
 
 // Bytes of `cols` values of `type`; cols must be a multiple of the type's

@@ -34,7 +34,7 @@ static inline __m256 bf16_eight(const std::byte* p) {
 }
 
 // super_block_sum of kquant_products.hpp: per 32 values, |q| (unsigned)
-// times x with q's sign in pairs (at most 2 * 32 * 127, no saturation),
+// times x with q's sign in pairs (at most 2 * 127 * 127, no saturation),
 // the pairs of group 2c (lanes 0-7) and 2c + 1 (lanes 8-15) times their
 // scales and added in pairs, into eight 32-bit sums.
 static inline std::int32_t super_block_sum(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x) {

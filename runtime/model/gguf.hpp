@@ -96,6 +96,7 @@ enum class TensorType : std::uint32_t {
   q4_k = 12,
   q5_k = 13,
   q6_k = 14,
+  iq4_xs = 23,
   bf16 = 30
 };
 std::string_view to_string(TensorType type);
@@ -106,7 +107,7 @@ TensorType tensor_type(cpu::WeightType type);
 // Bytes of `elements` values of `type` (elements a multiple of its block).
 std::uint64_t tensor_bytes(TensorType type, std::uint64_t elements);
 // Values per block: 1 for f32, f16 and bf16, 32 for q8_0 and q4_0, 256 for
-// the K-quants.
+// the K-quants and iq4_xs.
 std::uint64_t block_size(TensorType type);
 
 struct TensorInfo {

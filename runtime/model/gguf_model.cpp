@@ -308,6 +308,7 @@ int file_type(TensorType type) {
     case TensorType::q4_k: return 14;
     case TensorType::q5_k: return 16;
     case TensorType::q6_k: return 18;
+    case TensorType::iq4_xs: return 30;
     case TensorType::bf16: return 32;
   }
   return 0;
