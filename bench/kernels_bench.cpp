@@ -87,11 +87,11 @@ BENCHMARK(BM_matmul)
     ->ArgsProduct({{0, 1, 2, 3}, {1, 64}, {768, 2048}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
-// BF16 and the K-quants (Q2_K .. Q6_K): a decode step's product on one
+// BF16, the K-quants (Q2_K .. Q6_K) and IQ4_XS: a decode step's product on one
 // thread, and a prefill batch.
 BENCHMARK(BM_matmul)
     ->ArgNames({"type", "batch", "rows", "threads"})
-    ->ArgsProduct({{0, 2, 4, 5, 6, 7, 8, 9}, {1, 64}, {2048}, {1}})
+    ->ArgsProduct({{0, 2, 4, 5, 6, 7, 8, 9, 10}, {1, 64}, {2048}, {1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

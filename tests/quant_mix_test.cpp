@@ -24,7 +24,8 @@ TEST(QuantMix, ChoosesLlamaQuantizesTypeForEveryTensor) {
   } cases[] = {{"llama3-Q4_K_M.gguf", "q4_k_m"},
                {"llama3-Q5_K_M.gguf", "q5_k_m"},
                {"llama3-Q3_K_M.gguf", "q3_k_m"},
-               {"llama3-Q2_K.gguf", "q2_k"}};
+               {"llama3-Q2_K.gguf", "q2_k"},
+               {"llama3-IQ4_XS.gguf", "iq4_xs"}};
   for (const auto& c : cases) {
     const auto bytes = test::read_bytes((test::shared_dir() / "models" / "zoo" / c.file).string());
     const auto file = gguf::parse(bytes, c.file);

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"
@@ -56,7 +57,7 @@ Result<gguf::Metadata> output_metadata(const Model& model, const std::optional<T
 // --type's names: one type for every matrix, or a llama-quantize mix.
 std::vector<std::string> type_names() {
   std::vector<std::string> names = matrix_type_names();
-  for (const char* mix : {"q2_k_mix", "q3_k_m", "q4_k_m", "q5_k_m"}) names.emplace_back(mix);
+  for (const char* mix : {"q2_k_mix", "q3_k_m", "q4_k_m", "q5_k_m", "iq4_xs_mix"}) names.emplace_back(mix);
   return names;
 }
 
@@ -70,7 +71,9 @@ Status write_converted(const ConvertArgs& args, const Model& model, gguf::Metada
   if (matrix_types().contains(args.type)) {
     return write_gguf_model(args.out, model, std::move(metadata), matrix_types().at(args.type));
   }
-  const QuantMix mix = *quant_mix(args.type == "q2_k_mix" ? "q2_k" : args.type);
+  // q2_k and iq4_xs name one type for every matrix; their mixes carry "_mix".
+  const std::string_view name = std::string_view(args.type).substr(0, args.type.find("_mix"));
+  const QuantMix mix = *quant_mix(name);
   const ModelConfig& c = model.config();
   const MixedModel shape{c.n_layers, c.n_heads, c.n_kv_heads, c.shared_classifier};
   return write_gguf_model(
@@ -105,7 +108,8 @@ Command add_convert_command(CLI::App& app) {
   cmd->add_option(
          "--type", args->type,
          "type of the matrices: f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs, or a mix of "
-         "K-quants per tensor as llama-quantize makes it: q3_k_m, q4_k_m, q5_k_m or q2_k_mix (its Q2_K); "
+         "K-quants per tensor as llama-quantize makes it: q3_k_m, q4_k_m, q5_k_m, q2_k_mix (its Q2_K) or "
+         "iq4_xs_mix (its IQ4_XS); "
          "the K-quants and iq4_xs need rows of a multiple of 256 values; norms stay f32")
       ->check(CLI::IsMember(type_names()))
       ->capture_default_str();

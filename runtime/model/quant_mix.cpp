@@ -37,6 +37,7 @@ TensorType base_type(QuantMix mix) {
     case QuantMix::q3_k_m: return TensorType::q3_k;
     case QuantMix::q4_k_m: return TensorType::q4_k;
     case QuantMix::q5_k_m: return TensorType::q5_k;
+    case QuantMix::iq4_xs: return TensorType::iq4_xs;
   }
   return TensorType::q4_k;
 }
@@ -47,6 +48,7 @@ TensorType attn_v_type(QuantMix mix, int layer, const MixedModel& m) {
     case QuantMix::q3_k_m: return layer < 2 ? TensorType::q5_k : TensorType::q4_k;
     case QuantMix::q4_k_m:
     case QuantMix::q5_k_m: return use_more_bits(layer, m.n_layers) ? TensorType::q6_k : base_type(mix);
+    case QuantMix::iq4_xs: return m.n_heads >= 4 * m.n_kv_heads ? TensorType::q5_k : base_type(mix);
   }
   return base_type(mix);
 }
@@ -57,6 +59,7 @@ TensorType ffn_down_type(QuantMix mix, int layer, const MixedModel& m) {
     case QuantMix::q3_k_m: return layer < m.n_layers / 16 ? TensorType::q5_k : TensorType::q4_k;
     case QuantMix::q4_k_m:
     case QuantMix::q5_k_m: return use_more_bits(layer, m.n_layers) ? TensorType::q6_k : base_type(mix);
+    case QuantMix::iq4_xs: return layer < m.n_layers / 8 ? TensorType::q5_k : base_type(mix);
   }
   return base_type(mix);
 }
@@ -66,7 +69,8 @@ TensorType attn_output_type(QuantMix mix) {
     case QuantMix::q2_k: return TensorType::q3_k;
     case QuantMix::q3_k_m: return TensorType::q4_k;
     case QuantMix::q4_k_m:
-    case QuantMix::q5_k_m: break;
+    case QuantMix::q5_k_m:
+    case QuantMix::iq4_xs: break;
   }
   return base_type(mix);
 }
@@ -78,6 +82,7 @@ std::optional<QuantMix> quant_mix(std::string_view name) {
   if (name == "q3_k_m") return QuantMix::q3_k_m;
   if (name == "q4_k_m") return QuantMix::q4_k_m;
   if (name == "q5_k_m") return QuantMix::q5_k_m;
+  if (name == "iq4_xs") return QuantMix::iq4_xs;
   return std::nullopt;
 }
 
@@ -87,6 +92,7 @@ int file_type(QuantMix mix) {
     case QuantMix::q3_k_m: return 12;
     case QuantMix::q4_k_m: return 15;
     case QuantMix::q5_k_m: return 17;
+    case QuantMix::iq4_xs: return 30;
   }
   return 0;
 }

@@ -1,4 +1,4 @@
-// llama-quantize's mixes of K-quants (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M): which
+// llama-quantize's mixes of K-quants (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, IQ4_XS): which
 // type each tensor of a dense llama model gets, as llama.cpp's
 // llama_tensor_get_type chooses it (src/llama-quant.cpp) without an
 // importance matrix or overrides. `accord convert --type q4_k_m` writes them.
@@ -12,10 +12,10 @@
 
 namespace accord {
 
-enum class QuantMix { q2_k, q3_k_m, q4_k_m, q5_k_m };
+enum class QuantMix { q2_k, q3_k_m, q4_k_m, q5_k_m, iq4_xs };
 
-// "q2_k", "q3_k_m", "q4_k_m", "q5_k_m" (the command line's names); nullopt
-// for any other.
+// "q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "iq4_xs" (llama-quantize's
+// names, lower case); nullopt for any other.
 std::optional<QuantMix> quant_mix(std::string_view name);
 // llama.cpp's llama_ftype of a file of the mix (general.file_type).
 int file_type(QuantMix mix);
