@@ -48,15 +48,7 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
 // The bytes of `values` stored as `type`.
 std::vector<std::byte> stored(WeightType type, const std::vector<float>& values) {
   std::vector<std::byte> bytes(accord::cpu::row_bytes(type, values.size()));
-  switch (type) {
-    case WeightType::f32:
-      bytes.assign(reinterpret_cast<const std::byte*>(values.data()),
-                   reinterpret_cast<const std::byte*>(values.data() + values.size()));
-      break;
-    case WeightType::f16: accord::cpu::quantize_f16(bytes.data(), values.data(), values.size()); break;
-    case WeightType::q8_0: accord::cpu::quantize_q8_0(bytes.data(), values.data(), values.size()); break;
-    case WeightType::q4_0: accord::cpu::quantize_q4_0(bytes.data(), values.data(), values.size()); break;
-  }
+  accord::cpu::quantize_values(type, bytes.data(), values.data(), values.size());
   return bytes;
 }
 
@@ -93,6 +85,13 @@ void BM_matmul(benchmark::State& state) {
 BENCHMARK(BM_matmul)
     ->ArgNames({"type", "batch", "rows", "threads"})
     ->ArgsProduct({{0, 1, 2, 3}, {1, 64}, {768, 2048}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+// BF16, the K-quants (Q2_K .. Q6_K) and IQ4_XS: a decode step's product on one
+// thread, and a prefill batch.
+BENCHMARK(BM_matmul)
+    ->ArgNames({"type", "batch", "rows", "threads"})
+    ->ArgsProduct({{0, 2, 4, 5, 6, 7, 8, 9, 10}, {1, 64}, {2048}, {1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

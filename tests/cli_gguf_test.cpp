@@ -83,8 +83,15 @@ TEST(CliGguf, ConvertsLlama2cToGgufAndQuantizes) {
 
 TEST(CliGguf, ConvertRefusesBadRequests) {
   test::TempDir dir;
-  auto result = run_accord({"convert", "--in", stories_gguf(), "--out", dir.file("x.gguf"), "--type", "q5_k"});
+  auto result = run_accord({"convert", "--in", stories_gguf(), "--out", dir.file("x.gguf"), "--type", "q5_1"});
   EXPECT_EQ(result.exit_code, 2) << result.output;
+  // stories260K's rows of 64 values hold no super-block of 256.
+  result = run_accord({"convert", "--in", stories_gguf(), "--out", dir.file("x.gguf"), "--type", "q5_k"});
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("cannot write token_embd.weight as Q5_K: its rows of 64 values are not whole "
+                               "super-blocks of 256"),
+            std::string::npos)
+      << result.output;
   result = run_accord(
       {"convert", "--in", stories_gguf(), "--out", dir.file("x.gguf"), "--tokenizer", test::stories_tokenizer()});
   EXPECT_EQ(result.exit_code, 1) << result.output;
@@ -99,6 +106,27 @@ TEST(CliGguf, ConvertRefusesBadRequests) {
     EXPECT_EQ(help.exit_code, 0) << help.output;
     EXPECT_NE(help.output.find("Usage"), std::string::npos) << help.output;
   }
+}
+
+// llama-quantize's Q4_K_M mix: Q6_K for the embedding (the output too)
+// and for the last layer's attn_v and ffn_down, Q4_K for the rest; the
+// model runs.
+TEST(CliGguf, ConvertsToTheQ4_K_MMix) {
+  test::TempDir dir;
+  const std::string bin = dir.file("wide.bin"), mixed = dir.file("wide-q4_k_m.gguf");
+  auto result = run_accord({"synth", "--out", bin, "--dim", "256", "--hidden", "512", "--layers", "3", "--heads", "8",
+                            "--kv-heads", "4", "--vocab", "320", "--seq", "64"});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  result = run_accord({"convert", "--in", bin, "--out", mixed, "--type", "q4_k_m"});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("(Q4_K_M)"), std::string::npos) << result.output;
+  const auto inspected = run_accord({"inspect", mixed});
+  for (const char* row : {"token_embd.weight            Q6_K", "blk.2.attn_v.weight          Q6_K",
+                          "blk.2.ffn_down.weight        Q6_K", "blk.1.ffn_down.weight        Q4_K"}) {
+    EXPECT_NE(inspected.output.find(row), std::string::npos) << row << " in\n" << inspected.output;
+  }
+  result = run_accord({"generate", "--model", mixed, "--max-tokens", "4", "--temperature", "0"});
+  EXPECT_EQ(result.exit_code, 0) << result.output;
 }
 
 // A GGUF file is one by its magic, whatever its name: named .bin it still

@@ -1,9 +1,11 @@
 // GGUF models: stories260K.gguf against the llama2.c reference, conversion
-// round trips, and how far F16, Q8_0 and Q4_0 drift from F32.
+// round trips, and how far F16, BF16, Q8_0, Q4_0 and the K-quants drift
+// from F32.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
@@ -122,6 +124,16 @@ ModelConfig block_config() {
   return c;
 }
 
+// One whose rows split into the K-quants' super-blocks of 256 values.
+ModelConfig super_block_config() {
+  ModelConfig c = block_config();
+  c.dim = 256;
+  c.hidden_dim = 768;
+  return c;
+}
+
+bool is_k_quant(gguf::TensorType type) { return cpu::is_k_quant(gguf::weight_type(type)); }
+
 TEST(GgufModel, F32ConversionIsBitIdenticalToTheLlama2cModel) {
   test::TempDir dir;
   SyntheticModelOptions options{block_config(), 21, llama2c::Layout::legacy};
@@ -160,9 +172,14 @@ TEST(GgufModel, MisalignedF32TensorsAreCopied) {
 TEST(GgufModel, EveryCpuPathGivesBitIdenticalLogitsForEveryType) {
   test::TempDir dir;
   const Model bin = test::synthetic_model(dir, {block_config(), 13, llama2c::Layout::legacy});
-  for (auto type : {gguf::TensorType::f32, gguf::TensorType::f16, gguf::TensorType::q8_0, gguf::TensorType::q4_0}) {
+  const Model wide = test::synthetic_model(dir, {super_block_config(), 13, llama2c::Layout::legacy}, "wide.bin");
+  using gguf::TensorType;
+  for (auto type :
+       {TensorType::f32, TensorType::f16, TensorType::q8_0, TensorType::q4_0, TensorType::bf16, TensorType::q2_k,
+        TensorType::q3_k, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k, TensorType::iq4_xs}) {
     const std::string path = dir.file(std::string(gguf::to_string(type)) + ".gguf");
-    ASSERT_TRUE(write_gguf_model(path, bin, llama_metadata(bin.config()), type));
+    const Model& source = is_k_quant(type) ? wide : bin;
+    ASSERT_TRUE(write_gguf_model(path, source, llama_metadata(source.config()), type));
     const Model model = load(path);
     Trace portable;
     {
@@ -215,23 +232,21 @@ Drift drift(const Trace& reference, const Trace& other) {
 // logits, about 2.5x above what was measured; docs/gguf.md derives them from
 // each format's per-weight error (F16: 11 significant bits; Q8_0: half a
 // step of max|block|/127; Q4_0: up to a step of max|block|/8).
-TEST(GgufModel, QuantizedConversionsStayWithinTolerance) {
-  test::TempDir dir;
-  const Model reference_model = test::synthetic_model(dir, {block_config(), 33, llama2c::Layout::legacy});
-  const int steps = 32;
+struct DriftBound {
+  gguf::TensorType type;
+  double max_relative;  // max |Δlogit| / RMS(logit)
+  int min_equal_tokens;
+};
+
+// Each of `bounds`: `reference_model` converted to its type stays within
+// them, its matrices read where the mapping put them.
+void expect_drift_within(const test::TempDir& dir, const Model& reference_model, int steps,
+                         std::span<const DriftBound> bounds) {
   const Trace reference = greedy_trace(reference_model, steps);
-  const struct {
-    gguf::TensorType type;
-    double max_relative;  // max |Δlogit| / RMS(logit)
-    int min_equal_tokens;
-  } cases[] = {{gguf::TensorType::f16, 1e-2, steps},
-               {gguf::TensorType::q8_0, 0.15, steps - 2},
-               {gguf::TensorType::q4_0, 2.5, steps / 2}};
-  for (const auto& c : cases) {
+  for (const auto& c : bounds) {
     const std::string path = dir.file(std::string(gguf::to_string(c.type)) + ".gguf");
     ASSERT_TRUE(write_gguf_model(path, reference_model, llama_metadata(reference_model.config()), c.type));
     const Model quantized = load(path);
-    // The matrices stay in the file's type where the mapping put them.
     EXPECT_EQ(quantized.owned_floats(), 0u);
     const auto by_type = quantized.weight_bytes_by_type();
     ASSERT_TRUE(by_type.count(std::string(gguf::to_string(c.type))));
@@ -244,6 +259,78 @@ TEST(GgufModel, QuantizedConversionsStayWithinTolerance) {
     EXPECT_GE(d.tokens_equal, c.min_equal_tokens) << gguf::to_string(c.type);
     EXPECT_EQ(d.unexplained, 0) << gguf::to_string(c.type);
   }
+}
+
+// The quantized model reads the F32 model's greedy tokens, so logits are
+// compared on the same inputs. Bounds are relative to the RMS of the F32
+// logits, about 2.5x above what was measured; docs/gguf.md derives them from
+// each format's per-weight error (F16: 11 significant bits; Q8_0: half a
+// step of max|block|/127; Q4_0: up to a step of max|block|/8).
+TEST(GgufModel, QuantizedConversionsStayWithinTolerance) {
+  test::TempDir dir;
+  const Model reference_model = test::synthetic_model(dir, {block_config(), 33, llama2c::Layout::legacy});
+  const int steps = 32;
+  const DriftBound bounds[] = {{gguf::TensorType::f16, 1e-2, steps},
+                               {gguf::TensorType::q8_0, 0.15, steps - 2},
+                               {gguf::TensorType::q4_0, 2.5, steps / 2}};
+  expect_drift_within(dir, reference_model, steps, bounds);
+}
+
+// The same for BF16 (8 significant bits) and the K-quants (dim 256, so
+// that rows hold whole super-blocks): with 6, 5, 4, 3 and 2 bits per
+// weight their errors grow about twofold per bit from Q8_0's, and their
+// activations are quantized per 256 values, not 32. Measured relative
+// errors: BF16 0.027, Q6_K 0.22, Q5_K 0.38, Q4_K 0.88, Q3_K 1.8, Q2_K 2.8,
+// IQ4_XS (4 bits on 16 non-linear levels) 0.97
+// (the tokens of random models' flat logits change at the least error);
+// bounds about 2.3x above them.
+TEST(GgufModel, KQuantConversionsStayWithinTolerance) {
+  test::TempDir dir;
+  const Model reference_model = test::synthetic_model(dir, {super_block_config(), 33, llama2c::Layout::legacy});
+  const int steps = 32;
+  using gguf::TensorType;
+  const DriftBound bounds[] = {{TensorType::bf16, 0.07, steps - 2}, {TensorType::q6_k, 0.5, steps - 4},
+                               {TensorType::q5_k, 0.9, steps - 4},  {TensorType::q4_k, 2.0, steps / 2},
+                               {TensorType::q3_k, 4.0, steps / 4},  {TensorType::q2_k, 6.0, 0},
+                               {TensorType::iq4_xs, 2.2, steps / 2}};
+  expect_drift_within(dir, reference_model, steps, bounds);
+}
+
+// A K-quant needs rows of whole super-blocks: a narrower model is not
+// written, a file that claims such rows is refused, and so is a super-block
+// whose f16 scale is infinite.
+TEST(GgufModel, KQuantsRefuseRowsOfPartSuperBlocksAndNonFiniteScales) {
+  test::TempDir dir;
+  const Model narrow = test::synthetic_model(dir, {block_config(), 3, llama2c::Layout::legacy});
+  const Status written =
+      write_gguf_model(dir.file("n.gguf"), narrow, llama_metadata(narrow.config()), gguf::TensorType::q4_k);
+  ASSERT_FALSE(written);
+  EXPECT_EQ(written.error().message(),
+            "cannot write token_embd.weight as Q4_K: its rows of 128 values are not whole super-blocks of 256");
+  const std::vector<gguf::TensorData> tensors = {
+      {"w", {128, 2}, gguf::TensorType::q4_k, std::vector<std::byte>(cpu::kQ4_KBlockBytes)}};
+  ASSERT_TRUE(gguf::write(dir.file("w.gguf"), {}, tensors));
+  const auto bytes = test::read_bytes(dir.file("w.gguf"));
+  const auto file = gguf::parse(bytes, "w.gguf");
+  ASSERT_FALSE(file);
+  EXPECT_NE(file.error().message().find("tensor 'w' has rows of 128 values, not a multiple of the Q4_K block of 256"),
+            std::string::npos)
+      << file.error().message();
+
+  const Model wide = test::synthetic_model(dir, {super_block_config(), 3, llama2c::Layout::legacy}, "wide.bin");
+  const std::string path = dir.file("inf.gguf");
+  ASSERT_TRUE(write_gguf_model(path, wide, llama_metadata(wide.config()), gguf::TensorType::q4_k));
+  auto patched = test::read_bytes(path);
+  auto parsed = gguf::parse(patched, path);
+  ASSERT_TRUE(parsed) << parsed.error().message();
+  const std::uint16_t f16_inf = 0x7C00;
+  // The second super-block's d: its values are infinite or NaN.
+  std::memcpy(patched.data() + parsed->tensor("blk.1.ffn_down.weight")->offset + cpu::kQ4_KBlockBytes, &f16_inf, 2);
+  test::write_bytes(path, patched);
+  auto model = Model::load(path);
+  ASSERT_FALSE(model);
+  EXPECT_NE(model.error().message().find("tensor blk.1.ffn_down.weight holds "), std::string::npos)
+      << model.error().message();
 }
 
 // A NaN or infinity in a weight, stored in any type (in a quantized block,

@@ -149,7 +149,9 @@ TEST(GgufReader, RefusesUnknownTypes) {
   expect_parse_error(Bytes().header(0, 1).str("k").u32(13).zeros(8).bytes, "unknown value type 13");
   expect_parse_error(Bytes().header(0, 1).str("k").u32(9).u32(77).u64(1).zeros(8).bytes, "unknown element type 77");
   expect_parse_error(Bytes().header(0, 1).str("k").u32(7).u32(2).bytes, "expected 0 or 1");
-  expect_parse_error(one_tensor_file(12).bytes, "Q4_K, which accord does not read");
+  expect_parse_error(one_tensor_file(6).bytes,
+                     "Q5_0, which accord does not read (it reads F32, F16, Q8_0, Q4_0, BF16, Q2_K, Q3_K, Q4_K, Q5_K, "
+                     "Q6_K and IQ4_XS)");
   expect_parse_error(one_tensor_file(99).bytes, "type 99");
 }
 
@@ -158,7 +160,7 @@ TEST(GgufReader, NamesAnUnknownTensorTypeOnce) {
   const auto bytes = one_tensor_file(512).bytes;
   expect_parse_error(bytes, "tensor 't' has unknown type 512, which accord does not read");
   EXPECT_EQ(gguf::parse(bytes, "bad.gguf").error().message().find("type type"), std::string::npos);
-  expect_parse_error(one_tensor_file(30).bytes, "tensor 't' has type BF16, which accord does not read");
+  expect_parse_error(one_tensor_file(7).bytes, "tensor 't' has type Q5_1, which accord does not read");
 }
 
 TEST(GgufReader, RefusesBadTensorInfos) {

@@ -35,12 +35,7 @@ StoredMatrix make_matrix(WeightType type, int rows, int cols, unsigned seed) {
   const auto values = random_floats(static_cast<std::size_t>(rows) * cols, seed);
   StoredMatrix m;
   m.bytes.resize(static_cast<std::size_t>(rows) * row_bytes(type, static_cast<std::size_t>(cols)));
-  switch (type) {
-    case WeightType::f32: std::memcpy(m.bytes.data(), values.data(), m.bytes.size()); break;
-    case WeightType::f16: quantize_f16(m.bytes.data(), values.data(), values.size()); break;
-    case WeightType::q8_0: quantize_q8_0(m.bytes.data(), values.data(), values.size()); break;
-    case WeightType::q4_0: quantize_q4_0(m.bytes.data(), values.data(), values.size()); break;
-  }
+  quantize_values(type, m.bytes.data(), values.data(), values.size());
   m.matrix = {type, m.bytes.data(), rows, cols};
   return m;
 }

@@ -22,6 +22,16 @@ std::filesystem::path shared_dir() {
   return ACCORD_SHARED_DIR;
 }
 
+std::filesystem::path zoo_f32_dir() {
+  const char* set = std::getenv("ACCORD_ZOO_F32");
+  const std::filesystem::path dir = set != nullptr ? set : ACCORD_ZOO_F32_DIR;
+  if (!std::filesystem::is_directory(dir)) {
+    ADD_FAILURE() << "the zoo's F32 originals are not in " << dir
+                  << ": the ZooF32Models test writes them (or set ACCORD_ZOO_F32)";
+  }
+  return dir;
+}
+
 std::string stories_model() { return (shared_dir() / "models" / "stories260K.bin").string(); }
 std::string stories_tokenizer() { return (shared_dir() / "models" / "tok512.bin").string(); }
 

@@ -26,6 +26,11 @@ namespace accord::test {
 
 // ../shared beside the checkout (ACCORD_SHARED overrides it).
 std::filesystem::path shared_dir();
+// The zoo's F32 originals (shared/models/zoo/README.md: make_zoo.py writes
+// them): the build folder's zoo-f32, which the ctest fixture ZooF32Models
+// fills, or $ACCORD_ZOO_F32. A test that needs them fails, not skips, when
+// the folder is missing.
+std::filesystem::path zoo_f32_dir();
 std::string stories_model();      // models/stories260K.bin
 std::string stories_tokenizer();  // models/tok512.bin
 

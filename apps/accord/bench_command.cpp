@@ -389,7 +389,9 @@ CLI::Validator precision_name() {
   return CLI::Validator(
       [](std::string& name) {
         if (matrix_types().contains(name)) return std::string();
-        return "unknown precision '" + name + "': expected a comma-separated list of f32, f16, q8_0 and q4_0";
+        std::string known;
+        for (const std::string& n : matrix_type_names()) known += (known.empty() ? "" : ", ") + n;
+        return "unknown precision '" + name + "': expected a comma-separated list of " + known;
       },
       "PRECISION");
 }

@@ -1,8 +1,11 @@
-// accord convert: write a model as a GGUF file of F32, F16, Q8_0 or Q4_0.
+// accord convert: write a model as a GGUF file of F32, F16, BF16, Q8_0, Q4_0
+// or one of the K-quants Q2_K to Q6_K or IQ4_XS.
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "apps/accord/commands.hpp"
 #include "apps/accord/model_files.hpp"
@@ -10,6 +13,7 @@
 #include "runtime/model/gguf.hpp"
 #include "runtime/model/gguf_model.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/model/quant_mix.hpp"
 
 namespace accord::cli {
 
@@ -50,6 +54,33 @@ Result<gguf::Metadata> output_metadata(const Model& model, const std::optional<T
   return metadata;
 }
 
+// --type's names: one type for every matrix, or a llama-quantize mix.
+std::vector<std::string> type_names() {
+  std::vector<std::string> names = matrix_type_names();
+  for (const char* mix : {"q2_k_mix", "q3_k_m", "q4_k_m", "q5_k_m", "iq4_xs_mix"}) names.emplace_back(mix);
+  return names;
+}
+
+// "Q4_K", or for a mix "Q4_K_M".
+std::string type_label(std::string name) {
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+Status write_converted(const ConvertArgs& args, const Model& model, gguf::Metadata metadata) {
+  if (matrix_types().contains(args.type)) {
+    return write_gguf_model(args.out, model, std::move(metadata), matrix_types().at(args.type));
+  }
+  // q2_k and iq4_xs name one type for every matrix; their mixes carry "_mix".
+  const std::string_view name = std::string_view(args.type).substr(0, args.type.find("_mix"));
+  const QuantMix mix = *quant_mix(name);
+  const ModelConfig& c = model.config();
+  const MixedModel shape{c.n_layers, c.n_heads, c.n_kv_heads, c.shared_classifier};
+  return write_gguf_model(
+      args.out, model, std::move(metadata),
+      [mix, shape](const std::string& tensor) { return mix_type(mix, tensor, shape); }, file_type(mix));
+}
+
 int run_convert(const ConvertArgs& args) {
   auto header = Model::read_header(args.in);
   if (!header) return fail(header.error().message());
@@ -59,11 +90,10 @@ int run_convert(const ConvertArgs& args) {
   if (!model) return fail(model.error().message());
   auto metadata = output_metadata(*model, *tokenizer);
   if (!metadata) return fail(metadata.error().message());
-  const gguf::TensorType type = matrix_types().at(args.type);
-  if (Status written = write_gguf_model(args.out, *model, std::move(*metadata), type); !written) {
+  if (Status written = write_converted(args, *model, std::move(*metadata)); !written) {
     return fail(written.error().message());
   }
-  std::cout << "wrote " << args.out << " (" << gguf::to_string(type) << ")" << std::endl;
+  std::cout << "wrote " << args.out << " (" << type_label(args.type) << ")" << std::endl;
   return 0;
 }
 
@@ -72,11 +102,16 @@ int run_convert(const ConvertArgs& args) {
 Command add_convert_command(CLI::App& app) {
   auto args = std::make_shared<ConvertArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "convert", "Write a model (GGUF or llama2.c) as a GGUF file with F32, F16, Q8_0 or Q4_0 matrices");
+      "convert", "Write a model (GGUF or llama2.c) as a GGUF file with F32, F16, BF16, Q8_0, Q4_0 or K-quant matrices");
   cmd->add_option("--in", args->in, "model to read: GGUF or llama2.c checkpoint")->required();
   cmd->add_option("--out", args->out, "GGUF file to write")->required();
-  cmd->add_option("--type", args->type, "type of the matrices: f32, f16, q8_0 or q4_0; norms stay f32")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}))
+  cmd->add_option(
+         "--type", args->type,
+         "type of the matrices: f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs, or a mix of "
+         "K-quants per tensor as llama-quantize makes it: q3_k_m, q4_k_m, q5_k_m, q2_k_mix (its Q2_K) or "
+         "iq4_xs_mix (its IQ4_XS); "
+         "the K-quants and iq4_xs need rows of a multiple of 256 values; norms stay f32")
+      ->check(CLI::IsMember(type_names()))
       ->capture_default_str();
   cmd->add_option("--tokenizer", args->tokenizer,
                   "for a llama2.c input: its tokenizer (default: found beside the model as for generate)");

@@ -35,7 +35,9 @@ bool is_gguf(std::string_view format);
 
 // The types a GGUF file's matrices can be written as, by the names the
 // command line gives them (`convert --type`, `bench --precision`): f32,
-// f16, q8_0 and q4_0.
+// f16, bf16, q8_0, q4_0, the K-quants q2_k to q6_k and iq4_xs.
 const std::map<std::string, gguf::TensorType>& matrix_types();
+// Their names, for the command line's check.
+std::vector<std::string> matrix_type_names();
 
 }  // namespace accord::cli

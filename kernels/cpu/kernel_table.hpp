@@ -17,6 +17,19 @@
 //   leaves lanes 8..15 an fma of zeros. A Q4_0 partial is computed from
 //   the stored nibbles, v + 8, as sum (v + 8) x - 8 sum x: the same
 //   integer.)
+// - BF16 weights: as F16, each value converted to float exactly first.
+// - K-quant weights (Q2_K .. Q6_K, super-blocks of 256) meet activations
+//   in ggml's Q8_K (quantize_q8_k: per 256 values, scale d_x, int8 quants,
+//   sums of 16). Super-block b gives two exact integers, as ggml's
+//   vec_dot_q*_K_q8_K computes them: S_b = sum over groups g of 16 of
+//   scale_g * sum q_i x_i, and for the types with minimums (Q2_K, Q4_K,
+//   Q5_K) M_b = sum over g of min_g * (sum of g's 16 x). One float per
+//   row and token, from 0, takes the super-blocks in order:
+//   s = fma(d_w * d_x, float(S_b), s), then, with minimums,
+//   s = fma(-(dmin_w * d_x), float(M_b), s), the scale products rounded
+//   to float first. (The integers stay below 2^31: at most
+//   256 * 127 * 127 * 128.) IQ4_XS (16 non-linear levels per 32 values
+//   and a 6-bit scale) takes the same order, without minimums.
 //
 // Attention's weighted sum of values adds each position in order with an
 // fma per element, from 0 (weighted_sum).
@@ -52,6 +65,11 @@ struct Activations {
   // (per token and pair of blocks, 16 lanes; 0 past the last block).
   // (batch, block_pairs(cols), 16); Q4_0 only.
   const std::int32_t* nibble_offsets = nullptr;
+  // Q8_K, for K-quant weights: quants (batch, cols), a scale per 256
+  // (batch, cols / 256) and the sums of each 16 quants (batch, cols / 16).
+  const std::int8_t* k_quants = nullptr;
+  const float* k_scales = nullptr;
+  const std::int16_t* k_sums = nullptr;
   int batch = 0;
   int cols = 0;
 };
@@ -61,7 +79,7 @@ struct Activations {
 using MatmulRows = void (*)(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end);
 
 struct KernelTable {
-  MatmulRows by_type[4];  // indexed by WeightType
+  MatmulRows by_type[kWeightTypes];  // indexed by WeightType
   float (*dot)(const float* a, const float* b, int n);
   // out[i] = dot(rows + i * stride, x) for i < count; x and each row: (n).
   void (*dots)(const float* rows, std::size_t stride, int count, const float* x, int n, float* out);

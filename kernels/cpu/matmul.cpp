@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/aligned.hpp"
@@ -23,6 +24,26 @@ struct QuantizedBatch {
   AlignedVector<float> scale_lanes;            // Activations::scale_lanes
   AlignedVector<std::int32_t> nibble_offsets;  // Activations::nibble_offsets
 };
+
+// The activations' Q8_K form (Activations::k_quants, k_scales, k_sums).
+struct SuperBlockBatch {
+  AlignedVector<std::int8_t> quants;
+  AlignedVector<float> scales;
+  AlignedVector<std::int16_t> sums;
+};
+
+void quantize_super_blocks(ThreadPool& pool, const float* x, int tokens, int cols, SuperBlockBatch& batch) {
+  const auto n = static_cast<std::size_t>(cols);
+  batch.quants.resize(static_cast<std::size_t>(tokens) * n);
+  batch.scales.resize(static_cast<std::size_t>(tokens) * (n / kSuperBlock));
+  batch.sums.resize(static_cast<std::size_t>(tokens) * (n / 16));
+  pool.parallel_for(static_cast<std::size_t>(tokens), [&](std::size_t begin, std::size_t end) {
+    for (std::size_t t = begin; t < end; ++t) {
+      quantize_q8_k(x + t * n, n, batch.quants.data() + t * n, batch.scales.data() + t * (n / kSuperBlock),
+                    batch.sums.data() + t * (n / 16));
+    }
+  });
+}
 
 // Activations::nibble_offsets of one token: lane l of pair p corrects
 // partial l % 8 of block 2p + l / 8.
@@ -61,18 +82,34 @@ void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool
 
 // What the weights of a pass need of its input.
 struct InputNeeds {
-  bool quantized = false;  // an 8-bit form: a block type is among them
-  bool nibbles = false;    // the Q4_0 offsets too
+  bool quantized = false;     // an 8-bit form: a block type is among them
+  bool nibbles = false;       // the Q4_0 offsets too
+  bool super_blocks = false;  // Q8_K: a K-quant is among them
 
-  void add(WeightType type) {
-    quantized = quantized || is_block_type(type);
-    nibbles = nibbles || type == WeightType::q4_0;
+  void add(const Matrix& w) {
+    quantized = quantized || is_block_type(w.type);
+    nibbles = nibbles || w.type == WeightType::q4_0;
+    super_blocks = super_blocks || is_k_quant(w.type);
+    if (w.cols % static_cast<int>(traits(w.type).block_values) != 0) {
+      throw std::invalid_argument(std::string("matmul: a ") + to_string(w.type) + " matrix of " +
+                                  std::to_string(w.cols) + " columns, not whole blocks");
+    }
   }
 };
 
 // The input of a pass: x, with what its weights need.
 Activations prepare(ThreadPool& pool, const float* x, int batch, int cols, InputNeeds needs) {
-  Activations activations{x, nullptr, nullptr, nullptr, batch, cols};
+  Activations activations;
+  activations.values = x;
+  activations.batch = batch;
+  activations.cols = cols;
+  if (needs.super_blocks) {
+    thread_local SuperBlockBatch super_blocks;
+    quantize_super_blocks(pool, x, batch, cols, super_blocks);
+    activations.k_quants = super_blocks.quants.data();
+    activations.k_scales = super_blocks.scales.data();
+    activations.k_sums = super_blocks.sums.data();
+  }
   if (needs.quantized) {
     thread_local QuantizedBatch quantized;
     quantize_batch(pool, x, batch, cols, needs.nibbles, quantized);
@@ -104,7 +141,7 @@ void matmul_group(ThreadPool& pool, const float* x, int batch, int cols, std::sp
   std::size_t total_rows = 0;
   for (const Product& p : products) {
     if (p.w->cols != cols) throw std::invalid_argument("matmul_group: a weight's columns differ from the input's");
-    needs.add(p.w->type);
+    needs.add(*p.w);
     total_rows += static_cast<std::size_t>(p.w->rows);
   }
   const Activations activations = prepare(pool, x, batch, cols, needs);
@@ -133,8 +170,8 @@ void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const floa
     throw std::invalid_argument("gated_matmul: the gate and up matrices differ in shape");
   }
   InputNeeds needs;
-  needs.add(gate.type);
-  needs.add(up.type);
+  needs.add(gate);
+  needs.add(up);
   const Activations activations = prepare(pool, x, batch, gate.cols, needs);
   const auto width = static_cast<std::size_t>(gate.rows);
   pool.parallel_for(
@@ -166,14 +203,7 @@ void weighted_sum(const float* weights, const float* rows, std::size_t stride, i
 }
 
 void dequantize_row(const Matrix& w, int row, float* out) {
-  const std::byte* data = w.row(row);
-  const auto n = static_cast<std::size_t>(w.cols);
-  switch (w.type) {
-    case WeightType::f32: std::memcpy(out, data, n * sizeof(float)); break;
-    case WeightType::f16: dequantize_f16(out, data, n); break;
-    case WeightType::q8_0: dequantize_q8_0(out, data, n); break;
-    case WeightType::q4_0: dequantize_q4_0(out, data, n); break;
-  }
+  dequantize_values(w.type, out, w.row(row), static_cast<std::size_t>(w.cols));
 }
 
 void dequantize(const Matrix& w, float* out) {

@@ -36,6 +36,7 @@
 #include <cstring>
 
 #include "kernels/cpu/kernel_table.hpp"
+#include "kernels/cpu/kquant_products.hpp"
 #include "kernels/cpu/vector_math.hpp"
 
 namespace accord::cpu::tiles {
@@ -69,6 +70,24 @@ struct F16Format {
     std::uint16_t h;
     __builtin_memcpy(&h, row + 2 * static_cast<std::size_t>(i), sizeof h);
     return V::half(h);
+  }
+};
+
+struct BF16Format {
+  static constexpr bool kBlocks = false;
+  static constexpr std::size_t kUnitValues = 1, kUnitBytes = 2;
+  template <class V>
+  static typename V::Vec load(const std::byte* row, int i) {
+    return V::load_bf16(row + 2 * static_cast<std::size_t>(i));
+  }
+  template <class V>
+  static float at(const std::byte* row, int i) {
+    std::uint16_t h;
+    __builtin_memcpy(&h, row + 2 * static_cast<std::size_t>(i), sizeof h);
+    const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+    float f;
+    __builtin_memcpy(&f, &bits, sizeof f);
+    return f;
   }
 };
 
@@ -414,14 +433,15 @@ void quantize(const float* x, int n, std::int8_t* quants, float* scales) {
 
 template <class V>
 KernelTable make_table() {
-  return {
-      {&matmul_rows<V, F32Format>, &matmul_rows<V, F16Format>, &matmul_rows<V, Q8Format>, &matmul_rows<V, Q4Format>},
-      &dot<V>,
-      &dots<V>,
-      &weighted_sum<V>,
-      &quantize<V>,
-      &silu_mul<V>,
-      &attention_weights<V>};
+  return {{&matmul_rows<V, F32Format>, &matmul_rows<V, F16Format>, &matmul_rows<V, Q8Format>, &matmul_rows<V, Q4Format>,
+           &matmul_rows<V, BF16Format>, &kquant_rows<V, kq::Q2K>, &kquant_rows<V, kq::Q3K>, &kquant_rows<V, kq::Q4K>,
+           &kquant_rows<V, kq::Q5K>, &kquant_rows<V, kq::Q6K>, &kquant_rows<V, kq::IQ4XS>},
+          &dot<V>,
+          &dots<V>,
+          &weighted_sum<V>,
+          &quantize<V>,
+          &silu_mul<V>,
+          &attention_weights<V>};
 }
 
 }  // namespace accord::cpu::tiles

@@ -4,7 +4,7 @@
 #include <limits>
 #include <unordered_set>
 
-#include "kernels/cpu/quant.hpp"
+#include "kernels/cpu/matrix.hpp"
 #include "runtime/io/durable_file.hpp"
 
 namespace accord::gguf {
@@ -50,10 +50,20 @@ std::string ggml_type_name(std::uint32_t type) {
 }
 
 bool supported(std::uint32_t type) {
-  for (TensorType t : {TensorType::f32, TensorType::f16, TensorType::q4_0, TensorType::q8_0}) {
-    if (static_cast<std::uint32_t>(t) == type) return true;
+  for (int i = 0; i < cpu::kWeightTypes; ++i) {
+    if (cpu::traits(static_cast<cpu::WeightType>(i)).ggml_type == type) return true;
   }
   return false;
+}
+
+// "F32, F16, ... and Q6_K": the types accord reads, for an error message.
+std::string supported_names() {
+  std::string names;
+  for (int i = 0; i < cpu::kWeightTypes; ++i) {
+    names += (i == 0 ? "" : (i + 1 == cpu::kWeightTypes ? " and " : ", ")) +
+             std::string(cpu::traits(static_cast<cpu::WeightType>(i)).name);
+  }
+  return names;
 }
 
 // A cursor over the file's bytes. The first failure sticks: later reads
@@ -213,7 +223,7 @@ TensorInfo read_tensor_info(Reader& r, std::uint64_t index) {
   if (!supported(type)) {
     const std::string known = ggml_type_name(type);
     r.fail(what + (known.empty() ? " has unknown type " + std::to_string(type) : " has type " + known) +
-           ", which accord does not read (it reads F32, F16, Q4_0 and Q8_0)");
+           ", which accord does not read (it reads " + supported_names() + ")");
     return info;
   }
   info.type = static_cast<TensorType>(type);
@@ -286,28 +296,25 @@ std::string_view to_string(ValueType type) {
   return index < std::size(names) ? names[index] : "unknown";
 }
 
-std::string_view to_string(TensorType type) {
-  switch (type) {
-    case TensorType::f32: return "F32";
-    case TensorType::f16: return "F16";
-    case TensorType::q4_0: return "Q4_0";
-    case TensorType::q8_0: return "Q8_0";
+cpu::WeightType weight_type(TensorType type) {
+  for (int i = 0; i < cpu::kWeightTypes; ++i) {
+    const auto candidate = static_cast<cpu::WeightType>(i);
+    if (cpu::traits(candidate).ggml_type == static_cast<std::uint32_t>(type)) return candidate;
   }
-  return "unknown";
+  return cpu::WeightType::f32;  // not reached: parse admits only the table's types
 }
 
-std::uint64_t block_size(TensorType type) {
-  return type == TensorType::q8_0 || type == TensorType::q4_0 ? cpu::kQuantBlock : 1;
+TensorType tensor_type(cpu::WeightType type) { return static_cast<TensorType>(cpu::traits(type).ggml_type); }
+
+std::string_view to_string(TensorType type) {
+  return supported(static_cast<std::uint32_t>(type)) ? cpu::to_string(weight_type(type)) : "unknown";
 }
+
+std::uint64_t block_size(TensorType type) { return cpu::traits(weight_type(type)).block_values; }
 
 std::uint64_t tensor_bytes(TensorType type, std::uint64_t elements) {
-  switch (type) {
-    case TensorType::f32: return elements * 4;
-    case TensorType::f16: return elements * 2;
-    case TensorType::q4_0: return elements / cpu::kQuantBlock * cpu::kQ4_0BlockBytes;
-    case TensorType::q8_0: return elements / cpu::kQuantBlock * cpu::kQ8_0BlockBytes;
-  }
-  return 0;
+  const cpu::TypeTraits t = cpu::traits(weight_type(type));
+  return elements / t.block_values * t.block_bytes;
 }
 
 Value Value::array(ValueType element_type, Array items) {

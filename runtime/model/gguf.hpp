@@ -20,6 +20,12 @@
 
 #include "runtime/base/error.hpp"
 
+// kernels/cpu/matrix.hpp's; declared here so that the public headers that
+// reach this one do not include the kernels.
+namespace accord::cpu {
+enum class WeightType : std::uint8_t;
+}  // namespace accord::cpu
+
 namespace accord::gguf {
 
 // Metadata value types, numbered as in the file.
@@ -78,13 +84,30 @@ class Value {
   std::variant<std::uint64_t, std::int64_t, double, bool, std::string, Array> data_;
 };
 
-// Tensor element types accord reads, numbered as ggml's `ggml_type`.
-enum class TensorType : std::uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q8_0 = 8 };
+// Tensor element types accord reads, numbered as ggml's `ggml_type`: the
+// types of cpu::traits (kernels/cpu/matrix.hpp).
+enum class TensorType : std::uint32_t {
+  f32 = 0,
+  f16 = 1,
+  q4_0 = 2,
+  q8_0 = 8,
+  q2_k = 10,
+  q3_k = 11,
+  q4_k = 12,
+  q5_k = 13,
+  q6_k = 14,
+  iq4_xs = 23,
+  bf16 = 30
+};
 std::string_view to_string(TensorType type);
+// The kernels' name of the same type.
+cpu::WeightType weight_type(TensorType type);
+TensorType tensor_type(cpu::WeightType type);
 
 // Bytes of `elements` values of `type` (elements a multiple of its block).
 std::uint64_t tensor_bytes(TensorType type, std::uint64_t elements);
-// Values per block: 1 for f32 and f16, 32 for q8_0 and q4_0.
+// Values per block: 1 for f32, f16 and bf16, 32 for q8_0 and q4_0, 256 for
+// the K-quants and iq4_xs.
 std::uint64_t block_size(TensorType type);
 
 struct TensorInfo {

@@ -364,22 +364,7 @@ Result<ModelConfig> read_config(const gguf::File& file, const std::string& name)
 }
 
 void decode(float* dst, const std::byte* src, TensorType type, std::size_t n) {
-  switch (type) {
-    case TensorType::f32: std::memcpy(dst, src, n * sizeof(float)); break;
-    case TensorType::f16: cpu::dequantize_f16(dst, src, n); break;
-    case TensorType::q8_0: cpu::dequantize_q8_0(dst, src, n); break;
-    case TensorType::q4_0: cpu::dequantize_q4_0(dst, src, n); break;
-  }
-}
-
-cpu::WeightType weight_type(TensorType type) {
-  switch (type) {
-    case TensorType::f32: return cpu::WeightType::f32;
-    case TensorType::f16: return cpu::WeightType::f16;
-    case TensorType::q8_0: return cpu::WeightType::q8_0;
-    case TensorType::q4_0: return cpu::WeightType::q4_0;
-  }
-  return cpu::WeightType::f32;
+  cpu::dequantize_values(gguf::weight_type(type), dst, src, n);
 }
 
 // A norm weight stored as F32 aligned for floats is used where it lies;
@@ -528,18 +513,20 @@ int file_type(TensorType type) {
     case TensorType::f16: return 1;
     case TensorType::q4_0: return 2;
     case TensorType::q8_0: return 7;
+    case TensorType::q2_k: return 10;
+    case TensorType::q3_k: return 11;  // the _S of each, the closest to one type
+    case TensorType::q4_k: return 14;
+    case TensorType::q5_k: return 16;
+    case TensorType::q6_k: return 18;
+    case TensorType::iq4_xs: return 30;
+    case TensorType::bf16: return 32;
   }
   return 0;
 }
 
 std::vector<std::byte> encode(const float* src, std::size_t n, TensorType type) {
   std::vector<std::byte> out(static_cast<std::size_t>(gguf::tensor_bytes(type, n)));
-  switch (type) {
-    case TensorType::f32: std::memcpy(out.data(), src, n * sizeof(float)); break;
-    case TensorType::f16: cpu::quantize_f16(out.data(), src, n); break;
-    case TensorType::q8_0: cpu::quantize_q8_0(out.data(), src, n); break;
-    case TensorType::q4_0: cpu::quantize_q4_0(out.data(), src, n); break;
-  }
+  cpu::quantize_values(gguf::weight_type(type), out.data(), src, n);
   return out;
 }
 
@@ -556,12 +543,18 @@ void set(gguf::Metadata& metadata, const std::string& key, Value value) {
 }  // namespace
 
 Status write_gguf_model(const std::string& path, const Model& model, gguf::Metadata metadata, TensorType type) {
+  return write_gguf_model(
+      path, model, std::move(metadata), [type](const std::string&) { return type; }, file_type(type));
+}
+
+Status write_gguf_model(const std::string& path, const Model& model, gguf::Metadata metadata, const MatrixTypes& types,
+                        int file_type) {
   const ModelConfig& c = model.config();
   if (c.arch != Arch::llama || c.head_dim > 0) {
     return Error(ErrorCode::architecture, "writing GGUF files is only supported for llama models, not '" +
                                               std::string(c.architecture().name) + "'");
   }
-  set(metadata, "general.file_type", Value::unsigned_int(ValueType::u32, static_cast<std::uint64_t>(file_type(type))));
+  set(metadata, "general.file_type", Value::unsigned_int(ValueType::u32, static_cast<std::uint64_t>(file_type)));
   ModelWeights weights = model.weights();
   std::vector<gguf::TensorData> tensors;
   for (const Slot& slot : gguf_slots(c, "rope_freqs.weight")) {
@@ -569,9 +562,17 @@ Status write_gguf_model(const std::string& path, const Model& model, gguf::Metad
     for (std::uint64_t extent : slot.shape) n *= extent;
     const WeightSlot weight = weight_slot(weights, slot.ids.front());
     // Rows that do not split into 32-value blocks fall back to F16, as
-    // llama.cpp falls back to another type for them.
-    TensorType stored = weight.matrix != nullptr ? type : TensorType::f32;
-    if (slot.shape[0] % gguf::block_size(stored) != 0) stored = TensorType::f16;
+    // llama.cpp falls back to another type for them; a K-quant's
+    // super-blocks of 256 have no such fallback here.
+    TensorType stored = weight.matrix != nullptr ? types(slot.name) : TensorType::f32;
+    if (slot.shape[0] % gguf::block_size(stored) != 0) {
+      if (cpu::is_k_quant(gguf::weight_type(stored))) {
+        return Error(ErrorCode::contract, "cannot write " + slot.name + " as " + std::string(gguf::to_string(stored)) +
+                                              ": its rows of " + std::to_string(slot.shape[0]) +
+                                              " values are not whole super-blocks of 256");
+      }
+      stored = TensorType::f16;
+    }
     if (weight.vector != nullptr) {
       tensors.push_back({slot.name, slot.shape, stored, encode(*weight.vector, static_cast<std::size_t>(n), stored)});
       continue;

@@ -7,6 +7,7 @@
 // the Model owns (docs/gguf.md says why).
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 
@@ -37,5 +38,11 @@ gguf::Metadata llama_metadata(const ModelConfig& config);
 // are stored as `type`; norm weights stay F32, as llama.cpp keeps them.
 // general.file_type is set to match.
 Status write_gguf_model(const std::string& path, const Model& model, gguf::Metadata metadata, gguf::TensorType type);
+
+// The same with each matrix's type chosen by its GGUF name (the mixes of
+// quant_mix.hpp); general.file_type is `file_type` (a llama_ftype).
+using MatrixTypes = std::function<gguf::TensorType(const std::string& tensor)>;
+Status write_gguf_model(const std::string& path, const Model& model, gguf::Metadata metadata, const MatrixTypes& types,
+                        int file_type);
 
 }  // namespace accord

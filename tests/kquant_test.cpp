@@ -1,0 +1,195 @@
+// The K-quants (Q2_K .. Q6_K), IQ4_XS and BF16: ggml's reference quantizers byte
+// for byte (against the zoo's files, which llama-quantize wrote without an
+// importance matrix from the F32 originals), and their matrix products on
+// every CPU path, bit-identical to the portable one and equal to the dot
+// of the dequantized weights with the Q8_K-dequantized activations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/isa.hpp"
+#include "kernels/cpu/kquant.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "runtime/model/gguf.hpp"
+#include "tests/support.hpp"
+
+namespace accord::cpu {
+namespace {
+
+using test::bit_identical;
+using test::random_floats;
+
+constexpr WeightType kKQuants[] = {WeightType::q2_k, WeightType::q3_k, WeightType::q4_k,
+                                   WeightType::q5_k, WeightType::q6_k, WeightType::iq4_xs};
+
+struct StoredMatrix {
+  std::vector<std::byte> bytes;
+  Matrix matrix;
+};
+
+StoredMatrix make_matrix(WeightType type, int rows, int cols, unsigned seed) {
+  const auto values = random_floats(static_cast<std::size_t>(rows) * cols, seed);
+  StoredMatrix m;
+  m.bytes.resize(static_cast<std::size_t>(rows) * row_bytes(type, static_cast<std::size_t>(cols)));
+  quantize_values(type, m.bytes.data(), values.data(), values.size());
+  m.matrix = {type, m.bytes.data(), rows, cols};
+  return m;
+}
+
+std::vector<float> product(const Matrix& w, const std::vector<float>& x, int batch, int threads) {
+  ThreadPool pool(threads);
+  std::vector<float> out(static_cast<std::size_t>(batch) * w.rows);
+  matmul(pool, out.data(), x.data(), w, batch);
+  return out;
+}
+
+// Three super-blocks (an odd count), 37 rows (no tile fills them), and
+// batches past the 64 tokens a row keeps at once.
+TEST(KQuant, EveryPathGivesTheSameBitsForEveryType) {
+  const WeightType types[] = {WeightType::bf16, WeightType::q2_k, WeightType::q3_k,  WeightType::q4_k,
+                              WeightType::q5_k, WeightType::q6_k, WeightType::iq4_xs};
+  for (WeightType type : types) {
+    const int rows = 37, cols = type == WeightType::bf16 ? 173 : 768;
+    const StoredMatrix w = make_matrix(type, rows, cols, 7);
+    for (int batch : {1, 3, 9, 67}) {
+      const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 11);
+      std::vector<float> portable;
+      {
+        test::CpuPathScope scope(Isa::portable);
+        ASSERT_TRUE(scope.ok());
+        portable = product(w.matrix, x, batch, 1);
+      }
+      for (Isa isa : {Isa::avx2, Isa::avx512}) {
+        test::CpuPathScope scope(isa);
+        if (!scope.ok()) continue;
+        EXPECT_TRUE(bit_identical(product(w.matrix, x, batch, 2), portable))
+            << to_string(type) << " on " << to_string(isa) << ", batch " << batch;
+      }
+      EXPECT_TRUE(bit_identical(product(w.matrix, x, batch, 3), product(w.matrix, x, batch, 1)));
+    }
+  }
+}
+
+// Row r of w against x in double precision: w dequantized, x as its Q8_K
+// form stands for it (quants times the super-block's scale).
+double reference_dot(const Matrix& w, int r, const float* x, double& magnitude) {
+  const auto n = static_cast<std::size_t>(w.cols);
+  std::vector<float> weights(n);
+  dequantize_row(w, r, weights.data());
+  std::vector<std::int8_t> quants(n);
+  std::vector<float> scales(n / kSuperBlock);
+  std::vector<std::int16_t> sums(n / 16);
+  quantize_q8_k(x, n, quants.data(), scales.data(), sums.data());
+  double sum = 0;
+  magnitude = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double term = static_cast<double>(weights[i]) * quants[i] * scales[i / kSuperBlock];
+    sum += term;
+    magnitude += std::fabs(term);
+  }
+  return sum;
+}
+
+// The product sums exact integers per super-block; what rounds is the
+// float of each integer and of each scale product, and one fma per
+// super-block (and minimum): a few units of 2^-24 relative to the terms'
+// magnitudes, summed over at most 6 roundings per super-block. 1e-6 of the
+// sum of |terms| bounds that with a margin; a wrong integer (one level,
+// one scale) moves a result by far more.
+TEST(KQuant, EveryTypeComputesItsDefinition) {
+  for (WeightType type : kKQuants) {
+    const int rows = 19, cols = 512, batch = 5;
+    const StoredMatrix w = make_matrix(type, rows, cols, 21);
+    const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 22);
+    const auto out = product(w.matrix, x, batch, 2);
+    for (int t = 0; t < batch; ++t) {
+      for (int r = 0; r < rows; ++r) {
+        double magnitude = 0;
+        const double expected = reference_dot(w.matrix, r, x.data() + static_cast<std::size_t>(t) * cols, magnitude);
+        EXPECT_NEAR(out[static_cast<std::size_t>(t) * rows + r], expected, 1e-6 * magnitude)
+            << to_string(type) << " " << t << "," << r;
+      }
+    }
+  }
+}
+
+// ggml's quantize_row_q8_K_ref: the value of largest magnitude maps to
+// -127 (so a positive one flips every sign and the scale's), ties round to
+// even, sums of 16.
+TEST(KQuant, ActivationsTakeGgmlsQ8_KForm) {
+  std::vector<float> x(256, 0.0f);
+  x[0] = 127.0f;  // scale 1 / (-127 / 127) = -1
+  x[1] = 0.5f;
+  x[2] = 1.5f;
+  x[3] = 2.5f;
+  x[17] = -100.0f;
+  x[255] = std::nanf("");  // neither the largest nor outside [-127, 127]
+  std::vector<std::int8_t> q(256);
+  float scale = 0;
+  std::vector<std::int16_t> sums(16);
+  quantize_q8_k(x.data(), x.size(), q.data(), &scale, sums.data());
+  EXPECT_EQ(scale, -1.0f);
+  EXPECT_EQ(q[0], -127);
+  EXPECT_EQ(q[1], 0);
+  EXPECT_EQ(q[2], -2);
+  EXPECT_EQ(q[3], -2);
+  EXPECT_EQ(q[17], 100);
+  EXPECT_GE(q[255], -127);
+  EXPECT_EQ(sums[0], -127 + 0 - 2 - 2);
+  EXPECT_EQ(sums[1], 100);
+}
+
+TEST(KQuant, RowsOfPartSuperBlocksAreRefused) {
+  const StoredMatrix w = make_matrix(WeightType::q4_k, 2, 256, 3);
+  Matrix narrow = w.matrix;
+  narrow.cols = 128;
+  ThreadPool pool(1);
+  std::vector<float> x(128), out(2);
+  try {
+    matmul(pool, out.data(), x.data(), narrow, 1);
+    ADD_FAILURE() << "a Q4_K matrix of 128 columns was multiplied";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "matmul: a Q4_K matrix of 128 columns, not whole blocks");
+  }
+}
+
+// The zoo's quantized llama3 files against the F32 original: every tensor
+// of a type accord writes equals its own quantization of the original.
+TEST(KQuant, QuantizersWriteLlamaQuantizesBytes) {
+  const std::filesystem::path originals = test::zoo_f32_dir();
+  ASSERT_FALSE(originals.empty());
+  const auto f32_bytes = test::read_bytes((originals / "llama3-f32.gguf").string());
+  auto f32 = gguf::parse(f32_bytes, "llama3-f32.gguf");
+  ASSERT_TRUE(f32) << f32.error().message();
+  std::map<std::string, int> compared;  // by type
+  for (const char* name : {"llama3-Q4_K_M.gguf", "llama3-Q5_K_M.gguf", "llama3-Q6_K.gguf", "llama3-Q3_K_M.gguf",
+                           "llama3-Q2_K.gguf", "llama3-BF16.gguf", "llama3-IQ4_XS.gguf"}) {
+    const auto bytes = test::read_bytes((test::shared_dir() / "models" / "zoo" / name).string());
+    auto file = gguf::parse(bytes, name);
+    ASSERT_TRUE(file) << file.error().message();
+    for (const gguf::TensorInfo& t : file->tensors) {
+      if (t.type == gguf::TensorType::f32) continue;
+      const gguf::TensorInfo* original = f32->tensor(t.name);
+      ASSERT_NE(original, nullptr) << t.name;
+      ASSERT_EQ(original->elements, t.elements) << t.name;
+      std::vector<float> values(original->elements);
+      std::memcpy(values.data(), f32_bytes.data() + original->offset, values.size() * sizeof(float));
+      std::vector<std::byte> mine(t.bytes);
+      quantize_values(gguf::weight_type(t.type), mine.data(), values.data(), values.size());
+      EXPECT_EQ(0, std::memcmp(mine.data(), bytes.data() + t.offset, mine.size()))
+          << name << ": " << t.name << " (" << gguf::to_string(t.type) << ")";
+      ++compared[std::string(gguf::to_string(t.type))];
+    }
+  }
+  for (const char* type : {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "BF16", "IQ4_XS"}) {
+    EXPECT_GE(compared[type], 9) << type;  // each is the main type of a file, or of a third of the Q3_K_M one's
+  }
+}
+
+}  // namespace
+}  // namespace accord::cpu
