@@ -12,8 +12,9 @@
 // as U+000B against literal code points, as in llama.cpp.
 //
 // Matching is RE2's "bit state" backtracking: a (instruction, position)
-// pair visited once is never tried again, so one search of n code points
-// costs O(n * pattern size) steps, never exponential or quadratic.
+// pair visited once is never tried again, so splitting n code points
+// costs O(n * pattern size) steps (never exponential or quadratic) and as
+// many bits of memory while it runs.
 #pragma once
 
 #include <cstdint>
