@@ -42,6 +42,11 @@ TEST(Pattern, GreedyLoopsGiveBackForWhatFollows) {
   EXPECT_EQ(split(R"(\p{N}{1,3})", "1234567"), (Lengths{3, 3, 1}));
 }
 
+TEST(Pattern, LookaheadsNest) {
+  EXPECT_EQ(split("a(?=b(?!c))", "abd abc"), (Lengths{1, 6}));
+  EXPECT_EQ(split(R"((?=(\d{3})+(?!\d))\d{3})", "1234567"), (Lengths{1, 3, 3}));
+}
+
 TEST(Pattern, ClassesAreUnicodeCategories) {
   EXPECT_EQ(split(R"(\p{L}+)", "héllo wörld"), (Lengths{5, 1, 5}));
   EXPECT_EQ(split(R"([^\s\p{L}\p{N}]+)", "a+-b 9.,"), (Lengths{1, 2, 3, 2}));

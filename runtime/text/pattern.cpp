@@ -3,6 +3,7 @@
 #include <unicode/uchar.h>
 
 #include <array>
+#include <deque>
 #include <string>
 #include <utility>
 
@@ -404,10 +405,16 @@ Result<Pattern> Pattern::compile(std::string_view expression) {
 // search would have ended. Lookaheads (a class or two in practice) run
 // without it.
 bool Pattern::match_here(std::span<const MatchChar> text, int start_pc, std::size_t start_pos,
-                         std::vector<std::uint64_t>* visited, std::int64_t& end, std::uint64_t& steps) const {
+                         std::vector<std::uint64_t>* visited, std::int64_t& end, std::uint64_t& steps,
+                         std::size_t depth) const {
   const auto& program = *program_;
   const std::size_t columns = text.size() + 1;
-  std::vector<std::pair<int, std::size_t>> stack = {{start_pc, start_pos}};
+  // One stack per lookahead depth, kept between calls: a search starts at
+  // every position, and allocating there would cost more than matching.
+  thread_local std::deque<std::vector<std::pair<int, std::size_t>>> stacks;
+  if (stacks.size() <= depth) stacks.resize(depth + 1);
+  std::vector<std::pair<int, std::size_t>>& stack = stacks[depth];
+  stack.assign(1, {start_pc, start_pos});
   while (!stack.empty()) {
     auto [pc, pos] = stack.back();
     stack.pop_back();
@@ -436,7 +443,7 @@ bool Pattern::match_here(std::span<const MatchChar> text, int start_pc, std::siz
           break;
         case Op::look: {
           std::int64_t ignored = 0;
-          alive = match_here(text, in.x, pos, nullptr, ignored, steps) != in.negate;
+          alive = match_here(text, in.x, pos, nullptr, ignored, steps, depth + 1) != in.negate;
           ++pc;
           break;
         }
@@ -451,7 +458,7 @@ std::int64_t Pattern::search(std::span<const MatchChar> text, std::size_t from, 
                              std::vector<std::uint64_t>& visited, std::uint64_t& steps) const {
   for (start = from; start < text.size(); ++start) {
     std::int64_t end = -1;
-    if (match_here(text, 0, start, &visited, end, steps)) return end;
+    if (match_here(text, 0, start, &visited, end, steps, 0)) return end;
   }
   return -1;
 }

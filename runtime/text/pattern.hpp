@@ -65,8 +65,9 @@ class Pattern {
   // The end of the leftmost match at `from` or later, or -1; sets `start`.
   std::int64_t search(std::span<const MatchChar> text, std::size_t from, std::size_t& start,
                       std::vector<std::uint64_t>& visited, std::uint64_t& steps) const;
+  // `depth`: 0 for the search, one more for each lookahead inside.
   bool match_here(std::span<const MatchChar> text, int pc, std::size_t pos, std::vector<std::uint64_t>* visited,
-                  std::int64_t& end, std::uint64_t& steps) const;
+                  std::int64_t& end, std::uint64_t& steps, std::size_t depth) const;
 
   std::shared_ptr<const std::vector<Instruction>> program_;
   std::shared_ptr<const std::vector<Set>> sets_;
