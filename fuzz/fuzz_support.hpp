@@ -30,13 +30,17 @@ inline void touch_weights(const ModelContents& model) {
 
 // Encodes a few texts and decodes every token of the result.
 inline void exercise(const Tokenizer& tokenizer) {
-  for (const char* text : {"Hello world", " a  b\n\t'll 123 \xE4\xB8\xAD\xFF", ""}) {
-    auto ids = tokenizer.encode(text, true, true);
-    if (!ids) continue;
-    int previous = tokenizer.bos_id();
-    for (int id : *ids) {
-      if (id >= 0 && id < tokenizer.vocab_size()) consume(tokenizer.decode(previous, id));
-      previous = id;
+  for (const char* text : {"Hello world", " a  b\n\t'll 123 \xE4\xB8\xAD\xFF", "", "<s>x</s> <|im_end|>\n\n"}) {
+    for (const bool parse_special : {false, true}) {
+      auto ids = tokenizer.encode(text, EncodeOptions{.bos = true, .eos = true, .parse_special = parse_special});
+      if (!ids) continue;
+      int previous = tokenizer.bos_id();
+      for (int id : *ids) {
+        if (id < 0 || id >= tokenizer.vocab_size()) continue;
+        consume(tokenizer.decode(previous, id));
+        consume(tokenizer.token_text(id));
+        previous = id;
+      }
     }
   }
 }

@@ -1,8 +1,10 @@
-// llama.cpp's tokenizer test vectors (../shared/tokenizer-vectors): every
-// string of <vocab>.gguf.inp must encode to the ids of its .out line, with
-// add_special = false (no BOS/EOS).
+// llama.cpp's tokenizer test vectors (../shared/vocab, from
+// llama-cpp-python 0.3.36): every string of ggml-vocab-NAME.gguf.inp must
+// encode to the ids of its .out line, as llama.cpp's test-tokenizer-0
+// tokenizes (add_special = false: no BOS/EOS; parse_special = false).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -26,29 +28,36 @@ std::string read_text(const std::filesystem::path& path) {
   return text.str();
 }
 
-// The .inp strings are each followed by the separator; the .out lines hold
-// the ids of one string each.
-std::vector<Vector> read_vectors(const std::string& vocab) {
-  const auto dir = test::shared_dir() / "tokenizer-vectors";
-  const std::string inputs = read_text(dir / (vocab + ".inp"));
+std::filesystem::path vocab_path(const std::string& name) {
+  return test::shared_dir() / "vocab" / ("ggml-vocab-" + name + ".gguf");
+}
+
+// The .inp strings are separated by the separator line (the last may end
+// the file without one, as test-tokenizer-0 reads them); the .out lines
+// hold the ids of one string each.
+std::vector<Vector> read_vectors(const std::string& name) {
+  const std::string inputs = read_text(vocab_path(name).string() + ".inp");
   const std::string separator = "\n__ggml_vocab_test__\n";
   std::vector<Vector> vectors;
-  for (std::size_t at = 0, next; (next = inputs.find(separator, at)) != std::string::npos;
-       at = next + separator.size()) {
+  for (std::size_t at = 0; at < inputs.size();) {
+    const std::size_t next = std::min(inputs.find(separator, at), inputs.size());
     vectors.push_back({inputs.substr(at, next - at), {}});
+    at = next + separator.size();
   }
-  std::istringstream outputs(read_text(dir / (vocab + ".out")));
+  std::istringstream outputs(read_text(vocab_path(name).string() + ".out"));
   std::string line;
-  for (auto& v : vectors) {
-    if (!std::getline(outputs, line)) break;
+  std::size_t lines = 0;
+  for (; std::getline(outputs, line); ++lines) {
+    if (lines >= vectors.size()) continue;
     std::istringstream ids(line);
-    for (int id; ids >> id;) v.ids.push_back(id);
+    for (int id; ids >> id;) vectors[lines].ids.push_back(id);
   }
+  EXPECT_EQ(lines, vectors.size()) << name << ": .out lines for .inp strings";
   return vectors;
 }
 
-Tokenizer load_vocab(const std::string& vocab) {
-  auto t = Tokenizer::load((test::shared_dir() / "tokenizer-vectors" / vocab).string());
+Tokenizer load_vocab(const std::string& name) {
+  auto t = Tokenizer::load(vocab_path(name).string());
   if (!t) {
     ADD_FAILURE() << t.error().message();
     std::abort();
@@ -56,37 +65,88 @@ Tokenizer load_vocab(const std::string& vocab) {
   return std::move(*t);
 }
 
-void expect_all_vectors_pass(const std::string& vocab, TokenizerKind kind) {
-  const Tokenizer tokenizer = load_vocab(vocab);
+void expect_all_vectors_pass(const std::string& name, TokenizerKind kind, const std::string& pre) {
+  const Tokenizer tokenizer = load_vocab(name);
   EXPECT_EQ(tokenizer.kind(), kind);
-  const auto vectors = read_vectors(vocab);
+  EXPECT_EQ(tokenizer.pre_tokenizer(), pre);
+  const auto vectors = read_vectors(name);
   ASSERT_EQ(vectors.size(), 46u);
   for (const auto& v : vectors) {
     auto ids = tokenizer.encode(v.text, false, false);
     ASSERT_TRUE(ids) << ids.error().message();
-    EXPECT_EQ(*ids, v.ids) << vocab << ": '" << v.text << "'";
+    EXPECT_EQ(*ids, v.ids) << name << ": '" << v.text << "'";
   }
 }
 
-TEST(TokenizerVectors, LlamaSentencePiece) {
-  expect_all_vectors_pass("ggml-vocab-llama-spm.gguf", TokenizerKind::sentencepiece);
+TEST(TokenizerVectors, LlamaSentencePiece) { expect_all_vectors_pass("llama-spm", TokenizerKind::sentencepiece, ""); }
+TEST(TokenizerVectors, Phi3SentencePiece) { expect_all_vectors_pass("phi-3", TokenizerKind::sentencepiece, ""); }
+TEST(TokenizerVectors, Gpt2) { expect_all_vectors_pass("gpt-2", TokenizerKind::byte_bpe, "gpt-2"); }
+TEST(TokenizerVectors, Llama3) { expect_all_vectors_pass("llama-bpe", TokenizerKind::byte_bpe, "llama-bpe"); }
+TEST(TokenizerVectors, Qwen2) { expect_all_vectors_pass("qwen2", TokenizerKind::byte_bpe, "qwen2"); }
+TEST(TokenizerVectors, DeepseekLlm) {
+  expect_all_vectors_pass("deepseek-llm", TokenizerKind::byte_bpe, "deepseek-llm");
+}
+TEST(TokenizerVectors, DeepseekCoder) {
+  expect_all_vectors_pass("deepseek-coder", TokenizerKind::byte_bpe, "deepseek-coder");
+}
+TEST(TokenizerVectors, Falcon) { expect_all_vectors_pass("falcon", TokenizerKind::byte_bpe, "falcon"); }
+TEST(TokenizerVectors, Starcoder) { expect_all_vectors_pass("starcoder", TokenizerKind::byte_bpe, "starcoder"); }
+TEST(TokenizerVectors, Refact) { expect_all_vectors_pass("refact", TokenizerKind::byte_bpe, "refact"); }
+TEST(TokenizerVectors, Mpt) { expect_all_vectors_pass("mpt", TokenizerKind::byte_bpe, "mpt"); }
+TEST(TokenizerVectors, CommandR) { expect_all_vectors_pass("command-r", TokenizerKind::byte_bpe, "command-r"); }
+TEST(TokenizerVectors, Gemma4) { expect_all_vectors_pass("gemma-4", TokenizerKind::piece_bpe, "gemma4"); }
+
+const char* const kBpeVocabularies[] = {"gpt-2",     "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "falcon",
+                                        "starcoder", "refact",    "mpt",   "command-r",    "gemma-4"};
+
+// Decoding the ids of every vector gives its text back, byte for byte, for
+// byte-level BPE (added tokens included) and Gemma 4's pieces.
+TEST(TokenizerVectors, BpeDecodingGivesTheTextBack) {
+  for (const char* name : kBpeVocabularies) {
+    const Tokenizer tokenizer = load_vocab(name);
+    for (const auto& v : read_vectors(name)) {
+      std::string decoded;
+      for (std::size_t i = 0; i < v.ids.size(); ++i) decoded += tokenizer.decode(i ? v.ids[i - 1] : -1, v.ids[i]);
+      EXPECT_EQ(decoded, v.text) << name;
+    }
+  }
 }
 
-TEST(TokenizerVectors, Gpt2ByteLevelBpe) { expect_all_vectors_pass("ggml-vocab-gpt-2.gguf", TokenizerKind::byte_bpe); }
+// The text a SentencePiece token stands for: its piece with U+2581 as a
+// space, or the byte of a `<0xNN>` piece.
+std::string piece_text(const Tokenizer& tokenizer, int id) {
+  const std::string& piece = tokenizer.piece(id);
+  if (piece.size() == 6 && piece.rfind("<0x", 0) == 0)
+    return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+  std::string text;
+  for (std::size_t at = 0; at < piece.size();) {
+    const bool space = piece.compare(at, 3, "\xE2\x96\x81") == 0;
+    text += space ? std::string(" ") : piece.substr(at, 1);
+    at += space ? 3 : 1;
+  }
+  return text;
+}
 
-TEST(TokenizerVectors, ByteLevelDecodingGivesTheTextBack) {
-  const Tokenizer tokenizer = load_vocab("ggml-vocab-gpt-2.gguf");
-  for (const auto& v : read_vectors("ggml-vocab-gpt-2.gguf")) {
-    std::string decoded;
-    for (std::size_t i = 0; i < v.ids.size(); ++i) decoded += tokenizer.decode(i ? v.ids[i - 1] : -1, v.ids[i]);
-    EXPECT_EQ(decoded, v.text);
+// Baichuan's vocabulary has no vectors: it reads as SentencePiece, and the
+// pieces of every text's tokens spell the text after the dummy-prefix
+// space (bytes it has no piece for included).
+TEST(TokenizerVectors, BaichuanSentencePieceSpellsTheText) {
+  const Tokenizer tokenizer = load_vocab("baichuan");
+  EXPECT_EQ(tokenizer.kind(), TokenizerKind::sentencepiece);
+  EXPECT_TRUE(tokenizer.add_bos());
+  for (const auto& v : read_vectors("llama-spm")) {
+    auto ids = tokenizer.encode(v.text, false, false);
+    ASSERT_TRUE(ids) << ids.error().message();
+    std::string spelt;
+    for (int id : *ids) spelt += piece_text(tokenizer, id);
+    EXPECT_EQ(spelt, v.text.empty() ? "" : " " + v.text);
   }
 }
 
 // A vocabulary written back into a GGUF file reads as the same tokenizer.
 TEST(TokenizerVectors, VocabulariesSurviveAGgufRoundTrip) {
   test::TempDir dir;
-  for (const char* vocab : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf"}) {
+  for (const char* vocab : {"llama-spm", "gpt-2", "llama-bpe", "gemma-4"}) {
     const Tokenizer original = load_vocab(vocab);
     ASSERT_TRUE(gguf::write(dir.file(vocab), original.gguf_metadata(), {}));
     auto copy = Tokenizer::load(dir.file(vocab));
@@ -94,6 +154,8 @@ TEST(TokenizerVectors, VocabulariesSurviveAGgufRoundTrip) {
     EXPECT_EQ(copy->kind(), original.kind());
     EXPECT_EQ(copy->bos_id(), original.bos_id());
     EXPECT_EQ(copy->eos_id(), original.eos_id());
+    EXPECT_EQ(copy->add_bos(), original.add_bos());
+    EXPECT_EQ(copy->end_of_generation(), original.end_of_generation());
     for (const auto& v : read_vectors(vocab)) EXPECT_EQ(*copy->encode(v.text, false, false), v.ids) << vocab;
   }
 }
@@ -109,7 +171,7 @@ TEST(TokenizerVectors, Llama2cVocabularyConvertsToSentencePiece) {
   ASSERT_TRUE(copy) << copy.error().message();
   EXPECT_EQ(copy->kind(), TokenizerKind::sentencepiece);
   EXPECT_EQ(copy->piece(403), "\xE2\x96\x81Once");
-  for (const auto& v : read_vectors("ggml-vocab-llama-spm.gguf")) {
+  for (const auto& v : read_vectors("llama-spm")) {
     auto a = original->encode(v.text, true, false);
     auto b = copy->encode(v.text, true, false);
     ASSERT_TRUE(a && b);
@@ -142,15 +204,19 @@ double cost_ratio_of_doubling(const Tokenizer& tokenizer, const std::string& twi
 }
 
 // Encoding is O(n log n): a text twice as long costs at most 2.2 times the
-// work, for prose and for one long word (a single pre-tokenizer word is
-// merged as a whole), with each kind of tokenizer. Pairwise rescanning
-// (O(n^2)) costs four times.
+// work, for prose, for one long word (a single pre-tokenizer word is
+// merged as a whole) and for one long run of spaces (which backtracking
+// pre-tokenizer patterns such as deepseek-llm's `\s+$` would rescan), with
+// each kind of tokenizer. Pairwise rescanning (O(n^2)) costs four times.
 TEST(TokenizerCost, TwiceTheTextCostsAboutTwiceTheWork) {
   const Tokenizer stories = test::load_stories_tokenizer();
-  const Tokenizer spm = load_vocab("ggml-vocab-llama-spm.gguf");
-  const Tokenizer bpe = load_vocab("ggml-vocab-gpt-2.gguf");
-  for (const Tokenizer* tokenizer : {&stories, &spm, &bpe}) {
-    for (const std::string& text : {prose(64 * 1024), std::string(16 * 1024, 'a')}) {
+  const Tokenizer spm = load_vocab("llama-spm");
+  const Tokenizer bpe = load_vocab("gpt-2");
+  const Tokenizer llama3 = load_vocab("llama-bpe");
+  const Tokenizer deepseek = load_vocab("deepseek-llm");
+  const Tokenizer gemma4 = load_vocab("gemma-4");
+  for (const Tokenizer* tokenizer : {&stories, &spm, &bpe, &llama3, &deepseek, &gemma4}) {
+    for (const std::string& text : {prose(64 * 1024), std::string(16 * 1024, 'a'), std::string(16 * 1024, ' ')}) {
       const double ratio = cost_ratio_of_doubling(*tokenizer, text);
       EXPECT_LE(ratio, 2.2) << "vocabulary of " << tokenizer->vocab_size() << ", " << text.size() << " bytes";
       EXPECT_GE(ratio, 1.8);  // the count does grow with the text

@@ -21,6 +21,7 @@ Command add_convert_command(CLI::App& app);
 Command add_node_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
+Command add_tokenize_command(CLI::App& app);
 
 // Prints "accord: error: <message>" to stderr, unprintable bytes escaped
 // (accord::printable), and returns exit code 1.

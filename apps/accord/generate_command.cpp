@@ -423,7 +423,9 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--tokenizer", args->tokenizer,
                   "tokenizer file, llama2.c or GGUF (default: a GGUF model's own vocabulary; for .bin "
                   "NAME.tokenizer.bin, tokenizer.bin or tok<vocab>.bin beside the model)");
-  cmd->add_option("--prompt", args->prompt, "prompt text (default: empty, start from BOS alone)");
+  cmd->add_option("--prompt", args->prompt,
+                  "prompt text (default: empty, start from BOS alone); BOS added as the vocabulary says, "
+                  "special tokens such as <|im_start|> parsed");
   // Every option is checked here, as it is parsed, so that a bad one is a
   // command-line error (exit 2) before the model is opened, not a failed
   // generation after a long load.

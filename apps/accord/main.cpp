@@ -36,11 +36,12 @@ int main(int argc, char** argv) {
   const accord::cli::Command node = accord::cli::add_node_command(app);
   const accord::cli::Command bench = accord::cli::add_bench_command(app);
   const accord::cli::Command serve = accord::cli::add_serve_command(app);
+  const accord::cli::Command tokenize = accord::cli::add_tokenize_command(app);
   if (argc > 1 && argv[1][0] != '-') {
     const auto known = app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; });
     if (known.empty()) {
       std::cerr << "accord: error: unknown command '" << accord::printable(argv[1])
-                << "' (commands: generate, synth, inspect, convert, node, bench, serve)" << std::endl;
+                << "' (commands: generate, synth, inspect, convert, node, bench, serve, tokenize)" << std::endl;
       return 2;
     }
   }
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("convert")) return convert();
     if (app.got_subcommand("node")) return node();
     if (app.got_subcommand("bench")) return bench();
+    if (app.got_subcommand("tokenize")) return tokenize();
     return synth();
   } catch (const std::exception& e) {
     return accord::cli::fail(std::string("unexpected failure: ") + e.what());

@@ -126,6 +126,14 @@ Result<CacheUse> try_prompt_cache(GenerationTarget& target, const std::filesyste
   }
 }
 
+// Generation stops on BOS (as run.c does) and on every token the
+// vocabulary says ends generation (EOS, <|eot_id|>, <|im_end|>, ...).
+std::vector<int> stop_tokens_of(const Tokenizer& tokenizer) {
+  std::vector<int> stop = tokenizer.end_of_generation();
+  if (tokenizer.bos_id() >= 0) stop.push_back(tokenizer.bos_id());
+  return stop;
+}
+
 // One generation: filled in step by step into `result`, which is what the
 // caller gets whether it ends well or with an error.
 class Generation {
@@ -138,7 +146,7 @@ class Generation {
         sink_(sink),
         warn_(warn),
         sampler_(options.sampler),
-        stop_tokens_{tokenizer.bos_id(), tokenizer.eos_id()} {}
+        stop_tokens_(stop_tokens_of(tokenizer)) {}
 
   GenerationResult& result() { return result_; }
 
@@ -157,10 +165,14 @@ class Generation {
   }
 
  private:
-  // Encodes the prompt, checks that it fits and emits its pieces.
+  // Encodes the prompt as llama.cpp does (BOS and EOS as the vocabulary
+  // says, special tokens written in it parsed), checks that it fits and
+  // emits its pieces.
   Status encode(std::string_view prompt) {
-    auto encoded = tokenizer_.encode(prompt, /*bos=*/true, /*eos=*/false);
+    const EncodeOptions encoding{.bos = tokenizer_.add_bos(), .eos = tokenizer_.add_eos(), .parse_special = true};
+    auto encoded = tokenizer_.encode(prompt, encoding);
     if (!encoded) return encoded.error();
+    if (encoded->empty()) return Error(ErrorCode::contract, "the prompt is empty and the vocabulary adds no BOS");
     result_.prompt_tokens = std::move(*encoded);
     const int prompt_length = static_cast<int>(result_.prompt_tokens.size());
     const int context = target_.config().seq_len;
@@ -169,8 +181,8 @@ class Generation {
                                             " tokens long, past the model's context of " + std::to_string(context) +
                                             " tokens");
     }
-    for (int i = 1; i < prompt_length; ++i) {
-      emit(result_.prompt_tokens[i - 1], result_.prompt_tokens[i], options_.emit_prompt);
+    for (int i = encoding.bos ? 1 : 0; i < prompt_length; ++i) {
+      emit(i > 0 ? result_.prompt_tokens[i - 1] : -1, result_.prompt_tokens[i], options_.emit_prompt);
     }
     return {};
   }

@@ -2,10 +2,13 @@
 // transaction (reusing a prompt cache when one fits), then sample and decode
 // one token at a time, streaming pieces.
 //
-// Counting follows llama2.c: the prompt (BOS included) is prefilled, the
-// first token is sampled from the prefill's logits, and every further token
-// costs one decode step. Generation stops after max_tokens tokens, when the
-// model samples BOS or EOS (not emitted), or when the context is full.
+// Counting follows llama2.c: the prompt (BOS included when the vocabulary
+// adds it; special tokens written in it parsed, as llama.cpp does) is
+// prefilled, the first token is sampled from the prefill's logits, and
+// every further token costs one decode step. Generation stops after
+// max_tokens tokens, when the model samples BOS or a token that ends
+// generation (EOS, <|eot_id|>, <|im_end|>, ...: Tokenizer::
+// end_of_generation; not emitted), or when the context is full.
 //
 // Speculative decoding (options.drafter): a drafter guesses up to
 // draft_tokens tokens after each generated one, and one prediction-target

@@ -123,6 +123,7 @@ Result<Tokenizer> Tokenizer::build(TokenizerKind kind, std::vector<std::string> 
   t.bos_id_ = bos_id;
   t.eos_id_ = eos_id;
   t.byte_ids_.fill(-1);
+  t.attributes_.assign(t.pieces_.size(), kTokenNormal);
   for (int id = 0; id < t.vocab_size(); ++id) {
     const std::string& piece = t.pieces_[static_cast<std::size_t>(id)];
     t.ids_.emplace(piece, id);
@@ -133,9 +134,26 @@ Result<Tokenizer> Tokenizer::build(TokenizerKind kind, std::vector<std::string> 
   return t;
 }
 
+// A llama2.c vocabulary has no token types: BOS and EOS are its control
+// tokens, `<0xNN>` its byte tokens and `<unk>` its unknown one, as the
+// GGUF "llama" vocabularies llama.cpp writes for such models say.
 Result<Tokenizer> Tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<float> scores, int bos_id,
                                          int eos_id) {
-  return build(TokenizerKind::llama2c, std::move(pieces), std::move(scores), bos_id, eos_id);
+  auto t = build(TokenizerKind::llama2c, std::move(pieces), std::move(scores), bos_id, eos_id);
+  if (!t) return t;
+  for (int id = 0; id < t->vocab_size(); ++id) {
+    std::uint8_t& attributes = t->attributes_[static_cast<std::size_t>(id)];
+    if (id == bos_id || id == eos_id) {
+      attributes = kTokenControl;
+    } else if (t->is_byte_piece(id)) {
+      attributes = kTokenByte;
+    } else if (t->piece(id) == "<unk>") {
+      attributes = kTokenUnknown;
+    }
+  }
+  if (eos_id >= 0 && eos_id < t->vocab_size()) t->end_of_generation_ = {eos_id};
+  t->collect_special_tokens();
+  return t;
 }
 
 Result<Tokenizer> Tokenizer::load(const std::string& path) {
@@ -216,31 +234,43 @@ int Tokenizer::lookup(std::string_view piece) const {
   return it == ids_.end() ? -1 : it->second;
 }
 
-Result<std::vector<int>> Tokenizer::encode(std::string_view text, bool bos, bool eos, EncodeCost* cost) const {
-  if ((bos && bos_id_ < 0) || (eos && eos_id_ < 0)) {
+Result<std::vector<int>> Tokenizer::encode(std::string_view text, const EncodeOptions& options,
+                                           EncodeCost* cost) const {
+  if ((options.bos && bos_id_ < 0) || (options.eos && eos_id_ < 0)) {
     return Error(ErrorCode::contract, "the vocabulary names no BOS or EOS token");
   }
-  auto body = kind_ == TokenizerKind::byte_bpe ? encode_bpe(text, cost) : encode_sentencepiece(text, cost);
-  if (!body) return body.error();
   std::vector<int> tokens;
-  tokens.reserve(body->size() + 2);
-  if (bos) tokens.push_back(bos_id_);
-  tokens.insert(tokens.end(), body->begin(), body->end());
-  if (eos) tokens.push_back(eos_id_);
+  if (options.bos) tokens.push_back(bos_id_);
+  bool after_special = true;  // SentencePiece's dummy prefix goes before such text
+  for (const Fragment& fragment : partition(text, options.parse_special)) {
+    if (fragment.token >= 0) {
+      tokens.push_back(fragment.token);
+      after_special = true;
+      continue;
+    }
+    const std::string_view part = text.substr(fragment.begin, fragment.length);
+    if (kind_ == TokenizerKind::byte_bpe || kind_ == TokenizerKind::piece_bpe) {
+      encode_bpe(part, tokens, cost);
+    } else if (Status ok = encode_sentencepiece(part, after_special, tokens, cost); !ok) {
+      return ok.error();
+    }
+    after_special = false;
+  }
+  if (options.eos) tokens.push_back(eos_id_);
   return tokens;
 }
 
-Result<std::vector<int>> Tokenizer::encode_sentencepiece(std::string_view text, EncodeCost* cost) const {
-  std::vector<int> tokens;
-  if (text.empty()) return tokens;
-  // Non-empty text starts with a dummy-prefix space; GGUF vocabularies
-  // spell every space as U+2581.
-  std::string normalized = add_space_prefix_ ? " " : "";
+Status Tokenizer::encode_sentencepiece(std::string_view text, bool space_prefix, std::vector<int>& tokens,
+                                       EncodeCost* cost) const {
+  // GGUF vocabularies spell every space as U+2581.
+  std::string normalized = add_space_prefix_ && space_prefix ? " " : "";
   normalized += text;
   if (kind_ == TokenizerKind::sentencepiece) normalized = replace_all(normalized, " ", kSpaceMark);
-  if (Status ok = append_code_points(normalized, tokens); !ok) return ok.error();
-  merge_by_score(tokens, cost);
-  return tokens;
+  std::vector<int> part;
+  if (Status ok = append_code_points(normalized, part); !ok) return ok;
+  merge_by_score(part, cost);
+  tokens.insert(tokens.end(), part.begin(), part.end());
+  return {};
 }
 
 // One token per code point; unknown code points fall back to byte pieces.
@@ -311,7 +341,10 @@ void Tokenizer::merge_by_score(std::vector<int>& tokens, EncodeCost* cost) const
 }
 
 int Tokenizer::merge_rank(const std::string& left, const std::string& right) const {
-  const auto it = merge_ranks_.find(left + " " + right);
+  std::string key = left;
+  key.push_back('\0');
+  key += right;
+  const auto it = merge_ranks_.find(key);
   return it == merge_ranks_.end() ? -1 : it->second;
 }
 
@@ -355,24 +388,61 @@ void Tokenizer::merge_by_rank(std::vector<std::string>& symbols, EncodeCost* cos
   symbols.resize(kept);
 }
 
-Result<std::vector<int>> Tokenizer::encode_bpe(std::string_view text, EncodeCost* cost) const {
-  std::vector<int> tokens;
-  for (std::string_view word : unicode::gpt2_words(text)) {
-    std::vector<std::string> symbols;
-    for (char c : word) symbols.push_back(unicode::byte_to_unicode(static_cast<std::uint8_t>(c)));
-    merge_by_rank(symbols, cost);
-    for (const std::string& symbol : symbols) {
-      const int id = lookup(symbol);
-      if (id < 0)
-        return Error(ErrorCode::contract, "cannot encode '" + symbol + "': the vocabulary has no token for it");
+void Tokenizer::encode_bpe(std::string_view text, std::vector<int>& tokens, EncodeCost* cost) const {
+  const std::string escaped = pre_.escape_whitespace() ? replace_all(text, " ", kSpaceMark) : std::string(text);
+  std::uint64_t steps = 0;
+  for (const std::string& word : pre_.words(escaped, steps)) encode_bpe_word(word, tokens, cost);
+  if (cost != nullptr) cost->pattern_steps += steps;
+}
+
+// llama.cpp's llm_tokenizer_bpe_session for one word.
+void Tokenizer::encode_bpe_word(const std::string& word, std::vector<int>& tokens, EncodeCost* cost) const {
+  // Llama 3 takes a word that is a token as it is; Gemma 4 a run of
+  // newlines that is one.
+  const bool newlines = kind_ == TokenizerKind::piece_bpe && word.find_first_not_of('\n') == std::string::npos;
+  if (pre_.ignore_merges() || newlines) {
+    if (const int id = lookup(word); id >= 0) {
       tokens.push_back(id);
+      return;
     }
   }
-  return tokens;
+  std::vector<std::string> symbols;
+  for (std::size_t at = 0; at < word.size();) {
+    const std::size_t length = unicode::decode_utf8(word, at).length;
+    symbols.push_back(word.substr(at, length));
+    at += length;
+  }
+  merge_by_rank(symbols, cost);
+  for (const std::string& symbol : symbols) {
+    if (const int id = lookup(symbol); id >= 0) {
+      tokens.push_back(id);
+    } else {
+      append_symbol_bytes(symbol, tokens);
+    }
+  }
+}
+
+// A symbol with no token becomes the tokens of its bytes: the one-byte
+// piece (byte-level) or `<0xNN>` (Gemma 4); a byte with neither is
+// dropped, as llama.cpp drops it.
+void Tokenizer::append_symbol_bytes(const std::string& symbol, std::vector<int>& tokens) const {
+  for (char c : symbol) {
+    const int id = pre_.byte_encode() ? lookup(std::string(1, c)) : byte_ids_[static_cast<unsigned char>(c)];
+    if (id >= 0) tokens.push_back(id);
+  }
 }
 
 std::string Tokenizer::decode(int previous, int token) const {
-  return kind_ == TokenizerKind::byte_bpe ? decode_bpe(token) : decode_sentencepiece(previous, token);
+  switch (kind_) {
+    case TokenizerKind::byte_bpe: return decode_bpe(token);
+    case TokenizerKind::piece_bpe: return decode_pieces(token);
+    default: return decode_sentencepiece(previous, token);
+  }
+}
+
+std::string Tokenizer::decode_pieces(int token) const {
+  if (const int byte = byte_piece_value(piece(token)); byte >= 0) return std::string(1, static_cast<char>(byte));
+  return replace_all(piece(token), kSpaceMark, " ");
 }
 
 std::string Tokenizer::decode_sentencepiece(int previous, int token) const {
@@ -392,10 +462,12 @@ std::string Tokenizer::decode_sentencepiece(int previous, int token) const {
   return out;
 }
 
-// Each character of a byte-level piece stands for one byte; characters
-// outside GPT-2's table (in added tokens) are kept as they are.
+// Each character of a byte-level piece stands for one byte; user-defined
+// tokens are their text, and characters outside GPT-2's table (in other
+// added tokens) are kept as they are.
 std::string Tokenizer::decode_bpe(int token) const {
   const std::string& text = piece(token);
+  if ((attributes(token) & kTokenUserDefined) != 0) return text;
   std::string out;
   for (std::size_t at = 0; at < text.size();) {
     const unicode::CodePoint cp = unicode::decode_utf8(text, at);
