@@ -17,7 +17,8 @@
 //   leaves lanes 8..15 an fma of zeros. A Q4_0 partial is computed from
 //   the stored nibbles, v + 8, as sum (v + 8) x - 8 sum x: the same
 //   integer.)
-// - BF16 weights: as F16, each value converted to float exactly first.
+// - BF16 weights: as F16, each value converted to float exactly first,
+//   against the activations rounded to BF16 (Activations::bf16_values).
 // - K-quant weights (Q2_K .. Q6_K, super-blocks of 256) meet activations
 //   in ggml's Q8_K (quantize_q8_k: per 256 values, scale d_x, int8 quants,
 //   sums of 16). Super-block b gives two exact integers, as ggml's
@@ -54,7 +55,11 @@ static constexpr int block_pairs(int cols) { return (cols / kBlock + 1) / 2; }
 
 // A batch of input rows, with their 8-bit form when the weights are quantized.
 struct Activations {
-  const float* values = nullptr;        // (batch, cols)
+  const float* values = nullptr;  // (batch, cols)
+  // The values rounded to BF16 (to nearest, ties to even), which BF16
+  // weights meet, as llama.cpp's do (their vec_dot_type is BF16):
+  // (batch, cols); BF16 only.
+  const float* bf16_values = nullptr;
   const std::int8_t* quants = nullptr;  // (batch, cols), block formats only
   // The quants' scales laid out as the lanes they multiply: per token and
   // pair of blocks (b, b + 1), 8 lanes of b's scale then 8 of b + 1's

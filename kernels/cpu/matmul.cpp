@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/aligned.hpp"
 #include "kernels/cpu/kernel_table.hpp"
+#include "kernels/cpu/kquant.hpp"
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/quant.hpp"
 
@@ -85,8 +86,10 @@ struct InputNeeds {
   bool quantized = false;     // an 8-bit form: a block type is among them
   bool nibbles = false;       // the Q4_0 offsets too
   bool super_blocks = false;  // Q8_K: a K-quant is among them
+  bool bf16 = false;          // the values rounded to BF16
 
   void add(const Matrix& w) {
+    bf16 = bf16 || w.type == WeightType::bf16;
     quantized = quantized || is_block_type(w.type);
     nibbles = nibbles || w.type == WeightType::q4_0;
     super_blocks = super_blocks || is_k_quant(w.type);
@@ -109,6 +112,12 @@ Activations prepare(ThreadPool& pool, const float* x, int batch, int cols, Input
     activations.k_quants = super_blocks.quants.data();
     activations.k_scales = super_blocks.scales.data();
     activations.k_sums = super_blocks.sums.data();
+  }
+  if (needs.bf16) {
+    thread_local AlignedVector<float> rounded;
+    rounded.resize(static_cast<std::size_t>(batch) * static_cast<std::size_t>(cols));
+    for (std::size_t i = 0; i < rounded.size(); ++i) rounded[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    activations.bf16_values = rounded.data();
   }
   if (needs.quantized) {
     thread_local QuantizedBatch quantized;

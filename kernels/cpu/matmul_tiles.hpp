@@ -46,6 +46,7 @@ namespace accord::cpu::tiles {
 struct F32Format {
   static constexpr bool kBlocks = false;
   static constexpr std::size_t kUnitValues = 1, kUnitBytes = 4;
+  static const float* input(const Activations& x) { return x.values; }
   template <class V>
   static typename V::Vec load(const std::byte* row, int i) {
     return V::load(row + 4 * static_cast<std::size_t>(i));
@@ -61,6 +62,7 @@ struct F32Format {
 struct F16Format {
   static constexpr bool kBlocks = false;
   static constexpr std::size_t kUnitValues = 1, kUnitBytes = 2;
+  static const float* input(const Activations& x) { return x.values; }
   template <class V>
   static typename V::Vec load(const std::byte* row, int i) {
     return V::load_half(row + 2 * static_cast<std::size_t>(i));
@@ -76,6 +78,7 @@ struct F16Format {
 struct BF16Format {
   static constexpr bool kBlocks = false;
   static constexpr std::size_t kUnitValues = 1, kUnitBytes = 2;
+  static const float* input(const Activations& x) { return x.bf16_values; }
   template <class V>
   static typename V::Vec load(const std::byte* row, int i) {
     return V::load_bf16(row + 2 * static_cast<std::size_t>(i));
@@ -206,7 +209,7 @@ void float_tile(const Matrix& w, const Activations& x, float* out, int row0, int
   const std::byte* rows[R];
   const float* tokens[T];
   for (int r = 0; r < R; ++r) rows[r] = row_of<V, Format>(w, row0 + r);
-  for (int t = 0; t < T; ++t) tokens[t] = x.values + static_cast<std::size_t>(tok0 + t) * w.cols;
+  for (int t = 0; t < T; ++t) tokens[t] = Format::input(x) + static_cast<std::size_t>(tok0 + t) * w.cols;
   float_tile<V, Format, R, T>(rows, tokens, w.cols, out + static_cast<std::size_t>(tok0) * w.rows + row0,
                               static_cast<std::size_t>(w.rows));
 }
