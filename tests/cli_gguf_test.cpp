@@ -46,6 +46,31 @@ TEST(CliGguf, GenerateTakesTheTokenizerFromTheFile) {
   EXPECT_EQ(json.at("model_format"), "gguf-v3");
 }
 
+// --chat puts the prompt in the model's template (stories260K has none:
+// plain) and prints the reply alone, which ends before the next "User:".
+TEST(CliGguf, ChatRendersTheTemplateAndPrintsTheReplyAlone) {
+  const std::vector<std::string> greedy = {"generate", "--model",      stories_gguf(), "--temperature",
+                                           "0",        "--max-tokens", "40",           "--json"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = greedy;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto result = run_accord(args);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return nlohmann::json::parse(result.output);
+  };
+  const auto chat = with({"--chat", "--prompt", "Hi"});
+  const auto plain = with({"--prompt", "User: Hi\nAssistant:"});
+  EXPECT_EQ(chat.at("prompt_tokens"), plain.at("prompt_tokens"));
+  const std::string reply = chat.at("reply"), text = plain.at("text");
+  EXPECT_EQ(reply.find("\nUser:"), std::string::npos) << reply;
+  EXPECT_NE(text.find("Assistant:" + reply), std::string::npos) << reply << " | " << text;
+  const auto no_chat = run_accord({"generate", "--model", stories_gguf(), "--chat-template", "chatml"});
+  EXPECT_EQ(no_chat.exit_code, 2) << no_chat.output;
+  const auto unknown = run_accord({"generate", "--model", stories_gguf(), "--chat", "--chat-template", "nosuch"});
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
+  EXPECT_NE(unknown.output.find("'nosuch' is neither a built-in"), std::string::npos) << unknown.output;
+}
+
 TEST(CliGguf, InspectPrintsConfigurationTensorsAndIdentity) {
   const auto gguf = run_accord({"inspect", stories_gguf()});
   ASSERT_EQ(gguf.exit_code, 0) << gguf.output;

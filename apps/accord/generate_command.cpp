@@ -22,6 +22,8 @@
 #include "runtime/io/env.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/residency.hpp"
+#include "runtime/serve/chat_template.hpp"
+#include "runtime/serve/stop_filter.hpp"
 #include "runtime/session/session.hpp"
 #include "runtime/text/tokenizer.hpp"
 
@@ -54,6 +56,9 @@ struct GenerateArgs {
   std::uint64_t max_resident_bytes = 0;  // --max-resident-bytes: each rank's weights budget
   BackendArgs compute;                   // --backend, --devices
   int context = kDefaultContext;         // --ctx-size
+  bool chat = false;                     // --chat: the prompt is a user's message in the chat template
+  std::string chat_template;             // --chat-template
+  std::vector<std::string> reply_stops;  // with --chat: the template's end of the assistant's turn
 };
 
 constexpr std::string_view kDraftModelPrefix = "model:";
@@ -195,14 +200,26 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
   options.prompt_cache = args.prompt_cache;
   options.retries = args.retries;
   options.heal_attempts = args.heal_attempts;
+  // With --chat only the reply is printed, and it ends before the
+  // template's end of turn.
+  serve::StopFilter reply(args.reply_stops);
+  std::string reply_text;
+  auto print = [&](const std::string& text) {
+    reply_text += text;
+    if (args.json) return;
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  };
   PieceSink stream;
-  if (!args.json) {
-    stream = [](std::string_view piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    };
+  if (!args.json || args.chat) {
+    stream = [&](std::string_view piece) { print(args.chat ? reply.push(piece) : std::string(piece)); };
+  }
+  if (args.chat) {
+    options.emit_prompt = false;
+    options.stop_requested = [&reply] { return reply.stopped(); };
   }
   const auto outcome = generate(target, tokenizer, args.prompt, options, stream, warn);
+  if (args.chat) print(reply.flush());
   const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
   if (args.json) {
     nlohmann::json json = to_json(result, model, args.threads);
@@ -216,6 +233,7 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
       json["accepted_tokens"] = result.accepted_tokens;
       json["acceptance_rate"] = result.acceptance_rate();
     }
+    if (args.chat) json["reply"] = reply_text;
     if (!outcome) json["error"] = outcome.error().message();
     print_json(json);
   } else {
@@ -276,6 +294,12 @@ int run_generate(GenerateArgs args) {
   if (!header) return fail(header.error().message());
   auto tokenizer = find_tokenizer(args.tokenizer, args.model, *header);
   if (!tokenizer) return fail(tokenizer.error().message());
+  if (args.chat) {
+    auto chat = serve::chat_template_for(args.chat_template, args.model);
+    if (!chat) return fail(chat.error().message());
+    args.prompt = chat->render({{"user", args.prompt}});
+    args.reply_stops = chat->stop_sequences();
+  }
   // A coordinator of nodes reads no weights: each node reads its shard.
   ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
   load.context = args.context;
@@ -431,6 +455,13 @@ Command add_generate_command(CLI::App& app) {
   // generation after a long load.
   add_sampling_options(*cmd, *args);
   add_context_option(*cmd, args->context);
+  cmd->add_flag("--chat", args->chat,
+                "the prompt is a user's message: it goes into the model's chat template (docs/serve.md), only the "
+                "reply is printed, and the reply ends at the template's end of turn");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "with --chat: a built-in (chatml, llama3, gemma, phi3, mistral-v7, ...) or a Jinja file recognised "
+                  "as one (default: the GGUF's tokenizer.chat_template, else plain)")
+      ->needs("--chat");
   cmd->add_option("--threads", args->threads,
                   "CPU threads of the compute pool, which in-process ranks share; each node of --peers makes "
                   "a pool of this many. At most " +

@@ -102,16 +102,10 @@ Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, con
 
 // The chat template: --chat-template, else the GGUF's own, else `plain`.
 Result<serve::ChatTemplate> chat_template(const ServeArgs& args) {
-  if (!args.chat_template.empty()) return serve::chat_template_from_option(args.chat_template);
-  auto jinja = serve::gguf_chat_template(args.model);
-  if (!jinja) return jinja.error();
-  if (jinja->empty()) {
-    spdlog::info("the model has no chat template: chat uses `plain` (--chat-template chooses another)");
-    return serve::ChatTemplate{serve::ChatFormat::plain};
-  }
-  auto recognised = serve::recognise_chat_template(*jinja);
-  if (!recognised) return Error(recognised.error().code(), args.model + ": " + recognised.error().message());
-  return recognised;
+  bool plain = false;
+  auto chat = serve::chat_template_for(args.chat_template, args.model, &plain);
+  if (plain) spdlog::info("the model has no chat template: chat uses `plain` (--chat-template chooses another)");
+  return chat;
 }
 
 // --api-key, or the first line of --api-key-file; empty: none. The file is

@@ -333,4 +333,18 @@ Result<std::string> gguf_chat_template(const std::string& model_path) {
   return std::string(*text);
 }
 
+Result<ChatTemplate> chat_template_for(const std::string& option, const std::string& model_path, bool* fell_back) {
+  if (fell_back != nullptr) *fell_back = false;
+  if (!option.empty()) return chat_template_from_option(option);
+  auto jinja = gguf_chat_template(model_path);
+  if (!jinja) return jinja.error();
+  if (jinja->empty()) {
+    if (fell_back != nullptr) *fell_back = true;
+    return ChatTemplate{ChatFormat::plain};
+  }
+  auto recognised = recognise_chat_template(*jinja);
+  if (!recognised) return Error(recognised.error().code(), model_path + ": " + recognised.error().message());
+  return recognised;
+}
+
 }  // namespace accord::serve

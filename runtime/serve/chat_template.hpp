@@ -75,4 +75,10 @@ Result<ChatTemplate> chat_template_from_option(const std::string& name_or_file);
 // not a GGUF file).
 Result<std::string> gguf_chat_template(const std::string& model_path);
 
+// The template a command uses: --chat-template's `option` when given, else
+// the model's own, else `plain`; `*fell_back` (when given) tells whether
+// plain was taken for want of one.
+Result<ChatTemplate> chat_template_for(const std::string& option, const std::string& model_path,
+                                       bool* fell_back = nullptr);
+
 }  // namespace accord::serve
