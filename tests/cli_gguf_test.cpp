@@ -75,13 +75,14 @@ TEST(CliGguf, InspectPrintsConfigurationTensorsAndIdentity) {
   const auto gguf = run_accord({"inspect", stories_gguf()});
   ASSERT_EQ(gguf.exit_code, 0) << gguf.output;
   for (const char* fragment : {"gguf-v3", "architecture llama", "seq_len      2048", "48 tensors",
-                               "blk.4.ffn_down.weight", "172 x 64", "identity     ", "XXH3-128"}) {
+                               "blk.4.ffn_down.weight", "172 x 64", "identity     ", "XXH3-128",
+                               "tokenizer    SentencePiece (llama), 512 tokens, BOS added", "types        F32 x48"}) {
     EXPECT_NE(gguf.output.find(fragment), std::string::npos) << fragment << " in\n" << gguf.output;
   }
   const auto bin = run_accord({"inspect", test::stories_model()});
   ASSERT_EQ(bin.exit_code, 0) << bin.output;
-  for (const char* fragment :
-       {"llama2c-legacy", "seq_len      512", "13 tensors", "5 x 64 x 64", "freq_cis_real", "identity"}) {
+  for (const char* fragment : {"llama2c-legacy", "seq_len      512", "13 tensors", "5 x 64 x 64", "freq_cis_real",
+                               "identity", "tokenizer    none in the file"}) {
     EXPECT_NE(bin.output.find(fragment), std::string::npos) << fragment << " in\n" << bin.output;
   }
   const auto bad = run_accord({"inspect", "/nonexistent/model.gguf"});

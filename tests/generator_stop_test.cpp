@@ -59,22 +59,8 @@ class ScriptedTarget final : public GenerationTarget {
   int position_ = 0;
 };
 
-Tokenizer load_vocab(const std::string& name) {
-  auto t = Tokenizer::load((test::shared_dir() / "vocab" / ("ggml-vocab-" + name + ".gguf")).string());
-  if (!t) {
-    ADD_FAILURE() << t.error().message();
-    std::abort();
-  }
-  return std::move(*t);
-}
-
-int id_of(const Tokenizer& tokenizer, const std::string& piece) {
-  for (int id = 0; id < tokenizer.vocab_size(); ++id) {
-    if (tokenizer.piece(id) == piece) return id;
-  }
-  ADD_FAILURE() << "no token '" << piece << "'";
-  return -1;
-}
+using test::id_of;
+using test::load_vocab;
 
 GenerationResult generate_script(const Tokenizer& tokenizer, ScriptedTarget& target, const std::string& prompt) {
   GenerationOptions options;

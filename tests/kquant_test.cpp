@@ -27,26 +27,9 @@ using test::random_floats;
 constexpr WeightType kKQuants[] = {WeightType::q2_k, WeightType::q3_k, WeightType::q4_k,
                                    WeightType::q5_k, WeightType::q6_k, WeightType::iq4_xs};
 
-struct StoredMatrix {
-  std::vector<std::byte> bytes;
-  Matrix matrix;
-};
-
-StoredMatrix make_matrix(WeightType type, int rows, int cols, unsigned seed) {
-  const auto values = random_floats(static_cast<std::size_t>(rows) * cols, seed);
-  StoredMatrix m;
-  m.bytes.resize(static_cast<std::size_t>(rows) * row_bytes(type, static_cast<std::size_t>(cols)));
-  quantize_values(type, m.bytes.data(), values.data(), values.size());
-  m.matrix = {type, m.bytes.data(), rows, cols};
-  return m;
-}
-
-std::vector<float> product(const Matrix& w, const std::vector<float>& x, int batch, int threads) {
-  ThreadPool pool(threads);
-  std::vector<float> out(static_cast<std::size_t>(batch) * w.rows);
-  matmul(pool, out.data(), x.data(), w, batch);
-  return out;
-}
+using test::make_matrix;
+using test::StoredMatrix;
+using test::product;
 
 // Three super-blocks (an odd count), 37 rows (no tile fills them), and
 // batches past the 64 tokens a row keeps at once.

@@ -25,27 +25,9 @@ namespace {
 using test::bit_identical;
 using test::random_floats;
 
-// A (rows, cols) matrix of `type` made from random floats; owns its bytes.
-struct StoredMatrix {
-  std::vector<std::byte> bytes;
-  Matrix matrix;
-};
-
-StoredMatrix make_matrix(WeightType type, int rows, int cols, unsigned seed) {
-  const auto values = random_floats(static_cast<std::size_t>(rows) * cols, seed);
-  StoredMatrix m;
-  m.bytes.resize(static_cast<std::size_t>(rows) * row_bytes(type, static_cast<std::size_t>(cols)));
-  quantize_values(type, m.bytes.data(), values.data(), values.size());
-  m.matrix = {type, m.bytes.data(), rows, cols};
-  return m;
-}
-
-std::vector<float> product(const Matrix& w, const std::vector<float>& x, int batch, int threads) {
-  ThreadPool pool(threads);
-  std::vector<float> out(static_cast<std::size_t>(batch) * w.rows);
-  matmul(pool, out.data(), x.data(), w, batch);
-  return out;
-}
+using test::make_matrix;
+using test::StoredMatrix;
+using test::product;
 
 bool is_block(WeightType type) { return type == WeightType::q8_0 || type == WeightType::q4_0; }
 

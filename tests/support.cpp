@@ -1,5 +1,6 @@
 #include "tests/support.hpp"
 
+#include "kernels/cpu/matmul.hpp"
 #include "runtime/text/sampler.hpp"
 
 #include <fcntl.h>
@@ -189,6 +190,39 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+Tokenizer load_vocab(const std::string& name) {
+  auto t = Tokenizer::load((shared_dir() / "vocab" / ("ggml-vocab-" + name + ".gguf")).string());
+  if (!t) {
+    ADD_FAILURE() << t.error().message();
+    std::abort();
+  }
+  return std::move(*t);
+}
+
+int id_of(const Tokenizer& tokenizer, const std::string& piece) {
+  for (int id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (tokenizer.piece(id) == piece) return id;
+  }
+  ADD_FAILURE() << "no token '" << piece << "'";
+  return -1;
+}
+
+StoredMatrix make_matrix(cpu::WeightType type, int rows, int cols, unsigned seed) {
+  const auto values = random_floats(static_cast<std::size_t>(rows) * cols, seed);
+  StoredMatrix m;
+  m.bytes.resize(static_cast<std::size_t>(rows) * cpu::row_bytes(type, static_cast<std::size_t>(cols)));
+  cpu::quantize_values(type, m.bytes.data(), values.data(), values.size());
+  m.matrix = {type, m.bytes.data(), rows, cols};
+  return m;
+}
+
+std::vector<float> product(const cpu::Matrix& w, const std::vector<float>& x, int batch, int threads) {
+  cpu::ThreadPool pool(threads);
+  std::vector<float> out(static_cast<std::size_t>(batch) * w.rows);
+  cpu::matmul(pool, out.data(), x.data(), w, batch);
+  return out;
 }
 
 }  // namespace accord::test

@@ -14,6 +14,7 @@
 
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/isa.hpp"
+#include "kernels/cpu/matrix.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/target.hpp"
 #include "runtime/model/model.hpp"
@@ -38,10 +39,23 @@ std::string stories_tokenizer();  // models/tok512.bin
 // binary, since every test that asks needs them.
 Model load_stories_model();
 Tokenizer load_stories_tokenizer();
+// shared/vocab/ggml-vocab-NAME.gguf's tokenizer; a missing one stops the binary.
+Tokenizer load_vocab(const std::string& name);
+// The id of the token spelt `piece` (a failure and -1 when there is none).
+int id_of(const Tokenizer& tokenizer, const std::string& piece);
 
 std::vector<float> to_vector(std::span<const float> values);
 // n floats uniform in [-1, 1), the same for the same seed.
 std::vector<float> random_floats(std::size_t n, unsigned seed);
+
+// A (rows, cols) matrix of `type` quantized from random floats; owns its bytes.
+struct StoredMatrix {
+  std::vector<std::byte> bytes;
+  cpu::Matrix matrix;
+};
+StoredMatrix make_matrix(cpu::WeightType type, int rows, int cols, unsigned seed);
+// w times `batch` rows of x on a pool of `threads`: (batch, w.rows).
+std::vector<float> product(const cpu::Matrix& w, const std::vector<float>& x, int batch, int threads);
 
 // The logits of the prefill of `prompt` and of `steps` greedy decode steps
 // after it, one after another, of a Session or a DistributedSession.

@@ -2,11 +2,13 @@
 #include <CLI/CLI.hpp>
 #include <cinttypes>
 #include <cstdio>
+#include <map>
 #include <memory>
 
 #include "apps/accord/commands.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/text/tokenizer.hpp"
 
 namespace accord::cli {
 
@@ -35,6 +37,38 @@ void print_config(const Model& model) {
   for (const auto& [type, bytes] : model.weight_bytes_by_type())
     std::printf(" %s %" PRIu64 " bytes", type.c_str(), bytes);
   std::printf(" (in place; %zu norm floats converted)\n", model.owned_floats());
+  std::map<std::string, int> counts;
+  for (const StoredTensor& t : model.tensors()) ++counts[t.type];
+  std::printf("types       ");
+  for (const auto& [type, count] : counts) std::printf(" %s x%d", type.c_str(), count);
+  std::printf("\n");
+}
+
+const char* kind_name(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::llama2c: return "llama2.c";
+    case TokenizerKind::sentencepiece: return "SentencePiece (llama)";
+    case TokenizerKind::byte_bpe: return "byte-level BPE (gpt2)";
+    case TokenizerKind::piece_bpe: return "Gemma 4 (gemma4)";
+  }
+  return "unknown";
+}
+
+// A GGUF file's vocabulary; a llama2.c checkpoint has none of its own.
+void print_tokenizer(const Model& model) {
+  if (!model.format().starts_with("gguf")) {
+    std::printf("tokenizer    none in the file (a llama2.c tokenizer.bin beside it)\n");
+    return;
+  }
+  auto tokenizer = Tokenizer::load(model.path());
+  if (!tokenizer) {
+    std::printf("tokenizer    unreadable: %s\n", tokenizer.error().message().c_str());
+    return;
+  }
+  const std::string pre = tokenizer->pre_tokenizer().empty() ? "" : ", pre-tokenizer " + tokenizer->pre_tokenizer();
+  std::printf("tokenizer    %s%s, %d tokens, BOS %s, %zu end-of-generation tokens\n", kind_name(tokenizer->kind()),
+              pre.c_str(), tokenizer->vocab_size(), tokenizer->add_bos() ? "added" : "not added",
+              tokenizer->end_of_generation().size());
 }
 
 void print_tensors(const Model& model) {
@@ -50,6 +84,7 @@ int run_inspect(const std::string& path) {
   auto model = Model::load(path);
   if (!model) return fail(model.error().message());
   print_config(*model);
+  print_tokenizer(*model);
   print_tensors(*model);
   // The identity a prompt cache records: the same weights give the same
   // identity whatever file format they were loaded from.
