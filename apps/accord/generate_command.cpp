@@ -271,6 +271,17 @@ Result<std::vector<Fault>> fault_plan(GenerateArgs& args) {
   return plan;
 }
 
+// With --chat: the prompt becomes a user's message in the chat template,
+// and the reply stops at the template's end of turn.
+Status render_chat(GenerateArgs& args) {
+  if (!args.chat) return {};
+  auto chat = serve::chat_template_for(args.chat_template, args.model);
+  if (!chat) return chat.error();
+  args.prompt = chat->render({{"user", args.prompt}});
+  args.reply_stops = chat->stop_sequences();
+  return {};
+}
+
 int run_generate(GenerateArgs args) {
   args.seed = sampler_seed(args.seed_text);
   // With --peers the ranks compute on the nodes, and each node caps the
@@ -294,12 +305,7 @@ int run_generate(GenerateArgs args) {
   if (!header) return fail(header.error().message());
   auto tokenizer = find_tokenizer(args.tokenizer, args.model, *header);
   if (!tokenizer) return fail(tokenizer.error().message());
-  if (args.chat) {
-    auto chat = serve::chat_template_for(args.chat_template, args.model);
-    if (!chat) return fail(chat.error().message());
-    args.prompt = chat->render({{"user", args.prompt}});
-    args.reply_stops = chat->stop_sequences();
-  }
+  if (Status chat = render_chat(args); !chat) return fail(chat.error().message());
   // A coordinator of nodes reads no weights: each node reads its shard.
   ModelLoad load{args.peers.empty() ? WeightScope::everything() : WeightScope::nothing(), args.threads};
   load.context = args.context;
