@@ -279,15 +279,21 @@ TEST_F(RemoteHealingTest, ChaosNodesKilledFrozenAndResumed) {
     for (int r = 0; r < 3; ++r) peers.push_back(nodes_[static_cast<std::size_t>(r)]->address());
     auto session = DistributedSession::connect(peers, model_, options);
     // Seen in fresh clones' suites on a busy machine: a node that a run
-    // before had killed, frozen or resumed did not answer in time, and then
-    // still held its rank of that failed connection until it saw that
-    // connection's coordinator go. A supervisor would connect again after a
-    // pause; the logs say what the nodes did.
-    for (int attempt = 1; !session && attempt <= 4; ++attempt) {
-      std::cout << "run " << i << ": connecting failed (" << session.error().message() << "), again in 2 s\n"
+    // before had killed or frozen did not answer within the setup timeout,
+    // and another kept the rank of that failed connection, never told that
+    // its coordinator went (a known gap: docs/healing.md). A supervisor
+    // restarts the nodes then, and so does this test; the logs say what the
+    // nodes did.
+    for (int attempt = 1; !session && attempt <= 2; ++attempt) {
+      std::cout << "run " << i << ": connecting failed (" << session.error().message()
+                << "), again with restarted nodes\n"
                 << node_logs();
       ++reconnects;
-      std::this_thread::sleep_for(std::chrono::seconds(2));
+      for (auto& node : nodes_) {
+        const std::uint16_t port = node->port();
+        node->kill_hard();
+        node = std::make_unique<NodeProcess>(logs_, test::test_node_options(), port);
+      }
       session = DistributedSession::connect(peers, model_, options);
     }
     ASSERT_TRUE(session) << "run " << i << ": " << session.error().message() << "\n" << node_logs();
