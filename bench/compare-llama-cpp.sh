@@ -9,7 +9,7 @@
 # ACCORD       the accord binary to measure (copy it first if a build may
 #              replace it during the run)
 # MODEL_DIR    GGUF models named *-f32.gguf, *-f16.gguf, *-q8_0.gguf,
-#              *-q4_0.gguf (e.g. from `accord synth` then `accord convert
+#              *-q4_0.gguf, *-bf16.gguf, *-q4_k_m.gguf, *-q6_k.gguf (e.g. from `accord synth` then `accord convert
 #              --type T`); every precision found is measured
 # RUNS         measurements of each cell (default 3); the table shows the
 #              median and, in brackets, the smallest and largest
@@ -60,12 +60,12 @@ waited_total=0
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "RUNS must be a positive integer: $runs" >&2; exit 2; }
 
 models=()
-for precision in f32 f16 q8_0 q4_0; do
+for precision in f32 f16 bf16 q8_0 q4_0 q4_k_m q6_k; do
   for file in "$model_dir"/*-"$precision".gguf; do
     [[ -f $file ]] && models+=("$file")
   done
 done
-[[ ${#models[@]} -gt 0 ]] || { echo "no *-{f32,f16,q8_0,q4_0}.gguf in $model_dir" >&2; exit 2; }
+[[ ${#models[@]} -gt 0 ]] || { echo "no *-{f32,f16,bf16,q8_0,q4_0,q4_k_m,q6_k}.gguf in $model_dir" >&2; exit 2; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
