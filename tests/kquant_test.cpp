@@ -28,8 +28,8 @@ constexpr WeightType kKQuants[] = {WeightType::q2_k, WeightType::q3_k, WeightTyp
                                    WeightType::q5_k, WeightType::q6_k, WeightType::iq4_xs};
 
 using test::make_matrix;
-using test::StoredMatrix;
 using test::product;
+using test::StoredMatrix;
 
 // Three super-blocks (an odd count), 37 rows (no tile fills them), and
 // batches past the 64 tokens a row keeps at once.
@@ -41,18 +41,7 @@ TEST(KQuant, EveryPathGivesTheSameBitsForEveryType) {
     const StoredMatrix w = make_matrix(type, rows, cols, 7);
     for (int batch : {1, 3, 9, 67}) {
       const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 11);
-      std::vector<float> portable;
-      {
-        test::CpuPathScope scope(Isa::portable);
-        ASSERT_TRUE(scope.ok());
-        portable = product(w.matrix, x, batch, 1);
-      }
-      for (Isa isa : {Isa::avx2, Isa::avx512}) {
-        test::CpuPathScope scope(isa);
-        if (!scope.ok()) continue;
-        EXPECT_TRUE(bit_identical(product(w.matrix, x, batch, 2), portable))
-            << to_string(type) << " on " << to_string(isa) << ", batch " << batch;
-      }
+      test::expect_every_path_gives_portables_bits(w.matrix, x, batch);
       EXPECT_TRUE(bit_identical(product(w.matrix, x, batch, 3), product(w.matrix, x, batch, 1)));
     }
   }

@@ -26,8 +26,8 @@ using test::bit_identical;
 using test::random_floats;
 
 using test::make_matrix;
-using test::StoredMatrix;
 using test::product;
+using test::StoredMatrix;
 
 bool is_block(WeightType type) { return type == WeightType::q8_0 || type == WeightType::q4_0; }
 
@@ -43,18 +43,7 @@ TEST(Matmul, EveryPathGivesTheSameBitsForEveryType) {
     const StoredMatrix w = make_matrix(type, rows, cols, 7);
     for (int batch : {1, 3, 9}) {
       const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 11);
-      std::vector<float> portable;
-      {
-        test::CpuPathScope scope(Isa::portable);
-        ASSERT_TRUE(scope.ok());
-        portable = product(w.matrix, x, batch, 1);
-      }
-      for (Isa isa : {Isa::avx2, Isa::avx512}) {
-        test::CpuPathScope scope(isa);
-        if (!scope.ok()) continue;  // this CPU lacks it; best_isa() is covered below
-        EXPECT_TRUE(bit_identical(product(w.matrix, x, batch, 2), portable))
-            << to_string(type) << " on " << to_string(isa) << ", batch " << batch;
-      }
+      test::expect_every_path_gives_portables_bits(w.matrix, x, batch);
     }
   }
 }

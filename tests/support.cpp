@@ -225,4 +225,19 @@ std::vector<float> product(const cpu::Matrix& w, const std::vector<float>& x, in
   return out;
 }
 
+void expect_every_path_gives_portables_bits(const cpu::Matrix& w, const std::vector<float>& x, int batch) {
+  std::vector<float> portable;
+  {
+    CpuPathScope scope(cpu::Isa::portable);
+    ASSERT_TRUE(scope.ok());
+    portable = product(w, x, batch, 1);
+  }
+  for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+    CpuPathScope scope(isa);
+    if (!scope.ok()) continue;
+    EXPECT_TRUE(bit_identical(product(w, x, batch, 2), portable))
+        << cpu::to_string(w.type) << " on " << cpu::to_string(isa) << ", batch " << batch;
+  }
+}
+
 }  // namespace accord::test

@@ -56,6 +56,10 @@ struct StoredMatrix {
 StoredMatrix make_matrix(cpu::WeightType type, int rows, int cols, unsigned seed);
 // w times `batch` rows of x on a pool of `threads`: (batch, w.rows).
 std::vector<float> product(const cpu::Matrix& w, const std::vector<float>& x, int batch, int threads);
+// The product on 2 threads of every vector path this CPU has gives the
+// portable path's bits on 1 (a path the CPU lacks is skipped; best_isa()
+// is checked elsewhere).
+void expect_every_path_gives_portables_bits(const cpu::Matrix& w, const std::vector<float>& x, int batch);
 
 // The logits of the prefill of `prompt` and of `steps` greedy decode steps
 // after it, one after another, of a Session or a DistributedSession.
