@@ -17,5 +17,6 @@ using shard_atom = caf::atom_constant<caf::atom("shard")>;
 using name_atom = caf::atom_constant<caf::atom("name")>;
 using down_atom = caf::atom_constant<caf::atom("down")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
 
 }  // namespace accord

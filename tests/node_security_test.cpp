@@ -526,6 +526,25 @@ TEST_F(NodeActorTest, ARunningSessionsRankIsNotTakenOver) {
   EXPECT_TRUE(eventually([&] { return assign(assignment_for(model, 3), next).empty(); }));
 }
 
+// A coordinator that gave up on a node's answer tells it so, naming its
+// session; the node lets the rank go though that coordinator still runs
+// (its session went on with a spare), and only for that session.
+TEST_F(NodeActorTest, ARankIsReleasedWhenItsSessionGivesUpOnTheNode) {
+  start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
+  SyntheticModelOptions synthetic;
+  synthetic.config = test::small_config();
+  const Model model = test::synthetic_model(models_, synthetic, "small.bin");
+  auto owner = coordinator();
+  ASSERT_EQ(assign(assignment_for(model, 1), owner), "");
+  auto next = coordinator();
+  self_->send(node_, release_atom::value, std::uint64_t{2});
+  EXPECT_EQ(refusal_of(assignment_for(model, 2), next).code, NodeRefusalCode::rank_taken)
+      << "a release naming another session freed the rank";
+  self_->send(node_, release_atom::value, std::uint64_t{1});
+  EXPECT_EQ(assign(assignment_for(model, 2), next), "") << "the session's release did not free the rank";
+  caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
+}
+
 TEST_F(NodeActorTest, FaultPlansNeedAllowFaults) {
   start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
   SyntheticModelOptions synthetic;
