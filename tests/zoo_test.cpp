@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -21,6 +22,8 @@
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "runtime/generate/drafter.hpp"
+#include "runtime/generate/generator.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/stage_backend.hpp"
@@ -28,6 +31,8 @@
 #include "runtime/rank/partition.hpp"
 #include "runtime/session/session.hpp"
 #include "runtime/text/sampler.hpp"
+#include "runtime/text/tokenizer.hpp"
+#include "tests/node_process.hpp"
 #include "tests/support.hpp"
 
 namespace accord {
@@ -272,12 +277,90 @@ INSTANTIATE_TEST_SUITE_P(
                     QuantizedFile{"gemma3-Q4_K_M.gguf", {64, 20, 64}},
                     QuantizedFile{"phi3-Q4_K_M.gguf", {64, 23, 64}}));
 
+// The rest of the engine on each architecture and type: speculative
+// decoding (the file as its own draft, so verification steps of five rows)
+// and the prompt cache (saved, then hit) give plain greedy decoding's
+// tokens, and so does the file's own tokenizer end to end.
+TEST_P(ZooQuantized, SpeculativeDecodingAndThePromptCacheGiveGreedysTokens) {
+  const auto path = (test::shared_dir() / "models" / "zoo" / GetParam().file).string();
+  auto model = Model::load(path);
+  ASSERT_TRUE(model) << model.error().message();
+  auto tokenizer = Tokenizer::load(path);
+  ASSERT_TRUE(tokenizer) << tokenizer.error().message();
+  const std::string prompt = "The quick brown fox jumps over the lazy dog";
+  GenerationOptions options;
+  options.max_tokens = 24;
+  options.sampler.temperature = 0.0f;
+  const auto run = [&](const GenerationOptions& o) {
+    Session session(*model, pool_);
+    auto result = generate(session, *tokenizer, prompt, o);
+    EXPECT_TRUE(result) << result.error().message();
+    return result ? *result : GenerationResult{};
+  };
+  const GenerationResult plain = run(options);
+  ASSERT_FALSE(plain.generated_tokens.empty());
+  ModelDrafter drafter(*model, 1);
+  GenerationOptions speculative = options;
+  speculative.drafter = &drafter;
+  const GenerationResult drafted = run(speculative);
+  EXPECT_EQ(drafted.generated_tokens, plain.generated_tokens) << "speculative decoding";
+  EXPECT_EQ(drafted.accepted_tokens, drafted.drafted_tokens) << "the file as its own draft";
+  test::TempDir cache;
+  GenerationOptions cached = options;
+  cached.prompt_cache = cache.path();
+  const GenerationResult saved = run(cached);
+  EXPECT_EQ(saved.prompt_cache, PromptCacheOutcome::saved);
+  EXPECT_EQ(saved.generated_tokens, plain.generated_tokens) << "saving the prompt cache";
+  const GenerationResult hit = run(cached);
+  EXPECT_EQ(hit.prompt_cache, PromptCacheOutcome::hit);
+  EXPECT_EQ(hit.generated_tokens, plain.generated_tokens) << "from the prompt cache";
+}
+
 TEST(ZooQuantizedRefusals, MixtureOfExpertsFilesAreRefusedByName) {
   for (const char* file : {"mixtral-Q4_K_M.gguf", "qwen3moe-Q4_K_M.gguf"}) {
     auto header = Model::read_header((test::shared_dir() / "models" / "zoo" / file).string());
     ASSERT_FALSE(header) << file;
     EXPECT_NE(header.error().message().find("mixture-of-experts models are not supported"), std::string::npos)
         << header.error().message();
+  }
+}
+
+// The zoo's dense files on three `accord node` processes serving its
+// folder (--model-dir) give one rank's tokens, prompt by prompt; with
+// ZooQuantized's floors, llama.cpp's. Each node reads only its rank's
+// shard.
+TEST(RemoteZoo, ThreeNodesGiveOneRanksTokensForEveryDenseFile) {
+  const auto zoo = test::shared_dir() / "models" / "zoo";
+  test::TempDir logs;
+  std::vector<std::unique_ptr<test::NodeProcess>> nodes;
+  std::vector<NodeAddress> peers;
+  for (int r = 0; r < 3; ++r) {
+    nodes.push_back(std::make_unique<test::NodeProcess>(logs, std::vector<std::string>{"--model-dir", zoo.string()}));
+    ASSERT_NE(nodes.back()->port(), 0) << nodes.back()->log();
+    peers.push_back(nodes.back()->address());
+  }
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(zoo)) {
+    if (entry.path().extension() == ".gguf") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  cpu::ThreadPool pool(2);
+  for (const auto& path : files) {
+    auto model = Model::load(path.string());
+    if (!model) {
+      EXPECT_NE(model.error().message().find("mixture-of-experts"), std::string::npos) << model.error().message();
+      continue;
+    }
+    const std::string file = path.filename().string();
+    auto remote = DistributedSession::connect(peers, *model, DistributedOptions{});
+    ASSERT_TRUE(remote) << file << ": " << remote.error().message();
+    for (const ZooCase& c : reference_cases(file, "zoo.json")) {
+      Session one(*model, pool);
+      ASSERT_TRUE((*remote)->reset());
+      EXPECT_EQ(greedy_tokens(**remote, c.prompt_tokens, c.generated_tokens.size()),
+                greedy_tokens(one, c.prompt_tokens, c.generated_tokens.size()))
+          << file << ", prompt of " << c.prompt_tokens.size() << " tokens";
+    }
   }
 }
 
