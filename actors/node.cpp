@@ -207,6 +207,13 @@ Status check_faults_allowed(const NodeState& s, const NodeAssignment& assignment
   return Error(ErrorCode::contract, s.options.name + " does not take fault plans (start it with --allow-faults)");
 }
 
+Status check_context(const NodeState& s, const NodeAssignment& assignment) {
+  if (s.options.max_context == 0 || assignment.context <= s.options.max_context) return {};
+  return Error(ErrorCode::contract, s.options.name + " holds at most " + std::to_string(s.options.max_context) +
+                                        " positions a session (its --ctx-size); the session asks for " +
+                                        std::to_string(assignment.context));
+}
+
 // Why the node turns `assignment` down before reading any model, or none.
 NodeRefusal check_assignment(const NodeState& s, const NodeAssignment& assignment) {
   if (Status ok = check_faults_allowed(s, assignment); !ok) {
@@ -218,6 +225,7 @@ NodeRefusal check_assignment(const NodeState& s, const NodeAssignment& assignmen
   if (Status ok = check_fault_plan(assignment.faults, static_cast<int>(assignment.unit_counts.size())); !ok) {
     return refusal(NodeRefusalCode::invalid_assignment, ok.error());
   }
+  if (Status ok = check_context(s, assignment); !ok) return refusal(NodeRefusalCode::invalid_assignment, ok.error());
   return {};
 }
 

@@ -49,6 +49,9 @@ struct NodeOptions {
   // --max-resident-bytes: the rank's weights budget (runtime/model/residency.hpp);
   // 0: the coordinator's, if any
   std::uint64_t max_resident_bytes = 0;
+  // --ctx-size: the most positions a session's rank may hold here (its
+  // keys and values); a session asking for more is refused. 0: no limit.
+  int max_context = 0;
   // --backend, --devices: where the node's rank computes.
   BackendChoice backend = {};
   // What the node proves when it connects to the other nodes of its

@@ -545,6 +545,25 @@ TEST_F(NodeActorTest, ARankIsReleasedWhenItsSessionGivesUpOnTheNode) {
   caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
 }
 
+// A node's --ctx-size bounds the keys and values a session may make it hold.
+TEST_F(NodeActorTest, ASessionAskingForMorePositionsThanTheNodeHoldsIsRefused) {
+  NodeOptions options{{}, {}, models_.path(), std::nullopt, false};
+  options.max_context = 64;
+  start(options);
+  SyntheticModelOptions synthetic;
+  synthetic.config = test::small_config();
+  const Model model = test::synthetic_model(models_, synthetic, "small.bin");
+  NodeAssignment assignment = assignment_for(model);
+  assignment.context = 65;
+  const NodeRefusal refusal = refusal_of(assignment, coordinator());
+  EXPECT_EQ(refusal.code, NodeRefusalCode::invalid_assignment);
+  EXPECT_NE(refusal.message.find("holds at most 64 positions a session (its --ctx-size); the session asks for 65"),
+            std::string::npos)
+      << refusal.message;
+  assignment.context = 64;
+  EXPECT_EQ(assign(assignment, coordinator()), "");
+}
+
 TEST_F(NodeActorTest, FaultPlansNeedAllowFaults) {
   start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
   SyntheticModelOptions synthetic;

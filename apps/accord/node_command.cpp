@@ -38,7 +38,8 @@ struct NodeArgs {
   int max_connections = GateOptions{}.max_connections;
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
   std::uint64_t max_resident_bytes = 0;
-  BackendArgs compute;  // --backend, --devices
+  int context = kDefaultContext;  // --ctx-size
+  BackendArgs compute;            // --backend, --devices
 };
 
 class NodeConfig : public caf::actor_system_config {
@@ -97,6 +98,7 @@ Result<NodeOptions> node_options(const NodeArgs& args, const NodeAddress& listen
   options.name = "node " + listen.to_string();
   options.allow_faults = args.allow_faults;
   options.max_resident_bytes = args.max_resident_bytes;
+  options.max_context = args.context;
   auto backend = checked_backend(args.compute);
   if (!backend) return backend.error();
   options.backend = *backend;
@@ -207,6 +209,11 @@ Command add_node_command(CLI::App& app) {
                   "keep at most this many bytes of the rank's weights in memory, streaming the other layers each "
                   "step (default 0: all resident, or the coordinator's budget)")
       ->check(whole_number_range());
+  cmd->add_option("--ctx-size", args->context,
+                  "the most positions a session's rank may hold here (each keeps keys and values for all of "
+                  "them); a coordinator asking for more is refused")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   add_backend_options(*cmd, args->compute);
   return [args] { return run_node(*args); };
 }
