@@ -111,6 +111,7 @@ struct Avx512 {
     return x86::super_block_sum(q, scale, x);
   }
   static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) { return x86::group_sum(a, b); }
+  using Q4KBlock = x86::Q4KBlock;
 };
 
 }  // namespace
