@@ -40,8 +40,9 @@ struct Unpacked {
 };
 
 // How a path reads a super-block of Format: unpacked, unless the path
-// multiplies that format's packed values directly (V::Q4KBlock: Q4_K's
-// nibbles as stored, which ggml's vec_dot_q4_K_q8_K reads too).
+// multiplies that format's packed values directly (V::Q4KBlock,
+// V::Q6KBlock: the values as stored, as ggml's vec_dot_q4_K_q8_K and
+// vec_dot_q6_K_q8_K read them).
 template <class V, class Format>
 struct BlockReader {
   using type = Unpacked<V, Format>;
@@ -50,6 +51,11 @@ template <class V>
 requires requires { typename V::Q4KBlock; }
 struct BlockReader<V, kq::Q4K> {
   using type = typename V::Q4KBlock;
+};
+template <class V>
+requires requires { typename V::Q6KBlock; }
+struct BlockReader<V, kq::Q6K> {
+  using type = typename V::Q6KBlock;
 };
 
 // Row r of w against tokens [tok0, tok0 + count): out[t][r].

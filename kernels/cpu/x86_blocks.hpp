@@ -66,6 +66,13 @@ static inline std::int32_t group_sum(const std::int16_t* a, const std::int16_t* 
                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b))));
 }
 
+// The f16 at p as a float, exactly (F16C; kq::half_at calls the portable
+// conversion out of line, once per super-block).
+static inline float half_at(const std::byte* p) {
+  const std::uint8_t* b = kq::bytes_of(p);
+  return _cvtsh_ss(static_cast<unsigned short>(b[0] | b[1] << 8));
+}
+
 // Q4_K's and Q5_K's eight 6-bit scales and eight minimums from their 12
 // packed bytes (kq::scale_min_k4, four at a time in 32-bit words): bytes
 // 0-7 the scales, 8-15 the minimums.
@@ -93,7 +100,7 @@ namespace {
 class Q4KBlock {
  public:
   explicit Q4KBlock(const std::byte* block)
-      : qs_(kq::bytes_of(block) + 16), d_(kq::half_at(block)), dmin_(kq::half_at(block + 2)) {
+      : qs_(kq::bytes_of(block) + 16), d_(half_at(block)), dmin_(half_at(block + 2)) {
     const __m256i both = _mm256_broadcastsi128_si256(scales_mins_k4(kq::bytes_of(block) + 4));
     // Scale j in every 16-bit lane (byte j, then a zero byte: 0x80 reads as 0).
     for (int j = 0; j < 8; ++j)
@@ -129,6 +136,64 @@ class Q4KBlock {
   float d_, dmin_;
   __m256i scale_[8];
   __m256i mins_;
+};
+
+// A Q6_K super-block read as stored (ql[128], qh[64], scales[16] int8,
+// d: per half of 128 values, value 32k + l has its low four bits in
+// ql[l + 32 (k % 2)], the low nibble for k < 2, and its high two in qh[l]
+// at bit 2k; stored as v + 32), as ggml's vec_dot_q6_K_q8_K reads it: the
+// stored values (0..63, unsigned) times x in pairs (at most 2 * 63 * 127),
+// times the groups' scales, less 32 times the scales against the sums of
+// 16 quants: sum (v + 32) x - 32 sum x = sum v x per group, the same
+// integer S_b as the unpacked SuperBlock gives.
+class Q6KBlock {
+ public:
+  explicit Q6KBlock(const std::byte* block) : bytes_(kq::bytes_of(block)), d_(half_at(block + 208)) {
+    scales_ = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes_ + 192)));
+    // Chunk c of 32 values: group 2c's scale in lanes 0-7, 2c + 1's in
+    // 8-15, picked from the eight scales of its half of the block.
+    const __m256i halves[2] = {_mm256_permute2x128_si256(scales_, scales_, 0x00),
+                               _mm256_permute2x128_si256(scales_, scales_, 0x11)};
+    for (int c = 0; c < 8; ++c) {
+      const int lo = 2 * (2 * c % 8), hi = lo + 2;
+      const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>((hi + 1) << 8 | hi)),
+                                            _mm_set1_epi16(static_cast<short>((lo + 1) << 8 | lo)));
+      scale_[c] = _mm256_shuffle_epi8(halves[c / 4], pick);
+    }
+  }
+  float d() const { return d_; }
+  float dmin() const { return 0.0f; }
+
+  kq::SuperBlockInts against(const std::int8_t* x, const std::int16_t* sums) const {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    __m256i acc = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const std::uint8_t* ql = bytes_ + 64 * half;
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes_ + 128 + 32 * half));
+      // The two high bits of value 32k + l, from bit 2k of qh[l], to bits 4-5.
+      const __m256i values[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
+      for (int k = 0; k < 4; ++k) {
+        const int c = 4 * half + k;
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * c));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(values[k], a), scale_[c]));
+      }
+    }
+    const __m256i offsets = _mm256_madd_epi16(scales_, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)));
+    return {lane_sum(acc) - 32 * lane_sum(offsets), 0};
+  }
+
+ private:
+  const std::uint8_t* bytes_;
+  float d_;
+  __m256i scales_;    // the 16 scales as int16
+  __m256i scale_[8];  // per 32 values, as madd() takes them
 };
 
 }  // namespace
