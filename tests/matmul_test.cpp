@@ -99,9 +99,9 @@ TEST(Matmul, ResultsDependNeitherOnThreadsNorOnBatchSize) {
 // tiles of several tokens and tiles for the tokens left over; on every
 // path each row of the result has the bits of that row multiplied alone on
 // the portable path, for every type, at batch sizes that fill tiles and
-// leave tails of every length. (Q4_K's and Q6_K's values are read as
-// stored on the x86 paths and unpacked on the portable one: the same
-// integers.)
+// leave tails of every length. (Q4_K's, Q5_K's and Q6_K's values are
+// read as stored on the x86 paths and unpacked on the portable one: the
+// same integers.)
 TEST(Matmul, FewRowsGiveTheBitsOfEachRowAloneOnEveryPath) {
   for (int t = 0; t < kWeightTypes; ++t) {
     const auto type = static_cast<WeightType>(t);

@@ -112,6 +112,7 @@ struct Avx512 {
   }
   static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) { return x86::group_sum(a, b); }
   using Q4KBlock = x86::Q4KBlock;
+  using Q5KBlock = x86::Q5KBlock;
   using Q6KBlock = x86::Q6KBlock;
 };
 

@@ -41,8 +41,8 @@ struct Unpacked {
 
 // How a path reads a super-block of Format: unpacked, unless the path
 // multiplies that format's packed values directly (V::Q4KBlock,
-// V::Q6KBlock: the values as stored, as ggml's vec_dot_q4_K_q8_K and
-// vec_dot_q6_K_q8_K read them).
+// V::Q5KBlock, V::Q6KBlock: the values as stored, as ggml's
+// vec_dot_q*_K_q8_K read them).
 template <class V, class Format>
 struct BlockReader {
   using type = Unpacked<V, Format>;
@@ -51,6 +51,11 @@ template <class V>
 requires requires { typename V::Q4KBlock; }
 struct BlockReader<V, kq::Q4K> {
   using type = typename V::Q4KBlock;
+};
+template <class V>
+requires requires { typename V::Q5KBlock; }
+struct BlockReader<V, kq::Q5K> {
+  using type = typename V::Q5KBlock;
 };
 template <class V>
 requires requires { typename V::Q6KBlock; }

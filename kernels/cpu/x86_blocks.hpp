@@ -94,13 +94,19 @@ namespace {
 // qs[32c ..], the next 32 in the high ones), whose nibbles multiply a
 // token's quants straight from the block, as ggml's vec_dot_q4_K_q8_K
 // does, with no unpacked copy: the same integers as kq::unpack_q4_k's
-// SuperBlock gives (kquant_products.hpp's Unpacked). Scales and minimums
-// are spread into registers once, for all the tokens the block meets. In
-// an unnamed namespace, so that each path keeps its own copy.
-class Q4KBlock {
+// SuperBlock gives (kquant_products.hpp's Unpacked). With FifthBit, Q5_K:
+// qh[32] before qs, bit 2c of qh[l] the fifth bit of value 64c + l and
+// bit 2c + 1 that of value 64c + 32 + l. Scales and minimums are spread
+// into registers once, for all the tokens the block meets. In an unnamed
+// namespace, so that each path keeps its own copy.
+template <bool FifthBit>
+class K4Block {
  public:
-  explicit Q4KBlock(const std::byte* block)
-      : qs_(kq::bytes_of(block) + 16), d_(half_at(block)), dmin_(half_at(block + 2)) {
+  explicit K4Block(const std::byte* block)
+      : qh_(kq::bytes_of(block) + 16),
+        qs_(kq::bytes_of(block) + (FifthBit ? 48 : 16)),
+        d_(half_at(block)),
+        dmin_(half_at(block + 2)) {
     const __m256i both = _mm256_broadcastsi128_si256(scales_mins_k4(kq::bytes_of(block) + 4));
     // Scale j in every 16-bit lane (byte j, then a zero byte: 0x80 reads as 0).
     for (int j = 0; j < 8; ++j)
@@ -114,14 +120,23 @@ class Q4KBlock {
   float dmin() const { return dmin_; }
 
   // S_b and M_b against a token's 256 quants x and its sums of 16: per 64
-  // values, the nibbles (0..15, unsigned) times x in pairs (at most
-  // 2 * 15 * 127), times the sub-blocks' scales and added in pairs.
+  // values, the values (0..15, or 0..31 with the fifth bit: unsigned)
+  // times x in pairs (at most 2 * 31 * 127), times the sub-blocks' scales
+  // and added in pairs.
   kq::SuperBlockInts against(const std::int8_t* x, const std::int16_t* sums) const {
     const __m256i mask = _mm256_set1_epi8(0x0F);
     __m256i acc = _mm256_setzero_si256();
+    [[maybe_unused]] __m256i fifth = FifthBit ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh_)) : __m256i{};
     for (int c = 0; c < 4; ++c) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs_ + 32 * c));
-      const __m256i low = _mm256_and_si256(q, mask), high = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      __m256i low = _mm256_and_si256(q, mask), high = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      if constexpr (FifthBit) {
+        // Bit 0 of each byte of `fifth` is value 64c + l's, bit 1 value 64c + 32 + l's.
+        const __m256i one = _mm256_set1_epi8(1);
+        low = _mm256_or_si256(low, _mm256_slli_epi16(_mm256_and_si256(fifth, one), 4));
+        high = _mm256_or_si256(high, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(fifth, 1), one), 4));
+        fifth = _mm256_srli_epi16(fifth, 2);
+      }
       const __m256i x_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * c));
       const __m256i x_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * c + 32));
       acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(low, x_low), scale_[2 * c]));
@@ -132,11 +147,14 @@ class Q4KBlock {
   }
 
  private:
+  const std::uint8_t* qh_;  // Q5_K only
   const std::uint8_t* qs_;
   float d_, dmin_;
   __m256i scale_[8];
   __m256i mins_;
 };
+using Q4KBlock = K4Block<false>;
+using Q5KBlock = K4Block<true>;
 
 // A Q6_K super-block read as stored (ql[128], qh[64], scales[16] int8,
 // d: per half of 128 values, value 32k + l has its low four bits in
