@@ -94,5 +94,14 @@ BENCHMARK(BM_matmul)
     ->ArgsProduct({{0, 2, 4, 5, 6, 7, 8, 9, 10}, {1, 64}, {2048}, {1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+// A few rows at once (a serve batch, a speculative verification): Q8_0,
+// Q4_0 and Q4_K on one thread, where each weight block should serve every
+// row at about a prefill's rate (batch 8 against batch 1 is the figure).
+BENCHMARK(BM_matmul)
+    ->ArgNames({"type", "batch", "rows", "threads"})
+    ->ArgsProduct({{2, 3, 7}, {2, 4, 8, 16}, {768, 2048}, {1}})
+    ->Args({7, 1, 768, 1})  // the other batch-1 cases are in the sets above
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

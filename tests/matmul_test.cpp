@@ -95,6 +95,42 @@ TEST(Matmul, ResultsDependNeitherOnThreadsNorOnBatchSize) {
   }
 }
 
+// A few rows at once (a serve batch, a speculative verification) take
+// tiles of several tokens and tiles for the tokens left over; on every
+// path each row of the result has the bits of that row multiplied alone on
+// the portable path, for every type, at batch sizes that fill tiles and
+// leave tails of every length. (Q4_K's, Q5_K's and Q6_K's values are
+// read as stored on the x86 paths and unpacked on the portable one: the
+// same integers.)
+TEST(Matmul, FewRowsGiveTheBitsOfEachRowAloneOnEveryPath) {
+  for (int t = 0; t < kWeightTypes; ++t) {
+    const auto type = static_cast<WeightType>(t);
+    const int rows = 37, cols = is_k_quant(type) ? 512 : cols_for(type), most = 33;
+    const StoredMatrix w = make_matrix(type, rows, cols, 41);
+    const auto x = random_floats(static_cast<std::size_t>(most) * cols, 42);
+    std::vector<std::vector<float>> alone;
+    {
+      test::CpuPathScope scope(Isa::portable);
+      ASSERT_TRUE(scope.ok());
+      for (int token = 0; token < most; ++token) {
+        alone.push_back(product(w.matrix, {x.begin() + token * cols, x.begin() + (token + 1) * cols}, 1, 1));
+      }
+    }
+    for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512}) {
+      test::CpuPathScope scope(isa);
+      if (!scope.ok()) continue;  // this CPU lacks it
+      for (int batch : {2, 3, 7, 8, 9, 16, 33}) {
+        const auto out = product(w.matrix, {x.begin(), x.begin() + batch * cols}, batch, 1);
+        for (int token = 0; token < batch; ++token) {
+          EXPECT_EQ(0, std::memcmp(out.data() + static_cast<std::size_t>(token) * rows, alone[token].data(),
+                                   alone[token].size() * sizeof(float)))
+              << to_string(type) << " on " << to_string(isa) << ", batch " << batch << ", token " << token;
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, AttentionKernelsFollowTheirDefinitionOnEveryPath) {
   // Shapes past four registers (64 floats), with a single register and a
   // float tail left; rows strided like a KV cache.

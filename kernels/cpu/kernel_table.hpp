@@ -70,6 +70,10 @@ struct Activations {
   // (per token and pair of blocks, 16 lanes; 0 past the last block).
   // (batch, block_pairs(cols), 16); Q4_0 only.
   const std::int32_t* nibble_offsets = nullptr;
+  // For Q8_0, on a path that takes the weights as unsigned bytes (w + 128,
+  // kernels_avx512.cpp): -128 times each sum of four, laid out as
+  // nibble_offsets. (batch, block_pairs(cols), 16); Q8_0 only.
+  const std::int32_t* byte_offsets = nullptr;
   // Q8_K, for K-quant weights: quants (batch, cols), a scale per 256
   // (batch, cols / 256) and the sums of each 16 quants (batch, cols / 16).
   const std::int8_t* k_quants = nullptr;

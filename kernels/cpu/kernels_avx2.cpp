@@ -55,24 +55,24 @@ struct Avx2 {
   static Quants quants(const std::int8_t* b0, const std::int8_t* b1) { return {x86::block(b0), x86::block(b1)}; }
   static Quants quant_pair(const std::int8_t* p) { return quants(p, p + kBlock); }
   static Quants nibbles(const std::byte* b0, const std::byte* b1) { return {x86::nibbles(b0), x86::nibbles(b1)}; }
-  // The operands as they come: partials() needs nothing prepared.
+  // The operands as they come: partials() needs nothing prepared, nor
+  // the token's byte offsets.
   using WeightSide = Quants;
   static Quants weight_side(const Quants& w) { return w; }
-  static Quants activation_side(const Quants& x) { return x; }
   // Sums of four adjacent products: |w| (unsigned) times x with w's sign,
   // in pairs (at most 2 * 128 * 127, no saturation), then pairs of pairs.
   static __m256 block_partials(__m256i w, __m256i x) {
     const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
   }
-  static Vec partials(const Quants& w, const Quants& x) {
+  struct Offsets {
+    __m256i lo, hi;
+  };
+  static Vec partials(const Quants& w, const Quants& x, const Offsets&) {
     return {block_partials(w.lo, x.lo), block_partials(w.hi, x.hi)};
   }
   // Q4_0's nibbles (v + 8, 0..15) are unsigned as stored: pairs of
   // products of at most 2 * 15 * 128, then the token's offsets, -8 sum x.
-  struct Offsets {
-    __m256i lo, hi;
-  };
   static Offsets load_offsets(const std::int32_t* p) {
     return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8))};
@@ -88,6 +88,9 @@ struct Avx2 {
     return x86::super_block_sum(q, scale, x);
   }
   static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) { return x86::group_sum(a, b); }
+  using Q4KBlock = x86::Q4KBlock;
+  using Q5KBlock = x86::Q5KBlock;
+  using Q6KBlock = x86::Q6KBlock;
 };
 
 }  // namespace

@@ -91,34 +91,29 @@ struct Avx512 {
     return _mm512_shuffle_i64x2(halves, halves, _MM_SHUFFLE(3, 1, 2, 0));
   }
   // VPDPBUSD adds four products of unsigned by signed bytes to each 32-bit
-  // lane. The activations become unsigned by an offset of 128 (x ^ 0x80),
-  // once per token; each weight register carries -128 times its sums of
-  // four, once per row, and the products start from it, so the offset
-  // cancels exactly: sum (x + 128) w - 128 sum w = sum x w, in 32 bits.
-  struct WeightSide {
-    Quants w;
-    __m512i offset;
-  };
-  static WeightSide weight_side(Quants w) {
-    const __m512i zero = _mm512_setzero_si512();
-    return {w, _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(-128), w))};
-  }
-  static Quants activation_side(Quants x) { return _mm512_xor_si512(x, _mm512_set1_epi8(-128)); }
-  // Q4_0's nibbles (v + 8, 0..15) are unsigned as stored; the products
-  // start from the token's offsets, -8 sum x.
+  // lane. Q8_0's weights become unsigned by an offset of 128 (w ^ 0x80),
+  // once per row of a tile, and the products start from the token's
+  // offsets, -128 times its sums of four, so the offset cancels exactly:
+  // sum (w + 128) x - 128 sum x = sum w x, in 32 bits. Q4_0's nibbles
+  // (v + 8, 0..15) are unsigned as stored; their products start from -8 sum x.
+  using WeightSide = Quants;
+  static WeightSide weight_side(Quants w) { return _mm512_xor_si512(w, _mm512_set1_epi8(-128)); }
   using Offsets = __m512i;
   static Offsets load_offsets(const std::int32_t* p) { return _mm512_loadu_si512(p); }
-  static Vec nibble_partials(Quants w, Quants x, Offsets offsets) {
+  static Vec partials(WeightSide w, Quants x, Offsets offsets) {
     return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(offsets, w, x));
   }
-  static Vec partials(const WeightSide& w, Quants x) {
-    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(w.offset, x, w.w));
+  static Vec nibble_partials(Quants w, Quants x, Offsets offsets) {
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(offsets, w, x));
   }
   // K-quants: the AVX2 sums (x86_blocks.hpp).
   static std::int32_t super_block_sum(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x) {
     return x86::super_block_sum(q, scale, x);
   }
   static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) { return x86::group_sum(a, b); }
+  using Q4KBlock = x86::Q4KBlock;
+  using Q5KBlock = x86::Q5KBlock;
+  using Q6KBlock = x86::Q6KBlock;
 };
 
 }  // namespace

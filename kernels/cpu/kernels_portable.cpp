@@ -92,10 +92,10 @@ struct Portable {
     if (b1 != nullptr) unpack(b1, q.value + kBlock);
     return q;
   }
-  // The operands as they come: partials() needs nothing prepared.
+  // The operands as they come: partials() needs nothing prepared, nor
+  // the token's byte offsets.
   using WeightSide = Quants;
   static Quants weight_side(const Quants& w) { return w; }
-  static Quants activation_side(const Quants& x) { return x; }
   // Lane l: start[l] plus the products of values 4l .. 4l + 3.
   static Vec sums_of_four(const Quants& w, const Quants& x, const std::int32_t* start) {
     Vec v;
@@ -106,11 +106,11 @@ struct Portable {
     }
     return v;
   }
-  static Vec partials(const Quants& w, const Quants& x) { return sums_of_four(w, x, nullptr); }
-  // Q4_0's nibbles are v + 8; the token's offsets (-8 sum x) start each sum.
   struct Offsets {
     std::int32_t lane[kLanes];
   };
+  static Vec partials(const Quants& w, const Quants& x, const Offsets&) { return sums_of_four(w, x, nullptr); }
+  // Q4_0's nibbles are v + 8; the token's offsets (-8 sum x) start each sum.
   static Offsets load_offsets(const std::int32_t* p) {
     Offsets o;
     std::memcpy(o.lane, p, sizeof o.lane);

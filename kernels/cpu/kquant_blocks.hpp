@@ -32,6 +32,14 @@ struct SuperBlock {
   float d = 0.0f, dmin = 0.0f;
 };
 
+// A super-block's two exact integers against one token (kernel_table.hpp):
+// sum, S_b = sum over groups g of scale_g * sum q_i x_i, and mins, M_b =
+// sum over g of min_g * (sum of g's x) (0 for the formats without minimums).
+struct SuperBlockInts {
+  std::int32_t sum = 0;
+  std::int32_t mins = 0;
+};
+
 // The block's bytes as unsigned chars: loops over them vectorize on
 // bytes, where std::byte's conversions to int kept them scalar.
 static inline const std::uint8_t* bytes_of(const std::byte* p) { return reinterpret_cast<const std::uint8_t*>(p); }

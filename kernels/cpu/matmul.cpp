@@ -24,6 +24,7 @@ struct QuantizedBatch {
   AlignedVector<std::int8_t> quants;
   AlignedVector<float> scale_lanes;            // Activations::scale_lanes
   AlignedVector<std::int32_t> nibble_offsets;  // Activations::nibble_offsets
+  AlignedVector<std::int32_t> byte_offsets;    // Activations::byte_offsets
 };
 
 // The activations' Q8_K form (Activations::k_quants, k_scales, k_sums).
@@ -46,24 +47,32 @@ void quantize_super_blocks(ThreadPool& pool, const float* x, int tokens, int col
   });
 }
 
-// Activations::nibble_offsets of one token: lane l of pair p corrects
-// partial l % 8 of block 2p + l / 8.
-void nibble_offsets(const std::int8_t* quants, int cols, std::int32_t* lanes) {
+// Activations::nibble_offsets (factor -8) or byte_offsets (-128) of one
+// token: lane l of pair p corrects partial l % 8 of block 2p + l / 8.
+void four_sum_offsets(const std::int8_t* quants, int cols, int factor, std::int32_t* lanes) {
   const int blocks = cols / kBlock;
   for (int i = 0; i < block_pairs(cols) * kLanes; ++i) {
     const int block = i / kLanes * 2 + i % kLanes / (kLanes / 2);
     const std::int8_t* four = quants + block * kBlock + i % (kLanes / 2) * 4;
-    lanes[i] = block < blocks ? -8 * (four[0] + four[1] + four[2] + four[3]) : 0;
+    lanes[i] = block < blocks ? factor * (four[0] + four[1] + four[2] + four[3]) : 0;
   }
 }
 
+// Which offsets a pass's block weights need (Activations).
+struct OffsetNeeds {
+  bool nibbles = false;  // Q4_0
+  bool bytes = false;    // Q8_0
+};
+
 // Quantizes every token of x into `batch`, for a product with `cols`
-// inputs, with the Q4_0 offsets when asked; the pool's threads take tokens.
-void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool with_offsets, QuantizedBatch& batch) {
+// inputs, with the offsets asked for; the pool's threads take tokens.
+void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, OffsetNeeds offsets,
+                    QuantizedBatch& batch) {
   const auto lanes_per_token = static_cast<std::size_t>(block_pairs(cols)) * kLanes;
   batch.quants.resize(static_cast<std::size_t>(tokens) * cols);
   batch.scale_lanes.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
-  if (with_offsets) batch.nibble_offsets.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
+  if (offsets.nibbles) batch.nibble_offsets.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
+  if (offsets.bytes) batch.byte_offsets.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
   pool.parallel_for(static_cast<std::size_t>(tokens), [&](std::size_t begin, std::size_t end) {
     for (std::size_t t = begin; t < end; ++t) {
       // The scales land at the start of the token's lanes, then spread
@@ -76,7 +85,8 @@ void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool
         const std::size_t block = i / (kLanes / 2);
         lanes[i] = block < blocks ? lanes[block] : 0.0f;
       }
-      if (with_offsets) nibble_offsets(quants, cols, batch.nibble_offsets.data() + t * lanes_per_token);
+      if (offsets.nibbles) four_sum_offsets(quants, cols, -8, batch.nibble_offsets.data() + t * lanes_per_token);
+      if (offsets.bytes) four_sum_offsets(quants, cols, -128, batch.byte_offsets.data() + t * lanes_per_token);
     }
   });
 }
@@ -84,14 +94,15 @@ void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool
 // What the weights of a pass need of its input.
 struct InputNeeds {
   bool quantized = false;     // an 8-bit form: a block type is among them
-  bool nibbles = false;       // the Q4_0 offsets too
+  OffsetNeeds offsets;        // and the offsets of Q4_0, of Q8_0
   bool super_blocks = false;  // Q8_K: a K-quant is among them
   bool bf16 = false;          // the values rounded to BF16
 
   void add(const Matrix& w) {
     bf16 = bf16 || w.type == WeightType::bf16;
     quantized = quantized || is_block_type(w.type);
-    nibbles = nibbles || w.type == WeightType::q4_0;
+    offsets.nibbles = offsets.nibbles || w.type == WeightType::q4_0;
+    offsets.bytes = offsets.bytes || w.type == WeightType::q8_0;
     super_blocks = super_blocks || is_k_quant(w.type);
     if (w.cols % static_cast<int>(traits(w.type).block_values) != 0) {
       throw std::invalid_argument(std::string("matmul: a ") + to_string(w.type) + " matrix of " +
@@ -121,10 +132,11 @@ Activations prepare(ThreadPool& pool, const float* x, int batch, int cols, Input
   }
   if (needs.quantized) {
     thread_local QuantizedBatch quantized;
-    quantize_batch(pool, x, batch, cols, needs.nibbles, quantized);
+    quantize_batch(pool, x, batch, cols, needs.offsets, quantized);
     activations.quants = quantized.quants.data();
     activations.scale_lanes = quantized.scale_lanes.data();
-    if (needs.nibbles) activations.nibble_offsets = quantized.nibble_offsets.data();
+    if (needs.offsets.nibbles) activations.nibble_offsets = quantized.nibble_offsets.data();
+    if (needs.offsets.bytes) activations.byte_offsets = quantized.byte_offsets.data();
   }
   return activations;
 }

@@ -12,13 +12,20 @@
 // converted exactly) and half_pair(h0, h1) (two, as pair() lanes),
 // quants(b0, b1) and nibbles(b0, b1) (Q8_0 values and Q4_0 nibbles, v + 8,
 // of two blocks; a null second block reads as zeros), quant_pair(q) (two
-// adjacent blocks), weight_side(w) and activation_side(x) (the two
-// operands in the form partials() takes them, prepared once per weight row
-// and once per token of a tile), partials(w, x) (the 16 exact partial sums
-// of Q8_0 as floats), Offsets and load_offsets(p) (16 int32 lanes of
-// Activations::nibble_offsets), nibble_partials(w, x, offsets) (those of
+// adjacent blocks), weight_side(w) (Q8_0 weights in the form partials()
+// takes them, prepared once per weight row of a tile), Offsets and
+// load_offsets(p) (16 int32 lanes of Activations::byte_offsets or
+// nibble_offsets), partials(w, x, byte_offsets) (the 16 exact partial sums
+// of Q8_0 as floats; a path whose weight side is w + 128 starts from the
+// offsets, the others ignore them), nibble_partials(w, x, offsets) (those of
 // Q4_0: sum (v + 8) x plus the offset, as floats), and the tile shapes
-// kRows, kTokens (batches) and kDecodeRows (one token).
+// kRows, kTokens (batches of 2 tokens or more) and kDecodeRows (one token).
+//
+// A batch of a few tokens (a serve step, a speculative verification) takes
+// the same tiles as a prefill: each weight block is loaded and prepared
+// once per tile of kTokens tokens, and the tokens left over take tiles of
+// kTokens / 2, / 4, ..., so that 7 tokens cost (kTokens 4) a tile of 4, of
+// 2 and of 1 rather than 7 passes over the weights.
 //
 // A decode step reads each weight once and waits on memory: one row at a
 // time is one sequential stream the hardware prefetcher follows, where
@@ -97,25 +104,35 @@ struct BF16Format {
 // A block: its f16 scale, then its values.
 struct Q8Format {
   static constexpr bool kBlocks = true;
-  static constexpr bool kNibbles = false;
   static constexpr std::size_t kBlockBytes = 2 + kBlock;
   static constexpr std::size_t kUnitValues = kBlock, kUnitBytes = kBlockBytes;
+  static const std::int32_t* offsets(const Activations& x) { return x.byte_offsets; }
   template <class V>
-  static typename V::Quants quants(const std::byte* b0, const std::byte* b1) {
-    return V::quants(reinterpret_cast<const std::int8_t*>(b0 + 2),
-                     b1 != nullptr ? reinterpret_cast<const std::int8_t*>(b1 + 2) : nullptr);
+  static typename V::WeightSide weights(const std::byte* b0, const std::byte* b1) {
+    return V::weight_side(V::quants(reinterpret_cast<const std::int8_t*>(b0 + 2),
+                                    b1 != nullptr ? reinterpret_cast<const std::int8_t*>(b1 + 2) : nullptr));
+  }
+  template <class V>
+  static typename V::Vec partials(const typename V::WeightSide& w, const typename V::Quants& x,
+                                  const typename V::Offsets& offsets) {
+    return V::partials(w, x, offsets);
   }
 };
 
 // Its values are stored as v + 8, two 4-bit values to a byte.
 struct Q4Format {
   static constexpr bool kBlocks = true;
-  static constexpr bool kNibbles = true;
   static constexpr std::size_t kBlockBytes = 2 + kBlock / 2;
   static constexpr std::size_t kUnitValues = kBlock, kUnitBytes = kBlockBytes;
+  static const std::int32_t* offsets(const Activations& x) { return x.nibble_offsets; }
   template <class V>
-  static typename V::Quants quants(const std::byte* b0, const std::byte* b1) {
+  static typename V::Quants weights(const std::byte* b0, const std::byte* b1) {
     return V::nibbles(b0 + 2, b1 != nullptr ? b1 + 2 : nullptr);
+  }
+  template <class V>
+  static typename V::Vec partials(const typename V::Quants& w, const typename V::Quants& x,
+                                  const typename V::Offsets& offsets) {
+    return V::nibble_partials(w, x, offsets);
   }
 };
 
@@ -228,43 +245,31 @@ template <int T>
 struct TokenQuants {
   const std::int8_t* quants[T];
   const float* scale_lanes[T];
-  const std::int32_t* nibble_offsets[T];  // Q4_0 only
+  const std::int32_t* offsets[T];  // byte_offsets (Q8_0) or nibble_offsets (Q4_0)
 };
 
 // Blocks b and, when Pair, b + 1 of R rows against T tokens, into acc.
-// Q8_0 takes its operands as weight_side() and activation_side() give
-// them; Q4_0 takes its nibbles as stored (v + 8) and corrects the sums by
-// the token's nibble offsets.
+// Each row's blocks are loaded and prepared once (Format::weights) for the
+// T tokens; the tokens' operands need no preparing (Q8_0's correction is
+// in Activations::byte_offsets, Q4_0's in nibble_offsets).
 template <class V, class Format, int R, int T, bool Pair>
 void block_step(const std::byte* const* rows, const TokenQuants<T>& x, int b, typename V::Vec (&acc)[R][T]) {
-  using Vec = typename V::Vec;
-  typename V::Quants xq[T];
-  typename V::Offsets xo[T];
-  Vec xd[T];
   const std::size_t lanes_at = static_cast<std::size_t>(b / 2) * kLanes;
-  for (int t = 0; t < T; ++t) {
-    const std::int8_t* q = x.quants[t] + static_cast<std::size_t>(b) * kBlock;
-    const typename V::Quants quants = Pair ? V::quant_pair(q) : V::quants(q, nullptr);
-    if constexpr (Format::kNibbles) {
-      xq[t] = quants;
-      xo[t] = V::load_offsets(x.nibble_offsets[t] + lanes_at);
-    } else {
-      xq[t] = V::activation_side(quants);
-    }
-    xd[t] = V::load(reinterpret_cast<const std::byte*>(x.scale_lanes[t] + lanes_at));
-  }
+  // Unrolled, so that the sums stay in registers (GCC would otherwise
+  // keep a loop over rows, and the sums in memory).
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const std::byte* b0 = rows[r] + Format::kBlockBytes * static_cast<std::size_t>(b);
     const std::byte* b1 = Pair ? b0 + Format::kBlockBytes : nullptr;
-    const Vec wd = block_scales<V>(b0, b1);
-    if constexpr (Format::kNibbles) {
-      const typename V::Quants wq = Format::template quants<V>(b0, b1);
-      for (int t = 0; t < T; ++t) {
-        acc[r][t] = V::fma(V::mul(wd, xd[t]), V::nibble_partials(wq, xq[t], xo[t]), acc[r][t]);
-      }
-    } else {
-      const typename V::WeightSide wq = V::weight_side(Format::template quants<V>(b0, b1));
-      for (int t = 0; t < T; ++t) acc[r][t] = V::fma(V::mul(wd, xd[t]), V::partials(wq, xq[t]), acc[r][t]);
+    const typename V::Vec wd = block_scales<V>(b0, b1);
+    const auto wq = Format::template weights<V>(b0, b1);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const std::int8_t* q = x.quants[t] + static_cast<std::size_t>(b) * kBlock;
+      const typename V::Quants xq = Pair ? V::quant_pair(q) : V::quants(q, nullptr);
+      const typename V::Vec xd = V::load(reinterpret_cast<const std::byte*>(x.scale_lanes[t] + lanes_at));
+      const typename V::Offsets xo = V::load_offsets(x.offsets[t] + lanes_at);
+      acc[r][t] = V::fma(V::mul(wd, xd), Format::template partials<V>(wq, xq, xo), acc[r][t]);
     }
   }
 }
@@ -281,7 +286,7 @@ void block_tile(const Matrix& w, const Activations& x, float* out, int row0, int
     const std::size_t lanes = static_cast<std::size_t>(tok0 + t) * block_pairs(w.cols) * kLanes;
     tokens.quants[t] = x.quants + static_cast<std::size_t>(tok0 + t) * w.cols;
     tokens.scale_lanes[t] = x.scale_lanes + lanes;
-    tokens.nibble_offsets[t] = Format::kNibbles ? x.nibble_offsets + lanes : nullptr;
+    tokens.offsets[t] = Format::offsets(x) + lanes;
   }
   Vec acc[R][T];
   for (int r = 0; r < R; ++r)
@@ -305,12 +310,15 @@ void tile(const Matrix& w, const Activations& x, float* out, int row0, int tok0)
   }
 }
 
-// Tokens [tok_begin, tok_end) for the rows from row0: T at a time, then one.
+// Tokens [tok_begin, tok_end) for the rows from row0: T at a time, then
+// what is left in tiles of T / 2, T / 4, ..., 1.
 template <class V, class Format, int R, int T>
 void token_tiles(const Matrix& w, const Activations& x, float* out, int row0, int tok_begin, int tok_end) {
   int t = tok_begin;
   for (; t + T <= tok_end; t += T) tile<V, Format, R, T>(w, x, out, row0, t);
-  for (; t < tok_end; ++t) tile<V, Format, R, 1>(w, x, out, row0, t);
+  if constexpr (T > 1) {
+    if (t < tok_end) token_tiles<V, Format, R, T / 2>(w, x, out, row0, t, tok_end);
+  }
 }
 
 template <class V, class Format, int R, int T>
@@ -327,8 +335,8 @@ inline constexpr int kTokensPerPass = 64;
 
 template <class V, class Format>
 void matmul_rows(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end) {
-  if (x.batch < V::kTokens) {
-    row_tiles<V, Format, V::kDecodeRows, 1>(w, x, out, row_begin, row_end, 0, x.batch);
+  if (x.batch == 1) {
+    row_tiles<V, Format, V::kDecodeRows, 1>(w, x, out, row_begin, row_end, 0, 1);
     return;
   }
   for (int t = 0; t < x.batch; t += kTokensPerPass) {

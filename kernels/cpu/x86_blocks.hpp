@@ -8,6 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/kquant_blocks.hpp"
 
 namespace accord::cpu::x86 {
 
@@ -33,6 +36,13 @@ static inline __m256 bf16_eight(const std::byte* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
 }
 
+// The eight 32-bit lanes of v added.
+static inline std::int32_t lane_sum(__m256i v) {
+  const __m128i four = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i two = _mm_add_epi32(four, _mm_shuffle_epi32(four, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32(two, 0xB1)));
+}
+
 // super_block_sum of kquant_products.hpp: per 32 values, |q| (unsigned)
 // times x with q's sign in pairs (at most 2 * 127 * 127, no saturation),
 // the pairs of group 2c (lanes 0-7) and 2c + 1 (lanes 8-15) times their
@@ -46,19 +56,164 @@ static inline std::int32_t super_block_sum(const std::int8_t* q, const std::int1
     const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(scale[2 * c + 1]), _mm_set1_epi16(scale[2 * c]));
     acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, scales));
   }
-  const __m128i four = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-  const __m128i two = _mm_add_epi32(four, _mm_shuffle_epi32(four, 0x4E));
-  return _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32(two, 0xB1)));
+  return lane_sum(acc);
 }
 
 // The sum of a[g] * b[g] over 16 int16, by pairs (exact: here minimums
 // below 64 against sums of 16 quants, |sum| <= 16 * 127).
 static inline std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) {
-  const __m256i pairs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)),
-                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
-  const __m128i four = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
-  const __m128i two = _mm_add_epi32(four, _mm_shuffle_epi32(four, 0x4E));
-  return _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32(two, 0xB1)));
+  return lane_sum(_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)),
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b))));
 }
+
+// The f16 at p as a float, exactly (F16C; kq::half_at calls the portable
+// conversion out of line, once per super-block).
+static inline float half_at(const std::byte* p) {
+  const std::uint8_t* b = kq::bytes_of(p);
+  return _cvtsh_ss(static_cast<unsigned short>(b[0] | b[1] << 8));
+}
+
+// Q4_K's and Q5_K's eight 6-bit scales and eight minimums from their 12
+// packed bytes (kq::scale_min_k4, four at a time in 32-bit words): bytes
+// 0-7 the scales, 8-15 the minimums.
+static inline __m128i scales_mins_k4(const std::uint8_t* packed) {
+  std::uint32_t w[3];
+  std::memcpy(w, packed, sizeof w);
+  const std::uint32_t low6 = 0x3F3F3F3Fu, low4 = 0x0F0F0F0Fu, low2 = 0x03030303u;
+  const std::uint32_t scales_low = w[0] & low6, mins_low = w[1] & low6;
+  const std::uint32_t scales_high = (w[2] & low4) | ((w[0] >> 6) & low2) << 4;
+  const std::uint32_t mins_high = ((w[2] >> 4) & low4) | ((w[1] >> 6) & low2) << 4;
+  return _mm_set_epi32(static_cast<int>(mins_high), static_cast<int>(mins_low), static_cast<int>(scales_high),
+                       static_cast<int>(scales_low));
+}
+
+namespace {
+
+// A Q4_K super-block read as stored (d, dmin, 12 bytes of scales and
+// minimums, then qs[128]: values 64c .. 64c + 31 in the low nibbles of
+// qs[32c ..], the next 32 in the high ones), whose nibbles multiply a
+// token's quants straight from the block, as ggml's vec_dot_q4_K_q8_K
+// does, with no unpacked copy: the same integers as kq::unpack_q4_k's
+// SuperBlock gives (kquant_products.hpp's Unpacked). With FifthBit, Q5_K:
+// qh[32] before qs, bit 2c of qh[l] the fifth bit of value 64c + l and
+// bit 2c + 1 that of value 64c + 32 + l. Scales and minimums are spread
+// into registers once, for all the tokens the block meets. In an unnamed
+// namespace, so that each path keeps its own copy.
+template <bool FifthBit>
+class K4Block {
+ public:
+  explicit K4Block(const std::byte* block)
+      : qh_(kq::bytes_of(block) + 16),
+        qs_(kq::bytes_of(block) + (FifthBit ? 48 : 16)),
+        d_(half_at(block)),
+        dmin_(half_at(block + 2)) {
+    const __m256i both = _mm256_broadcastsi128_si256(scales_mins_k4(kq::bytes_of(block) + 4));
+    // Scale j in every 16-bit lane (byte j, then a zero byte: 0x80 reads as 0).
+    for (int j = 0; j < 8; ++j)
+      scale_[j] = _mm256_shuffle_epi8(both, _mm256_set1_epi16(static_cast<short>(0x8000 | j)));
+    // Minimum j in lanes 2j and 2j + 1, against the sums of 16 quants.
+    mins_ = _mm256_shuffle_epi8(
+        both, _mm256_setr_epi8(8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11, -128, 12, -128, 12,
+                               -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128));
+  }
+  float d() const { return d_; }
+  float dmin() const { return dmin_; }
+
+  // S_b and M_b against a token's 256 quants x and its sums of 16: per 64
+  // values, the values (0..15, or 0..31 with the fifth bit: unsigned)
+  // times x in pairs (at most 2 * 31 * 127), times the sub-blocks' scales
+  // and added in pairs.
+  kq::SuperBlockInts against(const std::int8_t* x, const std::int16_t* sums) const {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    __m256i acc = _mm256_setzero_si256();
+    [[maybe_unused]] __m256i fifth = FifthBit ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh_)) : __m256i{};
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs_ + 32 * c));
+      __m256i low = _mm256_and_si256(q, mask), high = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      if constexpr (FifthBit) {
+        // Bit 0 of each byte of `fifth` is value 64c + l's, bit 1 value 64c + 32 + l's.
+        const __m256i one = _mm256_set1_epi8(1);
+        low = _mm256_or_si256(low, _mm256_slli_epi16(_mm256_and_si256(fifth, one), 4));
+        high = _mm256_or_si256(high, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(fifth, 1), one), 4));
+        fifth = _mm256_srli_epi16(fifth, 2);
+      }
+      const __m256i x_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * c));
+      const __m256i x_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 64 * c + 32));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(low, x_low), scale_[2 * c]));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(high, x_high), scale_[2 * c + 1]));
+    }
+    const __m256i mins = _mm256_madd_epi16(mins_, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)));
+    return {lane_sum(acc), lane_sum(mins)};
+  }
+
+ private:
+  const std::uint8_t* qh_;  // Q5_K only
+  const std::uint8_t* qs_;
+  float d_, dmin_;
+  __m256i scale_[8];
+  __m256i mins_;
+};
+using Q4KBlock = K4Block<false>;
+using Q5KBlock = K4Block<true>;
+
+// A Q6_K super-block read as stored (ql[128], qh[64], scales[16] int8,
+// d: per half of 128 values, value 32k + l has its low four bits in
+// ql[l + 32 (k % 2)], the low nibble for k < 2, and its high two in qh[l]
+// at bit 2k; stored as v + 32), as ggml's vec_dot_q6_K_q8_K reads it: the
+// stored values (0..63, unsigned) times x in pairs (at most 2 * 63 * 127),
+// times the groups' scales, less 32 times the scales against the sums of
+// 16 quants: sum (v + 32) x - 32 sum x = sum v x per group, the same
+// integer S_b as the unpacked SuperBlock gives.
+class Q6KBlock {
+ public:
+  explicit Q6KBlock(const std::byte* block) : bytes_(kq::bytes_of(block)), d_(half_at(block + 208)) {
+    scales_ = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes_ + 192)));
+    // Chunk c of 32 values: group 2c's scale in lanes 0-7, 2c + 1's in
+    // 8-15, picked from the eight scales of its half of the block.
+    const __m256i halves[2] = {_mm256_permute2x128_si256(scales_, scales_, 0x00),
+                               _mm256_permute2x128_si256(scales_, scales_, 0x11)};
+    for (int c = 0; c < 8; ++c) {
+      const int lo = 2 * (2 * c % 8), hi = lo + 2;
+      const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>((hi + 1) << 8 | hi)),
+                                            _mm_set1_epi16(static_cast<short>((lo + 1) << 8 | lo)));
+      scale_[c] = _mm256_shuffle_epi8(halves[c / 4], pick);
+    }
+  }
+  float d() const { return d_; }
+  float dmin() const { return 0.0f; }
+
+  kq::SuperBlockInts against(const std::int8_t* x, const std::int16_t* sums) const {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    __m256i acc = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const std::uint8_t* ql = bytes_ + 64 * half;
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes_ + 128 + 32 * half));
+      // The two high bits of value 32k + l, from bit 2k of qh[l], to bits 4-5.
+      const __m256i values[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, bits45)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45))};
+      for (int k = 0; k < 4; ++k) {
+        const int c = 4 * half + k;
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * c));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(values[k], a), scale_[c]));
+      }
+    }
+    const __m256i offsets = _mm256_madd_epi16(scales_, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)));
+    return {lane_sum(acc) - 32 * lane_sum(offsets), 0};
+  }
+
+ private:
+  const std::uint8_t* bytes_;
+  float d_;
+  __m256i scales_;    // the 16 scales as int16
+  __m256i scale_[8];  // per 32 values, as madd() takes them
+};
+
+}  // namespace
 
 }  // namespace accord::cpu::x86
