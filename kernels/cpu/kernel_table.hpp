@@ -19,24 +19,39 @@
 //   integer.)
 // - BF16 weights: as F16, each value converted to float exactly first,
 //   against the activations rounded to BF16 (Activations::bf16_values).
-// - K-quant weights (Q2_K .. Q6_K, super-blocks of 256) meet activations
-//   in ggml's Q8_K (quantize_q8_k: per 256 values, scale d_x, int8 quants,
-//   sums of 16). Super-block b gives two exact integers, as ggml's
-//   vec_dot_q*_K_q8_K computes them: S_b = sum over groups g of 16 of
-//   scale_g * sum q_i x_i, and for the types with minimums (Q2_K, Q4_K,
-//   Q5_K) M_b = sum over g of min_g * (sum of g's 16 x). One float per
-//   row and token, from 0, takes the super-blocks in order:
-//   s = fma(d_w * d_x, float(S_b), s), then, with minimums,
-//   s = fma(-(dmin_w * d_x), float(M_b), s), the scale products rounded
-//   to float first. (The integers stay below 2^31: at most
-//   256 * 127 * 127 * 128.) IQ4_XS (16 non-linear levels per 32 values
-//   and a 6-bit scale) takes the same order, without minimums.
+// - K-quant weights (Q2_K .. Q6_K, super-blocks of 256) and IQ4_XS (16
+//   non-linear levels per 32 values, a 6-bit scale) meet activations in
+//   ggml's Q8_K (quantize_q8_k: per 256 values, scale d_x, int8 quants,
+//   sums of 16) and follow, bit for bit, the kernels llama.cpp's CPU
+//   backend runs on x86 with AVX512 (the zoo's reference, docs/models.md).
+//   Integers are exact; with scale_g, min_g the 16-value groups' scale and
+//   minimum, d, dmin the super-block's and M = sum over g of min_g * (sum
+//   of g's 16 x), the float steps are, per row and token, from 0:
+//   * Q4_K and Q2_K, repacked by ggml in rows of eight: in a batch of four
+//     tokens or more, its first batch - batch mod 4 tokens (gemm) take per
+//     chunk of 64 values (Q2_K: 128) S = sum of scale_g * q_i * x_i and the
+//     chunk's M, the others (gemv) per super-block: s = fma(float(S),
+//     d * d_x, s) and m = fma(float(M), dmin * d_x, m); the result s - m.
+//   * Q3_K, Q5_K, Q6_K and IQ4_XS in a batch of fewer than 8 tokens
+//     (vec_dot_*_q8_K, AVX2): eight lanes, lane k holding values 32c + 4k ..
+//     32c + 4k + 3 of each chunk c of 32; per super-block
+//     lane_k = fma(d_x * d, float(L_k), lane_k), L_k the lane's sum of
+//     scale_g * q_i * x_i (Q6_K: its values stored as v + 32, less 32 *
+//     (scale_g * sum of g's x) of groups 2k and 2k + 1); then
+//     ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), and for Q5_K
+//     plus mins = fma(-(d_x * dmin), float(M), mins) kept apart.
+//   * The same types in a batch of 8 tokens or more (ggml's tiled
+//     product): per super-block b = float(S) * d, with minimums
+//     b = fma(-dmin, float(M), b); s = fma(b, d_x, s).
+//   (The integers stay below 2^31: at most 256 * 127 * 127 * 128.) So a
+//   token's bits depend on its place in a batch, as llama.cpp's do.
 //
 // Attention's weighted sum of values adds each position in order with an
 // fma per element, from 0 (weighted_sum).
 //
 // Threads split output rows and batches split tokens, never a reduction,
-// so results depend neither on the pool size nor on the batch size.
+// so results depend neither on the pool size nor, but for the K-quants'
+// and IQ4_XS's kernels above, on the batch size.
 #pragma once
 
 #include <cstddef>

@@ -84,8 +84,9 @@ struct Avx2 {
   static Vec nibble_partials(const Quants& w, const Quants& x, const Offsets& offsets) {
     return {block_nibble_partials(w.lo, x.lo, offsets.lo), block_nibble_partials(w.hi, x.hi, offsets.hi)};
   }
-  static std::int32_t super_block_sum(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x) {
-    return x86::super_block_sum(q, scale, x);
+  static void super_block_lanes(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x, int c0, int c1,
+                                std::int32_t* lanes) {
+    x86::super_block_lanes(q, scale, x, c0, c1, lanes);
   }
   static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) { return x86::group_sum(a, b); }
 };

@@ -115,8 +115,9 @@ struct Avx512 {
     return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(w.offset, x, w.w));
   }
   // K-quants: the AVX2 sums (x86_blocks.hpp).
-  static std::int32_t super_block_sum(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x) {
-    return x86::super_block_sum(q, scale, x);
+  static void super_block_lanes(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x, int c0, int c1,
+                                std::int32_t* lanes) {
+    x86::super_block_lanes(q, scale, x, c0, c1, lanes);
   }
   static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) { return x86::group_sum(a, b); }
 };

@@ -203,17 +203,27 @@ static inline void unpack_iq4_xs(const std::byte* block, SuperBlock& u) {
   u.dmin = 0.0f;
 }
 
+// How ggml's CPU kernels (x86, AVX2 and up) order a type's float sums
+// (kernel_table.hpp): its vec_dot_*_q8_K's eight lanes, or the repacked
+// gemv / gemm of rows in eights (Q4_K; Q2_K where AVX512 is there).
+enum class Order { lanes, repacked };
+
 // The formats as template arguments of the products: block bytes, the
-// unpacking, and whether the values carry a minimum.
-template <std::size_t Bytes, void (*Unpack)(const std::byte*, SuperBlock&), bool Mins>
+// unpacking, whether the values carry a minimum, ggml's order, and for
+// the repacked order the values per float step of its gemm.
+template <std::size_t Bytes, void (*Unpack)(const std::byte*, SuperBlock&), bool Mins, Order O = Order::lanes,
+          int GemmChunk = 0>
 struct Format {
   static constexpr std::size_t kBlockBytes = Bytes;
   static constexpr bool kMins = Mins;
+  static constexpr Order kOrder = O;
+  static constexpr int kGemmChunk = GemmChunk;
+  static constexpr bool kQ6Offset = Unpack == unpack_q6_k;
   static void unpack(const std::byte* block, SuperBlock& u) { Unpack(block, u); }
 };
-using Q2K = Format<kQ2_KBlockBytes, unpack_q2_k, true>;
+using Q2K = Format<kQ2_KBlockBytes, unpack_q2_k, true, Order::repacked, 128>;
 using Q3K = Format<kQ3_KBlockBytes, unpack_q3_k, false>;
-using Q4K = Format<kQ4_KBlockBytes, unpack_q4_k, true>;
+using Q4K = Format<kQ4_KBlockBytes, unpack_q4_k, true, Order::repacked, 64>;
 using Q5K = Format<kQ5_KBlockBytes, unpack_q5_k, true>;
 using Q6K = Format<kQ6_KBlockBytes, unpack_q6_k, false>;
 using IQ4XS = Format<kIQ4_XSBlockBytes, unpack_iq4_xs, false>;

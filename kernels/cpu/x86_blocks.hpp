@@ -33,22 +33,21 @@ static inline __m256 bf16_eight(const std::byte* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
 }
 
-// super_block_sum of kquant_products.hpp: per 32 values, |q| (unsigned)
+// super_block_lanes of kquant_products.hpp: per 32 values, |q| (unsigned)
 // times x with q's sign in pairs (at most 2 * 127 * 127, no saturation),
-// the pairs of group 2c (lanes 0-7) and 2c + 1 (lanes 8-15) times their
+// the pairs of group 2c (lanes 0-3) and 2c + 1 (lanes 4-7) times their
 // scales and added in pairs, into eight 32-bit sums.
-static inline std::int32_t super_block_sum(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x) {
+static inline void super_block_lanes(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x, int c0,
+                                     int c1, std::int32_t* lanes) {
   __m256i acc = _mm256_setzero_si256();
-  for (int c = 0; c < 8; ++c) {
+  for (int c = c0; c < c1; ++c) {
     const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * c));
     const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
     const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(scale[2 * c + 1]), _mm_set1_epi16(scale[2 * c]));
     acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, scales));
   }
-  const __m128i four = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-  const __m128i two = _mm_add_epi32(four, _mm_shuffle_epi32(four, 0x4E));
-  return _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32(two, 0xB1)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), acc);
 }
 
 // The sum of a[g] * b[g] over 16 int16, by pairs (exact: here minimums
