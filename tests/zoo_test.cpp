@@ -240,10 +240,10 @@ TEST(ZooF32Refusals, CudaBackendRefusesOtherArchitecturesByName) {
 
 // The zoo's own files, as people download them: the same architectures in
 // the types llama-quantize writes (shared/models/zoo), against llama.cpp's
-// tokens for each file (reference/zoo.json). Not yet every step: where
-// accord parts from llama.cpp before the first near tie today (issue #49:
-// BF16 at a margin of 0.037, the K-quants at up to 0.37), the floor is the
-// step it reaches, so that it can only rise.
+// tokens for each file (reference/zoo.json). The K-quants and IQ4_XS
+// compute llama.cpp's bits (docs/models.md) and give every step; BF16 does
+// not yet (issue #49: it parts at a margin of 0.037), so its floor is the
+// step it reaches, that it can only rise.
 struct QuantizedFile {
   const char* file;
   Floors floors;
@@ -264,12 +264,12 @@ TEST_P(ZooQuantized, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
 
 INSTANTIATE_TEST_SUITE_P(
     Files, ZooQuantized,
-    testing::Values(QuantizedFile{"llama3-Q4_K_M.gguf", kEveryStep}, QuantizedFile{"llama3-Q5_K_M.gguf", {64, 20, 46}},
-                    QuantizedFile{"llama3-Q6_K.gguf", {64, 51, 64}}, QuantizedFile{"llama3-Q3_K_M.gguf", kEveryStep},
-                    QuantizedFile{"llama3-Q2_K.gguf", {57, 10, 14}}, QuantizedFile{"llama3-IQ4_XS.gguf", kEveryStep},
-                    QuantizedFile{"llama3-BF16.gguf", {64, 64, 48}}, QuantizedFile{"qwen2-Q4_K_M.gguf", {26, 64, 64}},
-                    QuantizedFile{"qwen3-Q4_K_M.gguf", {24, 5, 64}}, QuantizedFile{"gemma3-Q4_K_M.gguf", kEveryStep},
-                    QuantizedFile{"phi3-Q4_K_M.gguf", {64, 23, 64}}));
+    testing::Values(QuantizedFile{"llama3-Q4_K_M.gguf", kEveryStep}, QuantizedFile{"llama3-Q5_K_M.gguf", kEveryStep},
+                    QuantizedFile{"llama3-Q6_K.gguf", kEveryStep}, QuantizedFile{"llama3-Q3_K_M.gguf", kEveryStep},
+                    QuantizedFile{"llama3-Q2_K.gguf", kEveryStep}, QuantizedFile{"llama3-IQ4_XS.gguf", kEveryStep},
+                    QuantizedFile{"llama3-BF16.gguf", {64, 64, 48}}, QuantizedFile{"qwen2-Q4_K_M.gguf", kEveryStep},
+                    QuantizedFile{"qwen3-Q4_K_M.gguf", kEveryStep}, QuantizedFile{"gemma3-Q4_K_M.gguf", kEveryStep},
+                    QuantizedFile{"phi3-Q4_K_M.gguf", kEveryStep}));
 
 TEST(ZooQuantizedRefusals, MixtureOfExpertsFilesAreRefusedByName) {
   for (const char* file : {"mixtral-Q4_K_M.gguf", "qwen3moe-Q4_K_M.gguf"}) {

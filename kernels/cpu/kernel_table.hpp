@@ -110,6 +110,8 @@ struct KernelTable {
   void (*quantize)(const float* x, int n, std::int8_t* quants, float* scales);
   // silu_mul (ops.hpp).
   void (*silu_mul)(float* gate, const float* up, int n);
+  // silu_mul_ggml (ops.hpp).
+  void (*silu_mul_ggml)(float* gate, const float* up, int n);
   // Attention's weights: scores / scale, then their softmax (vector_math.hpp).
   void (*attention_weights)(float* scores, int n, float scale);
 };

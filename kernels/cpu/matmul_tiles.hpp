@@ -444,6 +444,7 @@ KernelTable make_table() {
           &weighted_sum<V>,
           &quantize<V>,
           &silu_mul<V>,
+          &silu_mul_ggml<V>,
           &attention_weights<V>};
 }
 

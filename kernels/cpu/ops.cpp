@@ -2,18 +2,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quant.hpp"
+#include "kernels/cpu/vector_math.hpp"
 
 namespace accord::cpu {
 
-void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
+void rmsnorm(float* out, const float* x, const float* weight, int n, float eps, NormSum sum) {
   float ss = 0.0f;
-  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
-  ss /= static_cast<float>(n);
+  if (sum == NormSum::ggml) {
+    double squares = 0.0;
+    for (int i = 0; i < n; ++i) squares += static_cast<double>(x[i] * x[i]);
+    ss = static_cast<float>(squares / n);
+  } else {
+    for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+    ss /= static_cast<float>(n);
+  }
   ss += eps;
   ss = 1.0f / std::sqrt(ss);
   for (int i = 0; i < n; ++i) out[i] = weight[i] * (ss * x[i]);
@@ -41,17 +49,18 @@ void add(float* x, const float* delta, int n) {
 
 }  // namespace
 
-void rmsnorm_rows(ThreadPool& pool, float* out, const float* x, const float* weight, int rows, int n, float eps) {
+void rmsnorm_rows(ThreadPool& pool, float* out, const float* x, const float* weight, int rows, int n, float eps,
+                  NormSum sum) {
   const auto width = static_cast<std::size_t>(n);
-  for_each_row(pool, rows, [&](std::size_t row) { rmsnorm(out + row * width, x + row * width, weight, n, eps); });
+  for_each_row(pool, rows, [&](std::size_t row) { rmsnorm(out + row * width, x + row * width, weight, n, eps, sum); });
 }
 
 void add_rmsnorm_rows(ThreadPool& pool, float* x, const float* delta, float* out, const float* weight, int rows, int n,
-                      float eps) {
+                      float eps, NormSum sum) {
   const auto width = static_cast<std::size_t>(n);
   for_each_row(pool, rows, [&](std::size_t row) {
     add(x + row * width, delta + row * width, n);
-    rmsnorm(out + row * width, x + row * width, weight, n, eps);
+    rmsnorm(out + row * width, x + row * width, weight, n, eps, sum);
   });
 }
 
@@ -71,28 +80,35 @@ void softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] /= sum;
 }
 
-void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin) {
-  for (int h = 0; h < n_heads; ++h) {
-    float* head = v + static_cast<std::size_t>(h) * head_size;
-    for (int j = 0; j < head_size / 2; ++j) {
-      const float v0 = head[2 * j];
-      const float v1 = head[2 * j + 1];
-      head[2 * j] = v0 * cos[j] - v1 * sin[j];
-      head[2 * j + 1] = v0 * sin[j] + v1 * cos[j];
-    }
+namespace {
+
+// One pair's rotation; `fused` as ggml's rotate_pairs is compiled (GCC
+// contracts each of its two sums into an fma of the first product).
+void rotate(float& a, float& b, float cos, float sin, bool fused) {
+  const float v0 = a, v1 = b;
+  if (fused) {
+    a = std::fma(v0, cos, -(v1 * sin));
+    b = std::fma(v0, sin, v1 * cos);
+  } else {
+    a = v0 * cos - v1 * sin;
+    b = v0 * sin + v1 * cos;
   }
 }
 
-void rope_neox(float* v, int n_heads, int head_size, const float* cos, const float* sin) {
+}  // namespace
+
+void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin, bool fused) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = v + static_cast<std::size_t>(h) * head_size;
+    for (int j = 0; j < head_size / 2; ++j) rotate(head[2 * j], head[2 * j + 1], cos[j], sin[j], fused);
+  }
+}
+
+void rope_neox(float* v, int n_heads, int head_size, const float* cos, const float* sin, bool fused) {
   const int half = head_size / 2;
   for (int h = 0; h < n_heads; ++h) {
     float* head = v + static_cast<std::size_t>(h) * head_size;
-    for (int j = 0; j < half; ++j) {
-      const float v0 = head[j];
-      const float v1 = head[j + half];
-      head[j] = v0 * cos[j] - v1 * sin[j];
-      head[j + half] = v0 * sin[j] + v1 * cos[j];
-    }
+    for (int j = 0; j < half; ++j) rotate(head[j], head[j + half], cos[j], sin[j], fused);
   }
 }
 
@@ -124,6 +140,8 @@ void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta
 }
 
 void silu_mul(float* gate, const float* up, int n) { active_kernels().silu_mul(gate, up, n); }
+
+void silu_mul_ggml(float* gate, const float* up, int n) { active_kernels().silu_mul_ggml(gate, up, n); }
 
 namespace {
 
@@ -157,6 +175,83 @@ void gelu_tanh_mul(float* gate, const float* up, int n) {
   }
 }
 
+namespace {
+
+// GCC's _mm512_reduce_add_ps over 16 floats: halves, quarters, then pairs.
+float reduce16(const float* a) {
+  float quarter[4];
+  for (int i = 0; i < 4; ++i) quarter[i] = (a[8 + i + 4] + a[i + 4]) + (a[8 + i] + a[i]);
+  return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
+}
+
+// ggml_vec_dot_f32 (AVX512) of x(i) and y(i), i < n: per 64 values four
+// accumulators of 16 lanes (fma), added (0 + 2, 1 + 3, then 0 + 1) and
+// reduced, then the values past the last 64 one by one, without fma.
+template <class X, class Y>
+float ggml_vec_dot(int n, const X& x, const Y& y) {
+  float lanes[4][16] = {};
+  const int whole = n / 64 * 64;
+  for (int i = 0; i < whole; i += 64) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 16; ++l) lanes[j][l] = std::fma(x(i + 16 * j + l), y(i + 16 * j + l), lanes[j][l]);
+    }
+  }
+  for (int l = 0; l < 16; ++l) lanes[0][l] = (lanes[0][l] + lanes[2][l]) + (lanes[1][l] + lanes[3][l]);
+  float sum = reduce16(lanes[0]);
+  for (int i = whole; i < n; ++i) sum += x(i) * y(i);
+  return sum;
+}
+
+// llamafile's tinyBLAS (AVX512) of x(i) and y(i), n a multiple of 16:
+// 16 lanes (fma), reduced.
+template <class X, class Y>
+float tinyblas_dot(int n, const X& x, const Y& y) {
+  float lanes[16] = {};
+  for (int i = 0; i < n; i += 16) {
+    for (int l = 0; l < 16; ++l) lanes[l] = std::fma(x(i + l), y(i + l), lanes[l]);
+  }
+  return reduce16(lanes);
+}
+
+// One query head against positions start .. pos of its KV head, as ggml
+// computes it (AttentionHeads::ggml). kv.keys and kv.values point at the
+// head's first dimension at position 0. scores: (pos + 1)
+void attend_ggml(const float* qh, KvView kv, int start, int pos, const AttentionHeads& heads, bool batched,
+                 float* scores, float* oh) {
+  const int head_size = heads.head_size, cells = (pos / 256 + 1) * 256;
+  const auto stride = static_cast<std::size_t>(kv.kv_dim);
+  const float scale = 1.0f / heads.score_divisor;
+  float max = -std::numeric_limits<float>::infinity();
+  for (int p = start; p <= pos; ++p) {
+    const float* k = kv.keys + static_cast<std::size_t>(p) * stride;
+    scores[p] = ggml_vec_dot(
+                    head_size, [&](int i) { return k[i]; }, [&](int i) { return qh[i]; }) *
+                scale;
+    max = std::max(max, scores[p]);
+  }
+  double sum = 0.0;
+  for (int b = start / 16 * 16; b <= pos; b += 16) {
+    float block[16];
+    for (int l = 0; l < 16; ++l) {
+      const int p = b + l;
+      block[l] = p >= start && p <= pos ? tiles::exp_ggml<void>(scores[p] - max) : 0.0f;
+      if (p >= start && p <= pos) scores[p] = block[l];
+    }
+    sum += static_cast<double>(reduce16(block));
+  }
+  const auto inverse = static_cast<float>(1.0 / sum);
+  for (int p = start; p <= pos; ++p) scores[p] *= inverse;
+  const auto weight = [&](int p) { return p >= start && p <= pos ? scores[p] : 0.0f; };
+  for (int d = 0; d < head_size; ++d) {
+    const auto value = [&](int p) {
+      return p >= start && p <= pos ? kv.values[static_cast<std::size_t>(p) * stride + d] : 0.0f;
+    };
+    oh[d] = batched ? tinyblas_dot(cells, value, weight) : ggml_vec_dot(cells, value, weight);
+  }
+}
+
+}  // namespace
+
 void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos, int n_heads,
                int n_kv_heads, int head_size) {
   attention(pool, out, q, kv, batch, first_pos,
@@ -187,9 +282,15 @@ void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batc
       const std::size_t kv_offset =
           static_cast<std::size_t>(start) * stride + static_cast<std::size_t>(h / group) * head_size;
       const float* qh = q + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
+      float* oh = out + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
+      if (heads.ggml) {
+        const std::size_t head_offset = static_cast<std::size_t>(h / group) * head_size;
+        const KvView at_head{kv.keys + head_offset, kv.values + head_offset, kv.kv_dim};
+        attend_ggml(qh, at_head, start, pos, heads, batch > 1, scores.data(), oh);
+        continue;
+      }
       dots(kv.keys + kv_offset, stride, count, qh, head_size, scores.data());
       active_kernels().attention_weights(scores.data(), count, heads.score_divisor);
-      float* oh = out + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
       weighted_sum(scores.data(), kv.values + kv_offset, stride, count, head_size, oh);
     }
   });
