@@ -17,8 +17,15 @@
 //   leaves lanes 8..15 an fma of zeros. A Q4_0 partial is computed from
 //   the stored nibbles, v + 8, as sum (v + 8) x - 8 sum x: the same
 //   integer.)
-// - BF16 weights: as F16, each value converted to float exactly first,
-//   against the activations rounded to BF16 (Activations::bf16_values).
+// - BF16 weights meet the activations rounded to BF16
+//   (Activations::bf16_values) as llama.cpp's AVX512-BF16 kernels do: per
+//   32 values 16 lanes, lane j taking the product of value 2j + 1, then of
+//   2j, each an fma (VDPBF16PS; its flushing of subnormals aside). One
+//   token (ggml_vec_dot_bf16): per 64 values two such sets of lanes, each
+//   reduced as _mm512_reduce_add_ps (lanes i + 8, then i + 4, then
+//   (0 + 2) + (1 + 3)), their sum and any values past the last 64 in
+//   double, rounded to float. Two tokens or more, the row a multiple of 32
+//   (llamafile's tinyBLAS): one set of lanes over the row, reduced.
 // - K-quant weights (Q2_K .. Q6_K, super-blocks of 256) and IQ4_XS (16
 //   non-linear levels per 32 values, a 6-bit scale) meet activations in
 //   ggml's Q8_K (quantize_q8_k: per 256 values, scale d_x, int8 quants,

@@ -38,7 +38,6 @@ struct Avx2 {
     return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
   }
-  static Vec load_bf16(const std::byte* p) { return {x86::bf16_eight(p), x86::bf16_eight(p + 16)}; }
   static Vec half_pair(std::uint16_t lo, std::uint16_t hi) {
     return {_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(lo))),
             _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(hi)))};

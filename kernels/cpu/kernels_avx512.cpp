@@ -28,10 +28,6 @@ struct Avx512 {
   static Vec load_half(const std::byte* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static Vec load_bf16(const std::byte* p) {
-    const __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
-  }
   static Vec half_pair(std::uint16_t lo, std::uint16_t hi) {
     const __m256i halves =
         _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo)));

@@ -3,7 +3,6 @@
 // must equal bit for bit.
 #include <cstring>
 
-#include "kernels/cpu/kquant.hpp"
 #include "kernels/cpu/matmul_tiles.hpp"
 #include "kernels/cpu/quant.hpp"
 
@@ -36,15 +35,6 @@ struct Portable {
       std::uint16_t h;
       std::memcpy(&h, p + 2 * i, sizeof h);
       v.lane[i] = half(h);
-    }
-    return v;
-  }
-  static Vec load_bf16(const std::byte* p) {
-    Vec v;
-    for (int i = 0; i < kLanes; ++i) {
-      std::uint16_t h;
-      std::memcpy(&h, p + 2 * i, sizeof h);
-      v.lane[i] = bf16_to_f32(h);
     }
     return v;
   }

@@ -177,13 +177,6 @@ void gelu_tanh_mul(float* gate, const float* up, int n) {
 
 namespace {
 
-// GCC's _mm512_reduce_add_ps over 16 floats: halves, quarters, then pairs.
-float reduce16(const float* a) {
-  float quarter[4];
-  for (int i = 0; i < 4; ++i) quarter[i] = (a[8 + i + 4] + a[i + 4]) + (a[8 + i] + a[i]);
-  return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
-}
-
 // ggml_vec_dot_f32 (AVX512) of x(i) and y(i), i < n: per 64 values four
 // accumulators of 16 lanes (fma), added (0 + 2, 1 + 3, then 0 + 1) and
 // reduced, then the values past the last 64 one by one, without fma.
@@ -197,7 +190,7 @@ float ggml_vec_dot(int n, const X& x, const Y& y) {
     }
   }
   for (int l = 0; l < 16; ++l) lanes[0][l] = (lanes[0][l] + lanes[2][l]) + (lanes[1][l] + lanes[3][l]);
-  float sum = reduce16(lanes[0]);
+  float sum = tiles::reduce16_ggml<void>(lanes[0]);
   for (int i = whole; i < n; ++i) sum += x(i) * y(i);
   return sum;
 }
@@ -210,7 +203,7 @@ float tinyblas_dot(int n, const X& x, const Y& y) {
   for (int i = 0; i < n; i += 16) {
     for (int l = 0; l < 16; ++l) lanes[l] = std::fma(x(i + l), y(i + l), lanes[l]);
   }
-  return reduce16(lanes);
+  return tiles::reduce16_ggml<void>(lanes);
 }
 
 // One query head against positions start .. pos of its KV head, as ggml
@@ -237,7 +230,7 @@ void attend_ggml(const float* qh, KvView kv, int start, int pos, const Attention
       block[l] = p >= start && p <= pos ? tiles::exp_ggml<void>(scores[p] - max) : 0.0f;
       if (p >= start && p <= pos) scores[p] = block[l];
     }
-    sum += static_cast<double>(reduce16(block));
+    sum += static_cast<double>(tiles::reduce16_ggml<void>(block));
   }
   const auto inverse = static_cast<float>(1.0 / sum);
   for (int p = start; p <= pos; ++p) scores[p] *= inverse;

@@ -48,6 +48,15 @@ void silu_mul(float* gate, const float* up, int n) {
   }
 }
 
+// GCC's _mm512_reduce_add_ps over 16 floats (ggml's and tinyBLAS's
+// reductions): halves, quarters, then pairs.
+template <class V>
+float reduce16_ggml(const float* a) {
+  float quarter[4];
+  for (int i = 0; i < 4; ++i) quarter[i] = (a[12 + i] + a[4 + i]) + (a[8 + i] + a[i]);
+  return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
+}
+
 // e^x as ggml's ggml_v_expf computes it with AVX512 (its SwiGLU's and
 // softmax's exponential): n = round(x / ln 2), b = x - n ln 2 in two fused
 // steps, a degree-5 polynomial of b in fused steps, then b's value times

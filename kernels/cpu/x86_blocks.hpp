@@ -26,13 +26,6 @@ static inline __m256i nibbles(const std::byte* p) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
 }
 
-// 16 bfloat16 values as floats in two registers: each shifted into the
-// high half of a float's bits, exactly.
-static inline __m256 bf16_eight(const std::byte* p) {
-  const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
-}
-
 // super_block_lanes of kquant_products.hpp: per 32 values, |q| (unsigned)
 // times x with q's sign in pairs (at most 2 * 127 * 127, no saturation),
 // the pairs of group 2c (lanes 0-3) and 2c + 1 (lanes 4-7) times their
