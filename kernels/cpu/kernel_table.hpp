@@ -105,6 +105,23 @@ struct Activations {
 // out: (batch, w.rows)
 using MatmulRows = void (*)(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end);
 
+// One query head's attention in ggml's arithmetic (attention_ggml.hpp):
+// positions start .. pos of its KV head; keys and values point at the
+// head's first dimension at position 0, rows `stride` apart.
+struct GgmlHead {
+  const float* q = nullptr;  // (head_size)
+  const float* keys = nullptr;
+  const float* values = nullptr;
+  std::size_t stride = 0;
+  int head_size = 0;
+  int start = 0;
+  int pos = 0;
+  float scale = 1.0f;       // of the scores
+  bool batched = false;     // the token is one of a batch of two or more
+  float* scores = nullptr;  // (pos + 1) scratch
+  float* out = nullptr;     // (head_size)
+};
+
 struct KernelTable {
   MatmulRows by_type[kWeightTypes];  // indexed by WeightType
   float (*dot)(const float* a, const float* b, int n);
@@ -121,6 +138,7 @@ struct KernelTable {
   void (*silu_mul_ggml)(float* gate, const float* up, int n);
   // Attention's weights: scores / scale, then their softmax (vector_math.hpp).
   void (*attention_weights)(float* scores, int n, float scale);
+  void (*attend_ggml)(const GgmlHead& head);
 };
 
 const KernelTable& portable_kernels();

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/attention_ggml.hpp"
 #include "kernels/cpu/bf16_products.hpp"
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/kquant_products.hpp"
@@ -427,7 +428,8 @@ KernelTable make_table() {
           &quantize<V>,
           &silu_mul<V>,
           &silu_mul_ggml<V>,
-          &attention_weights<V>};
+          &attention_weights<V>,
+          &attend_ggml<V>};
 }
 
 }  // namespace accord::cpu::tiles

@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quant.hpp"
-#include "kernels/cpu/vector_math.hpp"
 
 namespace accord::cpu {
 
@@ -175,76 +173,6 @@ void gelu_tanh_mul(float* gate, const float* up, int n) {
   }
 }
 
-namespace {
-
-// ggml_vec_dot_f32 (AVX512) of x(i) and y(i), i < n: per 64 values four
-// accumulators of 16 lanes (fma), added (0 + 2, 1 + 3, then 0 + 1) and
-// reduced, then the values past the last 64 one by one, without fma.
-template <class X, class Y>
-float ggml_vec_dot(int n, const X& x, const Y& y) {
-  float lanes[4][16] = {};
-  const int whole = n / 64 * 64;
-  for (int i = 0; i < whole; i += 64) {
-    for (int j = 0; j < 4; ++j) {
-      for (int l = 0; l < 16; ++l) lanes[j][l] = std::fma(x(i + 16 * j + l), y(i + 16 * j + l), lanes[j][l]);
-    }
-  }
-  for (int l = 0; l < 16; ++l) lanes[0][l] = (lanes[0][l] + lanes[2][l]) + (lanes[1][l] + lanes[3][l]);
-  float sum = tiles::reduce16_ggml<void>(lanes[0]);
-  for (int i = whole; i < n; ++i) sum += x(i) * y(i);
-  return sum;
-}
-
-// llamafile's tinyBLAS (AVX512) of x(i) and y(i), n a multiple of 16:
-// 16 lanes (fma), reduced.
-template <class X, class Y>
-float tinyblas_dot(int n, const X& x, const Y& y) {
-  float lanes[16] = {};
-  for (int i = 0; i < n; i += 16) {
-    for (int l = 0; l < 16; ++l) lanes[l] = std::fma(x(i + l), y(i + l), lanes[l]);
-  }
-  return tiles::reduce16_ggml<void>(lanes);
-}
-
-// One query head against positions start .. pos of its KV head, as ggml
-// computes it (AttentionHeads::ggml). kv.keys and kv.values point at the
-// head's first dimension at position 0. scores: (pos + 1)
-void attend_ggml(const float* qh, KvView kv, int start, int pos, const AttentionHeads& heads, bool batched,
-                 float* scores, float* oh) {
-  const int head_size = heads.head_size, cells = (pos / 256 + 1) * 256;
-  const auto stride = static_cast<std::size_t>(kv.kv_dim);
-  const float scale = 1.0f / heads.score_divisor;
-  float max = -std::numeric_limits<float>::infinity();
-  for (int p = start; p <= pos; ++p) {
-    const float* k = kv.keys + static_cast<std::size_t>(p) * stride;
-    scores[p] = ggml_vec_dot(
-                    head_size, [&](int i) { return k[i]; }, [&](int i) { return qh[i]; }) *
-                scale;
-    max = std::max(max, scores[p]);
-  }
-  double sum = 0.0;
-  for (int b = start / 16 * 16; b <= pos; b += 16) {
-    float block[16];
-    for (int l = 0; l < 16; ++l) {
-      const int p = b + l;
-      block[l] = p >= start && p <= pos ? tiles::exp_ggml<void>(scores[p] - max) : 0.0f;
-      if (p >= start && p <= pos) scores[p] = block[l];
-    }
-    sum += static_cast<double>(tiles::reduce16_ggml<void>(block));
-  }
-  const auto inverse = static_cast<float>(1.0 / sum);
-  for (int p = start; p <= pos; ++p) scores[p] *= inverse;
-  const auto weight = [&](int p) { return p >= start && p <= pos ? scores[p] : 0.0f; };
-  for (int d = 0; d < head_size; ++d) {
-    const auto value = [&](int p) {
-      return p >= start && p <= pos ? kv.values[static_cast<std::size_t>(p) * stride + d] : 0.0f;
-    };
-    oh[d] = batched ? tinyblas_dot(cells, value, weight) : ggml_vec_dot(cells, value, weight);
-  }
-}
-
-}  // namespace
-
 void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos, int n_heads,
                int n_kv_heads, int head_size) {
   attention(pool, out, q, kv, batch, first_pos,
@@ -278,8 +206,8 @@ void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batc
       float* oh = out + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
       if (heads.ggml) {
         const std::size_t head_offset = static_cast<std::size_t>(h / group) * head_size;
-        const KvView at_head{kv.keys + head_offset, kv.values + head_offset, kv.kv_dim};
-        attend_ggml(qh, at_head, start, pos, heads, batch > 1, scores.data(), oh);
+        active_kernels().attend_ggml({qh, kv.keys + head_offset, kv.values + head_offset, stride, head_size, start, pos,
+                                      1.0f / heads.score_divisor, batch > 1, scores.data(), oh});
         continue;
       }
       dots(kv.keys + kv_offset, stride, count, qh, head_size, scores.data());
