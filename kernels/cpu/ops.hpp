@@ -2,10 +2,10 @@
 // besides the matrix products (matmul.hpp): flat functions over float arrays.
 //
 // Determinism: every output element is reduced in one fixed order that
-// depends neither on the pool size nor on the number of rows in a batch.
-// Threads split work by token and head, never inside a reduction, so
-// logits are bit-identical for any thread count and for a prompt run as
-// one batch or token by token.
+// depends neither on the pool size nor (but for ggml's attention, which
+// weighs values as llama.cpp does for one token or for a batch) on the
+// number of rows in a batch. Threads split work by token and head, never
+// inside a reduction, so logits are bit-identical for any thread count.
 #pragma once
 
 #include <cstddef>
