@@ -60,9 +60,12 @@ class Transformer {
   Result<std::span<const float>> forward(std::span<const int> tokens, int pos, KvCache& kv);
   // Runs several sequences' lanes as one batch: the weights are read once
   // for all their rows, while each lane writes and attends to its own cache
-  // only. Every row computes exactly as it would alone (the kernels'
-  // results do not depend on the batch), so a lane's logits and keys equal
-  // those of forward() on its own. Returns the logits the lanes asked for,
+  // only. Where the kernels' results do not depend on the batch (llama2.c's
+  // arithmetic; F32, F16, Q8_0 and Q4_0 weights) every row computes exactly
+  // as it would alone, so a lane's logits and keys equal those of forward()
+  // on its own; BF16, K-quant and IQ4_XS products, and ggml's attention,
+  // depend on the batch as llama.cpp's do (docs/invariants.md, invariant 1).
+  // Returns the logits the lanes asked for,
   // lane after lane: (rows, vocab); hidden() then holds every row's final
   // residual stream, lane after lane. Lanes must have passed check_input.
   // `after_unit`, when set, is told how many units have run after each.
