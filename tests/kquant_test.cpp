@@ -10,6 +10,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/isa.hpp"
@@ -32,12 +33,15 @@ using test::product;
 using test::StoredMatrix;
 
 // Three super-blocks (an odd count), 37 rows (no tile fills them), and
-// batches past the 64 tokens a row keeps at once.
+// batches of one token, fewer than 8, 8 or more (where llama.cpp would
+// take other kernels) and past the 64 tokens a row keeps at once. BF16
+// rows of 173 values (a tail past the last 64) and of 224.
 TEST(KQuant, EveryPathGivesTheSameBitsForEveryType) {
-  const WeightType types[] = {WeightType::bf16, WeightType::q2_k, WeightType::q3_k,  WeightType::q4_k,
-                              WeightType::q5_k, WeightType::q6_k, WeightType::iq4_xs};
-  for (WeightType type : types) {
-    const int rows = 37, cols = type == WeightType::bf16 ? 173 : 768;
+  const std::pair<WeightType, int> types[] = {
+      {WeightType::bf16, 173}, {WeightType::bf16, 224}, {WeightType::q2_k, 768}, {WeightType::q3_k, 768},
+      {WeightType::q4_k, 768}, {WeightType::q5_k, 768}, {WeightType::q6_k, 768}, {WeightType::iq4_xs, 768}};
+  for (const auto& [type, cols] : types) {
+    const int rows = 37;
     const StoredMatrix w = make_matrix(type, rows, cols, 7);
     for (int batch : {1, 3, 9, 67}) {
       const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 11);

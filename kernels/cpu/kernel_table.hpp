@@ -17,20 +17,39 @@
 //   leaves lanes 8..15 an fma of zeros. A Q4_0 partial is computed from
 //   the stored nibbles, v + 8, as sum (v + 8) x - 8 sum x: the same
 //   integer.)
-// - BF16 weights: as F16, each value converted to float exactly first,
-//   against the activations rounded to BF16 (Activations::bf16_values).
-// - K-quant weights (Q2_K .. Q6_K, super-blocks of 256) meet activations
-//   in ggml's Q8_K (quantize_q8_k: per 256 values, scale d_x, int8 quants,
-//   sums of 16). Super-block b gives two exact integers, as ggml's
-//   vec_dot_q*_K_q8_K computes them: S_b = sum over groups g of 16 of
-//   scale_g * sum q_i x_i, and for the types with minimums (Q2_K, Q4_K,
-//   Q5_K) M_b = sum over g of min_g * (sum of g's 16 x). One float per
-//   row and token, from 0, takes the super-blocks in order:
-//   s = fma(d_w * d_x, float(S_b), s), then, with minimums,
-//   s = fma(-(dmin_w * d_x), float(M_b), s), the scale products rounded
-//   to float first. (The integers stay below 2^31: at most
-//   256 * 127 * 127 * 128.) IQ4_XS (16 non-linear levels per 32 values
-//   and a 6-bit scale) takes the same order, without minimums.
+// - BF16 weights meet the activations rounded to BF16
+//   (Activations::bf16_values) as llama.cpp's AVX512-BF16 kernel for one
+//   token does (ggml_vec_dot_bf16): per 32 values 16 lanes, lane j taking
+//   the product of value 2j + 1, then of 2j, each an fma (VDPBF16PS; its
+//   flushing of subnormals aside); per 64 values two such sets of lanes,
+//   each reduced as _mm512_reduce_add_ps (lanes i + 8, then i + 4, then
+//   (0 + 2) + (1 + 3)), their sum and any values past the last 64 in
+//   double, rounded to float.
+// - K-quant weights (Q2_K .. Q6_K, super-blocks of 256) and IQ4_XS (16
+//   non-linear levels per 32 values, a 6-bit scale) meet activations in
+//   ggml's Q8_K (quantize_q8_k: per 256 values, scale d_x, int8 quants,
+//   sums of 16) and follow, bit for bit, the kernels llama.cpp's CPU
+//   backend runs for one token on x86 with AVX512 (the zoo's reference,
+//   docs/models.md). Integers are exact; with scale_g, min_g the 16-value
+//   groups' scale and minimum, d, dmin the super-block's and M = sum over
+//   g of min_g * (sum of g's 16 x), the float steps are, per row and
+//   token, from 0:
+//   * Q4_K and Q2_K (ggml repacks them in rows of eight; its gemv): per
+//     super-block s = fma(float(S), d * d_x, s) and
+//     m = fma(float(M), dmin * d_x, m), S = sum of scale_g * q_i * x_i;
+//     the result s - m.
+//   * Q3_K, Q5_K, Q6_K and IQ4_XS (vec_dot_*_q8_K, AVX2): eight lanes,
+//     lane k holding values 32c + 4k .. 32c + 4k + 3 of each chunk c of
+//     32; per super-block lane_k = fma(d_x * d, float(L_k), lane_k), L_k
+//     the lane's sum of scale_g * q_i * x_i (Q6_K: its values stored as
+//     v + 32, less 32 * (scale_g * sum of g's x) of groups 2k and 2k + 1);
+//     then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), and for Q5_K
+//     plus mins = fma(-(d_x * dmin), float(M), mins) kept apart.
+//   (The integers stay below 2^31: at most 256 * 127 * 127 * 128.)
+//   llama.cpp itself takes other kernels for a batch (gemm, tinyBLAS), so
+//   its bits depend on a token's place in a batch; accord's never do:
+//   every token of any batch takes the one-token kernels (DESIGN.md,
+//   "Kernels"; docs/models.md says what that costs against the zoo).
 //
 // Attention's weighted sum of values adds each position in order with an
 // fma per element, from 0 (weighted_sum).
@@ -87,6 +106,22 @@ struct Activations {
 // out: (batch, w.rows)
 using MatmulRows = void (*)(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end);
 
+// One query head's attention in ggml's arithmetic (attention_ggml.hpp):
+// positions start .. pos of its KV head; keys and values point at the
+// head's first dimension at position 0, rows `stride` apart.
+struct GgmlHead {
+  const float* q = nullptr;  // (head_size)
+  const float* keys = nullptr;
+  const float* values = nullptr;
+  std::size_t stride = 0;
+  int head_size = 0;
+  int start = 0;
+  int pos = 0;
+  float scale = 1.0f;       // of the scores
+  float* scores = nullptr;  // (pos + 1) scratch
+  float* out = nullptr;     // (head_size)
+};
+
 struct KernelTable {
   MatmulRows by_type[kWeightTypes];  // indexed by WeightType
   float (*dot)(const float* a, const float* b, int n);
@@ -99,8 +134,11 @@ struct KernelTable {
   void (*quantize)(const float* x, int n, std::int8_t* quants, float* scales);
   // silu_mul (ops.hpp).
   void (*silu_mul)(float* gate, const float* up, int n);
+  // silu_mul_ggml (ops.hpp).
+  void (*silu_mul_ggml)(float* gate, const float* up, int n);
   // Attention's weights: scores / scale, then their softmax (vector_math.hpp).
   void (*attention_weights)(float* scores, int n, float scale);
+  void (*attend_ggml)(const GgmlHead& head);
 };
 
 const KernelTable& portable_kernels();

@@ -38,7 +38,6 @@ struct Avx2 {
     return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
   }
-  static Vec load_bf16(const std::byte* p) { return {x86::bf16_eight(p), x86::bf16_eight(p + 16)}; }
   static Vec half_pair(std::uint16_t lo, std::uint16_t hi) {
     return {_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(lo))),
             _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(hi)))};
@@ -84,8 +83,9 @@ struct Avx2 {
   static Vec nibble_partials(const Quants& w, const Quants& x, const Offsets& offsets) {
     return {block_nibble_partials(w.lo, x.lo, offsets.lo), block_nibble_partials(w.hi, x.hi, offsets.hi)};
   }
-  static std::int32_t super_block_sum(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x) {
-    return x86::super_block_sum(q, scale, x);
+  static void super_block_lanes(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x, int c0, int c1,
+                                std::int32_t* lanes) {
+    x86::super_block_lanes(q, scale, x, c0, c1, lanes);
   }
   static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) { return x86::group_sum(a, b); }
   using Q4KBlock = x86::Q4KBlock;

@@ -28,10 +28,6 @@ struct Avx512 {
   static Vec load_half(const std::byte* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static Vec load_bf16(const std::byte* p) {
-    const __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
-  }
   static Vec half_pair(std::uint16_t lo, std::uint16_t hi) {
     const __m256i halves =
         _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo)));
@@ -107,8 +103,9 @@ struct Avx512 {
     return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(offsets, w, x));
   }
   // K-quants: the AVX2 sums (x86_blocks.hpp).
-  static std::int32_t super_block_sum(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x) {
-    return x86::super_block_sum(q, scale, x);
+  static void super_block_lanes(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x, int c0, int c1,
+                                std::int32_t* lanes) {
+    x86::super_block_lanes(q, scale, x, c0, c1, lanes);
   }
   static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) { return x86::group_sum(a, b); }
   using Q4KBlock = x86::Q4KBlock;

@@ -3,7 +3,6 @@
 // must equal bit for bit.
 #include <cstring>
 
-#include "kernels/cpu/kquant.hpp"
 #include "kernels/cpu/matmul_tiles.hpp"
 #include "kernels/cpu/quant.hpp"
 
@@ -36,15 +35,6 @@ struct Portable {
       std::uint16_t h;
       std::memcpy(&h, p + 2 * i, sizeof h);
       v.lane[i] = half(h);
-    }
-    return v;
-  }
-  static Vec load_bf16(const std::byte* p) {
-    Vec v;
-    for (int i = 0; i < kLanes; ++i) {
-      std::uint16_t h;
-      std::memcpy(&h, p + 2 * i, sizeof h);
-      v.lane[i] = bf16_to_f32(h);
     }
     return v;
   }
@@ -119,14 +109,10 @@ struct Portable {
   static Vec nibble_partials(const Quants& w, const Quants& x, const Offsets& offsets) {
     return sums_of_four(w, x, offsets.lane);
   }
-  static std::int32_t super_block_sum(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x) {
-    std::int32_t total = 0;
-    for (int g = 0; g < 16; ++g) {
-      std::int32_t group = 0;
-      for (int i = 16 * g; i < 16 * g + 16; ++i) group += q[i] * x[i];
-      total += scale[g] * group;
-    }
-    return total;
+  static void super_block_lanes(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x, int c0, int c1,
+                                std::int32_t* lanes) {
+    for (int k = 0; k < 8; ++k) lanes[k] = 0;
+    for (int i = 32 * c0; i < 32 * c1; ++i) lanes[i % 32 / 4] += scale[i / 16] * q[i] * x[i];
   }
   static std::int32_t group_sum(const std::int16_t* a, const std::int16_t* b) {
     std::int32_t total = 0;

@@ -32,14 +32,6 @@ struct SuperBlock {
   float d = 0.0f, dmin = 0.0f;
 };
 
-// A super-block's two exact integers against one token (kernel_table.hpp):
-// sum, S_b = sum over groups g of scale_g * sum q_i x_i, and mins, M_b =
-// sum over g of min_g * (sum of g's x) (0 for the formats without minimums).
-struct SuperBlockInts {
-  std::int32_t sum = 0;
-  std::int32_t mins = 0;
-};
-
 // The block's bytes as unsigned chars: loops over them vectorize on
 // bytes, where std::byte's conversions to int kept them scalar.
 static inline const std::uint8_t* bytes_of(const std::byte* p) { return reinterpret_cast<const std::uint8_t*>(p); }
@@ -211,17 +203,24 @@ static inline void unpack_iq4_xs(const std::byte* block, SuperBlock& u) {
   u.dmin = 0.0f;
 }
 
+// How ggml's CPU kernels (x86, AVX2 and up) order a type's float sums for
+// one token (kernel_table.hpp): its vec_dot_*_q8_K's eight lanes, or the
+// repacked gemv of rows in eights (Q4_K; Q2_K where AVX512 is there).
+enum class Order { lanes, repacked };
+
 // The formats as template arguments of the products: block bytes, the
-// unpacking, and whether the values carry a minimum.
-template <std::size_t Bytes, void (*Unpack)(const std::byte*, SuperBlock&), bool Mins>
+// unpacking, whether the values carry a minimum, and ggml's order.
+template <std::size_t Bytes, void (*Unpack)(const std::byte*, SuperBlock&), bool Mins, Order O = Order::lanes>
 struct Format {
   static constexpr std::size_t kBlockBytes = Bytes;
   static constexpr bool kMins = Mins;
+  static constexpr Order kOrder = O;
+  static constexpr bool kQ6Offset = Unpack == unpack_q6_k;
   static void unpack(const std::byte* block, SuperBlock& u) { Unpack(block, u); }
 };
-using Q2K = Format<kQ2_KBlockBytes, unpack_q2_k, true>;
+using Q2K = Format<kQ2_KBlockBytes, unpack_q2_k, true, Order::repacked>;
 using Q3K = Format<kQ3_KBlockBytes, unpack_q3_k, false>;
-using Q4K = Format<kQ4_KBlockBytes, unpack_q4_k, true>;
+using Q4K = Format<kQ4_KBlockBytes, unpack_q4_k, true, Order::repacked>;
 using Q5K = Format<kQ5_KBlockBytes, unpack_q5_k, true>;
 using Q6K = Format<kQ6_KBlockBytes, unpack_q6_k, false>;
 using IQ4XS = Format<kIQ4_XSBlockBytes, unpack_iq4_xs, false>;

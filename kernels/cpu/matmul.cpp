@@ -203,10 +203,13 @@ void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const floa
         for (std::size_t t = 0; t < static_cast<std::size_t>(batch); ++t) {
           float* row = hidden + t * width + begin;
           const float* up_row = up_scratch + t * width + begin;
+          const int n = static_cast<int>(end - begin);
           if (activation == GateActivation::silu) {
-            silu_mul(row, up_row, static_cast<int>(end - begin));
+            silu_mul(row, up_row, n);
+          } else if (activation == GateActivation::silu_ggml) {
+            silu_mul_ggml(row, up_row, n);
           } else {
-            gelu_tanh_mul(row, up_row, static_cast<int>(end - begin));
+            gelu_tanh_mul(row, up_row, n);
           }
         }
       },

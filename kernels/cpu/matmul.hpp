@@ -40,7 +40,8 @@ struct Product {
 void matmul_group(ThreadPool& pool, const float* x, int batch, int cols, std::span<const Product> products);
 
 // The feed-forward's gate function.
-enum class GateActivation { silu, gelu_tanh };
+// silu_ggml: silu_mul_ggml (ops.hpp).
+enum class GateActivation { silu, silu_ggml, gelu_tanh };
 
 // hidden = silu(x gate^T) * (x up^T) elementwise (the feed-forward's
 // SwiGLU), in one pass of the pool: a thread gates the rows it computed at

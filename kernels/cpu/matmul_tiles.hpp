@@ -42,6 +42,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/attention_ggml.hpp"
+#include "kernels/cpu/bf16_products.hpp"
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/kquant_products.hpp"
 #include "kernels/cpu/vector_math.hpp"
@@ -79,25 +81,6 @@ struct F16Format {
     std::uint16_t h;
     __builtin_memcpy(&h, row + 2 * static_cast<std::size_t>(i), sizeof h);
     return V::half(h);
-  }
-};
-
-struct BF16Format {
-  static constexpr bool kBlocks = false;
-  static constexpr std::size_t kUnitValues = 1, kUnitBytes = 2;
-  static const float* input(const Activations& x) { return x.bf16_values; }
-  template <class V>
-  static typename V::Vec load(const std::byte* row, int i) {
-    return V::load_bf16(row + 2 * static_cast<std::size_t>(i));
-  }
-  template <class V>
-  static float at(const std::byte* row, int i) {
-    std::uint16_t h;
-    __builtin_memcpy(&h, row + 2 * static_cast<std::size_t>(i), sizeof h);
-    const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, sizeof f);
-    return f;
   }
 };
 
@@ -445,14 +428,16 @@ void quantize(const float* x, int n, std::int8_t* quants, float* scales) {
 template <class V>
 KernelTable make_table() {
   return {{&matmul_rows<V, F32Format>, &matmul_rows<V, F16Format>, &matmul_rows<V, Q8Format>, &matmul_rows<V, Q4Format>,
-           &matmul_rows<V, BF16Format>, &kquant_rows<V, kq::Q2K>, &kquant_rows<V, kq::Q3K>, &kquant_rows<V, kq::Q4K>,
+           &bf16_rows<V>, &kquant_rows<V, kq::Q2K>, &kquant_rows<V, kq::Q3K>, &kquant_rows<V, kq::Q4K>,
            &kquant_rows<V, kq::Q5K>, &kquant_rows<V, kq::Q6K>, &kquant_rows<V, kq::IQ4XS>},
           &dot<V>,
           &dots<V>,
           &weighted_sum<V>,
           &quantize<V>,
           &silu_mul<V>,
-          &attention_weights<V>};
+          &silu_mul_ggml<V>,
+          &attention_weights<V>,
+          &attend_ggml<V>};
 }
 
 }  // namespace accord::cpu::tiles

@@ -10,10 +10,16 @@
 
 namespace accord::cpu {
 
-void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
+void rmsnorm(float* out, const float* x, const float* weight, int n, float eps, NormSum sum) {
   float ss = 0.0f;
-  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
-  ss /= static_cast<float>(n);
+  if (sum == NormSum::ggml) {
+    double squares = 0.0;
+    for (int i = 0; i < n; ++i) squares += static_cast<double>(x[i] * x[i]);
+    ss = static_cast<float>(squares / n);
+  } else {
+    for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+    ss /= static_cast<float>(n);
+  }
   ss += eps;
   ss = 1.0f / std::sqrt(ss);
   for (int i = 0; i < n; ++i) out[i] = weight[i] * (ss * x[i]);
@@ -41,17 +47,18 @@ void add(float* x, const float* delta, int n) {
 
 }  // namespace
 
-void rmsnorm_rows(ThreadPool& pool, float* out, const float* x, const float* weight, int rows, int n, float eps) {
+void rmsnorm_rows(ThreadPool& pool, float* out, const float* x, const float* weight, int rows, int n, float eps,
+                  NormSum sum) {
   const auto width = static_cast<std::size_t>(n);
-  for_each_row(pool, rows, [&](std::size_t row) { rmsnorm(out + row * width, x + row * width, weight, n, eps); });
+  for_each_row(pool, rows, [&](std::size_t row) { rmsnorm(out + row * width, x + row * width, weight, n, eps, sum); });
 }
 
 void add_rmsnorm_rows(ThreadPool& pool, float* x, const float* delta, float* out, const float* weight, int rows, int n,
-                      float eps) {
+                      float eps, NormSum sum) {
   const auto width = static_cast<std::size_t>(n);
   for_each_row(pool, rows, [&](std::size_t row) {
     add(x + row * width, delta + row * width, n);
-    rmsnorm(out + row * width, x + row * width, weight, n, eps);
+    rmsnorm(out + row * width, x + row * width, weight, n, eps, sum);
   });
 }
 
@@ -71,28 +78,35 @@ void softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] /= sum;
 }
 
-void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin) {
-  for (int h = 0; h < n_heads; ++h) {
-    float* head = v + static_cast<std::size_t>(h) * head_size;
-    for (int j = 0; j < head_size / 2; ++j) {
-      const float v0 = head[2 * j];
-      const float v1 = head[2 * j + 1];
-      head[2 * j] = v0 * cos[j] - v1 * sin[j];
-      head[2 * j + 1] = v0 * sin[j] + v1 * cos[j];
-    }
+namespace {
+
+// One pair's rotation; `fused` as ggml's rotate_pairs is compiled (GCC
+// contracts each of its two sums into an fma of the first product).
+void rotate(float& a, float& b, float cos, float sin, bool fused) {
+  const float v0 = a, v1 = b;
+  if (fused) {
+    a = std::fma(v0, cos, -(v1 * sin));
+    b = std::fma(v0, sin, v1 * cos);
+  } else {
+    a = v0 * cos - v1 * sin;
+    b = v0 * sin + v1 * cos;
   }
 }
 
-void rope_neox(float* v, int n_heads, int head_size, const float* cos, const float* sin) {
+}  // namespace
+
+void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin, bool fused) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = v + static_cast<std::size_t>(h) * head_size;
+    for (int j = 0; j < head_size / 2; ++j) rotate(head[2 * j], head[2 * j + 1], cos[j], sin[j], fused);
+  }
+}
+
+void rope_neox(float* v, int n_heads, int head_size, const float* cos, const float* sin, bool fused) {
   const int half = head_size / 2;
   for (int h = 0; h < n_heads; ++h) {
     float* head = v + static_cast<std::size_t>(h) * head_size;
-    for (int j = 0; j < half; ++j) {
-      const float v0 = head[j];
-      const float v1 = head[j + half];
-      head[j] = v0 * cos[j] - v1 * sin[j];
-      head[j + half] = v0 * sin[j] + v1 * cos[j];
-    }
+    for (int j = 0; j < half; ++j) rotate(head[j], head[j + half], cos[j], sin[j], fused);
   }
 }
 
@@ -124,6 +138,8 @@ void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta
 }
 
 void silu_mul(float* gate, const float* up, int n) { active_kernels().silu_mul(gate, up, n); }
+
+void silu_mul_ggml(float* gate, const float* up, int n) { active_kernels().silu_mul_ggml(gate, up, n); }
 
 namespace {
 
@@ -187,9 +203,15 @@ void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batc
       const std::size_t kv_offset =
           static_cast<std::size_t>(start) * stride + static_cast<std::size_t>(h / group) * head_size;
       const float* qh = q + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
+      float* oh = out + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
+      if (heads.ggml) {
+        const std::size_t head_offset = static_cast<std::size_t>(h / group) * head_size;
+        active_kernels().attend_ggml({qh, kv.keys + head_offset, kv.values + head_offset, stride, head_size, start, pos,
+                                      1.0f / heads.score_divisor, scores.data(), oh});
+        continue;
+      }
       dots(kv.keys + kv_offset, stride, count, qh, head_size, scores.data());
       active_kernels().attention_weights(scores.data(), count, heads.score_divisor);
-      float* oh = out + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
       weighted_sum(scores.data(), kv.values + kv_offset, stride, count, head_size, oh);
     }
   });

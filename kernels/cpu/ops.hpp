@@ -2,10 +2,10 @@
 // besides the matrix products (matmul.hpp): flat functions over float arrays.
 //
 // Determinism: every output element is reduced in one fixed order that
-// depends neither on the pool size nor on the number of rows in a batch.
-// Threads split work by token and head, never inside a reduction, so
-// logits are bit-identical for any thread count and for a prompt run as
-// one batch or token by token.
+// depends neither on the pool size nor (but for ggml's attention, which
+// weighs values as llama.cpp does for one token or for a batch) on the
+// number of rows in a batch. Threads split work by token and head, never
+// inside a reduction, so logits are bit-identical for any thread count.
 #pragma once
 
 #include <cstddef>
@@ -14,18 +14,25 @@
 
 namespace accord::cpu {
 
-// out[i] = weight[i] * (x[i] / sqrt(mean(x^2) + eps)).  out may alias x.
+// How a norm sums its squares: in float in order, as llama2.c's run.c, or
+// in double as ggml's rms_norm (each square rounded to float first, the
+// mean rounded to float), as llama.cpp computes it.
+enum class NormSum { in_float, ggml };
+
+// out[i] = weight[i] * (x[i] / sqrt(mean(x^2) + eps)), the factor
+// 1 / sqrt(mean + eps) rounded to float first.  out may alias x.
 // x, weight, out: (n)
-void rmsnorm(float* out, const float* x, const float* weight, int n, float eps);
+void rmsnorm(float* out, const float* x, const float* weight, int n, float eps, NormSum sum = NormSum::in_float);
 
 // rmsnorm of each of `rows` rows; the pool's threads take rows.
 // x, out: (rows, n)  weight: (n)
-void rmsnorm_rows(ThreadPool& pool, float* out, const float* x, const float* weight, int rows, int n, float eps);
+void rmsnorm_rows(ThreadPool& pool, float* out, const float* x, const float* weight, int rows, int n, float eps,
+                  NormSum sum = NormSum::in_float);
 
 // The residual connection and the norm after it, row by row in one pass:
 // x += delta, then out = rmsnorm(x).  x, delta, out: (rows, n)
 void add_rmsnorm_rows(ThreadPool& pool, float* x, const float* delta, float* out, const float* weight, int rows, int n,
-                      float eps);
+                      float eps, NormSum sum = NormSum::in_float);
 
 // x += delta, row by row.  x, delta: (rows, n)
 void add_rows(ThreadPool& pool, float* x, const float* delta, int rows, int n);
@@ -35,11 +42,13 @@ void softmax(float* x, int n);
 
 // In place rotation of adjacent pairs (v[2j], v[2j+1]) of every head by the
 // angle of pair index j. v: (n_heads, head_size); cos, sin: (head_size / 2)
-// for the token's position.
-void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin);
+// for the token's position. `fused`: as ggml computes it, each new value
+// an fma of its first product and the rounded second (v0 * cos - v1 * sin
+// as fma(v0, cos, -(v1 * sin))).
+void rope(float* v, int n_heads, int head_size, const float* cos, const float* sin, bool fused = false);
 
 // The same rotation of GPT-NeoX's halves: (v[j], v[j + head_size/2]).
-void rope_neox(float* v, int n_heads, int head_size, const float* cos, const float* sin);
+void rope_neox(float* v, int n_heads, int head_size, const float* cos, const float* sin, bool fused = false);
 
 // RoPE angle tables: cos and sin of pos * theta^(-2j / head_size) for every
 // position and pair j, computed in float exactly as llama2.c's run.c does.
@@ -63,6 +72,10 @@ void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, const 
 // In place: gate[i] = silu(gate[i]) * up[i], the exponential within 2 ulp
 // of e^x (a polynomial that vectorizes).  gate, up: (n)
 void silu_mul(float* gate, const float* up, int n);
+
+// silu_mul as ggml's CPU backend computes it (llama.cpp's SwiGLU on x86
+// with AVX512): gate[i] / (1 + e^-gate[i]) * up[i], e^x as ggml_v_expf.
+void silu_mul_ggml(float* gate, const float* up, int n);
 
 // In place: gate[i] = gelu(gate[i]) * up[i], GELU's tanh form as ggml
 // computes it on the CPU: through a table over half-precision inputs
@@ -94,6 +107,13 @@ struct AttentionHeads {
   int head_size = 0;
   float score_divisor = 1.0f;  // scores are divided by it (the overload above: sqrt(head_size))
   int window = 0;              // > 0: a token at p attends to positions p - window + 1 .. p only
+  // ggml's arithmetic (llama.cpp's CPU backend with AVX512, an F32 cache
+  // and flash attention off) in place of accord's kernels: scores as
+  // ggml_vec_dot_f32, times 1 / score_divisor; the softmax's e^x as
+  // ggml_v_expf, summed per 16 KV cells (cells padded to 256) in double;
+  // the weighted sum of values as ggml_vec_dot_f32 computes it for one
+  // token, whatever the batch.
+  bool ggml = false;
 };
 
 // attention() with the heads' options.

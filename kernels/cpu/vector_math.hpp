@@ -48,6 +48,40 @@ void silu_mul(float* gate, const float* up, int n) {
   }
 }
 
+// GCC's _mm512_reduce_add_ps over 16 floats (ggml's and tinyBLAS's
+// reductions): halves, quarters, then pairs.
+template <class V>
+float reduce16_ggml(const float* a) {
+  float quarter[4];
+  for (int i = 0; i < 4; ++i) quarter[i] = (a[12 + i] + a[4 + i]) + (a[8 + i] + a[i]);
+  return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
+}
+
+// e^x as ggml's ggml_v_expf computes it with AVX512 (its SwiGLU's and
+// softmax's exponential): n = round(x / ln 2), b = x - n ln 2 in two fused
+// steps, a degree-5 polynomial of b in fused steps, then b's value times
+// 2^n (exact, as VSCALEFPS). |n| > 192 gives 0 for n < 0, else infinity;
+// NaN stays NaN.
+template <class V>
+float exp_ggml(float x) {
+  constexpr float kRound = 0x1.8p23f;
+  const float n = __builtin_fmaf(x, 0x1.715476p+0f, kRound) - kRound;
+  const float b = __builtin_fmaf(-n, 0x1.7f7d1cp-20f, __builtin_fmaf(-n, 0x1.62e4p-1f, x));
+  const float u = b * b;
+  const float j = __builtin_fmaf(__builtin_fmaf(__builtin_fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                                __builtin_fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                                 u, __builtin_fmaf(0x1.ffffecp-1f, b, 1.0f));
+  if (n != n) return n;
+  if (__builtin_fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : __builtin_inff();
+  return __builtin_ldexpf(j, static_cast<int>(n));
+}
+
+// silu_mul_ggml (ops.hpp): ggml_vec_swiglu_f32's x / (1 + e^-x) * g.
+template <class V>
+void silu_mul_ggml(float* gate, const float* up, int n) {
+  for (int i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + exp_ggml<V>(0.0f - gate[i])) * up[i];
+}
+
 // Attention's weights from a query's scores: scores / scale, then their
 // softmax (e^(s - max) / sum, the sum in order).
 template <class V>

@@ -29,13 +29,6 @@ static inline __m256i nibbles(const std::byte* p) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
 }
 
-// 16 bfloat16 values as floats in two registers: each shifted into the
-// high half of a float's bits, exactly.
-static inline __m256 bf16_eight(const std::byte* p) {
-  const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
-}
-
 // The eight 32-bit lanes of v added.
 static inline std::int32_t lane_sum(__m256i v) {
   const __m128i four = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -43,20 +36,21 @@ static inline std::int32_t lane_sum(__m256i v) {
   return _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32(two, 0xB1)));
 }
 
-// super_block_sum of kquant_products.hpp: per 32 values, |q| (unsigned)
+// super_block_lanes of kquant_products.hpp: per 32 values, |q| (unsigned)
 // times x with q's sign in pairs (at most 2 * 127 * 127, no saturation),
-// the pairs of group 2c (lanes 0-7) and 2c + 1 (lanes 8-15) times their
+// the pairs of group 2c (lanes 0-3) and 2c + 1 (lanes 4-7) times their
 // scales and added in pairs, into eight 32-bit sums.
-static inline std::int32_t super_block_sum(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x) {
+static inline void super_block_lanes(const std::int8_t* q, const std::int16_t* scale, const std::int8_t* x, int c0,
+                                     int c1, std::int32_t* lanes) {
   __m256i acc = _mm256_setzero_si256();
-  for (int c = 0; c < 8; ++c) {
+  for (int c = c0; c < c1; ++c) {
     const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32 * c));
     const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
     const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(scale[2 * c + 1]), _mm_set1_epi16(scale[2 * c]));
     acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, scales));
   }
-  return lane_sum(acc);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), acc);
 }
 
 // The sum of a[g] * b[g] over 16 int16, by pairs (exact: here minimums
@@ -93,7 +87,7 @@ namespace {
 // minimums, then qs[128]: values 64c .. 64c + 31 in the low nibbles of
 // qs[32c ..], the next 32 in the high ones), whose nibbles multiply a
 // token's quants straight from the block, as ggml's vec_dot_q4_K_q8_K
-// does, with no unpacked copy: the same integers as kq::unpack_q4_k's
+// does, with no unpacked copy: the same lanes as kq::unpack_q4_k's
 // SuperBlock gives (kquant_products.hpp's Unpacked). With FifthBit, Q5_K:
 // qh[32] before qs, bit 2c of qh[l] the fifth bit of value 64c + l and
 // bit 2c + 1 that of value 64c + 32 + l. Scales and minimums are spread
@@ -119,11 +113,12 @@ class K4Block {
   float d() const { return d_; }
   float dmin() const { return dmin_; }
 
-  // S_b and M_b against a token's 256 quants x and its sums of 16: per 64
-  // values, the values (0..15, or 0..31 with the fifth bit: unsigned)
-  // times x in pairs (at most 2 * 31 * 127), times the sub-blocks' scales
-  // and added in pairs.
-  kq::SuperBlockInts against(const std::int8_t* x, const std::int16_t* sums) const {
+  // ggml's eight lanes against a token's 256 quants x (kquant_products.hpp):
+  // per 64 values, the values (0..15, or 0..31 with the fifth bit:
+  // unsigned) times x in pairs (at most 2 * 31 * 127), times the
+  // sub-blocks' scales and added in pairs; lane k holds values 32c + 4k ..
+  // 32c + 4k + 3 of each chunk c of 32, as super_block_lanes.
+  void lanes(const std::int8_t* x, const std::int16_t*, std::int32_t* out) const {
     const __m256i mask = _mm256_set1_epi8(0x0F);
     __m256i acc = _mm256_setzero_si256();
     [[maybe_unused]] __m256i fifth = FifthBit ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh_)) : __m256i{};
@@ -142,8 +137,11 @@ class K4Block {
       acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(low, x_low), scale_[2 * c]));
       acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(high, x_high), scale_[2 * c + 1]));
     }
-    const __m256i mins = _mm256_madd_epi16(mins_, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)));
-    return {lane_sum(acc), lane_sum(mins)};
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), acc);
+  }
+  // M_b: the minimums against the sums of 16 quants.
+  std::int32_t mins(const std::int16_t* sums) const {
+    return lane_sum(_mm256_madd_epi16(mins_, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums))));
   }
 
  private:
@@ -162,8 +160,8 @@ using Q5KBlock = K4Block<true>;
 // at bit 2k; stored as v + 32), as ggml's vec_dot_q6_K_q8_K reads it: the
 // stored values (0..63, unsigned) times x in pairs (at most 2 * 63 * 127),
 // times the groups' scales, less 32 times the scales against the sums of
-// 16 quants: sum (v + 32) x - 32 sum x = sum v x per group, the same
-// integer S_b as the unpacked SuperBlock gives.
+// 16 quants: sum (v + 32) x - 32 sum x = sum v x per group, in the lanes
+// ggml's vec_dot_q6_K_q8_K keeps them (kquant_products.hpp's Unpacked).
 class Q6KBlock {
  public:
   explicit Q6KBlock(const std::byte* block) : bytes_(kq::bytes_of(block)), d_(half_at(block + 208)) {
@@ -182,7 +180,9 @@ class Q6KBlock {
   float d() const { return d_; }
   float dmin() const { return 0.0f; }
 
-  kq::SuperBlockInts against(const std::int8_t* x, const std::int16_t* sums) const {
+  // ggml's eight lanes: lane k of the stored values' products, less 32
+  // times the scales against the sums of 16 of groups 2k and 2k + 1.
+  void lanes(const std::int8_t* x, const std::int16_t* sums, std::int32_t* out) const {
     const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
     __m256i acc = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
@@ -204,8 +204,9 @@ class Q6KBlock {
       }
     }
     const __m256i offsets = _mm256_madd_epi16(scales_, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)));
-    return {lane_sum(acc) - 32 * lane_sum(offsets), 0};
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_sub_epi32(acc, _mm256_slli_epi32(offsets, 5)));
   }
+  std::int32_t mins(const std::int16_t*) const { return 0; }
 
  private:
   const std::uint8_t* bytes_;

@@ -13,12 +13,17 @@ namespace accord {
 
 namespace {
 
-// RoPE's tables of the global layers, or of the sliding-window ones, whose
-// base is their own and whose angles are never scaled (llama.cpp's
-// rope_freq_scale_train_swa). llama2.c's arithmetic for a Llama model
+// llama2.c's arithmetic (RoPE tables, norms, SiLU) for a Llama model
 // without factors or scaling, so that llama2.c files and their GGUF
 // conversions keep the bits they always had; ggml's everywhere else, as
 // llama.cpp computes the architectures accord checks against it.
+bool llama2c_arithmetic(const ModelConfig& c) {
+  return c.arch == Arch::llama && !c.rope_factors && c.rope_freq_scale == 1.0f && c.rope_scale == 1.0f;
+}
+
+// RoPE's tables of the global layers, or of the sliding-window ones, whose
+// base is their own and whose angles are never scaled (llama.cpp's
+// rope_freq_scale_train_swa).
 void fill_rope_tables(const Model& model, bool sliding, RopeTables& tables) {
   const ModelConfig& c = model.config();
   const std::size_t size = static_cast<std::size_t>(c.seq_len) * (c.head_size() / 2);
@@ -30,7 +35,7 @@ void fill_rope_tables(const Model& model, bool sliding, RopeTables& tables) {
   const cpu::RopeAngles angles{sliding ? c.rope_theta_sliding : c.rope_theta,
                                held ? model.weights().rope_factors : nullptr, sliding ? 1.0f : c.rope_freq_scale,
                                c.rope_scale};
-  if (c.arch == Arch::llama && !c.rope_factors && angles.freq_scale == 1.0f && angles.scale == 1.0f) {
+  if (llama2c_arithmetic(c)) {
     cpu::rope_tables(tables.cos.data(), tables.sin.data(), c.seq_len, c.head_size(), angles.theta);
   } else {
     cpu::rope_tables_ggml(tables.cos.data(), tables.sin.data(), c.seq_len, c.head_size(), angles);
@@ -51,10 +56,10 @@ void add_bias(float* rows, const float* bias, int batch, int width) {
 }
 
 // RMSNorm of each head of each row, in place (Q and K norms).
-void norm_heads(float* rows, const float* weight, int batch, int heads, const ModelConfig& c) {
+void norm_heads(float* rows, const float* weight, int batch, int heads, const ModelConfig& c, cpu::NormSum sum) {
   const int head = c.head_size();
   for (std::size_t h = 0; h < static_cast<std::size_t>(batch) * heads; ++h) {
-    cpu::rmsnorm(rows + h * head, rows + h * head, weight, head, c.norm_eps);
+    cpu::rmsnorm(rows + h * head, rows + h * head, weight, head, c.norm_eps, sum);
   }
 }
 
@@ -62,6 +67,11 @@ void norm_heads(float* rows, const float* weight, int batch, int heads, const Mo
 
 Transformer::Transformer(const Model& model, cpu::ThreadPool& pool) : model_(model), pool_(pool) {
   const ModelConfig& c = model_.config();
+  const bool llama2c = llama2c_arithmetic(c);
+  norm_sum_ = llama2c ? cpu::NormSum::in_float : cpu::NormSum::ggml;
+  if (c.architecture().activation == Activation::silu) {
+    activation_ = llama2c ? cpu::GateActivation::silu : cpu::GateActivation::silu_ggml;
+  }
   fill_rope_tables(model_, false, rope_);
   bool slides = false;
   for (int layer = 0; layer < c.n_layers; ++layer) slides = slides || c.slides(layer);
@@ -145,7 +155,7 @@ void Transformer::attend(int unit) {
   const Architecture& a = c.architecture();
   const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
   const int batch = batch_;
-  cpu::rmsnorm_rows(pool_, xb_.data(), x_.data(), w.rms_att, batch, c.dim, c.norm_eps);
+  cpu::rmsnorm_rows(pool_, xb_.data(), x_.data(), w.rms_att, batch, c.dim, c.norm_eps, norm_sum_);
   const cpu::Product qkv[] = {{q_.data(), &w.wq}, {k_.data(), &w.wk}, {v_.data(), &w.wv}};
   cpu::matmul_group(pool_, xb_.data(), batch, c.dim, qkv);
   if (a.qkv_bias) {
@@ -154,12 +164,15 @@ void Transformer::attend(int unit) {
     add_bias(v_.data(), w.bv, batch, c.kv_dim());
   }
   if (a.qk_norm) {
-    norm_heads(q_.data(), w.q_norm, batch, c.n_heads, c);
-    norm_heads(k_.data(), w.k_norm, batch, c.n_kv_heads, c);
+    norm_heads(q_.data(), w.q_norm, batch, c.n_heads, c, norm_sum_);
+    norm_heads(k_.data(), w.k_norm, batch, c.n_kv_heads, c, norm_sum_);
   }
-  const cpu::AttentionHeads heads{c.n_heads, c.n_kv_heads, c.head_size(),
+  const cpu::AttentionHeads heads{c.n_heads,
+                                  c.n_kv_heads,
+                                  c.head_size(),
                                   a.scale_queries ? 1.0f : std::sqrt(static_cast<float>(c.head_size())),
-                                  c.slides(unit) ? c.sliding_window : 0};
+                                  c.slides(unit) ? c.sliding_window : 0,
+                                  norm_sum_ == cpu::NormSum::ggml};
   const std::size_t q_dim = static_cast<std::size_t>(c.q_dim()), kv_dim = static_cast<std::size_t>(c.kv_dim());
   for (const LaneRows& lane : lanes_) {
     const std::size_t first = static_cast<std::size_t>(lane.first_row);
@@ -172,7 +185,9 @@ void Transformer::attend(int unit) {
     cpu::attention(pool_, &xb_[first * q_dim], &q_[first * q_dim], view, lane.rows, lane.pos, heads);
   }
   cpu::matmul(pool_, xb2_.data(), xb_.data(), w.wo, batch);
-  if (a.post_norms) cpu::rmsnorm_rows(pool_, xb2_.data(), xb2_.data(), w.post_att_norm, batch, c.dim, c.norm_eps);
+  if (a.post_norms) {
+    cpu::rmsnorm_rows(pool_, xb2_.data(), xb2_.data(), w.post_att_norm, batch, c.dim, c.norm_eps, norm_sum_);
+  }
 }
 
 // RoPE on row `t`'s queries and keys at position `pos`, and the queries'
@@ -185,8 +200,9 @@ void Transformer::position_row(int unit, std::size_t t, int pos) {
   float* q = &q_[t * static_cast<std::size_t>(c.q_dim())];
   float* k = &k_[t * static_cast<std::size_t>(c.kv_dim())];
   const auto rope = a.rope == RopeStyle::adjacent_pairs ? cpu::rope : cpu::rope_neox;
-  rope(q, c.n_heads, c.head_size(), &tables.cos[angle], &tables.sin[angle]);
-  rope(k, c.n_kv_heads, c.head_size(), &tables.cos[angle], &tables.sin[angle]);
+  const bool fused = norm_sum_ == cpu::NormSum::ggml;
+  rope(q, c.n_heads, c.head_size(), &tables.cos[angle], &tables.sin[angle], fused);
+  rope(k, c.n_kv_heads, c.head_size(), &tables.cos[angle], &tables.sin[angle], fused);
   if (a.scale_queries) {
     const float scale = query_scale(c);
     for (int i = 0; i < c.q_dim(); ++i) q[i] *= scale;
@@ -199,13 +215,11 @@ void Transformer::feed_forward(int unit) {
   const ModelConfig& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
   const int batch = batch_;
-  cpu::add_rmsnorm_rows(pool_, x_.data(), xb2_.data(), xb_.data(), w.rms_ffn, batch, c.dim, c.norm_eps);
-  const auto activation =
-      c.architecture().activation == Activation::silu ? cpu::GateActivation::silu : cpu::GateActivation::gelu_tanh;
-  cpu::gated_matmul(pool_, hb_.data(), hb2_.data(), xb_.data(), batch, w.w1, w.w3, activation);
+  cpu::add_rmsnorm_rows(pool_, x_.data(), xb2_.data(), xb_.data(), w.rms_ffn, batch, c.dim, c.norm_eps, norm_sum_);
+  cpu::gated_matmul(pool_, hb_.data(), hb2_.data(), xb_.data(), batch, w.w1, w.w3, activation_);
   cpu::matmul(pool_, xb_.data(), hb_.data(), w.w2, batch);
   if (c.architecture().post_norms) {
-    cpu::rmsnorm_rows(pool_, xb_.data(), xb_.data(), w.post_ffn_norm, batch, c.dim, c.norm_eps);
+    cpu::rmsnorm_rows(pool_, xb_.data(), xb_.data(), w.post_ffn_norm, batch, c.dim, c.norm_eps, norm_sum_);
   }
   cpu::add_rows(pool_, x_.data(), xb_.data(), batch, c.dim);
 }
@@ -222,7 +236,7 @@ std::span<float> Transformer::classify(std::span<const int> rows) {
   const auto dim = static_cast<std::size_t>(c.dim);
   for (std::size_t t = 0; t < rows.size(); ++t) {
     cpu::rmsnorm(&xb_[t * dim], &x_[static_cast<std::size_t>(rows[t]) * dim], model_.weights().rms_final, c.dim,
-                 c.norm_eps);
+                 c.norm_eps, norm_sum_);
   }
   logits_.resize(static_cast<std::size_t>(count) * c.vocab_size);
   if (residency_ == nullptr) {

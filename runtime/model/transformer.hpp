@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "kernels/cpu/aligned.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/base/error.hpp"
 #include "runtime/model/kv_cache.hpp"
@@ -106,6 +108,9 @@ class Transformer {
   cpu::ThreadPool& pool_;
   RopeTables rope_;
   RopeTables sliding_rope_;  // of the sliding-window layers' base; empty when none slides
+  // llama2.c's arithmetic or ggml's (transformer.cpp, llama2c_arithmetic).
+  cpu::NormSum norm_sum_ = cpu::NormSum::in_float;
+  cpu::GateActivation activation_ = cpu::GateActivation::gelu_tanh;
 
   // Activations for a batch of B tokens, aligned to cache lines for the
   // kernels' vector loads.
