@@ -16,7 +16,10 @@ namespace accord::cpu {
 
 namespace {
 
-bool is_block_type(WeightType type) { return type == WeightType::q8_0 || type == WeightType::q4_0; }
+// Blocks of 32 meet the activations' 8-bit blocks (kernel_table.hpp).
+bool is_block_type(WeightType type) { return traits(type).block_values == kQuantBlock; }
+// Those with a minimum per block meet its sums too (Activations::sum_lanes).
+bool has_minimums(WeightType type) { return type == WeightType::q4_1 || type == WeightType::q5_1; }
 
 // The activations' 8-bit form, reused across calls on the calling thread
 // (the rank's own), so a decode step allocates nothing.
@@ -24,6 +27,7 @@ struct QuantizedBatch {
   AlignedVector<std::int8_t> quants;
   AlignedVector<float> scale_lanes;            // Activations::scale_lanes
   AlignedVector<std::int32_t> nibble_offsets;  // Activations::nibble_offsets
+  AlignedVector<float> sum_lanes;              // Activations::sum_lanes
 };
 
 // The activations' Q8_K form (Activations::k_quants, k_scales, k_sums).
@@ -57,13 +61,29 @@ void nibble_offsets(const std::int8_t* quants, int cols, std::int32_t* lanes) {
   }
 }
 
+// Activations::sum_lanes of one token: Q8_1's s = d * sum of the quants of
+// block b, in lane 0 or 8 of its pair, from the token's scale lanes.
+void sum_lanes(const std::int8_t* quants, const float* scale_lanes, int cols, float* lanes) {
+  const int blocks = cols / kBlock;
+  for (int i = 0; i < block_pairs(cols) * kLanes; ++i) {
+    const int block = i / kLanes * 2 + i % kLanes / (kLanes / 2);
+    const bool first = i % (kLanes / 2) == 0 && block < blocks;
+    int sum = 0;
+    for (int j = 0; first && j < kBlock; ++j) sum += quants[block * kBlock + j];
+    lanes[i] = first ? static_cast<float>(sum) * scale_lanes[i] : 0.0f;
+  }
+}
+
 // Quantizes every token of x into `batch`, for a product with `cols`
-// inputs, with the Q4_0 offsets when asked; the pool's threads take tokens.
-void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool with_offsets, QuantizedBatch& batch) {
+// inputs, with the Q4_0 offsets and the Q8_1 sums when asked; the pool's
+// threads take tokens.
+void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool with_offsets, bool with_sums,
+                    QuantizedBatch& batch) {
   const auto lanes_per_token = static_cast<std::size_t>(block_pairs(cols)) * kLanes;
   batch.quants.resize(static_cast<std::size_t>(tokens) * cols);
   batch.scale_lanes.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
   if (with_offsets) batch.nibble_offsets.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
+  if (with_sums) batch.sum_lanes.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
   pool.parallel_for(static_cast<std::size_t>(tokens), [&](std::size_t begin, std::size_t end) {
     for (std::size_t t = begin; t < end; ++t) {
       // The scales land at the start of the token's lanes, then spread
@@ -77,6 +97,7 @@ void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool
         lanes[i] = block < blocks ? lanes[block] : 0.0f;
       }
       if (with_offsets) nibble_offsets(quants, cols, batch.nibble_offsets.data() + t * lanes_per_token);
+      if (with_sums) sum_lanes(quants, lanes, cols, batch.sum_lanes.data() + t * lanes_per_token);
     }
   });
 }
@@ -85,6 +106,7 @@ void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, bool
 struct InputNeeds {
   bool quantized = false;     // an 8-bit form: a block type is among them
   bool nibbles = false;       // the Q4_0 offsets too
+  bool sums = false;          // the Q8_1 sums too
   bool super_blocks = false;  // Q8_K: a K-quant is among them
   bool bf16 = false;          // the values rounded to BF16
 
@@ -92,6 +114,7 @@ struct InputNeeds {
     bf16 = bf16 || w.type == WeightType::bf16;
     quantized = quantized || is_block_type(w.type);
     nibbles = nibbles || w.type == WeightType::q4_0;
+    sums = sums || has_minimums(w.type);
     super_blocks = super_blocks || is_k_quant(w.type);
     if (w.cols % static_cast<int>(traits(w.type).block_values) != 0) {
       throw std::invalid_argument(std::string("matmul: a ") + to_string(w.type) + " matrix of " +
@@ -121,10 +144,11 @@ Activations prepare(ThreadPool& pool, const float* x, int batch, int cols, Input
   }
   if (needs.quantized) {
     thread_local QuantizedBatch quantized;
-    quantize_batch(pool, x, batch, cols, needs.nibbles, quantized);
+    quantize_batch(pool, x, batch, cols, needs.nibbles, needs.sums, quantized);
     activations.quants = quantized.quants.data();
     activations.scale_lanes = quantized.scale_lanes.data();
     if (needs.nibbles) activations.nibble_offsets = quantized.nibble_offsets.data();
+    if (needs.sums) activations.sum_lanes = quantized.sum_lanes.data();
   }
   return activations;
 }

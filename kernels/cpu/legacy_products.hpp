@@ -1,0 +1,187 @@
+// The products of Q4_1, Q5_0, Q5_1 and IQ4_NL weights (ggml's other blocks
+// of 32 values) with the activations' 8-bit blocks, written once over a
+// path's vector type V (matmul_tiles.hpp), in the order kernel_table.hpp
+// defines: Q8_0's lanes of exact sums of four products, from the values
+// each block unpacks to. Internal to kernels/cpu.
+//
+// V's operations are Q8_0's and Q4_0's: quants, quant_pair, nibbles,
+// weight_side, activation_side, partials (signed values: Q5_0's v - 16,
+// IQ4_NL's levels), nibble_partials (unsigned ones: Q4_1's and Q5_1's
+// stored levels, from zero offsets), half_pair, mul, fma, load, reduce.
+// Integers are exact, so every path gives the same bits.
+//
+// Static helpers: each path keeps its own copy, built for its instruction
+// set (matmul_tiles.hpp says why that matters).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/kernel_table.hpp"
+#include "kernels/cpu/kquant_blocks.hpp"
+#include "kernels/cpu/quant.hpp"
+
+namespace accord::cpu::tiles {
+
+// A Q5 block's 32 levels less `offset` (16 for Q5_0, 0 for Q5_1): value j
+// takes its low four bits from qs (j < 16 low nibbles, then high ones) and
+// its fifth from bit j of qh (four bytes, little-endian).
+static inline void five_bit_levels(const std::uint8_t* qh, const std::uint8_t* qs, int offset, std::int8_t* q) {
+  const std::uint32_t bits = qh[0] | qh[1] << 8 | qh[2] << 16 | static_cast<std::uint32_t>(qh[3]) << 24;
+#if defined(__AVX2__)
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), mask), _mm_and_si128(packed, mask));
+  // Byte j of bytes_of_qh is byte j / 8 of qh; it is all ones where bit j % 8 is set.
+  const __m256i bytes_of_qh = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(bytes_of_qh, bit), _mm256_set1_epi64x(-1));
+  const __m256i levels = _mm256_or_si256(low4, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_sub_epi8(levels, _mm256_set1_epi8(static_cast<char>(offset))));
+#else
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<std::int8_t>(((qs[j] & 0xF) | (bits >> j & 1) << 4) - offset);
+    q[j + 16] = static_cast<std::int8_t>(((qs[j] >> 4) | (bits >> (j + 16) & 1) << 4) - offset);
+  }
+#endif
+}
+
+// Unnamed: the formats' functions differ per path (five_bit_levels,
+// iq4_levels), so each path's translation unit must keep its own.
+namespace {
+
+// How each type's block reads. kMin: the block carries a minimum m (a value
+// is d * q + m) at byte 2, and its levels are unsigned; else they are signed.
+// levels(block, q): the 32 levels as int8. The scale d is at byte 0.
+struct Q4_1Blocks {
+  static constexpr std::size_t kBlockBytes = kQ4_1BlockBytes;
+  static constexpr bool kMin = true;
+  static constexpr bool kNibbles = true;  // V::nibbles reads the levels as stored
+  static constexpr std::size_t kNibblesAt = 4;
+};
+struct Q5_1Blocks {
+  static constexpr std::size_t kBlockBytes = kQ5_1BlockBytes;
+  static constexpr bool kMin = true;
+  static constexpr bool kNibbles = false;
+  static void levels(const std::byte* block, std::int8_t* q) {
+    five_bit_levels(kq::bytes_of(block) + 4, kq::bytes_of(block) + 8, 0, q);
+  }
+};
+struct Q5_0Blocks {
+  static constexpr std::size_t kBlockBytes = kQ5_0BlockBytes;
+  static constexpr bool kMin = false;
+  static constexpr bool kNibbles = false;
+  static void levels(const std::byte* block, std::int8_t* q) {
+    five_bit_levels(kq::bytes_of(block) + 2, kq::bytes_of(block) + 6, 16, q);
+  }
+};
+struct IQ4_NLBlocks {
+  static constexpr std::size_t kBlockBytes = kIQ4_NLBlockBytes;
+  static constexpr bool kMin = false;
+  static constexpr bool kNibbles = false;
+  static void levels(const std::byte* block, std::int8_t* q) { kq::iq4_levels(kq::bytes_of(block) + 2, q); }
+};
+
+}  // namespace
+
+// Blocks b0 and b1 (null: zeros) of a row as V::Quants.
+template <class V, class Format>
+typename V::Quants weight_quants(const std::byte* b0, const std::byte* b1) {
+  if constexpr (Format::kNibbles) {
+    return V::nibbles(b0 + Format::kNibblesAt, b1 != nullptr ? b1 + Format::kNibblesAt : nullptr);
+  } else {
+    alignas(32) std::int8_t q[2][kBlock];
+    Format::levels(b0, q[0]);
+    if (b1 != nullptr) Format::levels(b1, q[1]);
+    return V::quants(q[0], b1 != nullptr ? q[1] : nullptr);
+  }
+}
+
+// The two f16 fields at byte `at` of blocks b0 and b1 (null: 0) as pair() lanes.
+template <class V>
+typename V::Vec halves_at(const std::byte* b0, const std::byte* b1, std::size_t at) {
+  std::uint16_t h0, h1 = 0;
+  __builtin_memcpy(&h0, b0 + at, sizeof h0);
+  if (b1 != nullptr) __builtin_memcpy(&h1, b1 + at, sizeof h1);
+  return V::half_pair(h0, h1);
+}
+
+// Where a token's 8-bit form lies (Activations), from block 0.
+struct TokenBlocks {
+  const std::int8_t* quants;
+  const float* scale_lanes;
+  const float* sum_lanes;  // Q4_1 and Q5_1 only
+};
+
+// Blocks b and, when b1 is not null, b + 1 of one row (from b0) against T
+// tokens, into acc.
+template <class V, class Format, int T>
+void legacy_step(const std::byte* b0, const std::byte* b1, const TokenBlocks (&x)[T], int b,
+                 typename V::Vec (&acc)[T]) {
+  const std::size_t lanes_at = static_cast<std::size_t>(b / 2) * kLanes;
+  const typename V::Vec wd = halves_at<V>(b0, b1, 0);
+  const typename V::Quants wq = weight_quants<V, Format>(b0, b1);
+  for (int t = 0; t < T; ++t) {
+    const std::int8_t* q = x[t].quants + static_cast<std::size_t>(b) * kBlock;
+    const typename V::Quants xq = b1 != nullptr ? V::quant_pair(q) : V::quants(q, nullptr);
+    const typename V::Vec scale = V::mul(wd, V::load(reinterpret_cast<const std::byte*>(x[t].scale_lanes + lanes_at)));
+    if constexpr (Format::kMin) {
+      static constexpr std::int32_t kNoOffsets[kLanes] = {};
+      acc[t] = V::fma(scale, V::nibble_partials(wq, xq, V::load_offsets(kNoOffsets)), acc[t]);
+      const typename V::Vec sums = V::load(reinterpret_cast<const std::byte*>(x[t].sum_lanes + lanes_at));
+      acc[t] = V::fma(halves_at<V>(b0, b1, 2), sums, acc[t]);
+    } else {
+      acc[t] = V::fma(scale, V::partials(V::weight_side(wq), V::activation_side(xq)), acc[t]);
+    }
+  }
+}
+
+// Row r of w against tokens [tok0, tok0 + T): out[t][r].
+template <class V, class Format, int T>
+void legacy_tile(const Matrix& w, const Activations& x, float* out, int r, int tok0) {
+  const int blocks = w.cols / kBlock;
+  const std::byte* row = w.data + static_cast<std::size_t>(r) * blocks * Format::kBlockBytes;
+  TokenBlocks tokens[T];
+  typename V::Vec acc[T];
+  for (int t = 0; t < T; ++t) {
+    const auto token = static_cast<std::size_t>(tok0 + t);
+    const std::size_t lanes = token * static_cast<std::size_t>(block_pairs(w.cols)) * kLanes;
+    tokens[t] = {x.quants + token * static_cast<std::size_t>(w.cols), x.scale_lanes + lanes,
+                 Format::kMin ? x.sum_lanes + lanes : nullptr};
+    acc[t] = V::zero();
+  }
+  int b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const std::byte* b0 = row + static_cast<std::size_t>(b) * Format::kBlockBytes;
+    legacy_step<V, Format, T>(b0, b0 + Format::kBlockBytes, tokens, b, acc);
+  }
+  if (b < blocks)
+    legacy_step<V, Format, T>(row + static_cast<std::size_t>(b) * Format::kBlockBytes, nullptr, tokens, b, acc);
+  for (int t = 0; t < T; ++t) out[static_cast<std::size_t>(tok0 + t) * w.rows + r] = V::reduce(acc[t]);
+}
+
+// Tokens that share one pass over a row's blocks, unpacked once for them.
+inline constexpr int kLegacyTokens = 4;
+// Tokens whose activations stay in cache while the rows pass over them.
+inline constexpr int kLegacyTokensPerPass = 64;
+
+template <class V, class Format>
+void legacy_rows(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end) {
+  for (int pass = 0; pass < x.batch; pass += kLegacyTokensPerPass) {
+    const int end = pass + kLegacyTokensPerPass < x.batch ? pass + kLegacyTokensPerPass : x.batch;
+    for (int r = row_begin; r < row_end; ++r) {
+      int t = pass;
+      for (; t + kLegacyTokens <= end; t += kLegacyTokens) legacy_tile<V, Format, kLegacyTokens>(w, x, out, r, t);
+      for (; t < end; ++t) legacy_tile<V, Format, 1>(w, x, out, r, t);
+    }
+  }
+}
+
+}  // namespace accord::cpu::tiles
