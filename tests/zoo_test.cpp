@@ -45,9 +45,11 @@ struct ZooCase {
   std::vector<float> margins;
 };
 
-// `reference`: zoo-f32.json (the F32 originals) or zoo.json (the zoo's files).
-std::vector<ZooCase> reference_cases(const std::string& file, const std::string& reference) {
-  const auto path = test::shared_dir() / "reference" / reference;
+// shared/reference/zoo-f32.json (the F32 originals) or zoo.json (the zoo's files).
+std::filesystem::path shared_reference(const std::string& name) { return test::shared_dir() / "reference" / name; }
+
+// `path`: a reference file (shared_reference, or tests/zoo's).
+std::vector<ZooCase> reference_cases(const std::string& file, const std::filesystem::path& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in) << "missing " << path;
   if (!in) return {};
@@ -109,7 +111,7 @@ constexpr Floors kEveryStep = {64, 64, 64};
 // against llama.cpp's tokens in `reference`; three ranks give one rank's
 // tokens exactly.
 void expect_greedy_tokens_of_llama_cpp(const std::filesystem::path& path, const std::string& file,
-                                       const std::string& reference, cpu::ThreadPool& pool,
+                                       const std::filesystem::path& reference, cpu::ThreadPool& pool,
                                        const Floors& floors = kEveryStep) {
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing";
   auto model = Model::load(path.string());
@@ -136,7 +138,7 @@ class ZooF32 : public testing::TestWithParam<const char*> {
 };
 
 TEST_P(ZooF32, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
-  expect_greedy_tokens_of_llama_cpp(zoo_model(GetParam()), GetParam(), "zoo-f32.json", pool_);
+  expect_greedy_tokens_of_llama_cpp(zoo_model(GetParam()), GetParam(), shared_reference("zoo-f32.json"), pool_);
 }
 
 // Three ranks that each load only their share (as node processes do; the
@@ -258,8 +260,8 @@ class ZooQuantized : public testing::TestWithParam<QuantizedFile> {
 
 TEST_P(ZooQuantized, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
   const QuantizedFile& q = GetParam();
-  expect_greedy_tokens_of_llama_cpp(test::shared_dir() / "models" / "zoo" / q.file, q.file, "zoo.json", pool_,
-                                    q.floors);
+  expect_greedy_tokens_of_llama_cpp(test::shared_dir() / "models" / "zoo" / q.file, q.file,
+                                    shared_reference("zoo.json"), pool_, q.floors);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -271,6 +273,39 @@ INSTANTIATE_TEST_SUITE_P(
                     QuantizedFile{"qwen2-Q4_K_M.gguf", {26, 64, 64}}, QuantizedFile{"qwen3-Q4_K_M.gguf", {24, 5, 64}},
                     QuantizedFile{"gemma3-Q4_K_M.gguf", {64, 20, 64}},
                     QuantizedFile{"phi3-Q4_K_M.gguf", {64, 23, 64}}));
+
+// Q4_1, Q5_0, Q5_1 and IQ4_NL, of which the zoo has no files: `accord
+// convert` writes llama3's F32 original as llama-quantize does (bytes
+// checked by LegacyQuantZooF32), against llama.cpp's tokens for
+// llama-quantize's file (tests/zoo/llama3-legacy-quants.json). Floors as
+// ZooQuantized's: these random models part at margins up to 0.52 on
+// rounding alone (the activations' scale as an f16 and rounding to even,
+// as ggml's x86 quantize_row_q8_0 does, moved Q5_0 from {2, 0, 2} to
+// {2, 64, 64} and IQ4_NL from {28, 64, 5} to {55, 4, 64}).
+class ZooF32Converted : public testing::TestWithParam<QuantizedFile> {
+ protected:
+  cpu::ThreadPool pool_{2};
+};
+
+TEST_P(ZooF32Converted, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
+  const QuantizedFile& q = GetParam();
+  const std::filesystem::path references =
+      std::filesystem::path(ACCORD_TESTS_DIR) / "zoo" / "llama3-legacy-quants.json";
+  std::ifstream in(references);
+  ASSERT_TRUE(in) << "missing " << references;
+  const std::string type = nlohmann::json::parse(in).at(q.file).at("convert_type");
+  test::TempDir dir;
+  const auto result = test::run_accord(
+      {"convert", "--in", zoo_model("llama3-f32.gguf").string(), "--out", dir.file(q.file), "--type", type});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  expect_greedy_tokens_of_llama_cpp(dir.file(q.file), q.file, references, pool_, q.floors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, ZooF32Converted,
+                         testing::Values(QuantizedFile{"llama3-Q4_1.gguf", {12, 64, 64}},
+                                         QuantizedFile{"llama3-Q5_0.gguf", {2, 0, 2}},
+                                         QuantizedFile{"llama3-Q5_1.gguf", {60, 64, 64}},
+                                         QuantizedFile{"llama3-IQ4_NL.gguf", {28, 64, 5}}));
 
 TEST(ZooQuantizedRefusals, MixtureOfExpertsFilesAreRefusedByName) {
   for (const char* file : {"mixtral-Q4_K_M.gguf", "qwen3moe-Q4_K_M.gguf"}) {
