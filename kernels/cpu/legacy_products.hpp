@@ -121,24 +121,33 @@ struct TokenBlocks {
 };
 
 // Blocks b and, when b1 is not null, b + 1 of one row (from b0) against T
-// tokens, into acc.
+// tokens, into acc. The weights' side is prepared once for the T tokens.
 template <class V, class Format, int T>
 void legacy_step(const std::byte* b0, const std::byte* b1, const TokenBlocks (&x)[T], int b,
                  typename V::Vec (&acc)[T]) {
+  using Vec = typename V::Vec;
   const std::size_t lanes_at = static_cast<std::size_t>(b / 2) * kLanes;
-  const typename V::Vec wd = halves_at<V>(b0, b1, 0);
+  const Vec wd = halves_at<V>(b0, b1, 0);
   const typename V::Quants wq = weight_quants<V, Format>(b0, b1);
-  for (int t = 0; t < T; ++t) {
+  const auto token_quants = [&](int t) {
     const std::int8_t* q = x[t].quants + static_cast<std::size_t>(b) * kBlock;
-    const typename V::Quants xq = b1 != nullptr ? V::quant_pair(q) : V::quants(q, nullptr);
-    const typename V::Vec scale = V::mul(wd, V::load(reinterpret_cast<const std::byte*>(x[t].scale_lanes + lanes_at)));
-    if constexpr (Format::kMin) {
-      static constexpr std::int32_t kNoOffsets[kLanes] = {};
-      acc[t] = V::fma(scale, V::nibble_partials(wq, xq, V::load_offsets(kNoOffsets)), acc[t]);
-      const typename V::Vec sums = V::load(reinterpret_cast<const std::byte*>(x[t].sum_lanes + lanes_at));
-      acc[t] = V::fma(halves_at<V>(b0, b1, 2), sums, acc[t]);
-    } else {
-      acc[t] = V::fma(scale, V::partials(V::weight_side(wq), V::activation_side(xq)), acc[t]);
+    return b1 != nullptr ? V::quant_pair(q) : V::quants(q, nullptr);
+  };
+  const auto scale = [&](int t) {
+    return V::mul(wd, V::load(reinterpret_cast<const std::byte*>(x[t].scale_lanes + lanes_at)));
+  };
+  if constexpr (Format::kMin) {
+    static constexpr std::int32_t kNoOffsets[kLanes] = {};
+    const typename V::Offsets none = V::load_offsets(kNoOffsets);
+    const Vec wm = halves_at<V>(b0, b1, 2);
+    for (int t = 0; t < T; ++t) {
+      acc[t] = V::fma(scale(t), V::nibble_partials(wq, token_quants(t), none), acc[t]);
+      acc[t] = V::fma(wm, V::load(reinterpret_cast<const std::byte*>(x[t].sum_lanes + lanes_at)), acc[t]);
+    }
+  } else {
+    const typename V::WeightSide ws = V::weight_side(wq);
+    for (int t = 0; t < T; ++t) {
+      acc[t] = V::fma(scale(t), V::partials(ws, V::activation_side(token_quants(t))), acc[t]);
     }
   }
 }
