@@ -120,76 +120,98 @@ struct TokenBlocks {
   const float* sum_lanes;  // Q4_1 and Q5_1 only
 };
 
-// Blocks b and, when b1 is not null, b + 1 of one row (from b0) against T
-// tokens, into acc. The weights' side is prepared once for the T tokens.
-template <class V, class Format, int T>
-void legacy_step(const std::byte* b0, const std::byte* b1, const TokenBlocks (&x)[T], int b,
-                 typename V::Vec (&acc)[T]) {
+// Blocks b and, when Pair, b + 1 of R rows against T tokens, into acc.
+// Each row's weights are prepared once for the T tokens, each token's
+// activations once for the R rows.
+template <class V, class Format, int R, int T, bool Pair>
+void legacy_step(const std::byte* const (&rows)[R], const TokenBlocks (&x)[T], int b, typename V::Vec (&acc)[R][T]) {
   using Vec = typename V::Vec;
   const std::size_t lanes_at = static_cast<std::size_t>(b / 2) * kLanes;
-  const Vec wd = halves_at<V>(b0, b1, 0);
-  const typename V::Quants wq = weight_quants<V, Format>(b0, b1);
-  const auto token_quants = [&](int t) {
+  Vec wd[R];
+  typename V::Quants wq[R];
+  for (int r = 0; r < R; ++r) {
+    const std::byte* b0 = rows[r] + static_cast<std::size_t>(b) * Format::kBlockBytes;
+    const std::byte* b1 = Pair ? b0 + Format::kBlockBytes : nullptr;
+    wd[r] = halves_at<V>(b0, b1, 0);
+    wq[r] = weight_quants<V, Format>(b0, b1);
+  }
+  for (int t = 0; t < T; ++t) {
     const std::int8_t* q = x[t].quants + static_cast<std::size_t>(b) * kBlock;
-    return b1 != nullptr ? V::quant_pair(q) : V::quants(q, nullptr);
-  };
-  const auto scale = [&](int t) {
-    return V::mul(wd, V::load(reinterpret_cast<const std::byte*>(x[t].scale_lanes + lanes_at)));
-  };
-  if constexpr (Format::kMin) {
-    static constexpr std::int32_t kNoOffsets[kLanes] = {};
-    const typename V::Offsets none = V::load_offsets(kNoOffsets);
-    const Vec wm = halves_at<V>(b0, b1, 2);
-    for (int t = 0; t < T; ++t) {
-      acc[t] = V::fma(scale(t), V::nibble_partials(wq, token_quants(t), none), acc[t]);
-      acc[t] = V::fma(wm, V::load(reinterpret_cast<const std::byte*>(x[t].sum_lanes + lanes_at)), acc[t]);
-    }
-  } else {
-    const typename V::WeightSide ws = V::weight_side(wq);
-    for (int t = 0; t < T; ++t) {
-      acc[t] = V::fma(scale(t), V::partials(ws, V::activation_side(token_quants(t))), acc[t]);
+    const typename V::Quants xq = Pair ? V::quant_pair(q) : V::quants(q, nullptr);
+    const Vec xd = V::load(reinterpret_cast<const std::byte*>(x[t].scale_lanes + lanes_at));
+    if constexpr (Format::kMin) {
+      static constexpr std::int32_t kNoOffsets[kLanes] = {};
+      const typename V::Offsets none = V::load_offsets(kNoOffsets);
+      const Vec sums = V::load(reinterpret_cast<const std::byte*>(x[t].sum_lanes + lanes_at));
+      for (int r = 0; r < R; ++r) {
+        const std::byte* b0 = rows[r] + static_cast<std::size_t>(b) * Format::kBlockBytes;
+        acc[r][t] = V::fma(V::mul(wd[r], xd), V::nibble_partials(wq[r], xq, none), acc[r][t]);
+        acc[r][t] = V::fma(halves_at<V>(b0, Pair ? b0 + Format::kBlockBytes : nullptr, 2), sums, acc[r][t]);
+      }
+    } else {
+      const typename V::Quants xa = V::activation_side(xq);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = V::fma(V::mul(wd[r], xd), V::partials(V::weight_side(wq[r]), xa), acc[r][t]);
+      }
     }
   }
 }
 
-// Row r of w against tokens [tok0, tok0 + T): out[t][r].
-template <class V, class Format, int T>
-void legacy_tile(const Matrix& w, const Activations& x, float* out, int r, int tok0) {
+// Rows [row0, row0 + R) of w against tokens [tok0, tok0 + T): out[t][r].
+template <class V, class Format, int R, int T>
+void legacy_tile(const Matrix& w, const Activations& x, float* out, int row0, int tok0) {
   const int blocks = w.cols / kBlock;
-  const std::byte* row = w.data + static_cast<std::size_t>(r) * blocks * Format::kBlockBytes;
+  const std::byte* rows[R];
+  for (int r = 0; r < R; ++r) {
+    rows[r] = w.data + static_cast<std::size_t>(row0 + r) * blocks * Format::kBlockBytes;
+  }
   TokenBlocks tokens[T];
-  typename V::Vec acc[T];
+  typename V::Vec acc[R][T];
   for (int t = 0; t < T; ++t) {
     const auto token = static_cast<std::size_t>(tok0 + t);
     const std::size_t lanes = token * static_cast<std::size_t>(block_pairs(w.cols)) * kLanes;
     tokens[t] = {x.quants + token * static_cast<std::size_t>(w.cols), x.scale_lanes + lanes,
                  Format::kMin ? x.sum_lanes + lanes : nullptr};
-    acc[t] = V::zero();
+    for (int r = 0; r < R; ++r) acc[r][t] = V::zero();
   }
   int b = 0;
-  for (; b + 2 <= blocks; b += 2) {
-    const std::byte* b0 = row + static_cast<std::size_t>(b) * Format::kBlockBytes;
-    legacy_step<V, Format, T>(b0, b0 + Format::kBlockBytes, tokens, b, acc);
+  for (; b + 2 <= blocks; b += 2) legacy_step<V, Format, R, T, true>(rows, tokens, b, acc);
+  if (b < blocks) legacy_step<V, Format, R, T, false>(rows, tokens, b, acc);
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < R; ++r) out[static_cast<std::size_t>(tok0 + t) * w.rows + row0 + r] = V::reduce(acc[r][t]);
   }
-  if (b < blocks)
-    legacy_step<V, Format, T>(row + static_cast<std::size_t>(b) * Format::kBlockBytes, nullptr, tokens, b, acc);
-  for (int t = 0; t < T; ++t) out[static_cast<std::size_t>(tok0 + t) * w.rows + r] = V::reduce(acc[t]);
 }
 
-// Tokens that share one pass over a row's blocks, unpacked once for them.
-inline constexpr int kLegacyTokens = 4;
+// Tokens [tok_begin, tok_end) for rows [row_begin, row_end): tiles of R
+// rows and T tokens, then what is left one row or token at a time.
+template <class V, class Format, int R, int T>
+void legacy_tiles(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end, int tok_begin,
+                  int tok_end) {
+  int r = row_begin;
+  for (; r + R <= row_end; r += R) {
+    int t = tok_begin;
+    for (; t + T <= tok_end; t += T) legacy_tile<V, Format, R, T>(w, x, out, r, t);
+    for (; t < tok_end; ++t) legacy_tile<V, Format, R, 1>(w, x, out, r, t);
+  }
+  for (; r < row_end; ++r) {
+    for (int t = tok_begin; t < tok_end; ++t) legacy_tile<V, Format, 1, 1>(w, x, out, r, t);
+  }
+}
+
 // Tokens whose activations stay in cache while the rows pass over them.
 inline constexpr int kLegacyTokensPerPass = 64;
 
+// A decode step's tokens one row at a time (memory-bound: one stream of
+// weights); batches in the path's register tiles (V::kRows x V::kTokens).
 template <class V, class Format>
 void legacy_rows(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end) {
+  if (x.batch < V::kTokens) {
+    legacy_tiles<V, Format, 1, 1>(w, x, out, row_begin, row_end, 0, x.batch);
+    return;
+  }
   for (int pass = 0; pass < x.batch; pass += kLegacyTokensPerPass) {
     const int end = pass + kLegacyTokensPerPass < x.batch ? pass + kLegacyTokensPerPass : x.batch;
-    for (int r = row_begin; r < row_end; ++r) {
-      int t = pass;
-      for (; t + kLegacyTokens <= end; t += kLegacyTokens) legacy_tile<V, Format, kLegacyTokens>(w, x, out, r, t);
-      for (; t < end; ++t) legacy_tile<V, Format, 1>(w, x, out, r, t);
-    }
+    legacy_tiles<V, Format, V::kRows, V::kTokens>(w, x, out, row_begin, row_end, pass, end);
   }
 }
 
