@@ -53,6 +53,25 @@ static inline void five_bit_levels(const std::uint8_t* qh, const std::uint8_t* q
 #endif
 }
 
+#if defined(__AVX512BW__)
+// The AVX-512 path's Quants of two Q5 blocks (b1 null: zeros) from their
+// nibbles as V::nibbles gives them (byte 32 b + j is value j of block b):
+// the fifth bits through one byte mask, bit j of block b's qh for byte
+// 32 b + j, then the offset taken from the blocks that exist.
+static inline __m512i five_bit_pair(__m512i nibbles, const std::byte* b0, const std::byte* b1, std::size_t qh_at,
+                                    int offset) {
+  const auto qh = [&](const std::byte* block) {
+    std::uint32_t bits;
+    __builtin_memcpy(&bits, block + qh_at, sizeof bits);
+    return static_cast<std::uint64_t>(bits);
+  };
+  const std::uint64_t fifth = qh(b0) | (b1 != nullptr ? qh(b1) << 32 : 0);
+  const __m512i levels = _mm512_or_si512(nibbles, _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(0x10)));
+  const __mmask64 present = b1 != nullptr ? ~0ull : 0xFFFFFFFFull;
+  return _mm512_maskz_sub_epi8(present, levels, _mm512_set1_epi8(static_cast<char>(offset)));
+}
+#endif
+
 // Unnamed: the formats' functions differ per path (five_bit_levels,
 // iq4_levels), so each path's translation unit must keep its own.
 namespace {
@@ -70,6 +89,8 @@ struct Q5_1Blocks {
   static constexpr std::size_t kBlockBytes = kQ5_1BlockBytes;
   static constexpr bool kMin = true;
   static constexpr bool kNibbles = false;
+  static constexpr int kFiveBitOffset = 0;  // five_bit_pair: qh at 4, qs at 8, levels less 0
+  static constexpr std::size_t kQhAt = 4, kQsAt = 8;
   static void levels(const std::byte* block, std::int8_t* q) {
     five_bit_levels(kq::bytes_of(block) + 4, kq::bytes_of(block) + 8, 0, q);
   }
@@ -78,6 +99,8 @@ struct Q5_0Blocks {
   static constexpr std::size_t kBlockBytes = kQ5_0BlockBytes;
   static constexpr bool kMin = false;
   static constexpr bool kNibbles = false;
+  static constexpr int kFiveBitOffset = 16;
+  static constexpr std::size_t kQhAt = 2, kQsAt = 6;
   static void levels(const std::byte* block, std::int8_t* q) {
     five_bit_levels(kq::bytes_of(block) + 2, kq::bytes_of(block) + 6, 16, q);
   }
@@ -96,6 +119,11 @@ template <class V, class Format>
 typename V::Quants weight_quants(const std::byte* b0, const std::byte* b1) {
   if constexpr (Format::kNibbles) {
     return V::nibbles(b0 + Format::kNibblesAt, b1 != nullptr ? b1 + Format::kNibblesAt : nullptr);
+#if defined(__AVX512BW__)
+  } else if constexpr (requires { Format::kFiveBitOffset; }) {
+    const auto nibbles = V::nibbles(b0 + Format::kQsAt, b1 != nullptr ? b1 + Format::kQsAt : nullptr);
+    return five_bit_pair(nibbles, b0, b1, Format::kQhAt, Format::kFiveBitOffset);
+#endif
   } else {
     alignas(32) std::int8_t q[2][kBlock];
     Format::levels(b0, q[0]);
