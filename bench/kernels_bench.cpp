@@ -87,11 +87,11 @@ BENCHMARK(BM_matmul)
     ->ArgsProduct({{0, 1, 2, 3}, {1, 64}, {768, 2048}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
-// BF16, the K-quants (Q2_K .. Q6_K) and IQ4_XS: a decode step's product on one
-// thread, and a prefill batch.
+// BF16, the K-quants (Q2_K .. Q6_K), IQ4_XS, Q4_1, Q5_0, Q5_1 and IQ4_NL: a
+// decode step's product on one thread, and a prefill batch.
 BENCHMARK(BM_matmul)
     ->ArgNames({"type", "batch", "rows", "threads"})
-    ->ArgsProduct({{0, 2, 4, 5, 6, 7, 8, 9, 10}, {1, 64}, {2048}, {1}})
+    ->ArgsProduct({{0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, {1, 64}, {2048}, {1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 // A few rows at once (a serve batch, a speculative verification): Q8_0,

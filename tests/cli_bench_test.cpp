@@ -81,9 +81,9 @@ TEST(CliBench, PrintsATableForAModelFile) {
 }
 
 TEST(CliBench, RefusesBadRequestsClearly) {
-  expect_failure({"bench", "--precision", "q8_0,q5_1"}, 2,
-                 "--precision: unknown precision 'q5_1': expected a comma-separated list of bf16, f16, f32, iq4_xs, "
-                 "q2_k, q3_k, q4_0, q4_k, q5_k, q6_k, q8_0");
+  expect_failure({"bench", "--precision", "q8_0,q8_1"}, 2,
+                 "--precision: unknown precision 'q8_1': expected a comma-separated list of bf16, f16, f32, iq4_nl, "
+                 "iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0");
   expect_failure({"bench", "--threads", "0"}, 2, "--threads: Value 0 not in range 1 to 1024");
   expect_failure({"bench", "--shape", "7b"}, 2, "--shape: 7b not in");
   expect_failure({"bench", "--model", "/nonexistent/model.gguf"}, 1, "cannot open");

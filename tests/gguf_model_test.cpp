@@ -174,9 +174,9 @@ TEST(GgufModel, EveryCpuPathGivesBitIdenticalLogitsForEveryType) {
   const Model bin = test::synthetic_model(dir, {block_config(), 13, llama2c::Layout::legacy});
   const Model wide = test::synthetic_model(dir, {super_block_config(), 13, llama2c::Layout::legacy}, "wide.bin");
   using gguf::TensorType;
-  for (auto type :
-       {TensorType::f32, TensorType::f16, TensorType::q8_0, TensorType::q4_0, TensorType::bf16, TensorType::q2_k,
-        TensorType::q3_k, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k, TensorType::iq4_xs}) {
+  for (auto type : {TensorType::f32, TensorType::f16, TensorType::q8_0, TensorType::q4_0, TensorType::bf16,
+                    TensorType::q2_k, TensorType::q3_k, TensorType::q4_k, TensorType::q5_k, TensorType::q6_k,
+                    TensorType::iq4_xs, TensorType::q4_1, TensorType::q5_0, TensorType::q5_1, TensorType::iq4_nl}) {
     const std::string path = dir.file(std::string(gguf::to_string(type)) + ".gguf");
     const Model& source = is_k_quant(type) ? wide : bin;
     ASSERT_TRUE(write_gguf_model(path, source, llama_metadata(source.config()), type));

@@ -149,10 +149,28 @@ TEST(GgufReader, RefusesUnknownTypes) {
   expect_parse_error(Bytes().header(0, 1).str("k").u32(13).zeros(8).bytes, "unknown value type 13");
   expect_parse_error(Bytes().header(0, 1).str("k").u32(9).u32(77).u64(1).zeros(8).bytes, "unknown element type 77");
   expect_parse_error(Bytes().header(0, 1).str("k").u32(7).u32(2).bytes, "expected 0 or 1");
-  expect_parse_error(one_tensor_file(6).bytes,
-                     "Q5_0, which accord does not read (it reads F32, F16, Q8_0, Q4_0, BF16, Q2_K, Q3_K, Q4_K, Q5_K, "
-                     "Q6_K and IQ4_XS)");
+  expect_parse_error(one_tensor_file(9).bytes,
+                     "Q8_1, which accord does not read (it reads F32, F16, Q8_0, Q4_0, BF16, Q2_K, Q3_K, Q4_K, Q5_K, "
+                     "Q6_K, IQ4_XS, Q4_1, Q5_0, Q5_1 and IQ4_NL)");
   expect_parse_error(one_tensor_file(99).bytes, "type 99");
+}
+
+// ggml's Q4_1, Q5_0, Q5_1 and IQ4_NL (ggml_type 3, 6, 7, 20): 32 values in
+// 20, 22, 24 and 18 bytes (ggml-common.h's block_q4_1 ... block_iq4_nl).
+TEST(GgufReader, ReadsTheOtherBlocksOf32) {
+  const struct {
+    std::uint32_t type;
+    const char* name;
+    std::uint64_t bytes;
+  } types[] = {{3, "Q4_1", 20}, {6, "Q5_0", 22}, {7, "Q5_1", 24}, {20, "IQ4_NL", 18}};
+  for (const auto& t : types) {
+    auto file = gguf::parse(one_tensor_file(t.type, 0, {32}).bytes, "ok.gguf");
+    ASSERT_TRUE(file) << t.name << ": " << file.error().message();
+    EXPECT_EQ(gguf::to_string(file->tensors[0].type), t.name);
+    EXPECT_EQ(file->tensors[0].bytes, t.bytes) << t.name;
+    expect_parse_error(one_tensor_file(t.type, 0, {48}).bytes,
+                       std::string("rows of 48 values, not a multiple of the ") + t.name + " block of 32");
+  }
 }
 
 // A number ggml does not name was reported as "tensor type type 512".
@@ -160,7 +178,7 @@ TEST(GgufReader, NamesAnUnknownTensorTypeOnce) {
   const auto bytes = one_tensor_file(512).bytes;
   expect_parse_error(bytes, "tensor 't' has unknown type 512, which accord does not read");
   EXPECT_EQ(gguf::parse(bytes, "bad.gguf").error().message().find("type type"), std::string::npos);
-  expect_parse_error(one_tensor_file(7).bytes, "tensor 't' has type Q5_1, which accord does not read");
+  expect_parse_error(one_tensor_file(15).bytes, "tensor 't' has type Q8_K, which accord does not read");
 }
 
 TEST(GgufReader, RefusesBadTensorInfos) {

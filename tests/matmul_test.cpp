@@ -29,7 +29,8 @@ using test::make_matrix;
 using test::product;
 using test::StoredMatrix;
 
-bool is_block(WeightType type) { return type == WeightType::q8_0 || type == WeightType::q4_0; }
+// The types stored in blocks of 32 values (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL).
+bool is_block(WeightType type) { return traits(type).block_values == 32; }
 
 constexpr WeightType kTypes[] = {WeightType::f32, WeightType::f16, WeightType::q8_0, WeightType::q4_0};
 

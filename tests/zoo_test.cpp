@@ -48,9 +48,11 @@ struct ZooCase {
   std::vector<float> margins;
 };
 
-// `reference`: zoo-f32.json (the F32 originals) or zoo.json (the zoo's files).
-std::vector<ZooCase> reference_cases(const std::string& file, const std::string& reference) {
-  const auto path = test::shared_dir() / "reference" / reference;
+// shared/reference/zoo-f32.json (the F32 originals) or zoo.json (the zoo's files).
+std::filesystem::path shared_reference(const std::string& name) { return test::shared_dir() / "reference" / name; }
+
+// `path`: a reference file (shared_reference, or tests/zoo's).
+std::vector<ZooCase> reference_cases(const std::string& file, const std::filesystem::path& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in) << "missing " << path;
   if (!in) return {};
@@ -112,7 +114,7 @@ constexpr Floors kEveryStep = {64, 64, 64};
 // against llama.cpp's tokens in `reference`; three ranks give one rank's
 // tokens exactly.
 void expect_greedy_tokens_of_llama_cpp(const std::filesystem::path& path, const std::string& file,
-                                       const std::string& reference, cpu::ThreadPool& pool,
+                                       const std::filesystem::path& reference, cpu::ThreadPool& pool,
                                        const Floors& floors = kEveryStep) {
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing";
   auto model = Model::load(path.string());
@@ -139,7 +141,7 @@ class ZooF32 : public testing::TestWithParam<const char*> {
 };
 
 TEST_P(ZooF32, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
-  expect_greedy_tokens_of_llama_cpp(zoo_model(GetParam()), GetParam(), "zoo-f32.json", pool_);
+  expect_greedy_tokens_of_llama_cpp(zoo_model(GetParam()), GetParam(), shared_reference("zoo-f32.json"), pool_);
 }
 
 // Three ranks that each load only their share (as node processes do; the
@@ -262,8 +264,8 @@ class ZooQuantized : public testing::TestWithParam<QuantizedFile> {
 
 TEST_P(ZooQuantized, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
   const QuantizedFile& q = GetParam();
-  expect_greedy_tokens_of_llama_cpp(test::shared_dir() / "models" / "zoo" / q.file, q.file, "zoo.json", pool_,
-                                    q.floors);
+  expect_greedy_tokens_of_llama_cpp(test::shared_dir() / "models" / "zoo" / q.file, q.file,
+                                    shared_reference("zoo.json"), pool_, q.floors);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -314,6 +316,40 @@ TEST_P(ZooQuantized, SpeculativeDecodingAndThePromptCacheGiveGreedysTokens) {
   EXPECT_EQ(hit.generated_tokens, plain.generated_tokens) << "from the prompt cache";
 }
 
+// Q4_1, Q5_0, Q5_1 and IQ4_NL, of which the zoo has no files: `accord
+// convert` writes llama3's F32 original as llama-quantize does (bytes
+// checked by LegacyQuantZooF32), against llama.cpp's tokens for
+// llama-quantize's file (tests/zoo/llama3-legacy-quants.json). Floors as
+// ZooQuantized's: these random models part at margins up to 0.52 on
+// rounding alone (the activations' scale as an f16 and rounding to even,
+// as ggml's x86 quantize_row_q8_0 does, moved Q5_0 from {2, 0, 2} to
+// {2, 64, 64} and IQ4_NL from {28, 64, 5} to {55, 4, 64}, before the rest
+// of the forward pass took ggml's arithmetic).
+class ZooF32Converted : public testing::TestWithParam<QuantizedFile> {
+ protected:
+  cpu::ThreadPool pool_{2};
+};
+
+TEST_P(ZooF32Converted, GreedyTokensMatchLlamaCppOnOneAndThreeRanks) {
+  const QuantizedFile& q = GetParam();
+  const std::filesystem::path references =
+      std::filesystem::path(ACCORD_TESTS_DIR) / "zoo" / "llama3-legacy-quants.json";
+  std::ifstream in(references);
+  ASSERT_TRUE(in) << "missing " << references;
+  const std::string type = nlohmann::json::parse(in).at(q.file).at("convert_type");
+  test::TempDir dir;
+  const auto result = test::run_accord(
+      {"convert", "--in", zoo_model("llama3-f32.gguf").string(), "--out", dir.file(q.file), "--type", type});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  expect_greedy_tokens_of_llama_cpp(dir.file(q.file), q.file, references, pool_, q.floors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, ZooF32Converted,
+                         testing::Values(QuantizedFile{"llama3-Q4_1.gguf", {12, 64, 64}},
+                                         QuantizedFile{"llama3-Q5_0.gguf", {17, 0, 2}},
+                                         QuantizedFile{"llama3-Q5_1.gguf", {60, 52, 64}},
+                                         QuantizedFile{"llama3-IQ4_NL.gguf", {28, 2, 5}}));
+
 TEST(ZooQuantizedRefusals, MixtureOfExpertsFilesAreRefusedByName) {
   for (const char* file : {"mixtral-Q4_K_M.gguf", "qwen3moe-Q4_K_M.gguf"}) {
     auto header = Model::read_header((test::shared_dir() / "models" / "zoo" / file).string());
@@ -352,7 +388,7 @@ TEST(RemoteZoo, ThreeNodesGiveOneRanksTokensForEveryDenseFile) {
     const std::string file = path.filename().string();
     auto remote = DistributedSession::connect(peers, *model, DistributedOptions{});
     ASSERT_TRUE(remote) << file << ": " << remote.error().message();
-    for (const ZooCase& c : reference_cases(file, "zoo.json")) {
+    for (const ZooCase& c : reference_cases(file, shared_reference("zoo.json"))) {
       Session one(*model, pool);
       ASSERT_TRUE((*remote)->reset());
       EXPECT_EQ(greedy_tokens(**remote, c.prompt_tokens, c.generated_tokens.size()),

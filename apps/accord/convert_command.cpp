@@ -1,5 +1,6 @@
-// accord convert: write a model as a GGUF file of F32, F16, BF16, Q8_0, Q4_0
-// or one of the K-quants Q2_K to Q6_K or IQ4_XS.
+// accord convert: write a model as a GGUF file of F32, F16, BF16, Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, IQ4_NL or one of the K-quants Q2_K to Q6_K or IQ4_XS, or
+// as llama-quantize's mix of types for one of them.
 #include <CLI/CLI.hpp>
 #include <cctype>
 #include <iostream>
@@ -57,7 +58,10 @@ Result<gguf::Metadata> output_metadata(const Model& model, const std::optional<T
 // --type's names: one type for every matrix, or a llama-quantize mix.
 std::vector<std::string> type_names() {
   std::vector<std::string> names = matrix_type_names();
-  for (const char* mix : {"q2_k_mix", "q3_k_m", "q4_k_m", "q5_k_m", "iq4_xs_mix"}) names.emplace_back(mix);
+  for (const char* mix :
+       {"q2_k_mix", "q3_k_m", "q4_k_m", "q5_k_m", "iq4_xs_mix", "q4_1_mix", "q5_0_mix", "q5_1_mix", "iq4_nl_mix"}) {
+    names.emplace_back(mix);
+  }
   return names;
 }
 
@@ -71,7 +75,7 @@ Status write_converted(const ConvertArgs& args, const Model& model, gguf::Metada
   if (matrix_types().contains(args.type)) {
     return write_gguf_model(args.out, model, std::move(metadata), matrix_types().at(args.type));
   }
-  // q2_k and iq4_xs name one type for every matrix; their mixes carry "_mix".
+  // q2_k, iq4_xs, q4_1, ... name one type for every matrix; their mixes carry "_mix".
   const std::string_view name = std::string_view(args.type).substr(0, args.type.find("_mix"));
   const QuantMix mix = *quant_mix(name);
   const ModelConfig& c = model.config();
@@ -102,15 +106,17 @@ int run_convert(const ConvertArgs& args) {
 Command add_convert_command(CLI::App& app) {
   auto args = std::make_shared<ConvertArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "convert", "Write a model (GGUF or llama2.c) as a GGUF file with F32, F16, BF16, Q8_0, Q4_0 or K-quant matrices");
+      "convert",
+      "Write a model (GGUF or llama2.c) as a GGUF file with F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or "
+      "K-quant matrices");
   cmd->add_option("--in", args->in, "model to read: GGUF or llama2.c checkpoint")->required();
   cmd->add_option("--out", args->out, "GGUF file to write")->required();
   cmd->add_option(
          "--type", args->type,
-         "type of the matrices: f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs, or a mix of "
-         "K-quants per tensor as llama-quantize makes it: q3_k_m, q4_k_m, q5_k_m, q2_k_mix (its Q2_K) or "
-         "iq4_xs_mix (its IQ4_XS); "
-         "the K-quants and iq4_xs need rows of a multiple of 256 values; norms stay f32")
+         "type of the matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k "
+         "or iq4_xs, or a mix of types per tensor as llama-quantize makes it: q3_k_m, q4_k_m, q5_k_m, q2_k_mix "
+         "(its Q2_K), iq4_xs_mix (its IQ4_XS), q4_1_mix, q5_0_mix, q5_1_mix or iq4_nl_mix (its Q4_1, ...; the "
+         "output matrix in Q6_K); the K-quants and iq4_xs need rows of a multiple of 256 values; norms stay f32")
       ->check(CLI::IsMember(type_names()))
       ->capture_default_str();
   cmd->add_option("--tokenizer", args->tokenizer,

@@ -38,10 +38,11 @@ bool is_gguf(std::string_view format) { return format.starts_with("gguf"); }
 
 const std::map<std::string, gguf::TensorType>& matrix_types() {
   static const std::map<std::string, gguf::TensorType> types = {
-      {"f32", gguf::TensorType::f32},   {"f16", gguf::TensorType::f16},      {"q8_0", gguf::TensorType::q8_0},
-      {"q4_0", gguf::TensorType::q4_0}, {"bf16", gguf::TensorType::bf16},    {"q2_k", gguf::TensorType::q2_k},
-      {"q3_k", gguf::TensorType::q3_k}, {"q4_k", gguf::TensorType::q4_k},    {"q5_k", gguf::TensorType::q5_k},
-      {"q6_k", gguf::TensorType::q6_k}, {"iq4_xs", gguf::TensorType::iq4_xs}};
+      {"f32", gguf::TensorType::f32},   {"f16", gguf::TensorType::f16},       {"q8_0", gguf::TensorType::q8_0},
+      {"q4_0", gguf::TensorType::q4_0}, {"bf16", gguf::TensorType::bf16},     {"q2_k", gguf::TensorType::q2_k},
+      {"q3_k", gguf::TensorType::q3_k}, {"q4_k", gguf::TensorType::q4_k},     {"q5_k", gguf::TensorType::q5_k},
+      {"q6_k", gguf::TensorType::q6_k}, {"iq4_xs", gguf::TensorType::iq4_xs}, {"q4_1", gguf::TensorType::q4_1},
+      {"q5_0", gguf::TensorType::q5_0}, {"q5_1", gguf::TensorType::q5_1},     {"iq4_nl", gguf::TensorType::iq4_nl}};
   return types;
 }
 

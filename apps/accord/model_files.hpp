@@ -35,7 +35,8 @@ bool is_gguf(std::string_view format);
 
 // The types a GGUF file's matrices can be written as, by the names the
 // command line gives them (`convert --type`, `bench --precision`): f32,
-// f16, bf16, q8_0, q4_0, the K-quants q2_k to q6_k and iq4_xs.
+// f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, the K-quants q2_k to q6_k
+// and iq4_xs.
 const std::map<std::string, gguf::TensorType>& matrix_types();
 // Their names, for the command line's check.
 std::vector<std::string> matrix_type_names();

@@ -16,7 +16,16 @@
 //   float first. The 16 lanes combine in the same tree. (An odd last block
 //   leaves lanes 8..15 an fma of zeros. A Q4_0 partial is computed from
 //   the stored nibbles, v + 8, as sum (v + 8) x - 8 sum x: the same
-//   integer.)
+//   integer.) Q5_0 (v in -16..15) and IQ4_NL (v one of IQ4_XS's 16
+//   levels, -127..113) take exactly this order, their w_j being the
+//   integers v: the activations are ggml's Q8_0 for them too.
+// - Q4_1 and Q5_1 weights (a value is d_w * q + m_w, q unsigned: 0..15,
+//   0..31) meet the same 8-bit activations with, per block, ggml's Q8_1 sum
+//   s_x = d_x * float(sum of the block's 32 quants). The partials are
+//   Q8_0's over q, with the same fma; then, after each pair of blocks'
+//   partials, every lane takes acc = fma(m_w, s_lane, acc), where s_lane is
+//   s_x of block b in lane (b mod 2) * 8 and 0 in the others (an fma with
+//   0 leaves acc as it was). The 16 lanes combine in the same tree.
 // - BF16 weights meet the activations rounded to BF16
 //   (Activations::bf16_values) as llama.cpp's AVX512-BF16 kernel for one
 //   token does (ggml_vec_dot_bf16): per 32 values 16 lanes, lane j taking
@@ -66,7 +75,7 @@
 namespace accord::cpu {
 
 inline constexpr int kLanes = 16;
-inline constexpr int kBlock = 32;  // values per Q8_0 / Q4_0 block
+inline constexpr int kBlock = 32;  // values per Q8_0, Q4_0, ... block
 
 // Blocks of 32 per pair of scales in Activations::scale_lanes.
 // Static: internal to each path's translation unit (matmul_tiles.hpp).
@@ -89,10 +98,16 @@ struct Activations {
   // (per token and pair of blocks, 16 lanes; 0 past the last block).
   // (batch, block_pairs(cols), 16); Q4_0 only.
   const std::int32_t* nibble_offsets = nullptr;
-  // For Q8_0, on a path that takes the weights as unsigned bytes (w + 128,
-  // kernels_avx512.cpp): -128 times each sum of four, laid out as
-  // nibble_offsets. (batch, block_pairs(cols), 16); Q8_0 only.
+  // For Q8_0, Q5_0 and IQ4_NL (signed values), on a path that takes the
+  // weights as unsigned bytes (w + 128, kernels_avx512.cpp): -128 times
+  // each sum of four, laid out as nibble_offsets. (batch, block_pairs(cols),
+  // 16); those types only.
   const std::int32_t* byte_offsets = nullptr;
+  // For Q4_1 and Q5_1, the per-block sums of Q8_1 (kernel order above) in
+  // the lanes of the minimums they meet: per token and pair of blocks
+  // (b, b + 1), s of b in lane 0, s of b + 1 in lane 8, 0 elsewhere.
+  // (batch, block_pairs(cols), 16); Q4_1 and Q5_1 only.
+  const float* sum_lanes = nullptr;
   // Q8_K, for K-quant weights: quants (batch, cols), a scale per 256
   // (batch, cols / 256) and the sums of each 16 quants (batch, cols / 16).
   const std::int8_t* k_quants = nullptr;

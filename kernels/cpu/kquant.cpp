@@ -72,6 +72,16 @@ void dequantize_iq4_xs(float* dst, const std::byte* src, std::size_t n) {
   dequantize_super_blocks<kIQ4_XSBlockBytes>(dst, src, n, kq::unpack_iq4_xs);
 }
 
+void dequantize_iq4_nl(float* dst, const std::byte* src, std::size_t n) {
+  std::int8_t q[32];
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const std::byte* block = src + b * kIQ4_NLBlockBytes;
+    const float d = kq::half_at(block);
+    kq::iq4_levels(kq::bytes_of(block) + 2, q);
+    for (std::size_t j = 0; j < 32; ++j) dst[32 * b + j] = d * static_cast<float>(q[j]);
+  }
+}
+
 void quantize_q8_k(const float* x, std::size_t n, std::int8_t* quants, float* scales, std::int16_t* sums) {
   for (std::size_t b = 0; b < n / kSuperBlock; ++b) {
     const float* v = x + b * kSuperBlock;

@@ -24,6 +24,9 @@ inline constexpr std::size_t kQ4_KBlockBytes = 2 + 2 + 12 + 128;       // d, dmi
 inline constexpr std::size_t kQ5_KBlockBytes = 2 + 2 + 12 + 32 + 128;  // d, dmin, scales, qh, qs
 inline constexpr std::size_t kQ6_KBlockBytes = 128 + 64 + 16 + 2;      // ql, qh, scales, d
 inline constexpr std::size_t kIQ4_XSBlockBytes = 2 + 2 + 4 + 128;      // d, scales_h, scales_l, qs
+// IQ4_NL: IQ4_XS's 16 levels in blocks of 32 values (not a super-block),
+// an f16 scale and qs[16], values j and j + 16 in byte j's low and high nibble.
+inline constexpr std::size_t kIQ4_NLBlockBytes = 2 + 16;  // d, qs
 
 // bfloat16 <-> binary32 as ggml converts: round to nearest even, NaN
 // stays a quiet NaN.
@@ -38,6 +41,7 @@ void dequantize_q4_k(float* dst, const std::byte* src, std::size_t n);
 void dequantize_q5_k(float* dst, const std::byte* src, std::size_t n);
 void dequantize_q6_k(float* dst, const std::byte* src, std::size_t n);
 void dequantize_iq4_xs(float* dst, const std::byte* src, std::size_t n);
+void dequantize_iq4_nl(float* dst, const std::byte* src, std::size_t n);  // n: a multiple of 32
 
 // src: (n) floats  dst: the stored bytes, as quantize_row_*_ref writes them.
 void quantize_bf16(std::byte* dst, const float* src, std::size_t n);
@@ -47,6 +51,8 @@ void quantize_q4_k(std::byte* dst, const float* src, std::size_t n);
 void quantize_q5_k(std::byte* dst, const float* src, std::size_t n);
 void quantize_q6_k(std::byte* dst, const float* src, std::size_t n);
 void quantize_iq4_xs(std::byte* dst, const float* src, std::size_t n);
+// ggml's quantize_iq4_nl without an importance matrix; n a multiple of 32.
+void quantize_iq4_nl(std::byte* dst, const float* src, std::size_t n);
 
 // Q8_K, as ggml's quantize_row_q8_K_ref: per super-block, the value of
 // largest magnitude m maps to -127, scale d = 1 / (-127 / m), quants

@@ -166,17 +166,19 @@ static inline void unpack_q3_k(const std::byte* block, SuperBlock& u) {
 inline constexpr std::int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                1,    13,   25,  38,  53,  69,  89,  113};
 
-// The levels of 16 bytes of IQ4_XS indices: low nibbles to q[0..16), high
-// ones to q[16..32). A table lookup either way; the x86 paths (compiled with
-// AVX2) look up 16 at once.
+// The levels of 16 bytes of IQ4_XS (or IQ4_NL) indices: low nibbles to
+// q[0..16), high ones to q[16..32). A table lookup either way; the x86 paths
+// (compiled with AVX2) look up 16 at once and store the 32 levels in one
+// piece, so that a 32-byte load of them is forwarded from the store (two
+// 16-byte stores made IQ4_NL's products 3.5 times slower).
 static inline void iq4_levels(const std::uint8_t* qs, std::int8_t* q) {
 #if defined(__AVX2__)
   const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Levels));
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i mask = _mm_set1_epi8(0x0F);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm_shuffle_epi8(levels, _mm_and_si128(packed, mask)));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16),
-                   _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(packed, 4), mask)));
+  const __m128i low = _mm_shuffle_epi8(levels, _mm_and_si128(packed, mask));
+  const __m128i high = _mm_shuffle_epi8(levels, _mm_and_si128(_mm_srli_epi16(packed, 4), mask));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_set_m128i(high, low));
 #else
   for (int j = 0; j < 16; ++j) {
     q[j] = kIq4Levels[qs[j] & 0xF];

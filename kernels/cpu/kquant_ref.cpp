@@ -475,6 +475,21 @@ void quantize_super_blocks(std::byte* dst, const float* src, std::size_t n,
 
 }  // namespace
 
+// One block of ggml's quantize_row_iq4_nl_impl with a single block of 32:
+// the scale stored as is, the levels nearest x / scale.
+void quantize_iq4_nl(std::byte* dst, const float* src, std::size_t n) {
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const float* x = src + 32 * b;
+    std::byte* block = dst + b * kIQ4_NLBlockBytes;
+    const float d = iq4_sub_block_scale(x);
+    store_half(block, d);
+    const float id = d != 0.0f ? 1 / d : 0.f;
+    for (int j = 0; j < 16; ++j) {
+      block[2 + j] = std::byte{u8(nearest_level(id * x[j]) | nearest_level(id * x[16 + j]) << 4)};
+    }
+  }
+}
+
 void quantize_q2_k(std::byte* dst, const float* src, std::size_t n) {
   quantize_super_blocks<kQ2_KBlockBytes>(dst, src, n, quantize_q2_k_block);
 }

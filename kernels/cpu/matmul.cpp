@@ -16,7 +16,15 @@ namespace accord::cpu {
 
 namespace {
 
-bool is_block_type(WeightType type) { return type == WeightType::q8_0 || type == WeightType::q4_0; }
+// Blocks of 32 meet the activations' 8-bit blocks (kernel_table.hpp).
+bool is_block_type(WeightType type) { return traits(type).block_values == kQuantBlock; }
+// Those with a minimum per block meet its sums too (Activations::sum_lanes).
+bool has_minimums(WeightType type) { return type == WeightType::q4_1 || type == WeightType::q5_1; }
+// The signed block types, whose products take Activations::byte_offsets
+// (matmul_tiles.hpp, partials).
+bool takes_byte_offsets(WeightType type) {
+  return type == WeightType::q8_0 || type == WeightType::q5_0 || type == WeightType::iq4_nl;
+}
 
 // The activations' 8-bit form, reused across calls on the calling thread
 // (the rank's own), so a decode step allocates nothing.
@@ -25,6 +33,7 @@ struct QuantizedBatch {
   AlignedVector<float> scale_lanes;            // Activations::scale_lanes
   AlignedVector<std::int32_t> nibble_offsets;  // Activations::nibble_offsets
   AlignedVector<std::int32_t> byte_offsets;    // Activations::byte_offsets
+  AlignedVector<float> sum_lanes;              // Activations::sum_lanes
 };
 
 // The activations' Q8_K form (Activations::k_quants, k_scales, k_sums).
@@ -58,14 +67,29 @@ void four_sum_offsets(const std::int8_t* quants, int cols, int factor, std::int3
   }
 }
 
-// Which offsets a pass's block weights need (Activations).
+// Activations::sum_lanes of one token: Q8_1's s = d * sum of the quants of
+// block b, in lane 0 or 8 of its pair, from the token's scale lanes.
+void sum_lanes(const std::int8_t* quants, const float* scale_lanes, int cols, float* lanes) {
+  const int blocks = cols / kBlock;
+  for (int i = 0; i < block_pairs(cols) * kLanes; ++i) {
+    const int block = i / kLanes * 2 + i % kLanes / (kLanes / 2);
+    const bool first = i % (kLanes / 2) == 0 && block < blocks;
+    int sum = 0;
+    for (int j = 0; first && j < kBlock; ++j) sum += quants[block * kBlock + j];
+    lanes[i] = first ? static_cast<float>(sum) * scale_lanes[i] : 0.0f;
+  }
+}
+
+// What a pass's block weights need beside the quants (Activations).
 struct OffsetNeeds {
-  bool nibbles = false;  // Q4_0
-  bool bytes = false;    // Q8_0
+  bool nibbles = false;  // Q4_0's offsets
+  bool bytes = false;    // Q8_0's offsets
+  bool sums = false;     // Q8_1's sums: Q4_1, Q5_1
 };
 
 // Quantizes every token of x into `batch`, for a product with `cols`
-// inputs, with the offsets asked for; the pool's threads take tokens.
+// inputs, with the offsets and sums asked for; the pool's threads take
+// tokens.
 void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, OffsetNeeds offsets,
                     QuantizedBatch& batch) {
   const auto lanes_per_token = static_cast<std::size_t>(block_pairs(cols)) * kLanes;
@@ -73,6 +97,7 @@ void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, Offs
   batch.scale_lanes.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
   if (offsets.nibbles) batch.nibble_offsets.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
   if (offsets.bytes) batch.byte_offsets.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
+  if (offsets.sums) batch.sum_lanes.resize(static_cast<std::size_t>(tokens) * lanes_per_token);
   pool.parallel_for(static_cast<std::size_t>(tokens), [&](std::size_t begin, std::size_t end) {
     for (std::size_t t = begin; t < end; ++t) {
       // The scales land at the start of the token's lanes, then spread
@@ -87,6 +112,7 @@ void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, Offs
       }
       if (offsets.nibbles) four_sum_offsets(quants, cols, -8, batch.nibble_offsets.data() + t * lanes_per_token);
       if (offsets.bytes) four_sum_offsets(quants, cols, -128, batch.byte_offsets.data() + t * lanes_per_token);
+      if (offsets.sums) sum_lanes(quants, lanes, cols, batch.sum_lanes.data() + t * lanes_per_token);
     }
   });
 }
@@ -94,7 +120,7 @@ void quantize_batch(ThreadPool& pool, const float* x, int tokens, int cols, Offs
 // What the weights of a pass need of its input.
 struct InputNeeds {
   bool quantized = false;     // an 8-bit form: a block type is among them
-  OffsetNeeds offsets;        // and the offsets of Q4_0, of Q8_0
+  OffsetNeeds offsets;        // and the offsets and sums of some block types
   bool super_blocks = false;  // Q8_K: a K-quant is among them
   bool bf16 = false;          // the values rounded to BF16
 
@@ -102,7 +128,8 @@ struct InputNeeds {
     bf16 = bf16 || w.type == WeightType::bf16;
     quantized = quantized || is_block_type(w.type);
     offsets.nibbles = offsets.nibbles || w.type == WeightType::q4_0;
-    offsets.bytes = offsets.bytes || w.type == WeightType::q8_0;
+    offsets.bytes = offsets.bytes || takes_byte_offsets(w.type);
+    offsets.sums = offsets.sums || has_minimums(w.type);
     super_blocks = super_blocks || is_k_quant(w.type);
     if (w.cols % static_cast<int>(traits(w.type).block_values) != 0) {
       throw std::invalid_argument(std::string("matmul: a ") + to_string(w.type) + " matrix of " +
@@ -137,6 +164,7 @@ Activations prepare(ThreadPool& pool, const float* x, int batch, int cols, Input
     activations.scale_lanes = quantized.scale_lanes.data();
     if (needs.offsets.nibbles) activations.nibble_offsets = quantized.nibble_offsets.data();
     if (needs.offsets.bytes) activations.byte_offsets = quantized.byte_offsets.data();
+    if (needs.offsets.sums) activations.sum_lanes = quantized.sum_lanes.data();
   }
   return activations;
 }

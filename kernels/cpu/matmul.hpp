@@ -21,8 +21,9 @@ namespace accord::cpu {
 // 2: through exp_poly (vector_math.hpp).
 inline constexpr int kArithmeticVersion = 2;
 
-// out[t][r] = dot(w[r], x[t]). For Q8_0 and Q4_0 weights each token of x is
-// first quantized to 8 bits per block of 32, as llama.cpp does.
+// out[t][r] = dot(w[r], x[t]). For weights in blocks of 32 (Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, IQ4_NL) each token of x is first quantized to 8 bits
+// per block of 32, and for the K-quants to Q8_K, as llama.cpp does.
 // x: (batch, w.cols)  out: (batch, w.rows)
 void matmul(ThreadPool& pool, float* out, const float* x, const Matrix& w, int batch);
 

@@ -46,6 +46,7 @@
 #include "kernels/cpu/bf16_products.hpp"
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/kquant_products.hpp"
+#include "kernels/cpu/legacy_products.hpp"
 #include "kernels/cpu/vector_math.hpp"
 
 namespace accord::cpu::tiles {
@@ -429,7 +430,8 @@ template <class V>
 KernelTable make_table() {
   return {{&matmul_rows<V, F32Format>, &matmul_rows<V, F16Format>, &matmul_rows<V, Q8Format>, &matmul_rows<V, Q4Format>,
            &bf16_rows<V>, &kquant_rows<V, kq::Q2K>, &kquant_rows<V, kq::Q3K>, &kquant_rows<V, kq::Q4K>,
-           &kquant_rows<V, kq::Q5K>, &kquant_rows<V, kq::Q6K>, &kquant_rows<V, kq::IQ4XS>},
+           &kquant_rows<V, kq::Q5K>, &kquant_rows<V, kq::Q6K>, &kquant_rows<V, kq::IQ4XS>, &legacy_rows<V, Q4_1Blocks>,
+           &legacy_rows<V, Q5_0Blocks>, &legacy_rows<V, Q5_1Blocks>, &legacy_rows<V, IQ4_NLBlocks>},
           &dot<V>,
           &dots<V>,
           &weighted_sum<V>,

@@ -19,6 +19,10 @@ void dequantize_values(WeightType type, float* dst, const std::byte* src, std::s
     case WeightType::q5_k: dequantize_q5_k(dst, src, n); break;
     case WeightType::q6_k: dequantize_q6_k(dst, src, n); break;
     case WeightType::iq4_xs: dequantize_iq4_xs(dst, src, n); break;
+    case WeightType::q4_1: dequantize_q4_1(dst, src, n); break;
+    case WeightType::q5_0: dequantize_q5_0(dst, src, n); break;
+    case WeightType::q5_1: dequantize_q5_1(dst, src, n); break;
+    case WeightType::iq4_nl: dequantize_iq4_nl(dst, src, n); break;
   }
 }
 
@@ -35,6 +39,10 @@ void quantize_values(WeightType type, std::byte* dst, const float* src, std::siz
     case WeightType::q5_k: quantize_q5_k(dst, src, n); break;
     case WeightType::q6_k: quantize_q6_k(dst, src, n); break;
     case WeightType::iq4_xs: quantize_iq4_xs(dst, src, n); break;
+    case WeightType::q4_1: quantize_q4_1(dst, src, n); break;
+    case WeightType::q5_0: quantize_q5_0(dst, src, n); break;
+    case WeightType::q5_1: quantize_q5_1(dst, src, n); break;
+    case WeightType::iq4_nl: quantize_iq4_nl(dst, src, n); break;
   }
 }
 

@@ -1,6 +1,6 @@
-// A weight matrix as its file stores it: F32, F16, BF16, ggml's block
-// quantizations Q8_0 and Q4_0 (quant.hpp), or its K-quants Q2_K to Q6_K
-// and IQ4_XS (kquant.hpp), row-major (rows, cols). The kernels read it where it lies,
+// A weight matrix as its file stores it: F32, F16, BF16, ggml's blocks of
+// 32 Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (quant.hpp) and IQ4_NL, or its K-quants
+// Q2_K to Q6_K and IQ4_XS (kquant.hpp), row-major (rows, cols). The kernels read it where it lies,
 // usually inside the model's file mapping; no dequantized copy is made.
 #pragma once
 
@@ -12,8 +12,24 @@
 
 namespace accord::cpu {
 
-enum class WeightType : std::uint8_t { f32, f16, q8_0, q4_0, bf16, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs };
-inline constexpr int kWeightTypes = 11;
+enum class WeightType : std::uint8_t {
+  f32,
+  f16,
+  q8_0,
+  q4_0,
+  bf16,
+  q2_k,
+  q3_k,
+  q4_k,
+  q5_k,
+  q6_k,
+  iq4_xs,
+  q4_1,
+  q5_0,
+  q5_1,
+  iq4_nl
+};
+inline constexpr int kWeightTypes = 15;
 
 // A type as a row of one table: GGUF's name and number (ggml_type), and
 // how many bytes hold how many values. A row is whole blocks.
@@ -39,6 +55,10 @@ constexpr TypeTraits traits(WeightType type) {
     case WeightType::q5_k: return {"Q5_K", 13, kSuperBlock, kQ5_KBlockBytes};
     case WeightType::q6_k: return {"Q6_K", 14, kSuperBlock, kQ6_KBlockBytes};
     case WeightType::iq4_xs: return {"IQ4_XS", 23, kSuperBlock, kIQ4_XSBlockBytes};
+    case WeightType::q4_1: return {"Q4_1", 3, kQuantBlock, kQ4_1BlockBytes};
+    case WeightType::q5_0: return {"Q5_0", 6, kQuantBlock, kQ5_0BlockBytes};
+    case WeightType::q5_1: return {"Q5_1", 7, kQuantBlock, kQ5_1BlockBytes};
+    case WeightType::iq4_nl: return {"IQ4_NL", 20, kQuantBlock, kIQ4_NLBlockBytes};
   }
   return {"?", ~0u, 1, 0};
 }

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace accord::cpu {
 
@@ -17,11 +18,72 @@ std::uint16_t load_u16(const std::byte* p) {
 
 void store_u16(std::byte* p, std::uint16_t v) { std::memcpy(p, &v, sizeof v); }
 
+std::uint32_t load_u32(const std::byte* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
 // Truncates v toward zero into [lo, hi]; NaN gives 0. Finite input never
 // reaches the clamps; they keep non-finite weights from undefined casts.
 int to_level(float v, int lo, int hi) {
   if (!(v == v)) return 0;
   return static_cast<int>(std::clamp(v, static_cast<float>(lo), static_cast<float>(hi)));
+}
+
+// The 32 levels of a Q4_1 or Q5 block (quant.hpp): value j's low four bits
+// from byte j % 16 of qs, its fifth from bit j of qh (0 for Q4_1).
+void block_levels(const std::byte* qs, std::uint32_t qh, int* q) {
+  for (std::size_t j = 0; j < kQuantBlock / 2; ++j) {
+    const unsigned packed = std::to_integer<unsigned>(qs[j]);
+    q[j] = static_cast<int>((packed & 0x0Fu) | (qh >> j & 1u) << 4);
+    q[j + 16] = static_cast<int>((packed >> 4) | (qh >> (j + 16) & 1u) << 4);
+  }
+}
+
+// The inverse: qs's nibbles, and the fifth bits as qh.
+std::uint32_t pack_levels(const int* q, std::byte* qs) {
+  std::uint32_t qh = 0;
+  for (std::size_t j = 0; j < kQuantBlock / 2; ++j) {
+    qs[j] = static_cast<std::byte>((q[j] & 0x0F) | (q[j + 16] & 0x0F) << 4);
+    qh |= static_cast<std::uint32_t>(q[j] >> 4 & 1) << j | static_cast<std::uint32_t>(q[j + 16] >> 4 & 1) << (j + 16);
+  }
+  return qh;
+}
+
+// Q4_1 and Q5_1 blocks: d, m, [qh,] qs; value q * d + m.
+void dequantize_with_min(float* dst, const std::byte* src, std::size_t n, std::size_t block_bytes, bool five_bits) {
+  int q[kQuantBlock];
+  for (std::size_t b = 0; b < n / kQuantBlock; ++b) {
+    const std::byte* block = src + b * block_bytes;
+    const float d = f16_to_f32(load_u16(block)), m = f16_to_f32(load_u16(block + 2));
+    block_levels(block + (five_bits ? 8 : 4), five_bits ? load_u32(block + 4) : 0u, q);
+    for (std::size_t j = 0; j < kQuantBlock; ++j) dst[b * kQuantBlock + j] = static_cast<float>(q[j]) * d + m;
+  }
+}
+
+// Q4_1 and Q5_1 as quantize_row_q4_1_ref and quantize_row_q5_1_ref: levels
+// 0..levels-1 from the block's minimum m, d = (max - m) / (levels - 1),
+// rounded half up.
+void quantize_with_min(std::byte* dst, const float* src, std::size_t n, std::size_t block_bytes, int levels) {
+  const bool five_bits = levels == 32;
+  int q[kQuantBlock];
+  for (std::size_t b = 0; b < n / kQuantBlock; ++b) {
+    const float* x = src + b * kQuantBlock;
+    std::byte* block = dst + b * block_bytes;
+    float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
+    for (std::size_t j = 0; j < kQuantBlock; ++j) {
+      if (x[j] < min) min = x[j];
+      if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / static_cast<float>(levels - 1);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    store_u16(block, f32_to_f16(d));
+    store_u16(block + 2, f32_to_f16(min));
+    for (std::size_t j = 0; j < kQuantBlock; ++j) q[j] = to_level((x[j] - min) * id + 0.5f, 0, levels - 1);
+    const std::uint32_t qh = pack_levels(q, block + (five_bits ? 8 : 4));
+    if (five_bits) std::memcpy(block + 4, &qh, sizeof qh);
+  }
 }
 
 }  // namespace
@@ -98,6 +160,24 @@ void dequantize_q4_0(float* dst, const std::byte* src, std::size_t n) {
   }
 }
 
+void dequantize_q4_1(float* dst, const std::byte* src, std::size_t n) {
+  dequantize_with_min(dst, src, n, kQ4_1BlockBytes, false);
+}
+
+void dequantize_q5_1(float* dst, const std::byte* src, std::size_t n) {
+  dequantize_with_min(dst, src, n, kQ5_1BlockBytes, true);
+}
+
+void dequantize_q5_0(float* dst, const std::byte* src, std::size_t n) {
+  int q[kQuantBlock];
+  for (std::size_t b = 0; b < n / kQuantBlock; ++b) {
+    const std::byte* block = src + b * kQ5_0BlockBytes;
+    const float d = f16_to_f32(load_u16(block));
+    block_levels(block + 6, load_u32(block + 2), q);
+    for (std::size_t j = 0; j < kQuantBlock; ++j) dst[b * kQuantBlock + j] = static_cast<float>(q[j] - 16) * d;
+  }
+}
+
 void quantize_f16(std::byte* dst, const float* src, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_f16(src[i]));
 }
@@ -139,6 +219,36 @@ void quantize_q4_0(std::byte* dst, const float* src, std::size_t n) {
     for (std::size_t j = 0; j < half; ++j) {
       block[2 + j] = static_cast<std::byte>(level(x[j]) | (level(x[j + half]) << 4));
     }
+  }
+}
+
+void quantize_q4_1(std::byte* dst, const float* src, std::size_t n) {
+  quantize_with_min(dst, src, n, kQ4_1BlockBytes, 16);
+}
+
+void quantize_q5_1(std::byte* dst, const float* src, std::size_t n) {
+  quantize_with_min(dst, src, n, kQ5_1BlockBytes, 32);
+}
+
+void quantize_q5_0(std::byte* dst, const float* src, std::size_t n) {
+  int q[kQuantBlock];
+  for (std::size_t b = 0; b < n / kQuantBlock; ++b) {
+    const float* x = src + b * kQuantBlock;
+    std::byte* block = dst + b * kQ5_0BlockBytes;
+    // As Q4_0: the value of largest magnitude, with its sign, maps to -16.
+    float amax = 0.0f, max = 0.0f;
+    for (std::size_t j = 0; j < kQuantBlock; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    store_u16(block, f32_to_f16(d));
+    for (std::size_t j = 0; j < kQuantBlock; ++j) q[j] = to_level(x[j] * id + 16.5f, 0, 31);
+    const std::uint32_t qh = pack_levels(q, block + 6);
+    std::memcpy(block + 2, &qh, sizeof qh);
   }
 }
 

@@ -90,12 +90,16 @@ enum class TensorType : std::uint32_t {
   f32 = 0,
   f16 = 1,
   q4_0 = 2,
+  q4_1 = 3,
+  q5_0 = 6,
+  q5_1 = 7,
   q8_0 = 8,
   q2_k = 10,
   q3_k = 11,
   q4_k = 12,
   q5_k = 13,
   q6_k = 14,
+  iq4_nl = 20,
   iq4_xs = 23,
   bf16 = 30
 };
@@ -106,8 +110,8 @@ TensorType tensor_type(cpu::WeightType type);
 
 // Bytes of `elements` values of `type` (elements a multiple of its block).
 std::uint64_t tensor_bytes(TensorType type, std::uint64_t elements);
-// Values per block: 1 for f32, f16 and bf16, 32 for q8_0 and q4_0, 256 for
-// the K-quants and iq4_xs.
+// Values per block: 1 for f32, f16 and bf16, 32 for q8_0, q4_0, q4_1, q5_0,
+// q5_1 and iq4_nl, 256 for the K-quants and iq4_xs.
 std::uint64_t block_size(TensorType type);
 
 struct TensorInfo {

@@ -512,6 +512,10 @@ int file_type(TensorType type) {
     case TensorType::f32: return 0;
     case TensorType::f16: return 1;
     case TensorType::q4_0: return 2;
+    case TensorType::q4_1: return 3;
+    case TensorType::q5_0: return 8;
+    case TensorType::q5_1: return 9;
+    case TensorType::iq4_nl: return 25;
     case TensorType::q8_0: return 7;
     case TensorType::q2_k: return 10;
     case TensorType::q3_k: return 11;  // the _S of each, the closest to one type

@@ -38,6 +38,10 @@ TensorType base_type(QuantMix mix) {
     case QuantMix::q4_k_m: return TensorType::q4_k;
     case QuantMix::q5_k_m: return TensorType::q5_k;
     case QuantMix::iq4_xs: return TensorType::iq4_xs;
+    case QuantMix::q4_1: return TensorType::q4_1;
+    case QuantMix::q5_0: return TensorType::q5_0;
+    case QuantMix::q5_1: return TensorType::q5_1;
+    case QuantMix::iq4_nl: return TensorType::iq4_nl;
   }
   return TensorType::q4_k;
 }
@@ -48,7 +52,11 @@ TensorType attn_v_type(QuantMix mix, int layer, const MixedModel& m) {
     case QuantMix::q3_k_m: return layer < 2 ? TensorType::q5_k : TensorType::q4_k;
     case QuantMix::q4_k_m:
     case QuantMix::q5_k_m: return use_more_bits(layer, m.n_layers) ? TensorType::q6_k : base_type(mix);
-    case QuantMix::iq4_xs: return m.n_heads >= 4 * m.n_kv_heads ? TensorType::q5_k : base_type(mix);
+    case QuantMix::iq4_xs:
+    case QuantMix::iq4_nl: return m.n_heads >= 4 * m.n_kv_heads ? TensorType::q5_k : base_type(mix);
+    case QuantMix::q4_1:
+    case QuantMix::q5_0:
+    case QuantMix::q5_1: break;
   }
   return base_type(mix);
 }
@@ -59,7 +67,11 @@ TensorType ffn_down_type(QuantMix mix, int layer, const MixedModel& m) {
     case QuantMix::q3_k_m: return layer < m.n_layers / 16 ? TensorType::q5_k : TensorType::q4_k;
     case QuantMix::q4_k_m:
     case QuantMix::q5_k_m: return use_more_bits(layer, m.n_layers) ? TensorType::q6_k : base_type(mix);
-    case QuantMix::iq4_xs: return layer < m.n_layers / 8 ? TensorType::q5_k : base_type(mix);
+    case QuantMix::iq4_xs:
+    case QuantMix::iq4_nl: return layer < m.n_layers / 8 ? TensorType::q5_k : base_type(mix);
+    case QuantMix::q4_1:
+    case QuantMix::q5_0:
+    case QuantMix::q5_1: break;
   }
   return base_type(mix);
 }
@@ -70,7 +82,11 @@ TensorType attn_output_type(QuantMix mix) {
     case QuantMix::q3_k_m: return TensorType::q4_k;
     case QuantMix::q4_k_m:
     case QuantMix::q5_k_m:
-    case QuantMix::iq4_xs: break;
+    case QuantMix::iq4_xs:
+    case QuantMix::q4_1:
+    case QuantMix::q5_0:
+    case QuantMix::q5_1:
+    case QuantMix::iq4_nl: break;
   }
   return base_type(mix);
 }
@@ -83,6 +99,10 @@ std::optional<QuantMix> quant_mix(std::string_view name) {
   if (name == "q4_k_m") return QuantMix::q4_k_m;
   if (name == "q5_k_m") return QuantMix::q5_k_m;
   if (name == "iq4_xs") return QuantMix::iq4_xs;
+  if (name == "q4_1") return QuantMix::q4_1;
+  if (name == "q5_0") return QuantMix::q5_0;
+  if (name == "q5_1") return QuantMix::q5_1;
+  if (name == "iq4_nl") return QuantMix::iq4_nl;
   return std::nullopt;
 }
 
@@ -93,13 +113,18 @@ int file_type(QuantMix mix) {
     case QuantMix::q4_k_m: return 15;
     case QuantMix::q5_k_m: return 17;
     case QuantMix::iq4_xs: return 30;
+    case QuantMix::q4_1: return 3;
+    case QuantMix::q5_0: return 8;
+    case QuantMix::q5_1: return 9;
+    case QuantMix::iq4_nl: return 25;
   }
   return 0;
 }
 
 TensorType mix_type(QuantMix mix, std::string_view tensor, const MixedModel& model) {
   // The output matrix, and token_embd where it serves as the output too,
-  // take Q6_K in every mix.
+  // take Q6_K in every mix (llama.cpp's Q8_0 where its rows do not split
+  // into the mix's blocks is not modelled: such rows fail as Q6_K's).
   if (tensor == "output.weight" || (tensor == "token_embd.weight" && model.tied_output)) return TensorType::q6_k;
   const TensorName name = parse_name(tensor);
   if (name.role == "attn_v.weight") return attn_v_type(mix, name.layer, model);
