@@ -51,26 +51,6 @@ TEST(KQuant, EveryPathGivesTheSameBitsForEveryType) {
   }
 }
 
-// Row r of w against x in double precision: w dequantized, x as its Q8_K
-// form stands for it (quants times the super-block's scale).
-double reference_dot(const Matrix& w, int r, const float* x, double& magnitude) {
-  const auto n = static_cast<std::size_t>(w.cols);
-  std::vector<float> weights(n);
-  dequantize_row(w, r, weights.data());
-  std::vector<std::int8_t> quants(n);
-  std::vector<float> scales(n / kSuperBlock);
-  std::vector<std::int16_t> sums(n / 16);
-  quantize_q8_k(x, n, quants.data(), scales.data(), sums.data());
-  double sum = 0;
-  magnitude = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double term = static_cast<double>(weights[i]) * quants[i] * scales[i / kSuperBlock];
-    sum += term;
-    magnitude += std::fabs(term);
-  }
-  return sum;
-}
-
 // The product sums exact integers per super-block; what rounds is the
 // float of each integer and of each scale product, and one fma per
 // super-block (and minimum): a few units of 2^-24 relative to the terms'
@@ -78,19 +58,16 @@ double reference_dot(const Matrix& w, int r, const float* x, double& magnitude) 
 // sum of |terms| bounds that with a margin; a wrong integer (one level,
 // one scale) moves a result by far more.
 TEST(KQuant, EveryTypeComputesItsDefinition) {
+  // x as its Q8_K form stands for it.
+  const test::ActivationForm q8_k{static_cast<int>(kSuperBlock), [](const float* x, int n, std::int8_t* q, float* d) {
+                                    std::vector<std::int16_t> sums(static_cast<std::size_t>(n) / 16);
+                                    quantize_q8_k(x, static_cast<std::size_t>(n), q, d, sums.data());
+                                  }};
   for (WeightType type : kKQuants) {
-    const int rows = 19, cols = 512, batch = 5;
-    const StoredMatrix w = make_matrix(type, rows, cols, 21);
-    const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 22);
-    const auto out = product(w.matrix, x, batch, 2);
-    for (int t = 0; t < batch; ++t) {
-      for (int r = 0; r < rows; ++r) {
-        double magnitude = 0;
-        const double expected = reference_dot(w.matrix, r, x.data() + static_cast<std::size_t>(t) * cols, magnitude);
-        EXPECT_NEAR(out[static_cast<std::size_t>(t) * rows + r], expected, 1e-6 * magnitude)
-            << to_string(type) << " " << t << "," << r;
-      }
-    }
+    const int cols = 512, batch = 5;
+    const StoredMatrix w = make_matrix(type, 19, cols, 21);
+    test::expect_products_near_their_definition(w.matrix, random_floats(static_cast<std::size_t>(batch) * cols, 22),
+                                                batch, q8_k);
   }
 }
 

@@ -120,42 +120,18 @@ TEST(LegacyQuant, IntegerBlocksGiveExactSums) {
   }
 }
 
-// Row r against token x as double: the weights dequantized, x as its 8-bit
-// form (quants times the block's scale) stands for it.
-double reference_dot(const Matrix& w, int r, const float* x, double& magnitude) {
-  const auto n = static_cast<std::size_t>(w.cols);
-  std::vector<float> weights(n), scales(n / 32);
-  std::vector<std::int8_t> quants(n);
-  dequantize_row(w, r, weights.data());
-  quantize_activations(x, w.cols, quants.data(), scales.data());
-  double sum = 0;
-  magnitude = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double term = static_cast<double>(weights[i]) * quants[i] * scales[i / 32];
-    sum += term;
-    magnitude += std::fabs(term);
-  }
-  return sum;
-}
-
 // What rounds is the float of each partial and scale product, two fmas per
 // lane and block (one for the minimum's term) and the tree: a few units of
 // 2^-24 of the terms' magnitudes. 1e-6 of the sum of |terms| bounds that;
 // a wrong level, scale or minimum moves a result by far more.
 TEST(LegacyQuant, EveryTypeComputesItsDefinition) {
+  // x as its 8-bit form (quants times the block's scale) stands for it.
+  const test::ActivationForm q8_0{32, quantize_activations};
   for (WeightType type : kTypes) {
-    const int rows = 19, cols = 32 * 9, batch = 5;
-    const StoredMatrix w = make_matrix(type, rows, cols, 21);
-    const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 22);
-    const auto out = product(w.matrix, x, batch, 2);
-    for (int t = 0; t < batch; ++t) {
-      for (int r = 0; r < rows; ++r) {
-        double magnitude = 0;
-        const double expected = reference_dot(w.matrix, r, x.data() + static_cast<std::size_t>(t) * cols, magnitude);
-        EXPECT_NEAR(out[static_cast<std::size_t>(t) * rows + r], expected, 1e-6 * magnitude)
-            << to_string(type) << " " << t << "," << r;
-      }
-    }
+    const int cols = 32 * 9, batch = 5;
+    const StoredMatrix w = make_matrix(type, 19, cols, 21);
+    test::expect_products_near_their_definition(w.matrix, random_floats(static_cast<std::size_t>(batch) * cols, 22),
+                                                batch, q8_0);
   }
 }
 

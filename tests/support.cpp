@@ -225,6 +225,40 @@ std::vector<float> product(const cpu::Matrix& w, const std::vector<float>& x, in
   return out;
 }
 
+namespace {
+
+// Row r of w against token x in double, and the sum of its terms' magnitudes.
+double reference_dot(const cpu::Matrix& w, int r, const float* x, const ActivationForm& form, double& magnitude) {
+  const auto n = static_cast<std::size_t>(w.cols);
+  std::vector<float> weights(n), scales(n / static_cast<std::size_t>(form.block));
+  std::vector<std::int8_t> quants(n);
+  cpu::dequantize_row(w, r, weights.data());
+  form.quantize(x, w.cols, quants.data(), scales.data());
+  double sum = 0;
+  magnitude = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double term = static_cast<double>(weights[i]) * quants[i] * scales[i / static_cast<std::size_t>(form.block)];
+    sum += term;
+    magnitude += std::fabs(term);
+  }
+  return sum;
+}
+
+}  // namespace
+
+void expect_products_near_their_definition(const cpu::Matrix& w, const std::vector<float>& x, int batch,
+                                           const ActivationForm& form) {
+  const auto out = product(w, x, batch, 2);
+  for (int t = 0; t < batch; ++t) {
+    for (int r = 0; r < w.rows; ++r) {
+      double magnitude = 0;
+      const double expected = reference_dot(w, r, x.data() + static_cast<std::size_t>(t) * w.cols, form, magnitude);
+      EXPECT_NEAR(out[static_cast<std::size_t>(t) * w.rows + r], expected, 1e-6 * magnitude)
+          << to_string(w.type) << " " << t << "," << r;
+    }
+  }
+}
+
 void expect_every_path_gives_portables_bits(const cpu::Matrix& w, const std::vector<float>& x, int batch) {
   std::vector<float> portable;
   {

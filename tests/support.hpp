@@ -61,6 +61,21 @@ std::vector<float> product(const cpu::Matrix& w, const std::vector<float>& x, in
 // is checked elsewhere).
 void expect_every_path_gives_portables_bits(const cpu::Matrix& w, const std::vector<float>& x, int batch);
 
+// The 8-bit form of n activations that a weight type meets: quants, and a
+// scale per `block` of them.
+struct ActivationForm {
+  int block = 32;
+  std::function<void(const float* x, int n, std::int8_t* quants, float* scales)> quantize;
+};
+
+// Each (token, row) of w times x (batch tokens), on two threads, within
+// 1e-6 of the sum of its terms' magnitudes of the product in double: the
+// weights dequantized, x as `form` stands for it (quants times scales).
+// What rounds in a product is a few units of 2^-24 of those magnitudes;
+// a wrong level, scale or minimum moves a result by far more.
+void expect_products_near_their_definition(const cpu::Matrix& w, const std::vector<float>& x, int batch,
+                                           const ActivationForm& form);
+
 // The logits of the prefill of `prompt` and of `steps` greedy decode steps
 // after it, one after another, of a Session or a DistributedSession.
 template <class AnySession>

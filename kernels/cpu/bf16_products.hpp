@@ -22,41 +22,60 @@ float bf16_at(const std::byte* row, int i) {
   return f;
 }
 
-// VDPBF16PS's step for lane j of the 32 values from `at`: the odd value's
-// product, then the even one's, each an fma.
+// Values of a row converted at once (a multiple of 64), and tokens whose
+// lanes a row keeps while its chunks pass: each BF16 value is converted
+// once per group of tokens, on the stack.
+inline constexpr int kBf16Chunk = 1024;
+inline constexpr int kBf16Tokens = 64;
+
+// VDPBF16PS's step for 32 values: lane j takes the product of value
+// 2j + 1, then of value 2j, each an fma. `odd` and `even` hold the
+// weights' values 2j + 1 and 2j; x the token's 32 values.
 template <class V>
-void bf16_pair_steps(const std::byte* row, const float* x, int at, float* lanes) {
+void pair_steps(const float* odd, const float* even, const float* x, float* lanes) {
   for (int j = 0; j < 16; ++j) {
-    const int i = at + 2 * j;
-    lanes[j] = __builtin_fmaf(bf16_at<V>(row, i + 1), x[i + 1], lanes[j]);
-    lanes[j] = __builtin_fmaf(bf16_at<V>(row, i), x[i], lanes[j]);
+    lanes[j] = __builtin_fmaf(odd[j], x[2 * j + 1], lanes[j]);
+    lanes[j] = __builtin_fmaf(even[j], x[2 * j], lanes[j]);
   }
 }
 
 // ggml_vec_dot_bf16, which llama.cpp runs for one token (every token here,
-// whatever the batch): per 64 values two accumulators of 32,
-// each reduced, their sum and the values past the last 64 in double.
+// whatever the batch): per 64 values two accumulators of 16 lanes (low,
+// high), each reduced, their sum and the values past the last 64 in
+// double. Row r of w against tokens [tok0, tok0 + count).
 template <class V>
-float bf16_vec_dot(const std::byte* row, const float* x, int n) {
-  float low[16] = {}, high[16] = {};
-  const int whole = n / 64 * 64;
-  for (int i = 0; i < whole; i += 64) {
-    bf16_pair_steps<V>(row, x, i, low);
-    bf16_pair_steps<V>(row, x, i + 32, high);
+void bf16_row(const Matrix& w, const Activations& x, float* out, int r, int tok0, int count) {
+  const int n = w.cols, whole = n / 64 * 64;
+  const std::byte* row = w.row(r);
+  float low[kBf16Tokens][16] = {}, high[kBf16Tokens][16] = {};
+  float odd[kBf16Chunk / 2], even[kBf16Chunk / 2];
+  for (int c = 0; c < whole; c += kBf16Chunk) {
+    const int pairs = (whole - c < kBf16Chunk ? whole - c : kBf16Chunk) / 2;
+    for (int p = 0; p < pairs; ++p) {
+      odd[p] = bf16_at<V>(row, c + 2 * p + 1);
+      even[p] = bf16_at<V>(row, c + 2 * p);
+    }
+    for (int t = 0; t < count; ++t) {
+      const float* input = x.bf16_values + static_cast<std::size_t>(tok0 + t) * n + c;
+      for (int p = 0; p < pairs; p += 32) {
+        pair_steps<V>(odd + p, even + p, input + 2 * p, low[t]);
+        pair_steps<V>(odd + p + 16, even + p + 16, input + 2 * p + 32, high[t]);
+      }
+    }
   }
-  double sum = static_cast<double>(reduce16_ggml<V>(low)) + static_cast<double>(reduce16_ggml<V>(high));
-  for (int i = whole; i < n; ++i) sum += static_cast<double>(bf16_at<V>(row, i) * x[i]);
-  return static_cast<float>(sum);
+  for (int t = 0; t < count; ++t) {
+    const float* input = x.bf16_values + static_cast<std::size_t>(tok0 + t) * n;
+    double sum = static_cast<double>(reduce16_ggml<V>(low[t])) + static_cast<double>(reduce16_ggml<V>(high[t]));
+    for (int i = whole; i < n; ++i) sum += static_cast<double>(bf16_at<V>(row, i) * input[i]);
+    out[static_cast<std::size_t>(tok0 + t) * w.rows + r] = static_cast<float>(sum);
+  }
 }
 
 template <class V>
 void bf16_rows(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end) {
-  for (int r = row_begin; r < row_end; ++r) {
-    const std::byte* row = w.row(r);
-    for (int t = 0; t < x.batch; ++t) {
-      const float* input = x.bf16_values + static_cast<std::size_t>(t) * w.cols;
-      out[static_cast<std::size_t>(t) * w.rows + r] = bf16_vec_dot<V>(row, input, w.cols);
-    }
+  for (int t = 0; t < x.batch; t += kBf16Tokens) {
+    const int count = x.batch - t < kBf16Tokens ? x.batch - t : kBf16Tokens;
+    for (int r = row_begin; r < row_end; ++r) bf16_row<V>(w, x, out, r, t, count);
   }
 }
 

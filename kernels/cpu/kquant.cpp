@@ -86,15 +86,9 @@ void quantize_q8_k(const float* x, std::size_t n, std::int8_t* quants, float* sc
   for (std::size_t b = 0; b < n / kSuperBlock; ++b) {
     const float* v = x + b * kSuperBlock;
     std::int8_t* q = quants + b * kSuperBlock;
-    float max = 0.0f, amax = 0.0f;
-    for (std::size_t j = 0; j < kSuperBlock; ++j) {
-      if (std::fabs(v[j]) > amax) {
-        amax = std::fabs(v[j]);
-        max = v[j];
-      }
-    }
-    const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
-    scales[b] = amax != 0.0f ? 1.0f / iscale : 0.0f;
+    const float max = kq::signed_max(v, kSuperBlock);
+    const float iscale = max != 0.0f ? -127.0f / max : 0.0f;
+    scales[b] = max != 0.0f ? 1.0f / iscale : 0.0f;
     for (std::size_t j = 0; j < kSuperBlock; ++j) {
       const int level = kq::nearest_int(iscale * v[j]);
       q[j] = static_cast<std::int8_t>(level < -127 ? -127 : (level > 127 ? 127 : level));

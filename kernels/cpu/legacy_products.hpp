@@ -85,26 +85,21 @@ struct Q4_1Blocks {
   static constexpr bool kNibbles = true;  // V::nibbles reads the levels as stored
   static constexpr std::size_t kNibblesAt = 4;
 };
-struct Q5_1Blocks {
-  static constexpr std::size_t kBlockBytes = kQ5_1BlockBytes;
-  static constexpr bool kMin = true;
+// Q5_0 and Q5_1: the fifth bits (qh) at QhAt, the nibbles (qs) at QsAt,
+// levels less Offset.
+template <std::size_t Bytes, bool Min, int Offset, std::size_t QhAt, std::size_t QsAt>
+struct FiveBitBlocks {
+  static constexpr std::size_t kBlockBytes = Bytes;
+  static constexpr bool kMin = Min;
   static constexpr bool kNibbles = false;
-  static constexpr int kFiveBitOffset = 0;  // five_bit_pair: qh at 4, qs at 8, levels less 0
-  static constexpr std::size_t kQhAt = 4, kQsAt = 8;
+  static constexpr int kFiveBitOffset = Offset;
+  static constexpr std::size_t kQhAt = QhAt, kQsAt = QsAt;
   static void levels(const std::byte* block, std::int8_t* q) {
-    five_bit_levels(kq::bytes_of(block) + 4, kq::bytes_of(block) + 8, 0, q);
+    five_bit_levels(kq::bytes_of(block) + QhAt, kq::bytes_of(block) + QsAt, Offset, q);
   }
 };
-struct Q5_0Blocks {
-  static constexpr std::size_t kBlockBytes = kQ5_0BlockBytes;
-  static constexpr bool kMin = false;
-  static constexpr bool kNibbles = false;
-  static constexpr int kFiveBitOffset = 16;
-  static constexpr std::size_t kQhAt = 2, kQsAt = 6;
-  static void levels(const std::byte* block, std::int8_t* q) {
-    five_bit_levels(kq::bytes_of(block) + 2, kq::bytes_of(block) + 6, 16, q);
-  }
-};
+using Q5_1Blocks = FiveBitBlocks<kQ5_1BlockBytes, true, 0, 4, 8>;
+using Q5_0Blocks = FiveBitBlocks<kQ5_0BlockBytes, false, 16, 2, 6>;
 struct IQ4_NLBlocks {
   static constexpr std::size_t kBlockBytes = kIQ4_NLBlockBytes;
   static constexpr bool kMin = false;

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/kquant_round.hpp"
+
 namespace accord::cpu {
 
 namespace {
@@ -198,23 +200,25 @@ void quantize_q8_0(std::byte* dst, const float* src, std::size_t n) {
   }
 }
 
+namespace {
+
+// Q4_0's and Q5_0's scale: the block's value of largest magnitude, with its
+// sign, over `extreme` (the lowest level less the offset), stored as an f16
+// at the block's start. Returns its inverse, 0 for a block of zeros.
+float store_scale_of_extreme(std::byte* block, const float* x, float extreme) {
+  const float d = kq::signed_max(x, kQuantBlock) / extreme;
+  store_u16(block, f32_to_f16(d));
+  return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
+}  // namespace
+
 void quantize_q4_0(std::byte* dst, const float* src, std::size_t n) {
   constexpr std::size_t half = kQuantBlock / 2;
   for (std::size_t b = 0; b < n / kQuantBlock; ++b) {
     const float* x = src + b * kQuantBlock;
     std::byte* block = dst + b * kQ4_0BlockBytes;
-    // The value of largest magnitude, with its sign, maps to -8.
-    float amax = 0.0f;
-    float max = 0.0f;
-    for (std::size_t j = 0; j < kQuantBlock; ++j) {
-      if (std::fabs(x[j]) > amax) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    store_u16(block, f32_to_f16(d));
+    const float id = store_scale_of_extreme(block, x, -8.0f);
     auto level = [&](float v) { return static_cast<unsigned>(to_level(v * id + 8.5f, 0, 15)); };
     for (std::size_t j = 0; j < half; ++j) {
       block[2 + j] = static_cast<std::byte>(level(x[j]) | (level(x[j + half]) << 4));
@@ -235,17 +239,7 @@ void quantize_q5_0(std::byte* dst, const float* src, std::size_t n) {
   for (std::size_t b = 0; b < n / kQuantBlock; ++b) {
     const float* x = src + b * kQuantBlock;
     std::byte* block = dst + b * kQ5_0BlockBytes;
-    // As Q4_0: the value of largest magnitude, with its sign, maps to -16.
-    float amax = 0.0f, max = 0.0f;
-    for (std::size_t j = 0; j < kQuantBlock; ++j) {
-      if (std::fabs(x[j]) > amax) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -16.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    store_u16(block, f32_to_f16(d));
+    const float id = store_scale_of_extreme(block, x, -16.0f);
     for (std::size_t j = 0; j < kQuantBlock; ++j) q[j] = to_level(x[j] * id + 16.5f, 0, 31);
     const std::uint32_t qh = pack_levels(q, block + 6);
     std::memcpy(block + 2, &qh, sizeof qh);
