@@ -430,6 +430,17 @@ class NodeActorTest : public ::testing::Test {
 
   CoordinatorActor coordinator() { return caf::actor_cast<CoordinatorActor>(system_.spawn(silent_coordinator, 0)); }
 
+  // The node's options: serve the models of models_.
+  NodeOptions folder_options() const { return NodeOptions{{}, {}, models_.path(), std::nullopt, false}; }
+
+  // A small synthetic model written into models_ as `name`.
+  Model small_model(const std::string& name, std::uint64_t seed = 1) const {
+    SyntheticModelOptions synthetic;
+    synthetic.config = test::small_config();
+    synthetic.seed = seed;
+    return test::synthetic_model(models_, synthetic, name);
+  }
+
   NodeAssignment assignment_for(const Model& model, std::uint64_t session = 1) const {
     NodeAssignment assignment;
     assignment.session = session;
@@ -464,10 +475,8 @@ class NodeActorTest : public ::testing::Test {
 };
 
 TEST_F(NodeActorTest, LoadsOnlyPlainNamesOfItsModelFolder) {
-  start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
-  SyntheticModelOptions synthetic;
-  synthetic.config = test::small_config();
-  const Model model = test::synthetic_model(models_, synthetic, "small.bin");
+  start(folder_options());
+  const Model model = small_model("small.bin");
   const auto from = coordinator();
   for (const std::string& path : std::vector<std::string>{"../small.bin", "/etc/passwd", models_.file("small.bin")}) {
     NodeAssignment assignment = assignment_for(model);
@@ -483,12 +492,9 @@ TEST_F(NodeActorTest, LoadsOnlyPlainNamesOfItsModelFolder) {
 }
 
 TEST_F(NodeActorTest, ServesSuccessiveModelsAndKeepsNoRefusedOne) {
-  start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
-  SyntheticModelOptions synthetic;
-  synthetic.config = test::small_config();
-  const Model first = test::synthetic_model(models_, synthetic, "first.bin");
-  synthetic.seed = 2;
-  const Model second = test::synthetic_model(models_, synthetic, "second.bin");
+  start(folder_options());
+  const Model first = small_model("first.bin");
+  const Model second = small_model("second.bin", 2);
   ASSERT_NE(first.identity(), second.identity());
   // A name whose file is another model than the session's: refused, and the
   // node holds nothing that would refuse the next session.
@@ -510,10 +516,8 @@ TEST_F(NodeActorTest, ServesSuccessiveModelsAndKeepsNoRefusedOne) {
 }
 
 TEST_F(NodeActorTest, ARunningSessionsRankIsNotTakenOver) {
-  start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
-  SyntheticModelOptions synthetic;
-  synthetic.config = test::small_config();
-  const Model model = test::synthetic_model(models_, synthetic, "small.bin");
+  start(folder_options());
+  const Model model = small_model("small.bin");
   auto owner = coordinator();
   EXPECT_EQ(assign(assignment_for(model, 1), owner), "");
   const NodeRefusal taken = refusal_of(assignment_for(model, 2), coordinator());
@@ -530,10 +534,8 @@ TEST_F(NodeActorTest, ARunningSessionsRankIsNotTakenOver) {
 // session; the node lets the rank go though that coordinator still runs
 // (its session went on with a spare), and only for that session.
 TEST_F(NodeActorTest, ARankIsReleasedWhenItsSessionGivesUpOnTheNode) {
-  start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
-  SyntheticModelOptions synthetic;
-  synthetic.config = test::small_config();
-  const Model model = test::synthetic_model(models_, synthetic, "small.bin");
+  start(folder_options());
+  const Model model = small_model("small.bin");
   auto owner = coordinator();
   ASSERT_EQ(assign(assignment_for(model, 1), owner), "");
   auto next = coordinator();
@@ -547,12 +549,10 @@ TEST_F(NodeActorTest, ARankIsReleasedWhenItsSessionGivesUpOnTheNode) {
 
 // A node's --ctx-size bounds the keys and values a session may make it hold.
 TEST_F(NodeActorTest, ASessionAskingForMorePositionsThanTheNodeHoldsIsRefused) {
-  NodeOptions options{{}, {}, models_.path(), std::nullopt, false};
+  NodeOptions options = folder_options();
   options.max_context = 64;
   start(options);
-  SyntheticModelOptions synthetic;
-  synthetic.config = test::small_config();
-  const Model model = test::synthetic_model(models_, synthetic, "small.bin");
+  const Model model = small_model("small.bin");
   NodeAssignment assignment = assignment_for(model);
   assignment.context = 65;
   const NodeRefusal refusal = refusal_of(assignment, coordinator());
@@ -565,10 +565,8 @@ TEST_F(NodeActorTest, ASessionAskingForMorePositionsThanTheNodeHoldsIsRefused) {
 }
 
 TEST_F(NodeActorTest, FaultPlansNeedAllowFaults) {
-  start(NodeOptions{{}, {}, models_.path(), std::nullopt, false});
-  SyntheticModelOptions synthetic;
-  synthetic.config = test::small_config();
-  const Model model = test::synthetic_model(models_, synthetic, "small.bin");
+  start(folder_options());
+  const Model model = small_model("small.bin");
   NodeAssignment assignment = assignment_for(model);
   assignment.faults = {parse_fault("0:Execution:exit").value()};
   const NodeRefusal refusal = refusal_of(assignment, coordinator());
