@@ -108,7 +108,7 @@ Result<RankOptions> DistributedSession::Impl::rank_options_for(const Partition& 
   RankOptions rank_options;
   rank_options.phase_timeout = std::chrono::milliseconds(options.phase_timeout_ms);
   rank_options.faults = options.faults;
-  rank_options.stage = {options.backend, options.max_resident_bytes};
+  rank_options.stage = {options.backend, options.max_resident_bytes, options.kv_type, nullptr};
   if (Status ok = check_fault_plan(rank_options.faults, partition.ranks()); !ok) return ok.error();
   if (Status ok = placement->check_here(*model, partition, options); !ok) return ok.error();
   return rank_options;
@@ -437,7 +437,7 @@ Result<MaterializationReport> DistributedSession::materialization_report() const
   r.weights_mapped_bytes = impl_->model->file_bytes();
   add_weight_shares(r, weight_shares_of(*states));
   for (const RankStateReport& state : *states) {
-    r.kv_allocated_bytes += state.kv_bytes_capacity;
+    r.kv_allocated_bytes += state.kv_held_bytes;
     r.kv_materialized_bytes += state.kv_materialized_bytes;
     r.high_water_position = std::max(r.high_water_position, static_cast<int>(state.high_water));
   }

@@ -62,6 +62,8 @@ struct DistributedOptions {
   // streams the rest each step (runtime/model/residency.hpp); 0: all
   // resident. A node's own --max-resident-bytes wins over it.
   std::uint64_t max_resident_bytes = 0;
+  // The element type of every rank's keys and values.
+  KvType kv_type = KvType::f32;
   // Where in-process ranks compute (runtime/model/stage_backend.hpp); a
   // remote rank computes where its node's own --backend says.
   BackendChoice backend = {};

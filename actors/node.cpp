@@ -195,10 +195,12 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, std::shared_
     auto plan = plan_residency(*model, partition->scope(rank), budget);
     if (!plan) return Error(plan.error().code(), s.options.name + ": " + plan.error().message());
   }
+  auto kv_type = parse_kv_type(assignment.kv_type);
+  if (!kv_type) return kv_type.error();
   const int threads = node_threads(s, assignment.threads);
   return std::shared_ptr<RankWorker>(
       new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition, rank, assignment.model_identity,
-                     StageOptions{s.options.backend, budget}),
+                     StageOptions{s.options.backend, budget, *kv_type, nullptr}),
       [model](RankWorker* worker) { delete worker; });
 }
 

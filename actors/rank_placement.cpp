@@ -182,6 +182,7 @@ NodeAssignment NodePlacement::assignment_for(const SessionActors& session, int r
   assignment.model_identity = layout.identity;
   assignment.tensor_digests = layout.tensor_digests;
   assignment.max_resident_bytes = options.stage.max_resident_bytes;
+  assignment.kv_type = std::string(to_string(options.stage.kv_type));
   assignment.context = session.model->config().seq_len;
   assignment.threads = layout.threads;
   assignment.phase_timeout_ms = static_cast<std::int32_t>(options.phase_timeout.count());

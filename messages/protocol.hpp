@@ -363,7 +363,8 @@ struct RankStateReport {
   std::int32_t position = 0;
   std::uint64_t state_epoch = 0;
   std::uint64_t kv_bytes_used = 0;
-  std::uint64_t kv_bytes_capacity = 0;
+  std::uint64_t kv_bytes_capacity = 0;      // the whole context's
+  std::uint64_t kv_held_bytes = 0;          // what the paged cache holds now
   std::int32_t high_water = 0;              // the highest row ever written, plus one
   std::uint64_t kv_materialized_bytes = 0;  // of the rows ever written
   double compute_seconds = 0;               // in the rank's units and head so far
@@ -374,7 +375,7 @@ struct RankStateReport {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankStateReport& x) {
-  return f(x.digest, x.position, x.state_epoch, x.kv_bytes_used, x.kv_bytes_capacity, x.high_water,
+  return f(x.digest, x.position, x.state_epoch, x.kv_bytes_used, x.kv_bytes_capacity, x.kv_held_bytes, x.high_water,
            x.kv_materialized_bytes, x.compute_seconds, x.weights);
 }
 

@@ -124,30 +124,74 @@ TEST(Kernels, SiluMulIsWithinAFewUlpOfItsDefinitionEverywhere) {
   EXPECT_TRUE(std::isnan(nan_gate[0]));
 }
 
+// Keys and values, (positions, kv_dim) each, laid out as a paged cache
+// lays them out: blocks of 1 << shift positions, each holding its keys and
+// then its values, every value as `element`.
+class PagedKv {
+ public:
+  PagedKv(const std::vector<float>& keys, const std::vector<float>& values, int kv_dim, int shift,
+          KvElement element = KvElement::f32)
+      : kv_dim_(kv_dim), shift_(shift), element_(element) {
+    const int positions = static_cast<int>(keys.size()) / kv_dim, per_block = 1 << shift;
+    const std::size_t row = static_cast<std::size_t>(kv_dim) * kv_element_bytes(element);
+    part_bytes_ = row * static_cast<std::size_t>(per_block);
+    for (int b = 0; b * per_block < positions; ++b) {
+      storage_.emplace_back(2 * part_bytes_);
+      for (int r = 0; r < per_block && b * per_block + r < positions; ++r) {
+        const auto at = static_cast<std::size_t>(b * per_block + r) * kv_dim;
+        store(&keys[at], storage_.back().data() + r * row);
+        store(&values[at], storage_.back().data() + part_bytes_ + r * row);
+      }
+    }
+    for (const auto& block : storage_) blocks_.push_back(block.data());
+  }
+
+  KvView view() const { return {blocks_.data(), 0, part_bytes_, shift_, kv_dim_, element_}; }
+
+ private:
+  void store(const float* from, std::byte* to) const {
+    for (int i = 0; i < kv_dim_; ++i) {
+      if (element_ == KvElement::f32) {
+        std::memcpy(to + 4 * i, from + i, 4);
+      } else {
+        const std::uint16_t half = f32_to_f16(from[i]);
+        std::memcpy(to + 2 * i, &half, 2);
+      }
+    }
+  }
+
+  int kv_dim_, shift_;
+  KvElement element_;
+  std::size_t part_bytes_ = 0;
+  std::vector<std::vector<std::byte>> storage_;
+  std::vector<const std::byte*> blocks_;
+};
+
+constexpr int kOneBlock = 20;  // a shift whose block holds every position of these tests
+
 TEST(Kernels, AttentionOverOnePositionReturnsItsValue) {
   // With a single cached position the softmax weight is 1: out = value.
   const int hs = 4;
-  const std::vector<float> q = random_floats(8, 6);     // 2 heads
-  const std::vector<float> keys = random_floats(4, 7);  // 1 kv head
-  const std::vector<float> values = {1, 2, 3, 4};
+  const std::vector<float> q = random_floats(8, 6);                   // 2 heads
+  const PagedKv kv(random_floats(4, 7), {1, 2, 3, 4}, 4, kOneBlock);  // 1 kv head
   std::vector<float> out(8);
   ThreadPool pool(2);
-  attention(pool, out.data(), q.data(), {keys.data(), values.data(), 4}, 1, 0, 2, 1, hs);
+  attention(pool, out.data(), q.data(), kv.view(), 1, 0, 2, 1, hs);
   EXPECT_EQ(out, (std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4}));
 }
 
 TEST(Kernels, AttentionIsCausalAndBatchInvariant) {
   const int hs = 8, heads = 4, kv_heads = 2, positions = 6, kv_dim = kv_heads * hs;
   const auto keys = random_floats(static_cast<std::size_t>(positions) * kv_dim, 8);
-  const auto values = random_floats(keys.size(), 9);
+  const PagedKv kv(keys, random_floats(keys.size(), 9), kv_dim, kOneBlock);
   const auto q = random_floats(static_cast<std::size_t>(positions) * heads * hs, 10);
   ThreadPool pool(2);
   std::vector<float> batched(q.size());
-  attention(pool, batched.data(), q.data(), {keys.data(), values.data(), kv_dim}, positions, 0, heads, kv_heads, hs);
+  attention(pool, batched.data(), q.data(), kv.view(), positions, 0, heads, kv_heads, hs);
   for (int t = 0; t < positions; ++t) {
     std::vector<float> single(static_cast<std::size_t>(heads) * hs);
-    attention(pool, single.data(), q.data() + static_cast<std::size_t>(t) * heads * hs,
-              {keys.data(), values.data(), kv_dim}, 1, t, heads, kv_heads, hs);
+    attention(pool, single.data(), q.data() + static_cast<std::size_t>(t) * heads * hs, kv.view(), 1, t, heads,
+              kv_heads, hs);
     EXPECT_EQ(0, std::memcmp(single.data(), batched.data() + static_cast<std::size_t>(t) * heads * hs,
                              single.size() * sizeof(float)))
         << "position " << t;
@@ -164,17 +208,56 @@ TEST(Kernels, AttentionWindowAttendsToTheLastPositionsOnly) {
   ThreadPool pool(2);
   std::vector<float> windowed(q.size());
   const float divisor = std::sqrt(static_cast<float>(hs));
-  attention(pool, windowed.data(), q.data(), {keys.data(), values.data(), kv_dim}, positions, 0,
+  attention(pool, windowed.data(), q.data(), PagedKv(keys, values, kv_dim, kOneBlock).view(), positions, 0,
             AttentionHeads{heads, kv_heads, hs, divisor, window});
   for (int t = 0; t < positions; ++t) {
-    const int start = std::max(0, t - window + 1);
-    const auto offset = static_cast<std::size_t>(start) * kv_dim;
+    const auto from = static_cast<std::ptrdiff_t>(std::max(0, t - window + 1)) * kv_dim;
+    const auto to = static_cast<std::ptrdiff_t>(t + 1) * kv_dim;
+    const PagedKv last({keys.begin() + from, keys.begin() + to}, {values.begin() + from, values.begin() + to}, kv_dim,
+                       kOneBlock);
     std::vector<float> alone(static_cast<std::size_t>(heads) * hs);
-    attention(pool, alone.data(), q.data() + static_cast<std::size_t>(t) * heads * hs,
-              {keys.data() + offset, values.data() + offset, kv_dim}, 1, t - start, heads, kv_heads, hs);
+    attention(pool, alone.data(), q.data() + static_cast<std::size_t>(t) * heads * hs, last.view(), 1,
+              static_cast<int>((to - from) / kv_dim) - 1, heads, kv_heads, hs);
     EXPECT_EQ(0, std::memcmp(alone.data(), windowed.data() + static_cast<std::size_t>(t) * heads * hs,
                              alone.size() * sizeof(float)))
         << "position " << t;
+  }
+}
+
+// Attention over a paged cache: the bits do not depend on the block size,
+// on the path, or, for an F16 cache, on anything but the rounded values
+// (an F32 cache of the values rounded to F16 gives the same bits); in
+// accord's arithmetic and in ggml's.
+TEST(Kernels, AttentionBitsDependOnTheValuesNotOnBlocksOrPaths) {
+  const int hs = 72, heads = 4, kv_heads = 2, positions = 70, kv_dim = kv_heads * hs;
+  const auto keys = random_floats(static_cast<std::size_t>(positions) * kv_dim, 15);
+  const auto values = random_floats(keys.size(), 16);
+  const auto q = random_floats(static_cast<std::size_t>(positions) * heads * hs, 17);
+  std::vector<float> rounded_keys = keys, rounded_values = values;
+  for (auto* v : {&rounded_keys, &rounded_values}) {
+    for (float& x : *v) x = f16_to_f32(f32_to_f16(x));
+  }
+  ThreadPool pool(2);
+  for (bool ggml : {false, true}) {
+    const AttentionHeads shape{heads, kv_heads, hs, std::sqrt(static_cast<float>(hs)), 0, ggml};
+    const auto run = [&](const PagedKv& kv) {
+      std::vector<float> out(q.size());
+      attention(pool, out.data(), q.data(), kv.view(), positions, 0, shape);
+      return out;
+    };
+    const std::vector<float> f32 = run(PagedKv(keys, values, kv_dim, kOneBlock));
+    const std::vector<float> f16 = run(PagedKv(rounded_keys, rounded_values, kv_dim, kOneBlock));
+    EXPECT_FALSE(bit_identical(f32, f16)) << "rounding to F16 changes the values";
+    for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512}) {
+      test::CpuPathScope scope(isa);
+      if (!scope.ok()) continue;
+      for (int shift : {0, 2, 5}) {
+        EXPECT_TRUE(bit_identical(run(PagedKv(keys, values, kv_dim, shift)), f32))
+            << to_string(isa) << " ggml " << ggml << " blocks of " << (1 << shift);
+        EXPECT_TRUE(bit_identical(run(PagedKv(keys, values, kv_dim, shift, KvElement::f16)), f16))
+            << to_string(isa) << " ggml " << ggml << " F16 blocks of " << (1 << shift);
+      }
+    }
   }
 }
 

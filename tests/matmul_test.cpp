@@ -134,30 +134,37 @@ TEST(Matmul, FewRowsGiveTheBitsOfEachRowAloneOnEveryPath) {
 
 TEST(Matmul, AttentionKernelsFollowTheirDefinitionOnEveryPath) {
   // Shapes past four registers (64 floats), with a single register and a
-  // float tail left; rows strided like a KV cache.
-  const int n = 173, count = 7;
+  // float tail left; rows strided like a KV cache, in blocks of two
+  // positions, read from position 1 on.
+  const int n = 173, count = 7, first = 1;
   const std::size_t stride = 200;
-  const auto rows = random_floats(stride * count, 51);
+  const auto rows = random_floats(stride * (first + count), 51);
   const auto x = random_floats(static_cast<std::size_t>(n), 52);
   const auto weights = random_floats(static_cast<std::size_t>(count), 53);
+  const auto start = random_floats(static_cast<std::size_t>(n), 54);  // what the sum adds to
+  const auto row = [&](int p) { return rows.data() + static_cast<std::size_t>(first + p) * stride; };
   std::vector<float> expected_sum(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
-    float s = 0.0f;
-    for (int p = 0; p < count; ++p) s = std::fma(weights[p], rows[p * stride + i], s);
+    float s = start[i];
+    for (int p = 0; p < count; ++p) s = std::fma(weights[p], row(p)[i], s);
     expected_sum[i] = s;
   }
   std::vector<float> expected_dots;
   {
     test::CpuPathScope scope(Isa::portable);
     ASSERT_TRUE(scope.ok());
-    for (int p = 0; p < count; ++p) expected_dots.push_back(dot(rows.data() + p * stride, x.data(), n));
+    for (int p = 0; p < count; ++p) expected_dots.push_back(dot(row(p), x.data(), n));
   }
+  std::vector<const std::byte*> blocks;
+  for (std::size_t p = 0; p < first + count; p += 2)
+    blocks.push_back(reinterpret_cast<const std::byte*>(&rows[p * stride]));
+  const KvRows paged{blocks.data(), 0, stride * sizeof(float), 1};
   for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512}) {
     test::CpuPathScope scope(isa);
     if (!scope.ok()) continue;
-    std::vector<float> sum(static_cast<std::size_t>(n)), scores(static_cast<std::size_t>(count));
-    weighted_sum(weights.data(), rows.data(), stride, count, n, sum.data());
-    dots(rows.data(), stride, count, x.data(), n, scores.data());
+    std::vector<float> sum = start, scores(static_cast<std::size_t>(count));
+    kv_weighted_sum(KvElement::f32, weights.data(), paged, first, count, n, sum.data());
+    kv_dots(KvElement::f32, paged, first, count, x.data(), n, scores.data());
     EXPECT_TRUE(bit_identical(sum, expected_sum)) << to_string(isa);
     EXPECT_TRUE(bit_identical(scores, expected_dots)) << to_string(isa);
   }

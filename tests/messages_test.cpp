@@ -235,6 +235,7 @@ TEST_F(MessagesTest, NodeAssignmentRoundTrips) {
                                    2000,
                                    plan,
                                    1 << 20,
+                                   "f16",
                                    300,
                                    {"10.0.0.1:7001", "10.0.0.2:7001", "10.0.0.3:7001"}});
 }
@@ -243,6 +244,7 @@ TEST_F(MessagesTest, RankStateReportRoundTripsWithItsWeightShare) {
   RankStateReport report;
   report.digest = "0123456789abcdef0123456789abcdef";
   report.position = 5;
+  report.kv_held_bytes = 1 << 16;
   report.weights = {{{"F32", 1024}, {"Q8_0", 4096}}, 5120, 4096, "layered", 8192, 2048, 6144};
   expect_round_trip(report);
 }

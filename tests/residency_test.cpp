@@ -23,6 +23,13 @@
 namespace accord {
 namespace {
 
+// A stage on the CPU whose weights are layered within `bytes`.
+StageOptions weights_budget(std::uint64_t bytes) {
+  StageOptions options;
+  options.max_resident_bytes = bytes;
+  return options;
+}
+
 const std::vector<int> kPrompt = {1, 403, 407, 261, 30};
 
 std::size_t page() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
@@ -199,7 +206,7 @@ TEST_F(LayeredResidencyTest, ABudgetGivesTheLogitsOfFullResidency) {
   Session resident(model_, pool_);
   const auto expected = test::greedy_trace(resident, kPrompt, 12);
   const std::uint64_t budget = weights() / 2;
-  Session layered(model_, pool_, StageOptions{{}, budget});
+  Session layered(model_, pool_, weights_budget(budget));
   EXPECT_TRUE(test::bit_identical(test::greedy_trace(layered, kPrompt, 12), expected));
   const SessionReport report = layered.report();
   EXPECT_EQ(report.weights_residency, "layered");
@@ -219,7 +226,7 @@ TEST_F(LayeredResidencyTest, EveryRowsLogitsUnderABudgetAreThoseOfFullResidency)
   auto expected = resident.forward(kPrompt);
   ASSERT_TRUE(expected) << expected.error().message();
   const std::vector<float> all_rows = test::to_vector(expected->logits);
-  Session layered(model_, pool_, StageOptions{{}, weights() / 2});
+  Session layered(model_, pool_, weights_budget(weights() / 2));
   auto got = layered.forward(kPrompt);
   ASSERT_TRUE(got) << got.error().message();
   EXPECT_EQ(got->rows, static_cast<int>(kPrompt.size()));
@@ -232,7 +239,7 @@ TEST_F(LayeredResidencyTest, ABudgetBelowTwoLayersIsAClearError) {
   EXPECT_NE(plan.error().message().find("--max-resident-bytes 1000 is too small"), std::string::npos)
       << plan.error().message();
   // A session given one anyway refuses every step and changes nothing.
-  Session session(model_, pool_, StageOptions{{}, 1000});
+  Session session(model_, pool_, weights_budget(1000));
   auto step = session.prefill(kPrompt);
   ASSERT_FALSE(step);
   EXPECT_NE(step.error().message().find("is too small"), std::string::npos) << step.error().message();

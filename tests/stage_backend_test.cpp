@@ -23,6 +23,11 @@ class CopyingKvStore final : public KvStore {
   CopyingKvStore(const ModelConfig& config, int units)
       : KvStore(config, 0, units), keys_(capacity_bytes() / sizeof(float) / 2), values_(keys_.size()) {}
 
+  Status reserve(int) override { return {}; }
+  int reserved() const override { return capacity(); }
+  void shrink_to(int) override {}
+  std::uint64_t held_bytes() const override { return capacity_bytes(); }
+
   void view_rows(int unit, int first, int count, const RowsView& see) const override {
     ++views;
     const auto from = keys_.begin() + offset(unit, first), to = keys_.begin() + offset(unit, first + count);
@@ -49,6 +54,7 @@ class CopyingKvStore final : public KvStore {
 
 // Writes rows [first, first + count) of every unit with values from `seed`.
 void fill_rows(KvStore& kv, int first, int count, unsigned seed) {
+  ASSERT_TRUE(kv.reserve(first + count));
   const auto floats = static_cast<std::size_t>(count) * kv.kv_dim();
   for (int u = kv.first_unit(); u < kv.first_unit() + kv.unit_count(); ++u) {
     const std::vector<float> keys = test::random_floats(floats, seed + 2 * static_cast<unsigned>(u));
@@ -115,7 +121,7 @@ TEST(StageBackend, CudaWithoutADeviceFailsEveryStepWithTheReason) {
   const Model model = test::load_stories_model();
   cpu::ThreadPool pool(1);
   const Partition partition = Partition::balanced(model.config().n_layers, 2).value();
-  RankStage stage(model, pool, partition, 1, StageOptions{cuda, 0});
+  RankStage stage(model, pool, partition, 1, StageOptions{cuda, 0, KvType::f32, nullptr});
   const Status step = stage.check_step(std::vector<int>{1}, std::vector<float>(model.config().dim));
   ASSERT_FALSE(step);
   EXPECT_NE(step.error().message().find("rank 1: " + reason), std::string::npos) << step.error().message();

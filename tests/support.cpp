@@ -61,6 +61,15 @@ bool bit_identical(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
+std::vector<float> kv_rows(const KvStore& kv, int unit, int first, int count) {
+  std::vector<float> rows;
+  kv.view_rows(unit, first, count, [&](std::span<const float> keys, std::span<const float> values) {
+    rows.assign(keys.begin(), keys.end());
+    rows.insert(rows.end(), values.begin(), values.end());
+  });
+  return rows;
+}
+
 TempDir::TempDir() {
   std::random_device random;
   path_ = std::filesystem::temp_directory_path() / ("accord-test-" + std::to_string(random()));

@@ -17,6 +17,7 @@
 #include "kernels/cpu/matrix.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/target.hpp"
+#include "runtime/model/kv_cache.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/synthetic.hpp"
 #include "runtime/session/session.hpp"
@@ -91,6 +92,9 @@ std::vector<float> greedy_trace(AnySession& session, std::span<const int> prompt
   }
 }
 bool bit_identical(std::span<const float> a, std::span<const float> b);
+
+// Rows [first, first + count) of `unit` in `kv`: its keys, then its values.
+std::vector<float> kv_rows(const KvStore& kv, int unit, int first, int count);
 
 // The prompt and descriptor the prompt-cache tests save and load, one
 // session or several ranks alike, and its first n tokens.

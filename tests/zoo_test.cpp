@@ -167,6 +167,7 @@ TEST_P(ZooF32, ShardsOfThreeRanksMakeTheWholeModel) {
     EXPECT_FALSE(merge_digests(digests, shard->tensor_digests())) << "two ranks disagree on a tensor they share";
     Transformer stage(*shard, pool_);
     KvCache shard_cache(c, scope.first_unit, scope.units);
+    ASSERT_TRUE(shard_cache.reserve(static_cast<int>(prompt.size())));
     if (r == 0) {
       stage.embed(prompt);
     } else {
@@ -235,8 +236,8 @@ TEST(ZooF32Refusals, CudaBackendRefusesOtherArchitecturesByName) {
   auto model = Model::load(path.string());
   ASSERT_TRUE(model) << model.error().message();
   cpu::ThreadPool pool(1);
-  BackendChoice cuda;
-  cuda.kind = BackendChoice::Kind::cuda;
+  StageOptions cuda;
+  cuda.backend.kind = BackendChoice::Kind::cuda;
   auto stage = make_stage(*model, pool, WeightScope::everything(), cuda, 0);
   ASSERT_FALSE(stage);
   EXPECT_EQ(stage.error().code(), ErrorCode::architecture);

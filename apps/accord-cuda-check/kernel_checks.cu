@@ -227,7 +227,8 @@ struct AttentionBatch {
 
 int check_attention(std::mt19937& random, cpu::ThreadPool& pool, const std::vector<AttentionBatch>& batches,
                     int head_size) {
-  const int n_heads = 8, n_kv_heads = 2, seq_len = 1024;
+  constexpr int kCacheShift = 10;
+  const int n_heads = 8, n_kv_heads = 2, seq_len = 1 << kCacheShift;
   const int kv_dim = n_kv_heads * head_size, q_dim = n_heads * head_size;
   const std::vector<float> keys = random_floats(random, static_cast<std::size_t>(seq_len) * kv_dim);
   const std::vector<float> values = random_floats(random, keys.size());
@@ -236,12 +237,17 @@ int check_attention(std::mt19937& random, cpu::ThreadPool& pool, const std::vect
   Uploads device;
   const float *device_keys = device.copy(keys), *device_values = device.copy(values);
   float* scratch = device.zeros<float>(attention_scratch_floats(largest, n_heads, head_size, seq_len));
+  // The CPU's reference reads a paged cache: here one block of every
+  // position, its keys then its values.
+  std::vector<float> host_cache = keys;
+  host_cache.insert(host_cache.end(), values.begin(), values.end());
+  const std::byte* block = reinterpret_cast<const std::byte*>(host_cache.data());
+  const cpu::KvView host_kv{&block, 0, keys.size() * sizeof(float), kCacheShift, kv_dim, cpu::KvElement::f32};
   int failed = 0;
   for (const AttentionBatch& batch : batches) {
     const std::vector<float> q = random_floats(random, static_cast<std::size_t>(batch.rows) * q_dim, 2.0f);
     std::vector<float> want(q.size());
-    cpu::attention(pool, want.data(), q.data(), {keys.data(), values.data(), kv_dim}, batch.rows, batch.first_pos,
-                   n_heads, n_kv_heads, head_size);
+    cpu::attention(pool, want.data(), q.data(), host_kv, batch.rows, batch.first_pos, n_heads, n_kv_heads, head_size);
     float* out = device.zeros<float>(q.size());
     attention(nullptr, out, device.copy(q), device_keys, device_values, batch.rows,
               device.copy(std::vector<int>{batch.first_pos}), seq_len, n_heads, n_kv_heads, head_size, scratch);

@@ -56,6 +56,7 @@ struct GenerateArgs {
   std::uint64_t max_resident_bytes = 0;  // --max-resident-bytes: each rank's weights budget
   BackendArgs compute;                   // --backend, --devices
   int context = kDefaultContext;         // --ctx-size
+  KvType kv_type = KvType::f32;          // --kv-type
   bool chat = false;                     // --chat: the prompt is a user's message in the chat template
   std::string chat_template;             // --chat-template
   std::vector<std::string> reply_stops;  // with --chat: the template's end of the assistant's turn
@@ -322,7 +323,7 @@ int run_generate(GenerateArgs args) {
       if (!plan) return fail(plan.error().message());
     }
     cpu::ThreadPool pool(args.threads);
-    Session session(*model, pool, StageOptions{*backend, args.max_resident_bytes});
+    Session session(*model, pool, StageOptions{*backend, args.max_resident_bytes, args.kv_type, nullptr});
     SessionTarget target(session);
     return generate_and_print(args, target, *model, *tokenizer, drafter,
                               [&](nlohmann::json& json) { json["report"] = to_json(session.report()); });
@@ -335,6 +336,7 @@ int run_generate(GenerateArgs args) {
   options.secret_file = args.secret_file;
   options.spares = args.spares;
   options.max_resident_bytes = args.max_resident_bytes;
+  options.kv_type = args.kv_type;
   options.backend = *backend;
   auto session = args.peers.empty() ? DistributedSession::create(*model, options)
                                     : DistributedSession::connect(args.peers, *model, options);
@@ -461,6 +463,7 @@ Command add_generate_command(CLI::App& app) {
   // generation after a long load.
   add_sampling_options(*cmd, *args);
   add_context_option(*cmd, args->context);
+  add_kv_type_option(*cmd, args->kv_type);
   cmd->add_flag("--chat", args->chat,
                 "the prompt is a user's message: it goes into the model's chat template (docs/serve.md), only the "
                 "reply is printed, and the reply ends at the template's end of turn");

@@ -99,6 +99,13 @@ void add_context_option(CLI::App& cmd, int& context) {
       ->capture_default_str();
 }
 
+void add_kv_type_option(CLI::App& cmd, KvType& type) {
+  cmd.add_option_function<std::string>(
+         "--kv-type", [&type](const std::string& name) { type = *parse_kv_type(name); },
+         "keys and values in f32 (the default: the references' bits) or f16 (half the memory and traffic)")
+      ->check(CLI::IsMember({"f32", "f16"}));
+}
+
 void add_backend_options(CLI::App& cmd, BackendArgs& args) {
   cmd.add_option("--backend", args.backend,
                  "where the ranks compute: cpu (the default), or cuda (a build with nvcc and a machine with a GPU)")

@@ -49,6 +49,8 @@ std::function<void(const std::string&)> node_list(std::vector<NodeAddress>& node
 // a Llama 3 file's 131072 from taking gigabytes of keys and values.
 inline constexpr int kDefaultContext = 4096;
 void add_context_option(CLI::App& cmd, int& context);
+// --kv-type f32|f16: the element type of every rank's keys and values.
+void add_kv_type_option(CLI::App& cmd, KvType& type);
 
 // --backend cpu|cuda and --devices 0,1,...: where the command's ranks compute.
 struct BackendArgs {

@@ -24,6 +24,7 @@
 #include "runtime/base/environment.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/io/mapped_file.hpp"
+#include "runtime/model/kv_pool.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/serve/chat_template.hpp"
 #include "runtime/serve/progress.hpp"
@@ -57,7 +58,9 @@ struct ServeArgs {
   std::string api_key_file;
   bool metrics_public = false;
   int shutdown_grace_ms = 10000;
-  int context = kDefaultContext;  // --ctx-size
+  int context = kDefaultContext;      // --ctx-size
+  KvType kv_type = KvType::f32;       // --kv-type
+  std::uint64_t kv_budget_bytes = 0;  // --kv-budget-bytes: the single-rank slots' KV pool
 };
 
 // A slot on a distributed session: in-process ranks, or remote nodes.
@@ -79,12 +82,14 @@ class DistributedSlot final : public serve::SlotSession {
 // threads. Each injects `faults`.
 Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, const Model& model,
                                                       const std::vector<Fault>& faults, cpu::ThreadPool& pool,
-                                                      StepBatcher& batcher, serve::Metrics& metrics) {
+                                                      StepBatcher& batcher, serve::Metrics& metrics,
+                                                      const std::shared_ptr<KvPool>& kv_pool) {
   if (args.ranks == 1 && args.peers.empty()) {
     auto timer = [&metrics](const PhaseId& phase, double seconds) {
       metrics.observe_phase(to_string(phase.phase), seconds);
     };
-    auto slot = std::make_unique<serve::SessionSlot>(model, pool, &batcher, timer);
+    auto slot = std::make_unique<serve::SessionSlot>(model, pool, &batcher, timer,
+                                                     StageOptions{BackendChoice{}, 0, args.kv_type, kv_pool});
     if (Status ok = slot->inject_faults(faults); !ok) return ok.error();
     return std::unique_ptr<serve::SlotSession>(std::move(slot));
   }
@@ -94,6 +99,7 @@ Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, con
   options.phase_timeout_ms = args.phase_timeout_ms;
   options.secret_file = args.secret_file;
   options.faults = faults;
+  options.kv_type = args.kv_type;
   auto session = args.peers.empty() ? DistributedSession::create(model, options)
                                     : DistributedSession::connect(args.peers, model, options);
   if (!session) return session.error();
@@ -229,9 +235,10 @@ int run_serve(ServeArgs args) {
     progress.show(serve::prefill_progress_line(at.rows, at.units_done, at.units));
   });
   serve::Metrics metrics;
+  auto kv_pool = std::make_shared<KvPool>(args.kv_budget_bytes);
   std::vector<std::unique_ptr<serve::SlotSession>> slots;
   for (int i = 0; i < args.parallel; ++i) {
-    auto slot = make_slot(args, *model, faults, pool, batcher, metrics);
+    auto slot = make_slot(args, *model, faults, pool, batcher, metrics, kv_pool);
     if (!slot) return fail(slot.error().message());
     slots.push_back(std::move(*slot));
   }
@@ -296,6 +303,11 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--model", args->model, "GGUF model (llama) or llama2.c checkpoint (.bin)")->required();
   cmd->add_option("--tokenizer", args->tokenizer, "tokenizer file, as for `accord generate`");
   add_context_option(*cmd, args->context);
+  add_kv_type_option(*cmd, args->kv_type);
+  cmd->add_option("--kv-budget-bytes", args->kv_budget_bytes,
+                  "the most bytes of keys and values the single-rank slots hold together, taken as their positions "
+                  "fill (a step past it aborts; 0: no budget but the context)")
+      ->capture_default_str();
   cmd->add_option("--listen", args->listen, "HOST:PORT to listen on; port 0 picks a free one")->capture_default_str();
   cmd->add_option("--parallel", args->parallel, "requests generated at once, each on a session of its own")
       ->check(CLI::Range(1, 256))

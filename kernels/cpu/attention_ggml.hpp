@@ -1,7 +1,7 @@
 // One query head's attention as ggml's CPU backend computes it with
 // AVX512, an F32 cache and flash attention off (AttentionHeads::ggml in
-// ops.hpp), written once over a path's vector type V (matmul_tiles.hpp
-// says why templates). Internal to kernels/cpu.
+// ops.hpp; an F16 cache's values converted exactly, not ggml's F16 path), written once over a path's vector type V
+// (matmul_tiles.hpp says why templates). Internal to kernels/cpu.
 #pragma once
 
 #include <cstddef>
@@ -11,21 +11,25 @@
 
 namespace accord::cpu::tiles {
 
-// ggml_vec_dot_f32 of a and b (n values): per 64 values four accumulators
-// of 16 lanes (fma), added (0 + 2, 1 + 3, then 0 + 1) and reduced, then
-// the values past the last 64 one by one, without fma.
-template <class V>
-float ggml_vec_dot(const float* a, const float* b, int n) {
+// ggml_vec_dot_f32 of a row of the cache and b (n values): per 64 values
+// four accumulators of 16 lanes (fma), added (0 + 2, 1 + 3, then 0 + 1)
+// and reduced, then the values past the last 64 one by one, without fma.
+// An F16 row's values are converted exactly first.
+template <class V, class Format>
+float ggml_vec_dot(const std::byte* a, const float* b, int n) {
   float lanes[4][16] = {};
   const int whole = n / 64 * 64;
   for (int i = 0; i < whole; i += 64) {
     for (int j = 0; j < 4; ++j) {
-      for (int l = 0; l < 16; ++l) lanes[j][l] = __builtin_fmaf(a[i + 16 * j + l], b[i + 16 * j + l], lanes[j][l]);
+      for (int l = 0; l < 16; ++l) {
+        const int k = i + 16 * j + l;
+        lanes[j][l] = __builtin_fmaf(Format::template at<V>(a, k), b[k], lanes[j][l]);
+      }
     }
   }
   for (int l = 0; l < 16; ++l) lanes[0][l] = (lanes[0][l] + lanes[2][l]) + (lanes[1][l] + lanes[3][l]);
   float sum = reduce16_ggml<V>(lanes[0]);
-  for (int i = whole; i < n; ++i) sum += a[i] * b[i];
+  for (int i = whole; i < n; ++i) sum += Format::template at<V>(a, i) * b[i];
   return sum;
 }
 
@@ -34,7 +38,7 @@ float ggml_vec_dot(const float* a, const float* b, int n) {
 // (four sets of 16 lanes, blocks of 64), whatever the batch. Cells outside
 // start .. pos weigh 0: a block of them before `start` adds nothing, those
 // after `pos` add +0 once.
-template <class V>
+template <class V, class Format>
 float weighted_values(const GgmlHead& h, int d) {
   constexpr int sets = 4, block = 16 * sets;
   float lanes[sets][16] = {};
@@ -44,7 +48,7 @@ float weighted_values(const GgmlHead& h, int d) {
       for (int l = 0; l < 16; ++l) {
         const int p = b + 16 * j + l;
         if (p < h.start || p > h.pos) continue;
-        lanes[j][l] = __builtin_fmaf(h.values[static_cast<std::size_t>(p) * h.stride + d], h.scores[p], lanes[j][l]);
+        lanes[j][l] = __builtin_fmaf(Format::template at<V>(h.values.row(p), d), h.scores[p], lanes[j][l]);
       }
     }
   }
@@ -57,11 +61,11 @@ float weighted_values(const GgmlHead& h, int d) {
 }
 
 // KernelTable::attend_ggml.
-template <class V>
+template <class V, class Format>
 void attend_ggml(const GgmlHead& h) {
   float max = -__builtin_inff();
   for (int p = h.start; p <= h.pos; ++p) {
-    h.scores[p] = ggml_vec_dot<V>(h.keys + static_cast<std::size_t>(p) * h.stride, h.q, h.head_size) * h.scale;
+    h.scores[p] = ggml_vec_dot<V, Format>(h.keys.row(p), h.q, h.head_size) * h.scale;
     max = h.scores[p] > max ? h.scores[p] : max;
   }
   // The softmax: e^(s - max) per 16 cells, each block's sum reduced and
@@ -79,7 +83,7 @@ void attend_ggml(const GgmlHead& h) {
   }
   const auto inverse = static_cast<float>(1.0 / sum);
   for (int p = h.start; p <= h.pos; ++p) h.scores[p] *= inverse;
-  for (int d = 0; d < h.head_size; ++d) h.out[d] = weighted_values<V>(h, d);
+  for (int d = 0; d < h.head_size; ++d) h.out[d] = weighted_values<V, Format>(h, d);
 }
 
 }  // namespace accord::cpu::tiles

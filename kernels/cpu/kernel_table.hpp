@@ -61,7 +61,8 @@
 //   "Kernels"; docs/models.md says what that costs against the zoo).
 //
 // Attention's weighted sum of values adds each position in order with an
-// fma per element, from 0 (weighted_sum).
+// fma per element, from 0 (kv_weighted_sum); F16 keys and values are
+// converted exactly first, as F16 weights are.
 //
 // Threads split output rows and batches split tokens, never a reduction,
 // so results depend neither on the pool size nor on the batch size.
@@ -71,6 +72,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/matrix.hpp"
+#include "kernels/cpu/ops.hpp"
 
 namespace accord::cpu {
 
@@ -122,13 +124,11 @@ struct Activations {
 using MatmulRows = void (*)(const Matrix& w, const Activations& x, float* out, int row_begin, int row_end);
 
 // One query head's attention in ggml's arithmetic (attention_ggml.hpp):
-// positions start .. pos of its KV head; keys and values point at the
-// head's first dimension at position 0, rows `stride` apart.
+// positions start .. pos of its KV head's keys and values.
 struct GgmlHead {
   const float* q = nullptr;  // (head_size)
-  const float* keys = nullptr;
-  const float* values = nullptr;
-  std::size_t stride = 0;
+  KvRows keys;
+  KvRows values;
   int head_size = 0;
   int start = 0;
   int pos = 0;
@@ -140,11 +140,10 @@ struct GgmlHead {
 struct KernelTable {
   MatmulRows by_type[kWeightTypes];  // indexed by WeightType
   float (*dot)(const float* a, const float* b, int n);
-  // out[i] = dot(rows + i * stride, x) for i < count; x and each row: (n).
-  void (*dots)(const float* rows, std::size_t stride, int count, const float* x, int n, float* out);
-  // y[i] = sum over p < count, in order, of weights[p] * rows[p * stride + i]
-  // as one fma each, from 0; rows: (count, stride), y: (n).
-  void (*weighted_sum)(const float* weights, const float* rows, std::size_t stride, int count, int n, float* y);
+  // kv_dots and kv_weighted_sum (ops.hpp), indexed by KvElement.
+  void (*kv_dots[kKvElements])(const KvRows& keys, int first, int count, const float* x, int n, float* out);
+  void (*kv_weighted_sum[kKvElements])(const float* weights, const KvRows& values, int first, int count, int n,
+                                       float* y);
   // quantize_activations (matmul.hpp).
   void (*quantize)(const float* x, int n, std::int8_t* quants, float* scales);
   // silu_mul (ops.hpp).
@@ -153,7 +152,7 @@ struct KernelTable {
   void (*silu_mul_ggml)(float* gate, const float* up, int n);
   // Attention's weights: scores / scale, then their softmax (vector_math.hpp).
   void (*attention_weights)(float* scores, int n, float scale);
-  void (*attend_ggml)(const GgmlHead& head);
+  void (*attend_ggml[kKvElements])(const GgmlHead& head);  // indexed by KvElement
 };
 
 const KernelTable& portable_kernels();

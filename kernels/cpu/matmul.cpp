@@ -246,14 +246,6 @@ void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const floa
 
 float dot(const float* a, const float* b, int n) { return active_kernels().dot(a, b, n); }
 
-void dots(const float* rows, std::size_t stride, int count, const float* x, int n, float* out) {
-  active_kernels().dots(rows, stride, count, x, n, out);
-}
-
-void weighted_sum(const float* weights, const float* rows, std::size_t stride, int count, int n, float* y) {
-  active_kernels().weighted_sum(weights, rows, stride, count, n, y);
-}
-
 void dequantize_row(const Matrix& w, int row, float* out) {
   dequantize_values(w.type, out, w.row(row), static_cast<std::size_t>(w.cols));
 }

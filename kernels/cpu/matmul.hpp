@@ -55,11 +55,6 @@ void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const floa
 
 // Dot product of a[n] and b[n] in the canonical F32 order.
 float dot(const float* a, const float* b, int n);
-// out[i] = dot(rows + i * stride, x, n) for i < count.
-void dots(const float* rows, std::size_t stride, int count, const float* x, int n, float* out);
-// y[i] = fma(weights[p], rows[p * stride + i], .) over p < count in order,
-// from 0, for i < n: attention's weighted sum of values.
-void weighted_sum(const float* weights, const float* rows, std::size_t stride, int count, int n, float* y);
 
 // Row `row` of w as floats: out (w.cols).
 void dequantize_row(const Matrix& w, int row, float* out);

@@ -329,60 +329,90 @@ void matmul_rows(const Matrix& w, const Activations& x, float* out, int row_begi
   }
 }
 
-// out[i] = dot(rows + i * stride, x) for i < count: attention's scores.
-// The keys are few and short (a head), so several share a tile.
-template <class V>
-void dots(const float* rows, std::size_t stride, int count, const float* x, int n, float* out) {
+// out[i] = dot(row i, x) for i < count, rows `stride` bytes apart:
+// attention's scores. The keys are few and short (a head), so several
+// share a tile.
+template <class V, class Format>
+void dots(const std::byte* rows, std::size_t stride, int count, const float* x, int n, float* out) {
   constexpr int R = V::kRows;
   const float* const tokens[1] = {x};
   int i = 0;
   for (; i + R <= count; i += R) {
     const std::byte* block[R];
-    for (int r = 0; r < R; ++r) block[r] = reinterpret_cast<const std::byte*>(rows + (i + r) * stride);
-    float_tile<V, F32Format, R, 1>(block, tokens, n, out + i, 0);
+    for (int r = 0; r < R; ++r) block[r] = rows + static_cast<std::size_t>(i + r) * stride;
+    float_tile<V, Format, R, 1>(block, tokens, n, out + i, 0);
   }
   for (; i < count; ++i) {
-    const std::byte* one[1] = {reinterpret_cast<const std::byte*>(rows + i * stride)};
-    float_tile<V, F32Format, 1, 1>(one, tokens, n, out + i, 0);
+    const std::byte* one[1] = {rows + static_cast<std::size_t>(i) * stride};
+    float_tile<V, Format, 1, 1>(one, tokens, n, out + i, 0);
   }
 }
 
 template <class V>
 float dot(const float* a, const float* b, int n) {
   float out;
-  dots<V>(a, 0, 1, b, n, &out);
+  dots<V, F32Format>(reinterpret_cast<const std::byte*>(a), 0, 1, b, n, &out);
   return out;
 }
 
 // y[i .. i + H * kLanes) of weighted_sum, held in H registers across positions.
-template <class V, int H>
-void weighted_columns(const float* weights, const float* rows, std::size_t stride, int count, int i, float* y) {
+template <class V, class Format, int H>
+void weighted_columns(const float* weights, const std::byte* rows, std::size_t stride, int count, int i, float* y) {
   using Vec = typename V::Vec;
   Vec acc[H];
-  for (int h = 0; h < H; ++h) acc[h] = V::zero();
+  for (int h = 0; h < H; ++h) acc[h] = V::load(reinterpret_cast<const std::byte*>(y + i + h * kLanes));
   for (int p = 0; p < count; ++p) {
     const Vec weight = V::pair(weights[p], weights[p]);
-    const float* row = rows + static_cast<std::size_t>(p) * stride + i;
-    for (int h = 0; h < H; ++h) {
-      acc[h] = V::fma(weight, V::load(reinterpret_cast<const std::byte*>(row + h * kLanes)), acc[h]);
-    }
+    const std::byte* row = rows + static_cast<std::size_t>(p) * stride;
+    for (int h = 0; h < H; ++h) acc[h] = V::fma(weight, Format::template load<V>(row, i + h * kLanes), acc[h]);
   }
   for (int h = 0; h < H; ++h) V::store(y + i + h * kLanes, acc[h]);
 }
 
-// y[i] = the fmas of weights[p] * rows[p * stride + i] for p < count, in
-// order, from 0: attention's weighted sum of values. A head's outputs stay
-// in registers across positions, four registers (64 floats) at a time.
-template <class V>
-void weighted_sum(const float* weights, const float* rows, std::size_t stride, int count, int n, float* y) {
+// y[i] += the fmas of weights[p] * row p's value i for p < count, in
+// order: attention's weighted sum of values. A head's outputs stay in
+// registers across positions, four registers (64 floats) at a time.
+template <class V, class Format>
+void weighted_sum(const float* weights, const std::byte* rows, std::size_t stride, int count, int n, float* y) {
   int i = 0;
-  for (; i + 4 * kLanes <= n; i += 4 * kLanes) weighted_columns<V, 4>(weights, rows, stride, count, i, y);
-  for (; i + kLanes <= n; i += kLanes) weighted_columns<V, 1>(weights, rows, stride, count, i, y);
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) weighted_columns<V, Format, 4>(weights, rows, stride, count, i, y);
+  for (; i + kLanes <= n; i += kLanes) weighted_columns<V, Format, 1>(weights, rows, stride, count, i, y);
   for (; i < n; ++i) {
-    float s = 0.0f;
-    for (int p = 0; p < count; ++p) s = __builtin_fmaf(weights[p], rows[static_cast<std::size_t>(p) * stride + i], s);
+    float s = y[i];
+    for (int p = 0; p < count; ++p) {
+      s = __builtin_fmaf(weights[p], Format::template at<V>(rows + static_cast<std::size_t>(p) * stride, i), s);
+    }
     y[i] = s;
   }
+}
+
+// Calls run(first row, index of that row from `first`, rows) for each
+// stretch of rows [first, first + count) that lies in one block.
+template <class Run>
+void for_each_stretch(const KvRows& rows, int first, int count, Run run) {
+  const int block = 1 << rows.block_shift;
+  for (int p = first; p < first + count;) {
+    const int to_block_end = block - (p & (block - 1)), left = first + count - p;
+    const int stretch = left < to_block_end ? left : to_block_end;
+    run(rows.row(p), p - first, stretch);
+    p += stretch;
+  }
+}
+
+// KernelTable::kv_dots.
+template <class V, class Format>
+void kv_dots(const KvRows& keys, int first, int count, const float* x, int n, float* out) {
+  for_each_stretch(keys, first, count, [&](const std::byte* rows, int done, int stretch) {
+    dots<V, Format>(rows, keys.stride, stretch, x, n, out + done);
+  });
+}
+
+// KernelTable::kv_weighted_sum.
+template <class V, class Format>
+void kv_weighted_sum(const float* weights, const KvRows& values, int first, int count, int n, float* y) {
+  for_each_stretch(values, first, count, [&](const std::byte* rows, int done, int stretch) {
+    weighted_sum<V, Format>(weights + done, rows, values.stride, stretch, n, y);
+  });
 }
 
 // Rounds half away from zero into [-127, 127], exactly as std::round
@@ -433,13 +463,13 @@ KernelTable make_table() {
            &kquant_rows<V, kq::Q5K>, &kquant_rows<V, kq::Q6K>, &kquant_rows<V, kq::IQ4XS>, &legacy_rows<V, Q4_1Blocks>,
            &legacy_rows<V, Q5_0Blocks>, &legacy_rows<V, Q5_1Blocks>, &legacy_rows<V, IQ4_NLBlocks>},
           &dot<V>,
-          &dots<V>,
-          &weighted_sum<V>,
+          {&kv_dots<V, F32Format>, &kv_dots<V, F16Format>},
+          {&kv_weighted_sum<V, F32Format>, &kv_weighted_sum<V, F16Format>},
           &quantize<V>,
           &silu_mul<V>,
           &silu_mul_ggml<V>,
           &attention_weights<V>,
-          &attend_ggml<V>};
+          {&attend_ggml<V, F32Format>, &attend_ggml<V, F16Format>}};
 }
 
 }  // namespace accord::cpu::tiles

@@ -179,12 +179,46 @@ void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batc
             {n_heads, n_kv_heads, head_size, std::sqrt(static_cast<float>(head_size)), 0});
 }
 
+void kv_dots(KvElement element, const KvRows& keys, int first, int count, const float* x, int n, float* out) {
+  active_kernels().kv_dots[static_cast<int>(element)](keys, first, count, x, n, out);
+}
+
+void kv_weighted_sum(KvElement element, const float* weights, const KvRows& values, int first, int count, int n,
+                     float* y) {
+  active_kernels().kv_weighted_sum[static_cast<int>(element)](weights, values, first, count, n, y);
+}
+
+namespace {
+
+// Query head h of token t at position pos: its scores, softmax and
+// weighted values into out, over the rows of its KV head.
+void attend_head(const KvView& kv, const AttentionHeads& heads, const float* q, int h, int pos, float* scores,
+                 float* out) {
+  const int head_size = heads.head_size;
+  const auto row_bytes = static_cast<std::size_t>(kv.kv_dim) * kv_element_bytes(kv.element);
+  const auto head_bytes =
+      static_cast<std::size_t>(h / (heads.n_heads / heads.n_kv_heads)) * head_size * kv_element_bytes(kv.element);
+  const KvRows keys{kv.blocks, kv.key_offset + head_bytes, row_bytes, kv.block_shift};
+  const KvRows values{kv.blocks, kv.value_offset + head_bytes, row_bytes, kv.block_shift};
+  const int start = heads.window > 0 ? std::max(0, pos - heads.window + 1) : 0;
+  const int count = pos + 1 - start;
+  if (heads.ggml) {
+    active_kernels().attend_ggml[static_cast<int>(kv.element)](
+        {q, keys, values, head_size, start, pos, 1.0f / heads.score_divisor, scores, out});
+    return;
+  }
+  kv_dots(kv.element, keys, start, count, q, head_size, scores);
+  active_kernels().attention_weights(scores, count, heads.score_divisor);
+  std::fill_n(out, head_size, 0.0f);
+  kv_weighted_sum(kv.element, scores, values, start, count, head_size, out);
+}
+
+}  // namespace
+
 void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batch, int first_pos,
                const AttentionHeads& heads) {
   const int n_heads = heads.n_heads, head_size = heads.head_size;
-  const int group = n_heads / heads.n_kv_heads;
   const int q_dim = n_heads * head_size;
-  const auto stride = static_cast<std::size_t>(kv.kv_dim);
   // One task per (token, head); each owns its output slice and its scores.
   // A later token attends to more positions, so tokens are dealt from both
   // ends (0, B-1, 1, B-2, ...) and contiguous chunks of tasks weigh alike.
@@ -197,22 +231,8 @@ void attention(ThreadPool& pool, float* out, const float* q, KvView kv, int batc
       const int dealt = static_cast<int>(task / n_heads);
       const int t = dealt % 2 == 0 ? dealt / 2 : batch - 1 - dealt / 2;
       const int h = static_cast<int>(task % n_heads);
-      const int pos = first_pos + t;
-      const int start = heads.window > 0 ? std::max(0, pos - heads.window + 1) : 0;
-      const int count = pos + 1 - start;
-      const std::size_t kv_offset =
-          static_cast<std::size_t>(start) * stride + static_cast<std::size_t>(h / group) * head_size;
-      const float* qh = q + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
-      float* oh = out + static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
-      if (heads.ggml) {
-        const std::size_t head_offset = static_cast<std::size_t>(h / group) * head_size;
-        active_kernels().attend_ggml({qh, kv.keys + head_offset, kv.values + head_offset, stride, head_size, start, pos,
-                                      1.0f / heads.score_divisor, scores.data(), oh});
-        continue;
-      }
-      dots(kv.keys + kv_offset, stride, count, qh, head_size, scores.data());
-      active_kernels().attention_weights(scores.data(), count, heads.score_divisor);
-      weighted_sum(scores.data(), kv.values + kv_offset, stride, count, head_size, oh);
+      const std::size_t at = static_cast<std::size_t>(t) * q_dim + static_cast<std::size_t>(h) * head_size;
+      attend_head(kv, heads, q + at, h, first_pos + t, scores.data(), out + at);
     }
   });
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/cpu/thread_pool.hpp"
 
@@ -83,13 +84,47 @@ void silu_mul_ggml(float* gate, const float* up, int n);
 // identity above 10.  gate, up: (n)
 void gelu_tanh_mul(float* gate, const float* up, int n);
 
-// One layer's key and value cache, laid out by position.
-// keys, values: (capacity, kv_dim) with kv_dim = n_kv_heads * head_size.
-struct KvView {
-  const float* keys;
-  const float* values;
-  int kv_dim;
+// The element type of a key/value cache: F32, or F16 (half the bytes;
+// values are rounded to nearest, ties to even, as they are written).
+enum class KvElement : std::uint8_t { f32, f16 };
+inline constexpr int kKvElements = 2;
+inline constexpr std::size_t kv_element_bytes(KvElement e) { return e == KvElement::f32 ? 4 : 2; }
+
+// Rows of a paged cache, one per position, from one KV head's keys (or
+// values): position p lies in block p >> block_shift, row p & (block
+// size - 1) of it, at blocks[block] + offset + row * stride bytes.
+struct KvRows {
+  const std::byte* const* blocks = nullptr;
+  std::size_t offset = 0;  // bytes from a block's start to this head's first element at its first row
+  std::size_t stride = 0;  // bytes between rows of a block
+  int block_shift = 0;
+  const std::byte* row(int p) const {
+    const auto in_block = static_cast<std::size_t>(p & ((1 << block_shift) - 1));
+    return blocks[p >> block_shift] + offset + in_block * stride;
+  }
 };
+
+// One unit's keys and values in a paged cache (runtime/model/kv_cache.hpp):
+// a block holds 1 << block_shift positions; the unit's keys at those
+// positions, (positions, kv_dim), start key_offset bytes into each block,
+// its values value_offset bytes.
+struct KvView {
+  const std::byte* const* blocks = nullptr;
+  std::size_t key_offset = 0;
+  std::size_t value_offset = 0;
+  int block_shift = 0;
+  int kv_dim = 0;
+  KvElement element = KvElement::f32;
+};
+
+// Attention's two products over a head's rows [first, first + count):
+// out[i] = dot(row(first + i), x) over n values (F32's canonical order,
+// kernel_table.hpp; F16 values converted exactly first), and
+// y[j] = fma(weights[i], row(first + i)[j], y[j]) in order of i, added to
+// what y holds. Neither result depends on how the rows are split in blocks.
+void kv_dots(KvElement element, const KvRows& keys, int first, int count, const float* x, int n, float* out);
+void kv_weighted_sum(KvElement element, const float* weights, const KvRows& values, int first, int count, int n,
+                     float* y);
 
 // Causal grouped-query attention for a batch of tokens whose keys and values
 // are already in the cache. Token t sits at position first_pos + t and

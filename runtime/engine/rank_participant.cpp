@@ -395,6 +395,7 @@ RankStateReport RankParticipant::state_report() const {
   report.state_epoch = state.state_epoch();
   report.kv_bytes_used = state.used_bytes();
   report.kv_bytes_capacity = kv.capacity_bytes();
+  report.kv_held_bytes = kv.held_bytes();
   report.high_water = state.high_water();
   report.kv_materialized_bytes = kv.position_bytes() * static_cast<std::uint64_t>(state.high_water());
   report.compute_seconds = worker_->compute_seconds();

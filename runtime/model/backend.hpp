@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/base/error.hpp"
@@ -33,11 +35,28 @@ std::string to_string(const BackendChoice& choice);
 // not exist, or devices are listed for the CPU.
 Status check_backend(const BackendChoice& choice);
 
-// How a rank's stage computes: where (the backend) and under which weights
-// budget (bytes; 0: every weight resident, residency.hpp).
+// The element type of a rank's keys and values: `--kv-type`. F32 keeps
+// the bits of every reference; F16 takes half the bytes (and so half the
+// memory traffic of attention over a long context), each value rounded to
+// nearest as it is written.
+enum class KvType { f32, f16 };
+std::string_view to_string(KvType type);
+// "f32" or "f16", or an error naming what was given.
+Result<KvType> parse_kv_type(std::string_view name);
+
+class KvPool;  // runtime/model/kv_pool.hpp
+
+// How a rank's stage computes: where (the backend), under which weights
+// budget (bytes; 0: every weight resident, residency.hpp), and its keys
+// and values (kv_cache.hpp).
 struct StageOptions {
   BackendChoice backend;
   std::uint64_t max_resident_bytes = 0;
+  KvType kv_type = KvType::f32;
+  // The pool the stage's cache takes its blocks from, shared with other
+  // sessions' (serve's slots) under its budget; nullptr: a pool of its own
+  // without a budget (the context bounds it).
+  std::shared_ptr<KvPool> kv_pool;
 };
 
 }  // namespace accord

@@ -83,6 +83,12 @@ class DeviceKv final : public KvStore {
   float* keys(int unit) const { return keys_[static_cast<std::size_t>(unit - first_unit())].get(); }
   float* values(int unit) const { return values_[static_cast<std::size_t>(unit - first_unit())].get(); }
 
+  // The whole context is allocated at construction.
+  Status reserve(int) override { return {}; }
+  int reserved() const override { return capacity(); }
+  void shrink_to(int) override {}
+  std::uint64_t held_bytes() const override { return capacity_bytes(); }
+
   void view_rows(int unit, int first, int count, const RowsView& see) const override {
     settle_();
     const std::size_t floats = static_cast<std::size_t>(count) * kv_dim();

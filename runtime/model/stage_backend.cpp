@@ -17,6 +17,14 @@ std::string to_string(const BackendChoice& choice) {
   return text;
 }
 
+std::string_view to_string(KvType type) { return type == KvType::f32 ? "f32" : "f16"; }
+
+Result<KvType> parse_kv_type(std::string_view name) {
+  if (name == "f32") return KvType::f32;
+  if (name == "f16") return KvType::f16;
+  return Error(ErrorCode::contract, "unknown KV cache type '" + printable(name) + "' (f32 or f16)");
+}
+
 Status check_backend(const BackendChoice& choice) {
   if (choice.kind == BackendChoice::Kind::cpu) {
     if (!choice.devices.empty()) return Error(ErrorCode::contract, "--devices needs --backend cuda");
@@ -45,12 +53,18 @@ Status check_cuda_runs(const ModelConfig& c) {
 }  // namespace
 
 Result<std::unique_ptr<StageBackend>> make_stage(const Model& model, cpu::ThreadPool& pool, const WeightScope& scope,
-                                                 const BackendChoice& choice, int rank) {
-  if (choice.kind == BackendChoice::Kind::cuda) {
+                                                 const StageOptions& options, int rank) {
+  if (options.backend.kind == BackendChoice::Kind::cuda) {
     if (Status runs = check_cuda_runs(model.config()); !runs) return runs.error();
-    return make_cuda_stage(model, scope, choice.device_for(rank));
+    if (options.kv_type != KvType::f32) {
+      return Error(ErrorCode::contract, "the CUDA backend keeps its keys and values in F32; --kv-type " +
+                                            std::string(to_string(options.kv_type)) + " runs on the CPU");
+    }
+    return make_cuda_stage(model, scope, options.backend.device_for(rank));
   }
-  return std::unique_ptr<StageBackend>(std::make_unique<CpuStage>(model, pool, scope.first_unit, scope.units));
+  const auto element = options.kv_type == KvType::f32 ? cpu::KvElement::f32 : cpu::KvElement::f16;
+  return std::unique_ptr<StageBackend>(
+      std::make_unique<CpuStage>(model, pool, scope.first_unit, scope.units, element, options.kv_pool));
 }
 
 }  // namespace accord

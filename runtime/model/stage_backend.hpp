@@ -55,9 +55,11 @@ class StageBackend {
 // The CPU kernels over a host KvCache.
 class CpuStage final : public StageBackend {
  public:
-  // model and pool must outlive the stage.
-  CpuStage(const Model& model, cpu::ThreadPool& pool, int first_unit, int unit_count)
-      : transformer_(model, pool), cache_(model.config(), first_unit, unit_count) {}
+  // model and pool must outlive the stage; the cache takes its blocks from
+  // kv_pool (nullptr: a pool of its own).
+  CpuStage(const Model& model, cpu::ThreadPool& pool, int first_unit, int unit_count,
+           cpu::KvElement element = cpu::KvElement::f32, std::shared_ptr<KvPool> kv_pool = nullptr)
+      : transformer_(model, pool), cache_(model.config(), first_unit, unit_count, element, std::move(kv_pool)) {}
 
   KvStore& kv() override { return cache_; }
   void embed(std::span<const int> tokens) override { transformer_.embed(tokens); }
@@ -80,7 +82,7 @@ class CpuStage final : public StageBackend {
 // The stage of `scope`'s units on `device`, or why not. Ranks call it with
 // their share; check_backend first gives the clearer error.
 Result<std::unique_ptr<StageBackend>> make_stage(const Model& model, cpu::ThreadPool& pool, const WeightScope& scope,
-                                                 const BackendChoice& choice, int rank);
+                                                 const StageOptions& options, int rank);
 
 // The CUDA half, in runtime/model/cuda_transformer.cu where nvcc exists and
 // runtime/model/cuda_absent.cpp (which says so) where it does not.

@@ -177,12 +177,8 @@ void Transformer::attend(int unit) {
   for (const LaneRows& lane : lanes_) {
     const std::size_t first = static_cast<std::size_t>(lane.first_row);
     for (int t = 0; t < lane.rows; ++t) position_row(unit, first + static_cast<std::size_t>(t), lane.pos + t);
-    const std::size_t count = static_cast<std::size_t>(lane.rows) * kv_dim;
-    const std::size_t at = static_cast<std::size_t>(lane.pos) * kv_dim;
-    std::copy_n(&k_[first * kv_dim], count, lane.kv->keys(unit) + at);
-    std::copy_n(&v_[first * kv_dim], count, lane.kv->values(unit) + at);
-    const cpu::KvView view{lane.kv->keys(unit), lane.kv->values(unit), c.kv_dim()};
-    cpu::attention(pool_, &xb_[first * q_dim], &q_[first * q_dim], view, lane.rows, lane.pos, heads);
+    lane.kv->write_rows(unit, lane.pos, lane.rows, &k_[first * kv_dim], &v_[first * kv_dim]);
+    cpu::attention(pool_, &xb_[first * q_dim], &q_[first * q_dim], lane.kv->view(unit), lane.rows, lane.pos, heads);
   }
   cpu::matmul(pool_, xb2_.data(), xb_.data(), w.wo, batch);
   if (a.post_norms) {
@@ -274,6 +270,7 @@ Result<std::span<const float>> Transformer::forward(std::span<const int> tokens,
   if (kv.first_unit() != 0 || kv.unit_count() != model_.config().n_layers) {
     return Error(ErrorCode::contract, "the KV cache must hold every unit of the model for a full forward pass");
   }
+  if (Status room = kv.reserve(pos + static_cast<int>(tokens.size())); !room) return room.error();
   const Lane lane{tokens, pos, &kv, false};
   return std::span<const float>(forward_lanes({&lane, 1}));
 }

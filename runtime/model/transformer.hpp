@@ -64,7 +64,8 @@ class Transformer {
   // results do not depend on the batch), so a lane's logits and keys equal
   // those of forward() on its own. Returns the logits the lanes asked for,
   // lane after lane: (rows, vocab); hidden() then holds every row's final
-  // residual stream, lane after lane. Lanes must have passed check_input.
+  // residual stream, lane after lane. Lanes must have passed check_input,
+  // and their caches must have room for their positions (KvStore::reserve).
   // `after_unit`, when set, is told how many units have run after each.
   std::span<float> forward_lanes(std::span<const Lane> lanes,
                                  const std::function<void(int units_done)>& after_unit = {});
@@ -73,7 +74,7 @@ class Transformer {
   // (observers, pipeline ranks). Inputs must have passed check_input.
   void embed(std::span<const int> tokens);        // starts a batch
   void load_hidden(std::span<const float> rows);  // starts a batch from (rows, dim) activations
-  void run_unit(int unit, int pos, KvCache& kv);  // kv must hold `unit`
+  void run_unit(int unit, int pos, KvCache& kv);  // kv must hold `unit`, with room for the positions
   std::span<float> hidden();                      // (batch, dim) residual stream
   enum class Rows { last, all };
   std::span<float> head(Rows rows);  // (rows, vocab) logits, valid until the next call

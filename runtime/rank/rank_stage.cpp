@@ -31,10 +31,10 @@ RankStage::RankStage(const Model& model, cpu::ThreadPool& pool, const Partition&
 }
 
 void RankStage::build_backend(cpu::ThreadPool& pool, const StageOptions& options) {
-  auto backend = make_stage(model_, pool, scope(), options.backend, rank_);
+  auto backend = make_stage(model_, pool, scope(), options, rank_);
   if (!backend) {
     stage_error_ = Error(backend.error().code(), "rank " + std::to_string(rank_) + ": " + backend.error().message());
-    backend = make_stage(model_, pool, scope(), BackendChoice{}, rank_);
+    backend = make_stage(model_, pool, scope(), StageOptions{}, rank_);
   }
   backend_ = std::move(*backend);
   cpu_ = dynamic_cast<CpuStage*>(backend_.get());
@@ -68,6 +68,7 @@ Status RankStage::check_step(std::span<const int> tokens, std::span<const float>
 
 Status RankStage::execute(std::span<const int> tokens, std::span<const float> activations, StepObserver* observer) {
   const int position = state_->position();
+  if (Status room = state_->reserve_rows(position + static_cast<int>(tokens.size())); !room) return room;
   if (first_) {
     backend_->embed(tokens);
   } else {
@@ -93,6 +94,9 @@ bool RankStage::batchable(const StepObserver* observer) const {
 
 Result<std::vector<float>> RankStage::execute_batched(StepBatcher& batcher, std::span<const int> tokens,
                                                       bool all_rows) {
+  if (Status room = state_->reserve_rows(state_->position() + static_cast<int>(tokens.size())); !room) {
+    return room.error();
+  }
   auto output = batcher.run({tokens, state_->position(), &cpu_->cache(), all_rows});
   if (!output) return output.error();
   cpu_->load_hidden(output->hidden);  // what activations() and the capture read

@@ -66,7 +66,9 @@ class RankStage {
 
   // Runs the rank's units for `tokens` at the current position, writing
   // their keys and values. Rank 0 embeds `tokens`; the others start from
-  // `activations` (rows, dim). The observer sees each unit's output.
+  // `activations` (rows, dim). The observer sees each unit's output. The
+  // cache first takes room for the rows: a spent KV pool fails the step
+  // before anything is written.
   Status execute(std::span<const int> tokens, std::span<const float> activations, StepObserver* observer);
 
   // Whether a step can run in a StepBatcher's batch: this rank runs the

@@ -197,7 +197,7 @@ Status RankWorker::prepare_rollback(std::uint64_t epoch, const RankCheckpoint& c
 
 Status RankWorker::prepare_reset(std::uint64_t epoch) {
   open(epoch, [this](std::uint64_t e) {
-    stage_.state().rewind(0, e);
+    stage_.state().clear(e);
     reset_epoch_ = e;
   });
   undo_ = stage_.state().capture_rows(0, 0);
@@ -217,6 +217,7 @@ Status RankWorker::prepare_load(std::uint64_t epoch, std::vector<int> prefix, st
                                               std::to_string(shard.size()) + " floats for a prefix of " +
                                               std::to_string(prefix.size()) + " tokens");
   }
+  if (Status room = stage_.state().reserve_rows(static_cast<int>(prefix.size())); !room) return room;
   // Nothing changes before the commit, so the undo is the position alone.
   open(epoch, [this, prefix = std::move(prefix), shard = std::move(shard)](std::uint64_t e) {
     install_shard(stage_.state(), shard, prefix, e);

@@ -7,6 +7,16 @@
 
 namespace accord {
 
+namespace {
+
+// How many of the undo's rows from its `kept`-th on lay in the cache's room
+// when it was captured: only those were captured.
+int captured_rows(const SessionState::Undo& undo, int kept) {
+  return std::clamp(undo.reserved - (undo.first_row + kept), 0, undo.row_count - kept);
+}
+
+}  // namespace
+
 SessionState::SessionState(KvStore& kv)
     : kv_(kv), tokens_(static_cast<std::size_t>(kv.capacity()), 0), row_epochs_(tokens_.size(), 0) {}
 
@@ -19,11 +29,13 @@ SessionState::Undo SessionState::capture_rows(int first, int count) const {
   undo.high_water = high_water_;
   undo.first_row = first;
   undo.row_count = count;
-  const auto row_floats = static_cast<std::size_t>(count) * kv_.kv_dim();
+  undo.reserved = kv_.reserved();
+  const int captured = captured_rows(undo, 0);
+  const auto row_floats = static_cast<std::size_t>(captured) * kv_.kv_dim();
   undo.keys.reserve(row_floats * kv_.unit_count());
   undo.values.reserve(row_floats * kv_.unit_count());
   for (int u = kv_.first_unit(); u < kv_.first_unit() + kv_.unit_count(); ++u) {
-    kv_.view_rows(u, first, count, [&](std::span<const float> keys, std::span<const float> values) {
+    kv_.view_rows(u, first, captured, [&](std::span<const float> keys, std::span<const float> values) {
       undo.keys.insert(undo.keys.end(), keys.begin(), keys.end());
       undo.values.insert(undo.values.end(), values.begin(), values.end());
     });
@@ -42,13 +54,16 @@ void SessionState::restore(const Undo& undo) {
 
 void SessionState::restore_rows_after(const Undo& undo, int kept) {
   ACCORD_ASSERT(kept >= 0 && kept <= undo.row_count, "the rows kept of an undo are among the rows it captured");
-  const auto row_floats = static_cast<std::size_t>(undo.row_count) * kv_.kv_dim();
-  const auto skipped = static_cast<std::size_t>(kept) * kv_.kv_dim();
+  const int captured = captured_rows(undo, 0);
+  const auto row_floats = static_cast<std::size_t>(captured) * kv_.kv_dim();
+  const auto skipped = static_cast<std::size_t>(std::min(kept, captured)) * kv_.kv_dim();
   for (int i = 0; i < kv_.unit_count(); ++i) {
     const auto from = static_cast<std::size_t>(i) * row_floats + skipped;
-    kv_.write_rows(kv_.first_unit() + i, undo.first_row + kept, undo.row_count - kept, undo.keys.data() + from,
-                   undo.values.data() + from);
+    kv_.write_rows(kv_.first_unit() + i, undo.first_row + std::min(kept, captured), captured_rows(undo, kept),
+                   undo.keys.data() + from, undo.values.data() + from);
   }
+  // Rows past the room there was held nothing: their room goes back.
+  kv_.shrink_to(std::max(undo.reserved, undo.first_row + kept));
   std::copy(undo.tokens.begin() + kept, undo.tokens.end(), tokens_.begin() + undo.first_row + kept);
   std::copy(undo.row_epochs.begin() + kept, undo.row_epochs.end(), row_epochs_.begin() + undo.first_row + kept);
 }
@@ -71,6 +86,12 @@ void SessionState::rewind(int position, std::uint64_t state_epoch) {
   state_epoch_ = state_epoch;
 }
 
+void SessionState::clear(std::uint64_t state_epoch) {
+  rewind(0, state_epoch);
+  high_water_ = 0;
+  kv_.shrink_to(0);
+}
+
 bool SessionState::rows_unchanged_since(int position, std::uint64_t state_epoch) const {
   if (position > high_water_) return false;
   return std::all_of(row_epochs_.begin(), row_epochs_.begin() + position,
@@ -89,8 +110,6 @@ std::string SessionState::digest() const {
   return d.hex();
 }
 
-std::size_t SessionState::used_bytes() const {
-  return static_cast<std::size_t>(position_) * kv_.kv_dim() * kv_.unit_count() * 2 * sizeof(float);
-}
+std::size_t SessionState::used_bytes() const { return static_cast<std::size_t>(position_) * kv_.position_bytes(); }
 
 }  // namespace accord

@@ -4,8 +4,9 @@
 //
 // Rows at and past the position are not state: nothing reads them. A step
 // appends rows; before it does, capture_rows() saves exactly what it may
-// overwrite, and restore() puts it back byte for byte, so an aborted step
-// leaves memory as it found it.
+// overwrite, and restore() puts it back byte for byte and gives back the
+// room the step took in the cache, so an aborted step leaves memory as it
+// found it.
 //
 // Owned by a rank's RankStage; not thread-safe.
 #pragma once
@@ -41,7 +42,8 @@ class SessionState {
     int high_water = 0;
     int first_row = 0;
     int row_count = 0;
-    std::vector<float> keys, values;  // (units, row_count, kv_dim)
+    int reserved = 0;  // the cache's room then: rows past it are not captured, and their room is given back
+    std::vector<float> keys, values;  // (units, captured rows, kv_dim)
     std::vector<int> tokens;
     std::vector<std::uint64_t> row_epochs;
   };
@@ -58,6 +60,13 @@ class SessionState {
 
   // Moves the position back to a checkpoint's; rows below it are kept.
   void rewind(int position, std::uint64_t state_epoch);
+  // Empties the state (a reset committed at `state_epoch`): position 0, no
+  // row written, the cache's room given back.
+  void clear(std::uint64_t state_epoch);
+
+  // Room in the cache for rows [0, end), or why not (a spent KV pool):
+  // before a step or a load writes them. Nothing observable changes.
+  Status reserve_rows(int end) { return kv_.reserve(end); }
 
   // True when no row below `position` was written after `state_epoch`.
   bool rows_unchanged_since(int position, std::uint64_t state_epoch) const;

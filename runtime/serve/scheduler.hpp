@@ -50,9 +50,11 @@ class SlotSession {
 class SessionSlot final : public SlotSession {
  public:
   // batcher (may be nullptr: each slot's steps run alone) and pool must
-  // outlive the slot; `timer` is told each phase's local work.
-  SessionSlot(const Model& model, cpu::ThreadPool& pool, StepBatcher* batcher = nullptr, PhaseTimer timer = {})
-      : session_(model, pool), target_(session_), batcher_(batcher) {
+  // outlive the slot; `timer` is told each phase's local work. The slots
+  // share `stage`'s KV pool, when it has one.
+  SessionSlot(const Model& model, cpu::ThreadPool& pool, StepBatcher* batcher = nullptr, PhaseTimer timer = {},
+              const StageOptions& stage = {})
+      : session_(model, pool, stage), target_(session_), batcher_(batcher) {
     session_.batch_steps_with(batcher);
     session_.set_phase_timer(std::move(timer));
   }

@@ -278,7 +278,7 @@ MaterializationReport Session::materialization_report() const {
   MaterializationReport r;
   r.weights_mapped_bytes = impl_->model.file_bytes();
   add_weight_shares(r, impl_->weight_shares());
-  r.kv_allocated_bytes = kv.capacity_bytes();
+  r.kv_allocated_bytes = kv.held_bytes();
   r.kv_materialized_bytes = static_cast<std::uint64_t>(impl_->state().high_water()) * kv.position_bytes();
   r.high_water_position = impl_->state().high_water();
   return r;

@@ -100,8 +100,8 @@ struct MaterializationReport {
   std::uint64_t weights_mapped_bytes = 0;    // the model file, mapped whole in each process that reads it
   std::uint64_t weights_resident_bytes = 0;  // the sum of the ranks' measured resident bytes
   std::vector<WeightShare> weight_shares;    // what each rank holds, in rank order
-  std::uint64_t kv_allocated_bytes = 0;
-  std::uint64_t kv_materialized_bytes = 0;  // rows ever written
+  std::uint64_t kv_allocated_bytes = 0;      // the blocks the ranks' paged caches hold now
+  std::uint64_t kv_materialized_bytes = 0;   // rows ever written
   int high_water_position = 0;
 };
 

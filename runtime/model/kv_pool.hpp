@@ -1,0 +1,46 @@
+// The memory a rank's key/value caches take their blocks from, under one
+// byte budget (docs/residency.md, "Keys and values").
+//
+// Sessions on a rank (serve's slots, a node's sessions) share one pool:
+// each cache takes a block when its positions reach it and gives its blocks
+// back when it is emptied or destroyed, so a session costs what it holds,
+// not its whole context. A take that would pass the budget is refused with
+// an error, and the step that asked aborts with nothing changed.
+//
+// Thread-safe: slots take and give back from their own threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "runtime/base/error.hpp"
+
+namespace accord {
+
+class KvPool {
+ public:
+  // budget_bytes 0: no budget.
+  explicit KvPool(std::uint64_t budget_bytes = 0) : budget_bytes_(budget_bytes) {}
+  KvPool(const KvPool&) = delete;
+  KvPool& operator=(const KvPool&) = delete;
+
+  // A zeroed block of `bytes`, aligned for the kernels' vector loads, or
+  // why not (the budget).
+  Result<std::byte*> take(std::size_t bytes);
+  // A block from take() of the same size, no longer used.
+  void give_back(std::byte* block, std::size_t bytes);
+
+  std::uint64_t budget_bytes() const { return budget_bytes_; }
+  std::uint64_t used_bytes() const;
+  // The most that was ever held at once.
+  std::uint64_t peak_bytes() const;
+
+ private:
+  const std::uint64_t budget_bytes_;
+  mutable std::mutex mutex_;
+  std::uint64_t used_bytes_ = 0;
+  std::uint64_t peak_bytes_ = 0;
+};
+
+}  // namespace accord
