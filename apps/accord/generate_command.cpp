@@ -283,6 +283,22 @@ Status render_chat(GenerateArgs& args) {
   return {};
 }
 
+// The options of a session on several ranks, in process or on nodes.
+DistributedOptions distributed_options(const GenerateArgs& args, const std::vector<Fault>& faults,
+                                       const BackendChoice& backend) {
+  DistributedOptions options;
+  options.ranks = args.ranks;
+  options.threads = args.threads;
+  options.phase_timeout_ms = args.phase_timeout_ms;
+  options.faults = faults;
+  options.secret_file = args.secret_file;
+  options.spares = args.spares;
+  options.max_resident_bytes = args.max_resident_bytes;
+  options.kv_type = args.kv_type;
+  options.backend = backend;
+  return options;
+}
+
 int run_generate(GenerateArgs args) {
   args.seed = sampler_seed(args.seed_text);
   // With --peers the ranks compute on the nodes, and each node caps the
@@ -328,16 +344,7 @@ int run_generate(GenerateArgs args) {
     return generate_and_print(args, target, *model, *tokenizer, drafter,
                               [&](nlohmann::json& json) { json["report"] = to_json(session.report()); });
   }
-  DistributedOptions options;
-  options.ranks = args.ranks;
-  options.threads = args.threads;
-  options.phase_timeout_ms = args.phase_timeout_ms;
-  options.faults = *faults;
-  options.secret_file = args.secret_file;
-  options.spares = args.spares;
-  options.max_resident_bytes = args.max_resident_bytes;
-  options.kv_type = args.kv_type;
-  options.backend = *backend;
+  const DistributedOptions options = distributed_options(args, *faults, *backend);
   auto session = args.peers.empty() ? DistributedSession::create(*model, options)
                                     : DistributedSession::connect(args.peers, *model, options);
   if (!session) return fail(session.error().message());
