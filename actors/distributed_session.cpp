@@ -288,6 +288,18 @@ Status DistributedSession::rollback(const DistributedCheckpoint& checkpoint) {
   return {};
 }
 
+Status DistributedSession::truncate(int position) {
+  if (Status ok = check_truncation(position, this->position()); !ok) {
+    return std::move(Error(ok.error()).mark_before_state_mutation());
+  }
+  auto here = checkpoint();
+  if (!here) return here.error();
+  DistributedCheckpoint back = std::move(*here);
+  back.position = position;
+  back.rank_digests.clear();  // of no state: `back` is only handed to rollback
+  return rollback(back);
+}
+
 Result<DistributedCompleteCheckpoint> DistributedSession::checkpoint_complete() {
   auto state = checkpoint();
   if (!state) return state.error();
@@ -468,6 +480,7 @@ Result<DroppedMessageReport> DistributedSession::dropped_messages() const {
 
 int DistributedSession::ranks() const { return static_cast<int>(impl_->ranks.size()); }
 int DistributedSession::position() const { return impl_->position(); }
+std::span<const int> DistributedSession::tokens() const { return impl_->tokens; }
 DistributedStats DistributedSession::stats() const {
   DistributedStats stats = impl_->stats;
   // Only where the placement counts it (in process).

@@ -198,6 +198,8 @@ class DistributedSession {
 
   Result<DistributedCheckpoint> checkpoint();
   Status rollback(const DistributedCheckpoint& checkpoint);
+  // As Session::truncate, on every rank.
+  Status truncate(int position);
   // Starts again every rank whose actors exited (in process) or whose node
   // went away (connecting to its address again; fails naming the node when
   // it cannot), then resets every rank to an empty state.
@@ -266,6 +268,8 @@ class DistributedSession {
 
   int ranks() const;
   int position() const;  // the committed position
+  // The committed tokens, as every rank holds them.
+  std::span<const int> tokens() const;
   DistributedStats stats() const;
 
  private:

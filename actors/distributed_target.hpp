@@ -18,6 +18,8 @@ class DistributedTarget final : public GenerationTarget {
 
   const ModelConfig& config() const override { return model_.config(); }
   int position() const override { return session_.position(); }
+  std::span<const int> tokens() const override { return session_.tokens(); }
+  Status truncate(int position) override { return session_.truncate(position); }
   Result<std::span<const float>> forward(std::span<const int> tokens) override;
   Result<std::span<const float>> prefill(std::span<const int> tokens) override;
   Result<std::span<const float>> decode(int token) override;

@@ -24,6 +24,8 @@ class ScriptedTarget final : public GenerationTarget {
 
   const ModelConfig& config() const override { return config_; }
   int position() const override { return position_; }
+  std::span<const int> tokens() const override { return {}; }  // generation here starts empty
+  Status truncate(int) override { return Error(ErrorCode::contract, "a scripted target does not move back"); }
   Result<std::span<const float>> forward(std::span<const int> tokens) override { return prefill(tokens); }
   Result<std::span<const float>> prefill(std::span<const int> tokens) override {
     prefilled_.assign(tokens.begin(), tokens.end());

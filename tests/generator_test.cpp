@@ -29,6 +29,8 @@ class FaultyTarget final : public GenerationTarget {
 
   const ModelConfig& config() const override { return inner_.config(); }
   int position() const override { return inner_.position(); }
+  std::span<const int> tokens() const override { return inner_.tokens(); }
+  Status truncate(int position) override { return inner_.truncate(position); }
   // The steps that return logits (log-probabilities) fail as planned too.
   Result<std::span<const float>> forward(std::span<const int> tokens) override {
     if (auto error = planned_failure()) return *error;

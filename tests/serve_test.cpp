@@ -21,6 +21,7 @@
 #include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
 #include "runtime/serve/stop_filter.hpp"
+#include "tests/serve_responder.hpp"
 #include "tests/support.hpp"
 
 namespace accord {
@@ -28,6 +29,7 @@ namespace {
 
 using nlohmann::json;
 using serve::Endpoint;
+using test::RecordingResponder;
 
 serve::ApiError parse_error(std::string_view body, Endpoint endpoint = Endpoint::completions) {
   auto parsed = serve::parse_request(body, endpoint);
@@ -270,61 +272,6 @@ TEST(ServeSlots, ASingleRankSlotTimesEveryPhaseItRuns) {
 }
 
 // What a client receives: a whole answer, or a stream's events.
-class RecordingResponder final : public serve::Responder {
- public:
-  void respond(serve::HttpResponse response) override {
-    std::lock_guard lock(mutex_);
-    response_ = std::move(response);
-    end();
-  }
-  void open_stream() override {
-    std::lock_guard lock(mutex_);
-    response_.status = 200;
-    response_.content_type = "text/event-stream";
-  }
-  void send_event(std::string event) override {
-    std::lock_guard lock(mutex_);
-    events_.push_back(std::move(event));
-    if (events_.size() == gone_after_events_) gone_ = true;
-  }
-  void close_stream() override {
-    std::lock_guard lock(mutex_);
-    end();
-  }
-  bool client_gone() const override { return gone_.load(); }
-
-  // The client goes away once it has this many events.
-  void go_after(std::size_t events) { gone_after_events_ = events; }
-
-  serve::HttpResponse wait() {
-    std::unique_lock lock(mutex_);
-    EXPECT_TRUE(done_.wait_for(lock, std::chrono::minutes(2), [&] { return answered_; }));
-    return response_;
-  }
-  std::vector<std::string> events() {
-    std::lock_guard lock(mutex_);
-    return events_;
-  }
-  bool answered() {
-    std::lock_guard lock(mutex_);
-    return answered_;
-  }
-
- private:
-  void end() {
-    answered_ = true;
-    done_.notify_all();
-  }
-
-  std::mutex mutex_;
-  std::condition_variable done_;
-  bool answered_ = false;
-  serve::HttpResponse response_;
-  std::vector<std::string> events_;
-  std::size_t gone_after_events_ = 0;
-  std::atomic<bool> gone_{false};
-};
-
 class FaultySlot final : public serve::SlotSession {
  public:
   FaultySlot(const Model& model, const std::vector<Fault>& faults) {
@@ -345,17 +292,17 @@ class FaultySlot final : public serve::SlotSession {
   std::unique_ptr<DistributedTarget> target_;
 };
 
-// A slot that holds its request until released.
+// A slot that holds its request, before its generation, until released.
 class HeldSlot final : public serve::SlotSession {
  public:
   HeldSlot(const Model& model, cpu::ThreadPool& pool) : inner_(model, pool) {}
   GenerationTarget& target() override { return inner_.target(); }
-  Status reset() override {
+  Status reset() override { return inner_.reset(); }
+  void begin_request() override {
     std::unique_lock lock(mutex_);
     held_ = true;
     changed_.notify_all();
     changed_.wait(lock, [&] { return open_; });
-    return inner_.reset();
   }
   // Until the slot took its request.
   void wait_until_held() {

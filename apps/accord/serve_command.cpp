@@ -46,6 +46,7 @@ struct ServeArgs {
   std::string secret_file;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string prompt_cache;
+  bool no_prefix_reuse = false;
   std::string chat_template;
   std::string log_level = "info";
   std::size_t max_body_bytes = 1 << 20;
@@ -250,7 +251,8 @@ int run_serve(ServeArgs args) {
   serve::Scheduler scheduler(
       *tokenizer, std::move(slots), args.queue_limit,
       [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); },
-      [](const std::string& warning) { spdlog::warn("{}", warning); });
+      [](const std::string& warning) { spdlog::warn("{}", warning); },
+      args.no_prefix_reuse ? serve::SlotReuse::none : serve::SlotReuse::prefix);
   const serve::ServiceOptions options = service_options(args, *model, *chat, *key);
   serve::Service service(*tokenizer, scheduler, metrics, options);
   spdlog::info("model '{}', chat template {}, {} slot(s)", options.model_id, chat->name(), args.parallel);
@@ -334,6 +336,9 @@ Command add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 1000 * 1000))
       ->capture_default_str();
   cmd->add_option("--prompt-cache", args->prompt_cache, "prompt cache folder: requests reuse cached prefixes");
+  cmd->add_flag("--no-prefix-reuse", args->no_prefix_reuse,
+                "each request starts on an empty session (default: a slot keeps its last request's tokens, and "
+                "a request prefills only what they do not begin)");
   cmd->add_option("--chat-template", args->chat_template,
                   "a built-in (chatml, llama3, gemma, phi3, mistral-v7, ...: docs/serve.md) or plain, or a Jinja "
                   "file recognised as one (default: the GGUF's tokenizer.chat_template, else plain)");

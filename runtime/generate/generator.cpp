@@ -46,7 +46,9 @@ Status check_request(const GenerationTarget& target, const Tokenizer& tokenizer,
     }
   }
   if (Status fits = tokenizer.check_fits(target.config().vocab_size); !fits) return fits;
-  if (target.position() != 0) return Error(ErrorCode::state, "generation needs an empty session");
+  if (!options.reuse_held_prefix && target.position() != 0) {
+    return Error(ErrorCode::state, "generation needs an empty session");
+  }
   return {};
 }
 
@@ -165,12 +167,10 @@ class Generation {
   }
 
  private:
-  // Encodes the prompt as llama.cpp does (BOS and EOS as the vocabulary
-  // says, special tokens written in it parsed), checks that it fits and
-  // emits its pieces.
+  // Encodes the prompt (encode_prompt), checks that it fits and emits its
+  // pieces.
   Status encode(std::string_view prompt) {
-    const EncodeOptions encoding{.bos = tokenizer_.add_bos(), .eos = tokenizer_.add_eos(), .parse_special = true};
-    auto encoded = tokenizer_.encode(prompt, encoding);
+    auto encoded = encode_prompt(tokenizer_, prompt);
     if (!encoded) return encoded.error();
     if (encoded->empty()) return Error(ErrorCode::contract, "the prompt is empty and the vocabulary adds no BOS");
     result_.prompt_tokens = std::move(*encoded);
@@ -181,7 +181,7 @@ class Generation {
                                             " tokens long, past the model's context of " + std::to_string(context) +
                                             " tokens");
     }
-    for (int i = encoding.bos ? 1 : 0; i < prompt_length; ++i) {
+    for (int i = tokenizer_.add_bos() ? 1 : 0; i < prompt_length; ++i) {
       emit(i > 0 ? result_.prompt_tokens[i - 1] : -1, result_.prompt_tokens[i], options_.emit_prompt);
     }
     return {};
@@ -197,8 +197,11 @@ class Generation {
   // samples the first token.
   Result<SampledToken> prefill() {
     const std::span<const int> prompt(result_.prompt_tokens);
+    if (options_.reuse_held_prefix) {
+      if (Status kept = keep_held_prefix(); !kept) return kept.error();
+    }
     if (options_.prompt_logprobs) return prefill_with_logprobs(prompt);
-    if (!options_.prompt_cache.empty() && prompt.size() >= 2) {
+    if (!options_.prompt_cache.empty() && prompt.size() >= 2 && result_.held_tokens_reused == 0) {
       auto use = try_prompt_cache(target_, options_.prompt_cache, prompt);
       if (!use) return use.error();
       result_.prompt_cache = use->outcome;
@@ -210,9 +213,21 @@ class Generation {
         warn_("prompt cache rejected, prefilling from scratch: " + use->reason);
       }
     }
-    const auto rest = prompt.subspan(static_cast<std::size_t>(result_.prompt_cache_tokens_reused));
+    const auto rest = prompt.subspan(static_cast<std::size_t>(result_.cached_prompt_tokens()));
     return sampling_step([&] { return target_.prefill(rest); },
                          [&] { return target_.prefill_and_sample(rest, sampler_, stop_tokens_); });
+  }
+
+  // Moves the target back to the prefix of the prompt it holds (to empty
+  // when every row's logits are asked for); an aborted move is tried again
+  // and a poisoned one healed as a step is.
+  Status keep_held_prefix() {
+    const int kept = options_.prompt_logprobs ? 0 : reusable_prefix_length(target_.tokens(), result_.prompt_tokens);
+    if (kept < target_.position()) {
+      if (Status moved = with_retries([&] { return target_.truncate(kept); }); !moved) return moved;
+    }
+    result_.held_tokens_reused = kept;
+    return {};
   }
 
   // The prompt in forward steps that return every row's logits: each row
@@ -467,6 +482,15 @@ std::string_view to_string(PromptCacheOutcome outcome) {
     case PromptCacheOutcome::failed: return "failed";
   }
   return "unknown";
+}
+
+Result<std::vector<int>> encode_prompt(const Tokenizer& tokenizer, std::string_view prompt) {
+  return tokenizer.encode(prompt, {.bos = tokenizer.add_bos(), .eos = tokenizer.add_eos(), .parse_special = true});
+}
+
+int reusable_prefix_length(std::span<const int> held, std::span<const int> prompt) {
+  const auto shared = std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end()).first - held.begin();
+  return static_cast<int>(std::clamp<std::ptrdiff_t>(std::ssize(prompt) - 1, 0, shared));
 }
 
 PromptCacheDescriptor generation_cache_descriptor() { return {"prompt-prefix", "accord-generate"}; }

@@ -51,6 +51,16 @@ struct GenerationOptions {
   // A prompt cache root: reused when it holds a prefix of the prompt for
   // this model, written otherwise. Empty: no cache.
   std::filesystem::path prompt_cache;
+  // Whether the target may hold tokens already (a serve slot's last
+  // request): generation then moves it back to the longest prefix they
+  // share with the prompt, short of the prompt's last token, and prefills
+  // only the rest, as after a prompt cache's prefix. The tokens are those
+  // of an empty target: a token's rows do not depend on the step that
+  // computed them. A held prefix wins over the prompt cache, which is
+  // looked at only when none is kept. With prompt_logprobs the target
+  // moves back to empty (every row's logits are needed). false: the
+  // target must be empty.
+  bool reuse_held_prefix = false;
   int retries = 2;             // >= 0: how often one aborted step is run again
   Drafter* drafter = nullptr;  // speculative decoding with it (not owned), or none
   int draft_tokens = 4;        // >= 1: the most tokens one speculative step verifies
@@ -115,20 +125,23 @@ struct GenerationResult {
   std::string prompt_cache_reason;    // why it was rejected, or why the save failed
   std::string prompt_cache_recovery;  // what opening the cache healed (prompt_cache_recovery.hpp), if anything
   int prompt_cache_tokens_reused = 0;
-  int aborted_steps = 0;    // failed attempts of steps that aborted, retried or not
-  int retries = 0;          // attempts made again after an abort
-  int recoveries = 0;       // speculative steps whose poisoned target recovered before a retry
-  int heals = 0;            // poisoned steps run again after the target healed
-  int heal_attempts = 0;    // heals tried, successful or not
-  double heal_seconds = 0;  // spent healing, replay included
-  int replayed_tokens = 0;  // committed tokens prefilled again by the heals
-  bool poisoned = false;    // generation ended because the session is poisoned
+  int held_tokens_reused = 0;  // prompt tokens the target held (reuse_held_prefix)
+  int aborted_steps = 0;       // failed attempts of steps that aborted, retried or not
+  int retries = 0;             // attempts made again after an abort
+  int recoveries = 0;          // speculative steps whose poisoned target recovered before a retry
+  int heals = 0;               // poisoned steps run again after the target healed
+  int heal_attempts = 0;       // heals tried, successful or not
+  double heal_seconds = 0;     // spent healing, replay included
+  int replayed_tokens = 0;     // committed tokens prefilled again by the heals
+  bool poisoned = false;       // generation ended because the session is poisoned
   std::string poison_cause;
   // With options.top_logprobs: one per prompt token after BOS (with
   // prompt_logprobs), and one per generated token.
   std::vector<TokenLogprobs> prompt_logprobs;
   std::vector<TokenLogprobs> generated_logprobs;
 
+  // The prompt tokens not prefilled: held, or loaded from the prompt cache.
+  int cached_prompt_tokens() const { return held_tokens_reused + prompt_cache_tokens_reused; }
   double prefill_tokens_per_second() const;
   // Tokens the decode steps produced: one each, and the draft tokens kept.
   int decoded_tokens() const { return decode_steps + accepted_tokens; }
@@ -155,7 +168,17 @@ using PieceSink = std::function<void(std::string_view piece)>;
 // Receives warnings (a rejected, recovered or unsaved prompt cache).
 using WarningSink = std::function<void(const std::string& warning)>;
 
-// Generates from the target's current state, which must be empty. Fails
+// The prompt's tokens as generation encodes them: as llama.cpp does (BOS
+// and EOS as the vocabulary says, special tokens written in it parsed).
+Result<std::vector<int>> encode_prompt(const Tokenizer& tokenizer, std::string_view prompt);
+
+// How many tokens of `prompt` a target that holds `held` keeps with
+// GenerationOptions::reuse_held_prefix: the prefix they share, short of
+// the prompt's last token.
+int reusable_prefix_length(std::span<const int> held, std::span<const int> prompt);
+
+// Generates from the target's current state, which must be empty unless
+// options.reuse_held_prefix. Fails
 // before any forward step when the options are invalid or the prompt cannot
 // be encoded or does not fit the context.
 GenerationOutcome generate(GenerationTarget& target, const Tokenizer& tokenizer, std::string_view prompt,

@@ -43,6 +43,11 @@ class GenerationTarget {
 
   virtual const ModelConfig& config() const = 0;
   virtual int position() const = 0;
+  // The committed tokens, rows [0, position).
+  virtual std::span<const int> tokens() const = 0;
+  // Moves back to the first `position` committed tokens, keeping their
+  // rows (Session::truncate).
+  virtual Status truncate(int position) = 0;
   // The logits of every token, (tokens, vocab), valid until the next call.
   virtual Result<std::span<const float>> forward(std::span<const int> tokens) = 0;
   // The logits of the last token, valid until the next call.
@@ -93,6 +98,8 @@ class SessionTarget final : public GenerationTarget {
 
   const ModelConfig& config() const override { return session_.model().config(); }
   int position() const override { return session_.position(); }
+  std::span<const int> tokens() const override { return session_.tokens(); }
+  Status truncate(int position) override { return session_.truncate(position); }
   Result<std::span<const float>> forward(std::span<const int> tokens) override {
     auto step = session_.forward(tokens);
     if (!step) return step.error();

@@ -67,6 +67,7 @@ void Metrics::count_generation(const GenerationCounts& counts) {
   heals_ += static_cast<std::uint64_t>(counts.heals);
   poisons_ += counts.poisoned ? 1 : 0;
   prompt_cache_tokens_ += static_cast<std::uint64_t>(counts.prompt_cache_tokens_reused);
+  cached_prompt_tokens_ += static_cast<std::uint64_t>(counts.cached_prompt_tokens);
   if (counts.steps > 0) prefill_.observe(counts.prefill_seconds);
 }
 
@@ -104,7 +105,12 @@ std::string Metrics::prometheus_text() const {
     out += "accord_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
            std::to_string(count) + "\n";
   }
-  out += counter("accord_prompt_tokens_total", "prompt tokens prefilled, BOS included", prompt_tokens_);
+  out += counter("accord_prompt_tokens_total",
+                 "prompt tokens, BOS included, cached ones among them (accord_prompt_tokens_cached_total)",
+                 prompt_tokens_);
+  out += counter("accord_prompt_tokens_cached_total",
+                 "prompt tokens not prefilled: held by the slot from its last request, or loaded from the prompt cache",
+                 cached_prompt_tokens_);
   out += counter("accord_generated_tokens_total", "tokens generated", generated_tokens_);
   out += counter("accord_steps_total", "forward steps committed (prefills and decode steps)", steps_);
   out += counter("accord_aborted_steps_total", "step attempts that aborted, every rank restored", aborted_steps_);

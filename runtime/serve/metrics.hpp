@@ -39,6 +39,7 @@ struct GenerationCounts {
   bool poisoned = false;
   double prefill_seconds = 0;
   int prompt_cache_tokens_reused = 0;
+  int cached_prompt_tokens = 0;  // not prefilled: held by the slot, or from the prompt cache
 };
 
 // What the slots' batched steps came to (StepBatcher::Stats).
@@ -73,6 +74,7 @@ class Metrics {
   std::uint64_t heals_ = 0;
   std::uint64_t poisons_ = 0;
   std::uint64_t prompt_cache_tokens_ = 0;
+  std::uint64_t cached_prompt_tokens_ = 0;
   Histogram prefill_;
   Histogram decode_step_;
   std::map<std::string, Histogram> request_seconds_;

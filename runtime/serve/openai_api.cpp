@@ -256,7 +256,8 @@ void read_messages(Fields& fields, CompletionRequest& request) {
 json usage(const CompletionOutcome& outcome) {
   return {{"prompt_tokens", outcome.prompt_tokens},
           {"completion_tokens", outcome.completion_tokens},
-          {"total_tokens", outcome.prompt_tokens + outcome.completion_tokens}};
+          {"total_tokens", outcome.prompt_tokens + outcome.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", outcome.cached_tokens}}}};
 }
 
 json utf8_bytes(const std::string& text) {

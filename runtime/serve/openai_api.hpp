@@ -75,6 +75,7 @@ struct CompletionOutcome {
   std::string text;
   std::string finish_reason;  // "stop" or "length"
   int prompt_tokens = 0;
+  int cached_tokens = 0;  // of the prompt tokens, those not prefilled
   int completion_tokens = 0;
   std::optional<Logprobs> logprobs;  // when the request asked for them
 };

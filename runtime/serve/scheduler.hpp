@@ -1,20 +1,28 @@
-// The slots of `accord serve`: K sessions (--parallel K), each generating
-// one request at a time on a thread of its own, fed from one bounded
-// queue; single-rank slots batch their steps together. Each slot's session
-// is its own transaction unit, so one request's abort, retry or stop never
-// touches another's tokens. A slot is reset to
-// an empty session before each request; a slot whose session was poisoned
-// is healed by that reset (a distributed session reconnects its lost
-// ranks) before it takes the next request, and the scheduler is not ready
-// meanwhile.
+// The slots of `accord serve`: K sessions (--parallel K), fed from one
+// bounded queue by K worker threads, each of which generates one request at
+// a time on the slot it picks for it; single-rank slots batch their steps
+// together. Each slot's session is its own transaction unit, so one
+// request's abort, retry or stop never touches another's tokens.
+//
+// A slot keeps the tokens its last request left (SlotReuse::prefix, as
+// llama-server's cache_prompt): a request goes to the free slot whose
+// tokens begin its prompt the most (choose_slot), which moves back to the
+// prefix they share and prefills only the rest
+// (GenerationOptions::reuse_held_prefix). With SlotReuse::none a slot is
+// reset to an empty session before each request. A slot whose session was
+// poisoned, or could not be reset, is reset after its request (a
+// distributed session reconnects its lost ranks) and before its next, and
+// the scheduler is not ready meanwhile.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -28,6 +36,24 @@
 #include "runtime/text/tokenizer.hpp"
 
 namespace accord::serve {
+
+// What a slot does with the tokens its last request left.
+enum class SlotReuse {
+  prefix,  // keeps them: the next request prefills only what they do not begin
+  none,    // starts each request on an empty session
+};
+
+// What the scheduler knows of a free slot when it picks one.
+struct SlotHolding {
+  std::span<const int> tokens;  // what its session holds
+  std::uint64_t last_used = 0;  // when it last took a request: larger is later
+};
+
+// The slot a prompt's tokens go to, as llama-server picks one: of the
+// slots that would keep more than a tenth of the prompt
+// (reusable_prefix_length), the one that keeps the most; else, and among
+// equals, the one used least recently. `slots` is not empty.
+std::size_t choose_slot(std::span<const int> prompt, std::span<const SlotHolding> slots);
 
 // The session a slot generates on.
 class SlotSession {
@@ -96,7 +122,7 @@ class Scheduler {
  public:
   // `warn` receives what generation warns of (a rejected prompt cache).
   Scheduler(const Tokenizer& tokenizer, std::vector<std::unique_ptr<SlotSession>> slots, int queue_limit,
-            LoadSink load = {}, WarningSink warn = {});
+            LoadSink load = {}, WarningSink warn = {}, SlotReuse reuse = SlotReuse::prefix);
   ~Scheduler();  // stops the running jobs after their step, drops the queued ones
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -121,10 +147,19 @@ class Scheduler {
   struct Slot {
     std::unique_ptr<SlotSession> session;
     std::atomic<bool> ready{true};
+    // Guarded by mutex_: whether a worker holds the slot, the tokens its
+    // session held when the last one released it, and when it was taken.
+    bool busy = false;
+    std::vector<int> held;
+    std::uint64_t last_used = 0;
   };
 
-  void work(Slot& slot);
+  void work();
   bool next_job(Job& job);
+  // The prompt's tokens, to pick a slot by (none without reuse).
+  std::vector<int> slot_key(const Job& job) const;
+  Slot& take_slot(std::span<const int> prompt);
+  void release(Slot& slot);
   void run(Slot& slot, Job& job);
   void report_load();
 
@@ -133,10 +168,12 @@ class Scheduler {
   const std::size_t queue_limit_;
   LoadSink load_;
   WarningSink warn_;
+  const SlotReuse reuse_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;
   int active_ = 0;
+  std::uint64_t slots_taken_ = 0;  // the clock of Slot::last_used
   bool stopping_ = false;
   bool closed_ = false;               // shut_down() was called
   std::atomic<bool> cutting_{false};  // stop_running(): asked by running jobs after each step

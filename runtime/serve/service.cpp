@@ -168,6 +168,7 @@ GenerationCounts counts_of(const GenerationResult& result) {
   counts.poisoned = result.poisoned;
   counts.prefill_seconds = result.prefill_seconds;
   counts.prompt_cache_tokens_reused = result.prompt_cache_tokens_reused;
+  counts.cached_prompt_tokens = result.cached_prompt_tokens();
   return counts;
 }
 
@@ -194,8 +195,11 @@ int finish(Exchange& exchange, const GenerationOutcome& outcome) {
     return 200;
   }
   const CompletionOutcome done{exchange.echoed + exchange.text + exchange.filter.flush(),
-                               finish_reason(result.stop_reason), static_cast<int>(result.prompt_tokens.size()),
-                               static_cast<int>(result.generated_tokens.size()), exchange.all_logprobs()};
+                               finish_reason(result.stop_reason),
+                               static_cast<int>(result.prompt_tokens.size()),
+                               result.cached_prompt_tokens(),
+                               static_cast<int>(result.generated_tokens.size()),
+                               exchange.all_logprobs()};
   if (!exchange.stream) {
     responder.respond(json_response(200, completion_body(exchange.header, done)));
     return 200;

@@ -159,6 +159,16 @@ Status Session::rollback(const SessionCheckpoint& checkpoint) {
   return {};
 }
 
+Status Session::truncate(int position) {
+  if (Status ok = check_truncation(position, this->position()); !ok) return before_mutation(ok.error());
+  auto here = checkpoint();
+  if (!here) return here.error();
+  SessionCheckpoint back = *here;
+  back.position = position;
+  back.digest.clear();  // of no state: `back` is only handed to rollback
+  return rollback(back);
+}
+
 Status Session::rollback_complete(const CompleteCheckpoint& checkpoint) {
   if (Status ok = check_prompt_matches_position(checkpoint.prompt, checkpoint.state.position); !ok) return ok;
   if (Status s = rollback(checkpoint.state); !s) return s;

@@ -147,6 +147,14 @@ class Session {
   Status rollback(const SessionCheckpoint& checkpoint);
   Result<CompleteCheckpoint> checkpoint_complete();
   Status rollback_complete(const CompleteCheckpoint& checkpoint);
+  // Moves the state back to its first `position` tokens (0 to position()),
+  // keeping their rows: a rollback to the state's own epoch at that
+  // position. It is as sound as a rollback to a checkpoint taken there:
+  // every row below the position was written at or before the state's
+  // epoch (SessionState::rows_unchanged_since), and later steps write only
+  // rows at or past the position. Checkpoints taken before stay usable
+  // while their rows are unchanged. A failure leaves the state as it was.
+  Status truncate(int position);
   // Empties the state; checkpoints taken before are refused afterwards.
   // The one call a poisoned session takes, and the end of its poison.
   Status reset();

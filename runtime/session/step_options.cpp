@@ -18,4 +18,10 @@ Status check_step(const ModelConfig& config, const StepOptions& options, int pos
   return {};
 }
 
+Status check_truncation(int target, int position) {
+  if (target >= 0 && target <= position) return {};
+  return Error(ErrorCode::contract, "a session at position " + std::to_string(position) +
+                                        " cannot move back to position " + std::to_string(target));
+}
+
 }  // namespace accord

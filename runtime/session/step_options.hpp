@@ -56,4 +56,8 @@ struct StepOptions {
 // and its sampler's options.
 Status check_step(const ModelConfig& config, const StepOptions& options, int position);
 
+// Whether a session at `position` can move back to `target`
+// (Session::truncate): 0 to `position`.
+Status check_truncation(int target, int position);
+
 }  // namespace accord
