@@ -37,7 +37,7 @@ for _ in $(seq 600); do
   sleep 0.5
 done
 curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}' >/dev/null
+  -d '{"model": "m", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}' >/dev/null
 field() { awk -v f="$1:" '$1 == f { print $2 * 1024 }' "/proc/$server_pid/status"; }
 rss=$(field VmRSS) hwm=$(field VmHWM)
 # 2 (keys, values) x 6 layers x 288 x 4 bytes a position, per slot.

@@ -110,10 +110,10 @@ void rope_neox(float* v, int n_heads, int head_size, const float* cos, const flo
   }
 }
 
-void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, const RopeAngles& angles) {
+void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, const RopeAngles& angles, int first) {
   const int half = head_size / 2;
   const float theta_scale = std::pow(angles.theta, -2.0f / static_cast<float>(head_size));
-  for (int pos = 0; pos < seq_len; ++pos) {
+  for (int pos = first; pos < seq_len; ++pos) {
     float angle = static_cast<float>(pos);
     for (int j = 0; j < half; ++j) {
       const float extrapolated = angles.factors != nullptr ? angle / angles.factors[j] : angle;
@@ -125,9 +125,9 @@ void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, const 
   }
 }
 
-void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta) {
+void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta, int first) {
   const int half = head_size / 2;
-  for (int pos = 0; pos < seq_len; ++pos) {
+  for (int pos = first; pos < seq_len; ++pos) {
     for (int j = 0; j < half; ++j) {
       const float freq = 1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(head_size));
       const float angle = static_cast<float>(pos) * freq;

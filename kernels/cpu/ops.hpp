@@ -53,8 +53,10 @@ void rope_neox(float* v, int n_heads, int head_size, const float* cos, const flo
 
 // RoPE angle tables: cos and sin of pos * theta^(-2j / head_size) for every
 // position and pair j, computed in float exactly as llama2.c's run.c does.
-// cos, sin: (seq_len, head_size / 2)
-void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta);
+// cos, sin: (seq_len, head_size / 2); only the rows from position `first`
+// on are written (each row is computed alone, so a table filled in parts
+// equals one filled at once).
+void rope_tables(float* cos, float* sin, int seq_len, int head_size, float theta, int first = 0);
 
 // How ggml's RoPE forms its angles and their cos and sin.
 struct RopeAngles {
@@ -68,7 +70,7 @@ struct RopeAngles {
 // without YaRN): the angle of pair j is freq_scale * (pos * s^j / factors[j]),
 // s = theta^(-2 / head_size), its powers taken by repeated multiplication
 // in float; cos and sin are then multiplied by `scale`.
-void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, const RopeAngles& angles);
+void rope_tables_ggml(float* cos, float* sin, int seq_len, int head_size, const RopeAngles& angles, int first = 0);
 
 // In place: gate[i] = silu(gate[i]) * up[i], the exponential within 2 ulp
 // of e^x (a polynomial that vectorizes).  gate, up: (n)

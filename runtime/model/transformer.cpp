@@ -23,10 +23,10 @@ bool llama2c_arithmetic(const ModelConfig& c) {
 
 // RoPE's tables of the global layers, or of the sliding-window ones, whose
 // base is their own and whose angles are never scaled (llama.cpp's
-// rope_freq_scale_train_swa).
-void fill_rope_tables(const Model& model, bool sliding, RopeTables& tables) {
+// rope_freq_scale_train_swa), grown from `tables.positions` to `positions`.
+void grow_rope_tables(const Model& model, bool sliding, int positions, RopeTables& tables) {
   const ModelConfig& c = model.config();
-  const std::size_t size = static_cast<std::size_t>(c.seq_len) * (c.head_size() / 2);
+  const std::size_t size = static_cast<std::size_t>(positions) * (c.head_size() / 2);
   tables.cos.resize(size);
   tables.sin.resize(size);
   // A rank without units holds no factors (their pages may be confined
@@ -36,10 +36,11 @@ void fill_rope_tables(const Model& model, bool sliding, RopeTables& tables) {
                                held ? model.weights().rope_factors : nullptr, sliding ? 1.0f : c.rope_freq_scale,
                                c.rope_scale};
   if (llama2c_arithmetic(c)) {
-    cpu::rope_tables(tables.cos.data(), tables.sin.data(), c.seq_len, c.head_size(), angles.theta);
+    cpu::rope_tables(tables.cos.data(), tables.sin.data(), positions, c.head_size(), angles.theta, tables.positions);
   } else {
-    cpu::rope_tables_ggml(tables.cos.data(), tables.sin.data(), c.seq_len, c.head_size(), angles);
+    cpu::rope_tables_ggml(tables.cos.data(), tables.sin.data(), positions, c.head_size(), angles, tables.positions);
   }
+  tables.positions = positions;
 }
 
 // The factor of the queries where the architecture scales them:
@@ -72,10 +73,15 @@ Transformer::Transformer(const Model& model, cpu::ThreadPool& pool) : model_(mod
   if (c.architecture().activation == Activation::silu) {
     activation_ = llama2c ? cpu::GateActivation::silu : cpu::GateActivation::silu_ggml;
   }
-  fill_rope_tables(model_, false, rope_);
-  bool slides = false;
-  for (int layer = 0; layer < c.n_layers; ++layer) slides = slides || c.slides(layer);
-  if (slides) fill_rope_tables(model_, true, sliding_rope_);
+  for (int layer = 0; layer < c.n_layers; ++layer) slides_ = slides_ || c.slides(layer);
+}
+
+void Transformer::cover_positions(int end) {
+  if (end <= rope_.positions) return;
+  // Grown by doubling, from a few hundred, up to the context.
+  const int positions = std::min(model_.config().seq_len, std::max({end, 2 * rope_.positions, 256}));
+  grow_rope_tables(model_, false, positions, rope_);
+  if (slides_) grow_rope_tables(model_, true, positions, sliding_rope_);
 }
 
 Status check_tokens(const ModelConfig& c, std::span<const int> tokens, int pos) {
@@ -137,6 +143,7 @@ void Transformer::run_unit(int unit, int pos, KvCache& kv) {
 }
 
 void Transformer::run_lanes_unit(int unit) {
+  for (const LaneRows& lane : lanes_) cover_positions(lane.pos + lane.rows);
   if (residency_ != nullptr) residency_->before_unit(unit);
   compute_unit(unit);
   if (residency_ != nullptr) residency_->after_unit(unit);

@@ -23,8 +23,11 @@ namespace accord {
 class WeightResidency;
 struct RowSpan;
 
-// cos and sin of every position's RoPE angles: (seq_len, head_size / 2) each.
+// cos and sin of the RoPE angles of positions [0, positions): (positions,
+// head_size / 2) each. Grown as steps reach further, so that a long
+// context costs a session only what it uses.
 struct RopeTables {
+  int positions = 0;
   std::vector<float> cos;
   std::vector<float> sin;
 };
@@ -94,6 +97,8 @@ class Transformer {
   };
 
   void resize_scratch(int batch);
+  // Grows the RoPE tables to hold positions [0, end).
+  void cover_positions(int end);
   void run_lanes_unit(int unit);
   void compute_unit(int unit);
   void attend(int unit);
@@ -109,6 +114,7 @@ class Transformer {
   cpu::ThreadPool& pool_;
   RopeTables rope_;
   RopeTables sliding_rope_;  // of the sliding-window layers' base; empty when none slides
+  bool slides_ = false;      // some layer has a sliding window
   // llama2.c's arithmetic or ggml's (transformer.cpp, llama2c_arithmetic).
   cpu::NormSum norm_sum_ = cpu::NormSum::in_float;
   cpu::GateActivation activation_ = cpu::GateActivation::gelu_tanh;
