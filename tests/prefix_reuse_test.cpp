@@ -13,6 +13,8 @@
 #include "actors/distributed_target.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/generator.hpp"
+#include "runtime/model/kv_cache.hpp"
+#include "runtime/model/stage_backend.hpp"
 #include "runtime/serve/metrics.hpp"
 #include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
@@ -44,6 +46,18 @@ TEST(ServeSlotChoice, AmongEqualsTheLeastRecentlyUsedWins) {
 // As llama-server's --slot-prompt-similarity 0.1: a slot that would keep a
 // tenth of the prompt or less (BOS alone, say) is taken as an empty one, so
 // a new conversation does not evict another's tokens while a slot is free.
+TEST(ServeSlotChoice, IdleSlotsAreEmptiedLeastRecentlyUsedFirstUntilThereIsRoom) {
+  const std::vector<int> three = {1, 2, 3}, none = {};
+  // Slot 2 was used least recently but holds nothing; then slot 1, slot 0.
+  const std::vector<serve::SlotHolding> idle = {{three, 9}, {three, 5}, {none, 1}};
+  const auto room_of = [](std::size_t tokens) { return static_cast<std::uint64_t>(tokens) * 10; };
+  EXPECT_EQ(serve::slots_to_empty(idle, 40, 50, room_of), std::vector<std::size_t>{});
+  EXPECT_EQ(serve::slots_to_empty(idle, 40, 20, room_of), std::vector<std::size_t>{1});
+  EXPECT_EQ(serve::slots_to_empty(idle, 60, 20, room_of), (std::vector<std::size_t>{1, 0}));
+  EXPECT_EQ(serve::slots_to_empty(idle, 90, 20, room_of), (std::vector<std::size_t>{1, 0}))
+      << "all that hold any, when even they do not give room enough";
+}
+
 TEST(ServeSlotChoice, ASlotThatKeepsATenthOrLessCountsAsEmpty) {
   std::vector<int> prompt{1, 2};
   for (int i = 0; i < 18; ++i) prompt.push_back(100 + i);
@@ -270,18 +284,23 @@ class ServePrefixReuse : public ::testing::Test {
     std::unique_ptr<serve::Scheduler> scheduler;
     std::unique_ptr<serve::Service> service;
   };
-  std::unique_ptr<Server> start(int slots, serve::SlotReuse reuse, bool ranks = false) {
+  // With `kv_pool`, single-rank slots take their keys and values from it.
+  std::unique_ptr<Server> start(int slots, serve::SlotReuse reuse, bool ranks = false,
+                                std::shared_ptr<KvPool> kv_pool = nullptr) {
     std::vector<std::unique_ptr<serve::SlotSession>> sessions;
+    StageOptions stage;
+    stage.kv_pool = kv_pool;
     for (int i = 0; i < slots; ++i) {
       if (ranks) {
         sessions.push_back(std::make_unique<RanksSlot>(model_));
       } else {
-        sessions.push_back(std::make_unique<serve::SessionSlot>(model_, pool_));
+        sessions.push_back(std::make_unique<serve::SessionSlot>(model_, pool_, nullptr, PhaseTimer{}, stage));
       }
     }
     auto server = std::make_unique<Server>();
-    server->scheduler =
-        std::make_unique<serve::Scheduler>(tokenizer_, std::move(sessions), 8, serve::LoadSink{}, WarningSink{}, reuse);
+    const serve::KvRoom room{kv_pool, kv_position_bytes(model_.config(), KvType::f32)};
+    server->scheduler = std::make_unique<serve::Scheduler>(tokenizer_, std::move(sessions), 8, serve::LoadSink{},
+                                                           WarningSink{}, reuse, room);
     serve::ServiceOptions options;
     options.model_id = "stories260K";
     options.context = model_.config().seq_len;
@@ -386,6 +405,31 @@ TEST_F(ServePrefixReuse, ARequestThatWasCutOrFailedLeavesASlotThatAnswersAsAnEmp
   for (std::size_t i = 0; i + 2 < events.size(); ++i) {
     EXPECT_EQ(json::parse(events[i].substr(6))["choices"], json::parse(expected[i].substr(6))["choices"]);
   }
+}
+
+// A pool with room for two blocks: a conversation that does not share the
+// first's prefix (which holds one block) goes to the empty slot, and as it
+// may need two blocks it takes the idle slot's room (its tokens are
+// dropped); it answers as an empty slot.
+TEST_F(ServePrefixReuse, ASpentPoolEmptiesTheIdleSlotARequestNeedsTheRoomOf) {
+  const std::uint64_t block = KvCache::kBlockPositions * kv_position_bytes(model_.config(), KvType::f32);
+  auto kv_pool = std::make_shared<KvPool>(2 * block);
+  auto server = start(2, serve::SlotReuse::prefix, false, kv_pool);
+  auto cold = start(1, serve::SlotReuse::none);
+  const json a = {{"model", "stories260K"}, {"prompt", "Tell me a story about a cat and a dog."}, {"max_tokens", 8}};
+  const json b = {{"model", "stories260K"},
+                  {"prompt", "Where do birds go in the winter, when it is cold?"},
+                  {"max_tokens", 20},
+                  {"temperature", 0}};
+  post(*server, "/v1/completions", a);
+  EXPECT_EQ(kv_pool->used_bytes(), block);
+  const json second = post(*server, "/v1/completions", b);
+  EXPECT_EQ(second["choices"], post(*cold, "/v1/completions", b)["choices"]);
+  EXPECT_EQ(kv_pool->used_bytes(), 2 * block) << "the first slot gave its block back";
+  server->metrics.set_kv_pool_source([&] { return serve::Metrics::KvPoolCounts{kv_pool->used_bytes(), 2 * block}; });
+  const std::string metrics = server->metrics.prometheus_text();
+  EXPECT_NE(metrics.find("accord_kv_pool_bytes " + std::to_string(2 * block) + "\n"), std::string::npos) << metrics;
+  EXPECT_EQ(cached(post(*server, "/v1/completions", a)), 0) << "the first conversation's tokens were dropped";
 }
 
 TEST_F(ServePrefixReuse, SlotsOfThreeRanksAnswerAsAnEmptySingleRankSlot) {

@@ -195,6 +195,18 @@ int exit_status(ServeEnd end, const serve::Scheduler& scheduler) {
   return status;
 }
 
+// /metrics reads the batcher's counts and the KV pool's use when written.
+void watch_sources(serve::Metrics& metrics, const ServeArgs& args, const StepBatcher& batcher, const KvPool& kv_pool) {
+  metrics.set_load(0, 0, args.parallel);
+  metrics.set_batch_source([&batcher] {
+    const StepBatcher::Stats stats = batcher.stats();
+    return serve::BatchCounts{stats.batches, stats.steps, stats.widest};
+  });
+  metrics.set_kv_pool_source([&kv_pool] {
+    return serve::Metrics::KvPoolCounts{kv_pool.used_bytes(), kv_pool.budget_bytes()};
+  });
+}
+
 int run_serve(ServeArgs args) {
   spdlog::set_level(spdlog::level::from_str(args.log_level));
   if (args.peers.empty()) args.threads = capped_threads(args.threads);
@@ -243,16 +255,13 @@ int run_serve(ServeArgs args) {
     if (!slot) return fail(slot.error().message());
     slots.push_back(std::move(*slot));
   }
-  metrics.set_load(0, 0, args.parallel);
-  metrics.set_batch_source([&batcher] {
-    const StepBatcher::Stats stats = batcher.stats();
-    return serve::BatchCounts{stats.batches, stats.steps, stats.widest};
-  });
+  watch_sources(metrics, args, batcher, *kv_pool);
   serve::Scheduler scheduler(
       *tokenizer, std::move(slots), args.queue_limit,
       [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); },
       [](const std::string& warning) { spdlog::warn("{}", warning); },
-      args.no_prefix_reuse ? serve::SlotReuse::none : serve::SlotReuse::prefix);
+      args.no_prefix_reuse ? serve::SlotReuse::none : serve::SlotReuse::prefix,
+      serve::KvRoom{kv_pool, kv_position_bytes(model->config(), args.kv_type)});
   const serve::ServiceOptions options = service_options(args, *model, *chat, *key);
   serve::Service service(*tokenizer, scheduler, metrics, options);
   spdlog::info("model '{}', chat template {}, {} slot(s)", options.model_id, chat->name(), args.parallel);

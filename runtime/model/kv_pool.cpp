@@ -11,7 +11,10 @@ namespace {
 
 constexpr std::align_val_t kAlignment{64};  // a cache line, and AVX-512's widest load
 
-std::string mib(std::uint64_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20) + " MiB"; }
+// In MiB, or in bytes below one.
+std::string mib(std::uint64_t bytes) {
+  return bytes < (1u << 20) ? std::to_string(bytes) + " bytes" : std::to_string((bytes + (1u << 19)) >> 20) + " MiB";
+}
 
 }  // namespace
 

@@ -25,6 +25,11 @@ Result<KvType> parse_kv_type(std::string_view name) {
   return Error(ErrorCode::contract, "unknown KV cache type '" + printable(name) + "' (f32 or f16)");
 }
 
+std::uint64_t kv_position_bytes(const ModelConfig& config, KvType type) {
+  const std::uint64_t element = type == KvType::f32 ? 4 : 2;
+  return 2 * static_cast<std::uint64_t>(config.n_layers) * static_cast<std::uint64_t>(config.kv_dim()) * element;
+}
+
 Status check_backend(const BackendChoice& choice) {
   if (choice.kind == BackendChoice::Kind::cpu) {
     if (!choice.devices.empty()) return Error(ErrorCode::contract, "--devices needs --backend cuda");

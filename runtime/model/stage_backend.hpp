@@ -79,6 +79,10 @@ class CpuStage final : public StageBackend {
   KvCache cache_;
 };
 
+// What one position's keys and values take over every unit of the model,
+// in a cache of `type`.
+std::uint64_t kv_position_bytes(const ModelConfig& config, KvType type);
+
 // The stage of `scope`'s units on `device`, or why not. Ranks call it with
 // their share; check_backend first gives the clearer error.
 Result<std::unique_ptr<StageBackend>> make_stage(const Model& model, cpu::ThreadPool& pool, const WeightScope& scope,

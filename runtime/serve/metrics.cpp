@@ -24,7 +24,7 @@ std::string counter(const std::string& name, const std::string& help, std::uint6
   return header(name, "counter", help) + sample(name, value);
 }
 
-std::string gauge(const std::string& name, const std::string& help, int value) {
+std::string gauge(const std::string& name, const std::string& help, std::int64_t value) {
   return header(name, "gauge", help) + name + " " + std::to_string(value) + "\n";
 }
 
@@ -98,6 +98,11 @@ void Metrics::set_batch_source(std::function<BatchCounts()> source) {
   batch_source_ = std::move(source);
 }
 
+void Metrics::set_kv_pool_source(std::function<KvPoolCounts()> source) {
+  std::lock_guard lock(mutex_);
+  kv_pool_source_ = std::move(source);
+}
+
 std::string Metrics::prometheus_text() const {
   std::lock_guard lock(mutex_);
   std::string out = header("accord_requests_total", "counter", "HTTP requests answered, by endpoint and status");
@@ -127,6 +132,13 @@ std::string Metrics::prometheus_text() const {
     out += counter("accord_batches_total", "batched forward passes (each reads the weights once)", batches.batches);
     out += counter("accord_batched_steps_total", "the slots' steps run in those passes", batches.steps);
     out += gauge("accord_batch_widest", "the most steps one pass held", batches.widest);
+  }
+  if (kv_pool_source_) {
+    const KvPoolCounts pool = kv_pool_source_();
+    out += gauge("accord_kv_pool_bytes", "bytes of keys and values the slots hold (blocks in use)",
+                 static_cast<std::int64_t>(pool.used_bytes));
+    out += gauge("accord_kv_pool_budget_bytes", "the KV pool's budget (--kv-budget-bytes; 0: none)",
+                 static_cast<std::int64_t>(pool.budget_bytes));
   }
   out += header("accord_prefill_seconds", "histogram", "time of a prompt's prefill phase, prompt cache included");
   out += prefill_.text("accord_prefill_seconds", "");

@@ -53,6 +53,13 @@ class Metrics {
  public:
   // Asked for the batch counts whenever the metrics are written.
   void set_batch_source(std::function<BatchCounts()> source);
+  // The KV pool single-rank slots share (kv_pool.hpp): its bytes in use
+  // and its budget (0: none), asked for whenever the metrics are written.
+  struct KvPoolCounts {
+    std::uint64_t used_bytes = 0;
+    std::uint64_t budget_bytes = 0;
+  };
+  void set_kv_pool_source(std::function<KvPoolCounts()> source);
   void count_request(const std::string& endpoint, int http_status);
   void count_generation(const GenerationCounts& counts);
   void observe_decode_step(double seconds);
@@ -83,6 +90,7 @@ class Metrics {
   int active_ = 0;
   int slots_ = 0;
   std::function<BatchCounts()> batch_source_;
+  std::function<KvPoolCounts()> kv_pool_source_;
 };
 
 }  // namespace accord::serve

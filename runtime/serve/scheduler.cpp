@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "runtime/base/assert.hpp"
+#include "runtime/model/kv_cache.hpp"
 
 namespace accord::serve {
 
@@ -24,13 +25,30 @@ std::size_t choose_slot(std::span<const int> prompt, std::span<const SlotHolding
   return best;
 }
 
+std::vector<std::size_t> slots_to_empty(std::span<const SlotHolding> idle, std::uint64_t need, std::uint64_t free,
+                                        const std::function<std::uint64_t(std::size_t tokens)>& room_of) {
+  std::vector<std::size_t> order(idle.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return idle[a].last_used < idle[b].last_used; });
+  std::vector<std::size_t> emptied;
+  for (std::size_t i : order) {
+    if (free >= need) break;
+    if (idle[i].tokens.empty()) continue;
+    emptied.push_back(i);
+    free += room_of(idle[i].tokens.size());
+  }
+  return emptied;
+}
+
 Scheduler::Scheduler(const Tokenizer& tokenizer, std::vector<std::unique_ptr<SlotSession>> slots, int queue_limit,
-                     LoadSink load, WarningSink warn, SlotReuse reuse)
+                     LoadSink load, WarningSink warn, SlotReuse reuse, KvRoom room)
     : tokenizer_(tokenizer),
       queue_limit_(static_cast<std::size_t>(std::max(0, queue_limit))),
       load_(std::move(load)),
       warn_(std::move(warn)),
-      reuse_(reuse) {
+      reuse_(reuse),
+      room_(std::move(room)) {
   for (auto& session : slots) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->session = std::move(session);
@@ -113,9 +131,17 @@ void Scheduler::work() {
   Job job;
   while (next_job(job)) {
     report_load();
-    Slot& slot = take_slot(slot_key(job));
-    run(slot, job);
-    release(slot);
+    std::vector<Slot*> to_empty;
+    Slot& slot = take_slot(slot_key(job), job.options.max_tokens, to_empty);
+    for (Slot* idle : to_empty) empty(*idle);
+    const GenerationOutcome outcome = run(slot, job);
+    // A healthy slot is free before the client hears the answer, so that
+    // its next request finds it (and its room); a poisoned one heals
+    // first, after the answer, so that the answer does not wait for it.
+    const bool healthy = slot.ready;
+    if (healthy) release(slot);
+    job.on_done(outcome);
+    if (!healthy) empty(slot);
     {
       std::lock_guard lock(mutex_);
       --active_;
@@ -132,7 +158,7 @@ std::vector<int> Scheduler::slot_key(const Job& job) const {
   return tokens ? std::move(*tokens) : std::vector<int>{};
 }
 
-Scheduler::Slot& Scheduler::take_slot(std::span<const int> prompt) {
+Scheduler::Slot& Scheduler::take_slot(std::span<const int> prompt, int max_tokens, std::vector<Slot*>& to_empty) {
   std::lock_guard lock(mutex_);
   std::vector<Slot*> free;
   std::vector<SlotHolding> holdings;
@@ -144,7 +170,43 @@ Scheduler::Slot& Scheduler::take_slot(std::span<const int> prompt) {
   Slot& chosen = *free.at(choose_slot(prompt, holdings));
   chosen.busy = true;
   chosen.last_used = ++slots_taken_;
+  to_empty = make_room(chosen, prompt, max_tokens);
   return chosen;
+}
+
+// Under mutex_. The request may write up to prompt + max_tokens positions,
+// of which the chosen slot already holds room for its held tokens'; room
+// is taken in whole blocks.
+std::vector<Scheduler::Slot*> Scheduler::make_room(const Slot& chosen, std::span<const int> prompt, int max_tokens) {
+  if (room_.pool == nullptr || room_.pool->budget_bytes() == 0) return {};
+  const auto room_of = [this](std::size_t tokens) {
+    const auto blocks = (tokens + KvCache::kBlockPositions - 1) / KvCache::kBlockPositions;
+    return static_cast<std::uint64_t>(blocks * KvCache::kBlockPositions) * room_.position_bytes;
+  };
+  const std::uint64_t wanted = room_of(prompt.size() + static_cast<std::size_t>(max_tokens));
+  const std::uint64_t held = room_of(chosen.held.size());
+  const std::uint64_t need = wanted > held ? wanted - held : 0;
+  const std::uint64_t used = room_.pool->used_bytes(), budget = room_.pool->budget_bytes();
+  std::vector<Slot*> idle;
+  std::vector<SlotHolding> holdings;
+  for (const auto& slot : slots_) {
+    if (slot->busy) continue;
+    idle.push_back(slot.get());
+    holdings.push_back({slot->held, slot->last_used});
+  }
+  std::vector<Slot*> emptied;
+  for (std::size_t i : slots_to_empty(holdings, need, used < budget ? budget - used : 0, room_of)) {
+    idle[i]->busy = true;
+    emptied.push_back(idle[i]);
+  }
+  return emptied;
+}
+
+// Gives back an idle slot's keys and values: its session is reset, and it
+// is free again, holding nothing.
+void Scheduler::empty(Slot& slot) {
+  slot.ready = static_cast<bool>(slot.session->reset());
+  release(slot);
 }
 
 void Scheduler::release(Slot& slot) {
@@ -156,11 +218,10 @@ void Scheduler::release(Slot& slot) {
 
 // A session that cannot be reset is as unusable as a poisoned one: the job
 // fails so, and the slot stays unready until a later reset succeeds.
-void Scheduler::run(Slot& slot, Job& job) {
+GenerationOutcome Scheduler::run(Slot& slot, Job& job) {
   const auto abandoned = [&job] { return job.abandoned && job.abandoned(); };
   if (abandoned()) {
-    job.on_done(GenerationFailure{Error(ErrorCode::contract, "the client went away before generation began"), {}});
-    return;
+    return GenerationFailure{Error(ErrorCode::contract, "the client went away before generation began"), {}};
   }
   if (reuse_ == SlotReuse::none || !slot.ready) {
     Status reset = slot.session->reset();
@@ -170,8 +231,7 @@ void Scheduler::run(Slot& slot, Job& job) {
       failure.partial.stop_reason = StopReason::error;
       failure.partial.poisoned = true;
       failure.partial.poison_cause = reset.error().message();
-      job.on_done(failure);
-      return;
+      return failure;
     }
   }
   job.options.reuse_held_prefix = reuse_ == SlotReuse::prefix;
@@ -188,9 +248,7 @@ void Scheduler::run(Slot& slot, Job& job) {
     outcome = GenerationFailure{Error(ErrorCode::state, std::string(kShutdownCutMessage)), std::move(*outcome)};
   }
   if (!outcome && outcome.error().partial.poisoned) slot.ready = false;
-  job.on_done(outcome);
-  // Heal now, so that the next request does not wait for it.
-  if (!slot.ready) slot.ready = static_cast<bool>(slot.session->reset());
+  return outcome;
 }
 
 }  // namespace accord::serve

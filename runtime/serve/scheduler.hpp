@@ -31,6 +31,7 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/generator.hpp"
 #include "runtime/generate/target.hpp"
+#include "runtime/model/kv_pool.hpp"
 #include "runtime/rank/step_batcher.hpp"
 #include "runtime/session/session.hpp"
 #include "runtime/text/tokenizer.hpp"
@@ -54,6 +55,23 @@ struct SlotHolding {
 // (reusable_prefix_length), the one that keeps the most; else, and among
 // equals, the one used least recently. `slots` is not empty.
 std::size_t choose_slot(std::span<const int> prompt, std::span<const SlotHolding> slots);
+
+// The idle slots to empty, least recently used first, so that a request
+// whose keys and values need `need` bytes has room in a pool with `free`
+// bytes: as few as cover it, a slot giving back room_of(its tokens), or
+// all that hold any when even that does not (the request then fails as a
+// spent pool fails a step). Indexes into `idle`.
+std::vector<std::size_t> slots_to_empty(std::span<const SlotHolding> idle, std::uint64_t need, std::uint64_t free,
+                                        const std::function<std::uint64_t(std::size_t tokens)>& room_of);
+
+// The KV pool single-rank slots share (kv_pool.hpp) and what a position
+// takes in it: with a budget, a request first empties idle slots it needs
+// the room of (slots_to_empty), as llama-server's slots and vLLM's blocks
+// are reclaimed.
+struct KvRoom {
+  std::shared_ptr<const KvPool> pool;
+  std::uint64_t position_bytes = 0;
+};
 
 // The session a slot generates on.
 class SlotSession {
@@ -122,7 +140,7 @@ class Scheduler {
  public:
   // `warn` receives what generation warns of (a rejected prompt cache).
   Scheduler(const Tokenizer& tokenizer, std::vector<std::unique_ptr<SlotSession>> slots, int queue_limit,
-            LoadSink load = {}, WarningSink warn = {}, SlotReuse reuse = SlotReuse::prefix);
+            LoadSink load = {}, WarningSink warn = {}, SlotReuse reuse = SlotReuse::prefix, KvRoom room = {});
   ~Scheduler();  // stops the running jobs after their step, drops the queued ones
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -158,9 +176,15 @@ class Scheduler {
   bool next_job(Job& job);
   // The prompt's tokens, to pick a slot by (none without reuse).
   std::vector<int> slot_key(const Job& job) const;
-  Slot& take_slot(std::span<const int> prompt);
+  // The slot for a job, and the idle slots to empty for its room (taken
+  // too: the caller empties and releases them).
+  Slot& take_slot(std::span<const int> prompt, int max_tokens, std::vector<Slot*>& to_empty);
+  std::vector<Slot*> make_room(const Slot& chosen, std::span<const int> prompt, int max_tokens);
+  void empty(Slot& slot);  // resets a slot the caller holds and releases it
   void release(Slot& slot);
-  void run(Slot& slot, Job& job);
+  // The job's generation on `slot`; slot.ready false after it: the slot
+  // must be reset before its next request.
+  GenerationOutcome run(Slot& slot, Job& job);
   void report_load();
 
   const Tokenizer& tokenizer_;
@@ -169,6 +193,7 @@ class Scheduler {
   LoadSink load_;
   WarningSink warn_;
   const SlotReuse reuse_;
+  const KvRoom room_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;
