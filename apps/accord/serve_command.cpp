@@ -198,9 +198,6 @@ int exit_status(ServeEnd end, const serve::Scheduler& scheduler) {
 int run_serve(ServeArgs args) {
   spdlog::set_level(spdlog::level::from_str(args.log_level));
   if (args.peers.empty()) args.threads = capped_threads(args.threads);
-  if (!args.peers.empty() && args.parallel != 1) {
-    return fail("--peers serves one sequence at a time: each node holds one session (--parallel 1)");
-  }
   auto http = http_options(args);
   if (!http) return fail(http.error().message());
   auto key = api_key(args);
@@ -238,9 +235,13 @@ int run_serve(ServeArgs args) {
   serve::Metrics metrics;
   auto kv_pool = std::make_shared<KvPool>(args.kv_budget_bytes);
   std::vector<std::unique_ptr<serve::SlotSession>> slots;
+  // With --peers each slot is a session of its own on every node, so a
+  // node needs --slots K; one with fewer refuses the slot past them.
   for (int i = 0; i < args.parallel; ++i) {
     auto slot = make_slot(args, *model, faults, pool, batcher, metrics, kv_pool);
-    if (!slot) return fail(slot.error().message());
+    if (!slot)
+      return fail("slot " + std::to_string(i + 1) + " of " + std::to_string(args.parallel) + ": " +
+                  slot.error().message());
     slots.push_back(std::move(*slot));
   }
   metrics.set_load(0, 0, args.parallel);
@@ -320,8 +321,10 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--ranks", args->ranks, "in-process ranks of each slot's session")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  cmd->add_option_function<std::string>("--peers", node_list(args->peers, "--peers"),
-                                        "remote ranks: `accord node` processes, rank 0 first (with --parallel 1)")
+  cmd->add_option_function<std::string>(
+         "--peers", node_list(args->peers, "--peers"),
+         "remote ranks: `accord node` processes, rank 0 first; each slot is a session on every node, "
+         "so the nodes need --slots K")
       ->type_name("HOST:PORT,...")
       ->excludes("--ranks");
   cmd->add_option("--secret-file", args->secret_file, "with --peers: the cluster's shared secret")->needs("--peers");
