@@ -330,7 +330,7 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--secret-file", args->secret_file, "with --peers: the cluster's shared secret")->needs("--peers");
   cmd->add_option("--threads", args->threads,
                   "CPU threads of the pool the slots share, one kernel at a time (with --ranks, each slot's "
-                  "session gets threads / parallel of its own)")
+                  "session gets threads / parallel of its own; with --peers, on each node)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--batch-window-us", args->batch_window_us,
