@@ -15,7 +15,9 @@
 // A node serves up to --slots sessions at once (NodeOptions::slots), each
 // its own rank: its own worker, keys and values and thread pool, over one
 // copy of each shard the node loaded, shared by every session that asks
-// for that shard (the same file, rank scope and context). While a
+// for that shard (the same file, rank scope and context; on a device,
+// --backend cuda, each session's stage still copies its units' weights to
+// the device: runtime/model/cuda_transformer.hpp). While a
 // session's coordinator lives, its slot is that session's: an assignment
 // from the same coordinator (a reset or a heal) replaces its rank; a new
 // session past the slots is refused, naming the node and --slots; a
