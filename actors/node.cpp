@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <caf/all.hpp>
+#include <map>
 
 #include "actors/atoms.hpp"
 #include "actors/node_address.hpp"
@@ -29,27 +30,39 @@ using ShardReply = std::tuple<NodeRefusal, std::vector<std::string>>;
 
 NodeRefusal refusal(NodeRefusalCode code, const Error& why) { return {code, why.message()}; }
 
+// A session the node serves: its rank, the coordinator it answers to, and
+// the nodes of the session's later ranks it connected to.
+struct SessionSlot {
+  RankActor rank;
+  CoordinatorActor coordinator;
+  std::vector<NodeActor> later_nodes;  // (connect_to_later_ranks)
+};
+
 struct NodeState {
   NodeOptions options;
-  std::shared_ptr<const Model> model;  // the one its rank runs, or the last loaded
-  RankActor rank;                      // the rank this node runs, or none
-  CoordinatorActor coordinator;        // the rank's session's, while it lives
-  std::uint64_t session = 0;           // the rank's session's id
-  std::vector<NodeActor> later_nodes;  // those the node connected to (connect_to_later_ranks)
+  // Every shard the node loaded that a session's rank may still run, so a
+  // session asking for a shard another runs shares its one copy; a shard
+  // goes when its last rank does (each rank's worker holds its model).
+  std::vector<std::weak_ptr<const Model>> loaded;
+  std::shared_ptr<const Model> kept;          // the last loaded, kept for the next session that asks for it
+  std::map<SessionId, SessionSlot> sessions;  // by session id, at most options.slots
 };
 
 using NodePointer = NodeActor::stateful_pointer<NodeState>;
 
-// Stops the rank this node runs, if any.
-void release_rank(NodePointer self) {
+// Stops the rank the node runs for `session`, if any, and frees its slot.
+void release_session(NodePointer self, SessionId session) {
   auto& s = self->state;
-  if (!s.rank) return;
-  self->send_exit(s.rank, caf::exit_reason::user_shutdown);
-  self->demonitor(s.coordinator.address());
-  s.rank = RankActor{};
-  s.coordinator = CoordinatorActor{};
-  s.session = 0;
-  s.later_nodes.clear();
+  auto slot = s.sessions.find(session);
+  if (slot == s.sessions.end()) return;
+  self->send_exit(slot->second.rank, caf::exit_reason::user_shutdown);
+  self->demonitor(slot->second.coordinator.address());
+  s.sessions.erase(slot);
+}
+
+// Stops every rank the node runs.
+void release_all(NodePointer self) {
+  while (!self->state.sessions.empty()) release_session(self, self->state.sessions.begin()->first);
 }
 
 // How long a node waits for another node of its session to answer.
@@ -61,7 +74,7 @@ constexpr auto kPeerConnectTimeout = std::chrono::seconds(2);
 // direct connection over an indirect route for every message. A node it
 // cannot reach is only slower to reach (through the coordinator), so that
 // is a warning, not a refusal.
-void connect_to_later_ranks(NodePointer self, const NodeAssignment& assignment) {
+void connect_to_later_ranks(NodePointer self, const NodeAssignment& assignment, SessionSlot& slot) {
   auto& s = self->state;
   const auto& nodes = assignment.rank_nodes;
   if (assignment.rank >= nodes.size()) return;
@@ -73,7 +86,7 @@ void connect_to_later_ranks(NodePointer self, const NodeAssignment& assignment) 
                         : Result<NodeActor>(address.error());
     if (node) {
       spdlog::info("{}: connected to rank {}'s node {}", s.options.name, r, nodes[r]);
-      s.later_nodes.push_back(std::move(*node));
+      slot.later_nodes.push_back(std::move(*node));
     } else {
       spdlog::warn("{}: cannot connect to rank {}'s node {} ({}); its data goes through the coordinator",
                    s.options.name, r, printable(nodes[r]), printable(node.error().message()));
@@ -81,12 +94,19 @@ void connect_to_later_ranks(NodePointer self, const NodeAssignment& assignment) 
   }
 }
 
-// Another session's coordinator may not take the rank of a running one.
-Status check_not_taken(const NodeState& s, const CoordinatorActor& coordinator) {
-  if (!s.rank || coordinator == s.coordinator) return {};
-  return Error(ErrorCode::state, s.options.name +
-                                     " runs a rank of another session; it takes a new one when that session's "
-                                     "coordinator is gone");
+// A session's coordinator assigns it again on a reset or a heal: that
+// replaces its rank. No other coordinator may take a running session's id,
+// and a new session needs a free slot.
+Status check_slot(const NodeState& s, const NodeAssignment& assignment, const CoordinatorActor& coordinator) {
+  auto held = s.sessions.find(assignment.session);
+  if (held != s.sessions.end()) {
+    if (held->second.coordinator == coordinator) return {};
+    return Error(ErrorCode::state, s.options.name + " runs a rank of another session with the same id");
+  }
+  if (s.sessions.size() < static_cast<std::size_t>(s.options.slots)) return {};
+  return Error(ErrorCode::state, s.options.name + " runs " + std::to_string(s.sessions.size()) +
+                                     " session(s), as many as its --slots; it takes another when one of "
+                                     "their coordinators is gone");
 }
 
 // The threads of the rank's pool: the coordinator's count, which knows
@@ -127,6 +147,17 @@ std::string another_model(const NodeState& s, const std::filesystem::path& file,
          identity + ": ";
 }
 
+// The shard of `path` for `scope` and `context` positions, if the node
+// holds it: one a session runs, or the one kept; none otherwise.
+std::shared_ptr<const Model> held_shard(NodeState& s, const std::string& path, const WeightScope& scope, int context) {
+  std::erase_if(s.loaded, [](const std::weak_ptr<const Model>& shard) { return shard.expired(); });
+  for (const auto& weak : s.loaded) {
+    auto shard = weak.lock();
+    if (shard && shard->path() == path && shard->scope() == scope && shard->config().seq_len == context) return shard;
+  }
+  return nullptr;
+}
+
 // The rank's shard of the session's model: only the tensors of its units,
 // and the embedding or the head where it has them, read and digested
 // (docs/residency.md); the one the node holds when it is that shard of
@@ -151,18 +182,17 @@ Result<std::shared_ptr<const Model>> shard_model(NodePointer self, const NodeAss
     return Error(ErrorCode::architecture, another_model(s, *path, assignment) + partition.error().message());
   }
   const WeightScope scope = partition->scope(static_cast<int>(assignment.rank));
-  if (s.model && s.model->path() == path->string() && s.model->scope() == scope &&
-      s.model->config().seq_len == assignment.context) {
-    return s.model;
-  }
-  s.model.reset();  // the old shard goes before the new one is read
   ModelLoad load{scope, node_threads(s, assignment.threads)};
   load.context = assignment.context;
+  const int context = fitted_context(header->config.seq_len, load);
+  if (auto held = held_shard(s, path->string(), scope, context)) return s.kept = std::move(held);
+  s.kept.reset();  // the old shard goes before the new one is read, unless a session runs it
   auto loaded = Model::load(path->string(), load);
   if (!loaded) return cannot_load(loaded.error());
-  s.model = std::make_shared<const Model>(std::move(*loaded));
+  s.kept = std::make_shared<const Model>(std::move(*loaded));
+  s.loaded.push_back(s.kept);
   spdlog::info("{}: read rank {}'s shard of {}", s.options.name, assignment.rank, printable(path->string()));
-  return s.model;
+  return s.kept;
 }
 
 // Whether the shard's tensors are the session's: the digests the
@@ -197,6 +227,11 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, std::shared_
   }
   auto kv_type = parse_kv_type(assignment.kv_type);
   if (!kv_type) return kv_type.error();
+  // Each session's rank computes on a pool of its own, as in a process of
+  // its own: sessions on one node run their steps at the same time, and a
+  // shared pool would run their kernels one at a time. The client sizes
+  // the pools (`serve --parallel K` asks each session for its share of
+  // --threads), and each is capped at this machine's useful threads.
   const int threads = node_threads(s, assignment.threads);
   return std::shared_ptr<RankWorker>(
       new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition, rank, assignment.model_identity,
@@ -237,7 +272,7 @@ Result<RankActor> start_rank(NodePointer self, const NodeAssignment& assignment,
   auto model = shard_model(self, assignment);
   if (!model) return model.error();
   if (Status ok = check_shard(s, **model, assignment); !ok) {
-    self->state.model.reset();  // not the session's: not kept
+    self->state.kept.reset();  // not the session's: not kept (a session that runs it keeps it)
     return ok.error();
   }
   auto worker = make_worker(s, std::move(*model), assignment);
@@ -250,59 +285,73 @@ Result<RankActor> start_rank(NodePointer self, const NodeAssignment& assignment,
                     static_cast<RankId>(assignment.unit_counts.size()), coordinator, options);
 }
 
+// Takes `assignment` into a free slot, or into its session's own (a reset
+// replaces the rank), or says why not.
+AssignReply take_assignment(NodePointer self, const NodeAssignment& assignment, CoordinatorActor coordinator) {
+  auto& s = self->state;
+  if (Status free = check_slot(s, assignment, coordinator); !free) {
+    spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, free.error().message());
+    return {refusal(NodeRefusalCode::rank_taken, free.error()), RankActor{}};
+  }
+  release_session(self, assignment.session);
+  if (NodeRefusal refused = check_assignment(s, assignment); refused.refused()) {
+    spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, printable(refused.message));
+    return {std::move(refused), RankActor{}};
+  }
+  auto rank = start_rank(self, assignment, coordinator);
+  if (!rank) {
+    // The error may quote what the coordinator sent (a model path).
+    spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, printable(rank.error().message()));
+    return {refusal(NodeRefusalCode::model_refused, rank.error()), RankActor{}};
+  }
+  self->monitor(coordinator);
+  SessionSlot& slot = s.sessions[assignment.session];
+  slot = SessionSlot{*rank, std::move(coordinator), {}};
+  connect_to_later_ranks(self, assignment, slot);
+  spdlog::info("{}: runs rank {} of {} of session {:x} ({} of {} slots taken)", s.options.name, assignment.rank,
+               assignment.unit_counts.size(), assignment.session, s.sessions.size(), s.options.slots);
+  return {NodeRefusal{}, slot.rank};
+}
+
 // --- node: the node's own work, on its own thread --------------------------
 // Detached: loading a model and hashing its weights block for as long as
 // the disk takes, which must not stall a scheduler thread and with it the
-// rank's own actors. Only its front talks to it (see front_actor).
+// ranks' own actors. Only its front talks to it (see front_actor).
 NodeActor::behavior_type node_actor(NodePointer self, NodeOptions options) {
   self->state.options = std::move(options);
+  // A coordinator that is gone (its client exited, its connection broke)
+  // takes its session's slot with it.
   self->set_down_handler([=](caf::down_msg& down) {
     auto& s = self->state;
-    if (down.source != s.coordinator.address()) return;
-    spdlog::info("{}: the coordinator is gone ({}); rank released", s.options.name, self->system().render(down.reason));
-    release_rank(self);
+    std::vector<SessionId> gone;
+    for (const auto& [session, slot] : s.sessions) {
+      if (slot.coordinator.address() == down.source) gone.push_back(session);
+    }
+    for (SessionId session : gone) {
+      spdlog::info("{}: the coordinator of session {:x} is gone ({}); rank released", s.options.name, session,
+                   self->system().render(down.reason));
+      release_session(self, session);
+    }
   });
   self->set_exit_handler([=](caf::exit_msg& exit) {
-    release_rank(self);
+    release_all(self);
     self->quit(exit.reason);
   });
   return {
       [=](name_atom, std::string& name) { self->state.options.name = std::move(name); },
       [=](assign_atom, const NodeAssignment& assignment, CoordinatorActor coordinator) -> AssignReply {
-        auto& s = self->state;
-        if (Status free = check_not_taken(s, coordinator); !free) {
-          spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, free.error().message());
-          return {refusal(NodeRefusalCode::rank_taken, free.error()), RankActor{}};
-        }
-        release_rank(self);
-        if (NodeRefusal refused = check_assignment(s, assignment); refused.refused()) {
-          spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, printable(refused.message));
-          return {std::move(refused), RankActor{}};
-        }
-        auto rank = start_rank(self, assignment, coordinator);
-        if (!rank) {
-          // The error may quote what the coordinator sent (a model path).
-          spdlog::warn("{}: refused rank {}: {}", s.options.name, assignment.rank, printable(rank.error().message()));
-          return {refusal(NodeRefusalCode::model_refused, rank.error()), RankActor{}};
-        }
-        s.rank = *rank;
-        s.coordinator = std::move(coordinator);
-        s.session = assignment.session;
-        self->monitor(s.coordinator);
-        connect_to_later_ranks(self, assignment);
-        spdlog::info("{}: runs rank {} of {} of session {:x}", s.options.name, assignment.rank,
-                     assignment.unit_counts.size(), assignment.session);
-        return {NodeRefusal{}, s.rank};
+        return take_assignment(self, assignment, std::move(coordinator));
       },
       // A coordinator that gave up waiting for this node's answer to an
       // assignment says so, after the assignment on the same connection:
       // its session may go on with a spare, and its coordinator with it, so
-      // no down message would ever free the rank.
+      // no down message would ever free the rank. Only that session's slot
+      // is freed.
       [=](release_atom, std::uint64_t session) {
         auto& s = self->state;
-        if (!s.rank || s.session != session) return;
+        if (!s.sessions.contains(session)) return;
         spdlog::info("{}: session {:x} gave up on this node; rank released", s.options.name, session);
-        release_rank(self);
+        release_session(self, session);
       },
       [=](shard_atom, const NodeAssignment& assignment) -> ShardReply {
         auto shard = shard_model(self, assignment);

@@ -12,19 +12,28 @@
 // in its middleman at shutdown, and the actor system then waits for the
 // actor's thread forever (node.cpp, front_actor).
 //
-// A node serves one session at a time. While its coordinator lives, the
-// rank is that session's: an assignment from another coordinator is
-// refused, one from the same (a reset) replaces it; the rank goes when its
-// coordinator does (the client exited or its connection broke).
+// A node serves up to --slots sessions at once (NodeOptions::slots), each
+// its own rank: its own worker, keys and values and thread pool, over one
+// copy of each shard the node loaded, shared by every session that asks
+// for that shard (the same file, rank scope and context; on a device,
+// --backend cuda, each session's stage still copies its units' weights to
+// the device: runtime/model/cuda_transformer.hpp). While a
+// session's coordinator lives, its slot is that session's: an assignment
+// from the same coordinator (a reset or a heal) replaces its rank; a new
+// session past the slots is refused, naming the node and --slots; a
+// session's rank goes when its coordinator does (the client exited or its
+// connection broke) or when its coordinator releases it (release_atom),
+// freeing that slot only.
 //
 // What touches the node's machine is the node's own setting, never the
 // coordinator's: the model is its --model, or a file of its --model-dir
 // named by the assignment (a plain name, never a path); prompt caches are
 // names under its --prompt-cache-dir; fault plans only with
 // --allow-faults. A node with --model-dir loads the model each session
-// asks for and drops the one before; a model that fails to load, or is not
-// the session's, is not kept. A node keeps the shard it loaded while the
-// next session asks for the same one.
+// asks for; a shard no session runs is dropped when another is loaded;
+// a model that fails to load, or is not the session's, is not kept. A node
+// keeps the shard it loaded last while the next session asks for the same
+// one.
 #pragma once
 
 #include <caf/actor_system.hpp>
@@ -49,6 +58,11 @@ struct NodeOptions {
   // --max-resident-bytes: the rank's weights budget (runtime/model/residency.hpp);
   // 0: the coordinator's, if any
   std::uint64_t max_resident_bytes = 0;
+  // --slots: the most sessions it serves at once. The default, 1, keeps a
+  // node's memory that of one session; each more slot costs a rank's keys
+  // and values as its positions fill (paged, runtime/model/kv_cache.hpp)
+  // and its compute threads, not another copy of the weights.
+  int slots = 1;
   // --ctx-size: the most positions a session's rank may hold here (its
   // keys and values); a session asking for more is refused. 0: no limit.
   int max_context = 0;
@@ -66,9 +80,9 @@ struct NodeOptions {
 // the rank's tensors, empty for the others), which a coordinator that
 // read no weights puts together into the model's identity; (name_atom,
 // name) renames it; (release_atom, session id) stops the rank it runs for
-// that session, which a coordinator sends when it stops waiting for the
-// node's answer. It logs with
-// spdlog. Exiting it stops the node and the rank it runs.
+// that session and frees its slot, which a coordinator sends when it stops
+// waiting for the node's answer. It logs with
+// spdlog. Exiting it stops the node and every rank it runs.
 NodeActor spawn_node(caf::actor_system& system, NodeOptions options);
 
 }  // namespace accord

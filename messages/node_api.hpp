@@ -42,9 +42,10 @@ struct NodeAssignment {
 // Why a node turned an assignment or a shard request down.
 enum class NodeRefusalCode : std::uint8_t {
   none = 0,  // it did as asked
-  // It runs a rank of a session whose coordinator it still sees alive. A
-  // coordinator that just went away is seen gone within the connection
-  // timeout, so a new one asks again until then.
+  // Every slot of the node (--slots) runs a rank of a session whose
+  // coordinator it still sees alive. A coordinator that just went away is
+  // seen gone within the connection timeout, so a new one asks again
+  // until then.
   rank_taken = 1,
   faults_not_allowed = 2,  // the assignment carries faults; the node was started without --allow-faults
   invalid_assignment = 3,  // a rank outside the partition, or a fault plan that does not fit it

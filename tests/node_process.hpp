@@ -1,5 +1,5 @@
 // `accord node` processes for the tests of remote clusters
-// (remote_cluster_test.cpp, node_security_test.cpp).
+// (remote_cluster_test.cpp, node_security_test.cpp, node_slots_test.cpp).
 #pragma once
 
 #include <sys/types.h>

@@ -1,6 +1,6 @@
-// accord node: run one rank of a remote cluster in this process, for a
-// coordinator elsewhere (`accord generate --peers`, DistributedSession::
-// connect). Publishes the node actor (actors/node.hpp) on --listen and
+// accord node: run a rank of a remote cluster in this process for each of
+// up to --slots coordinators elsewhere (`accord generate --peers`, `accord
+// serve --peers`, DistributedSession::connect). Publishes the node actor (actors/node.hpp) on --listen and
 // runs until SIGINT or SIGTERM.
 #include <pthread.h>
 #include <spdlog/spdlog.h>
@@ -39,15 +39,21 @@ struct NodeArgs {
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
   std::uint64_t max_resident_bytes = 0;
   int context = kDefaultContext;  // --ctx-size
-  BackendArgs compute;            // --backend, --devices
+  int slots = NodeOptions{}.slots;
+  BackendArgs compute;  // --backend, --devices
 };
 
 class NodeConfig : public caf::actor_system_config {
  public:
-  NodeConfig() {
+  explicit NodeConfig(int slots) {
     register_distributed_session_types(*this);
     use_low_latency_scheduling(*this);
     use_remote_connections(*this);
+    // A rank's compute phase holds a scheduler thread for its duration
+    // (actors/rank_actors.hpp): a thread per slot lets every session
+    // compute at once, and one more keeps the node's other actors moving.
+    // One slot keeps use_remote_connections' two.
+    set("scheduler.max-threads", static_cast<std::size_t>(slots) + 1);
   }
 };
 
@@ -99,6 +105,7 @@ Result<NodeOptions> node_options(const NodeArgs& args, const NodeAddress& listen
   options.allow_faults = args.allow_faults;
   options.max_resident_bytes = args.max_resident_bytes;
   options.max_context = args.context;
+  options.slots = args.slots;
   auto backend = checked_backend(args.compute);
   if (!backend) return backend.error();
   options.backend = *backend;
@@ -149,7 +156,7 @@ int run_node(const NodeArgs& args) {
   const sigset_t signals = stop_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   spdlog::flush_on(spdlog::level::info);
-  NodeConfig config;
+  NodeConfig config(args.slots);
   caf::actor_system system{config};
   auto node = spawn_node(system, std::move(*options));
   auto log_refusal = [](const std::string& why) { spdlog::warn("accord node: {}", printable(why)); };
@@ -179,7 +186,8 @@ int run_node(const NodeArgs& args) {
 
 Command add_node_command(CLI::App& app) {
   auto args = std::make_shared<NodeArgs>();
-  CLI::App* cmd = app.add_subcommand("node", "Run one rank of a remote cluster for a coordinator elsewhere");
+  CLI::App* cmd =
+      app.add_subcommand("node", "Run a rank of a remote cluster for each of up to --slots coordinators elsewhere");
   cmd->add_option("--listen", args->listen, "address to listen on, HOST:PORT (port 0: the system picks one)")
       ->required();
   cmd->add_option("--model", args->model,
@@ -209,6 +217,11 @@ Command add_node_command(CLI::App& app) {
                   "keep at most this many bytes of the rank's weights in memory, streaming the other layers each "
                   "step (default 0: all resident, or the coordinator's budget)")
       ->check(whole_number_range());
+  cmd->add_option("--slots", args->slots,
+                  "sessions served at once, each its own rank, keys and values and threads over one copy of the "
+                  "weights (serve --peers --parallel K needs K); a session past them is refused")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   cmd->add_option("--ctx-size", args->context,
                   "the most positions a session's rank may hold here (each keeps keys and values for all of "
                   "them); a coordinator asking for more is refused")

@@ -210,9 +210,6 @@ void watch_sources(serve::Metrics& metrics, const ServeArgs& args, const StepBat
 int run_serve(ServeArgs args) {
   spdlog::set_level(spdlog::level::from_str(args.log_level));
   if (args.peers.empty()) args.threads = capped_threads(args.threads);
-  if (!args.peers.empty() && args.parallel != 1) {
-    return fail("--peers serves one sequence at a time: each node holds one session (--parallel 1)");
-  }
   auto http = http_options(args);
   if (!http) return fail(http.error().message());
   auto key = api_key(args);
@@ -250,9 +247,13 @@ int run_serve(ServeArgs args) {
   serve::Metrics metrics;
   auto kv_pool = std::make_shared<KvPool>(args.kv_budget_bytes);
   std::vector<std::unique_ptr<serve::SlotSession>> slots;
+  // With --peers each slot is a session of its own on every node, so a
+  // node needs --slots K; one with fewer refuses the slot past them.
   for (int i = 0; i < args.parallel; ++i) {
     auto slot = make_slot(args, *model, faults, pool, batcher, metrics, kv_pool);
-    if (!slot) return fail(slot.error().message());
+    if (!slot)
+      return fail("slot " + std::to_string(i + 1) + " of " + std::to_string(args.parallel) + ": " +
+                  slot.error().message());
     slots.push_back(std::move(*slot));
   }
   watch_sources(metrics, args, batcher, *kv_pool);
@@ -329,14 +330,16 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--ranks", args->ranks, "in-process ranks of each slot's session")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  cmd->add_option_function<std::string>("--peers", node_list(args->peers, "--peers"),
-                                        "remote ranks: `accord node` processes, rank 0 first (with --parallel 1)")
+  cmd->add_option_function<std::string>(
+         "--peers", node_list(args->peers, "--peers"),
+         "remote ranks: `accord node` processes, rank 0 first; each slot is a session on every node, "
+         "so the nodes need --slots K")
       ->type_name("HOST:PORT,...")
       ->excludes("--ranks");
   cmd->add_option("--secret-file", args->secret_file, "with --peers: the cluster's shared secret")->needs("--peers");
   cmd->add_option("--threads", args->threads,
                   "CPU threads of the pool the slots share, one kernel at a time (with --ranks, each slot's "
-                  "session gets threads / parallel of its own)")
+                  "session gets threads / parallel of its own; with --peers, on each node)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--batch-window-us", args->batch_window_us,
