@@ -8,7 +8,7 @@
 # --temperature 0 --threads 1 --json` under GNU time (/usr/bin/time -f %M:
 # the process's peak resident set). The session's keys and values are the
 # JSON report's kv_bytes_capacity (every position of --ctx-size's default,
-# allocated and zeroed at the start). Prints a markdown table: file bytes,
+# at most: the cache is paged and holds only the positions used). Prints a markdown table: file bytes,
 # KV bytes, peak resident bytes, the bound and the margin under it.
 set -euo pipefail
 
