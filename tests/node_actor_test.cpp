@@ -21,20 +21,8 @@
 namespace accord {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Generous: these bound waits for things that happen in milliseconds.
 constexpr auto kPatience = std::chrono::seconds(20);
-
-template <class Condition>
-bool eventually(Condition condition) {
-  const auto deadline = Clock::now() + kPatience;
-  while (!condition()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
 
 class NodeConfig : public caf::actor_system_config {
  public:
@@ -155,7 +143,7 @@ TEST_F(NodeActorTest, ServesSuccessiveModelsAndKeepsNoRefusedOne) {
   caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
   auto next = coordinator();
   std::string refusal;
-  ASSERT_TRUE(eventually([&] {
+  ASSERT_TRUE(test::eventually([&] {
     refusal = assign(assignment_for(second, 2), next);
     return refusal.empty();
   })) << refusal;
@@ -174,7 +162,7 @@ TEST_F(NodeActorTest, ARunningSessionsRankIsNotTakenOver) {
   EXPECT_EQ(assign(assignment_for(model, 1), owner), "");
   caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
   auto next = coordinator();
-  EXPECT_TRUE(eventually([&] { return assign(assignment_for(model, 3), next).empty(); }));
+  EXPECT_TRUE(test::eventually([&] { return assign(assignment_for(model, 3), next).empty(); }));
 }
 
 // A coordinator that gave up on a node's answer tells it so, naming its
@@ -254,7 +242,7 @@ TEST_F(NodeActorTest, AReleasedSessionFreesItsOwnSlotOnly) {
   EXPECT_EQ(refusal_of(assignment_for(model, 3), coordinator()).code, NodeRefusalCode::rank_taken);
   self_->send(node_, release_atom::value, std::uint64_t{1});
   EXPECT_EQ(assign(assignment_for(model, 3), coordinator()), "");
-  EXPECT_TRUE(eventually([&] { return !runs(first); })) << "the released session's rank still runs";
+  EXPECT_TRUE(test::eventually([&] { return !runs(first); })) << "the released session's rank still runs";
   EXPECT_TRUE(runs(second));
   EXPECT_EQ(refusal_of(assignment_for(model, 4), coordinator()).code, NodeRefusalCode::rank_taken);
 }
@@ -271,8 +259,8 @@ TEST_F(NodeActorTest, AGoneCoordinatorFreesItsSessionsSlotOnly) {
   ASSERT_TRUE(first && second);
   caf::anon_send_exit(leaving, caf::exit_reason::user_shutdown);
   const auto next = coordinator();
-  EXPECT_TRUE(eventually([&] { return assign(assignment_for(model, 3), next).empty(); }));
-  EXPECT_TRUE(eventually([&] { return !runs(first); })) << "the gone coordinator's rank still runs";
+  EXPECT_TRUE(test::eventually([&] { return assign(assignment_for(model, 3), next).empty(); }));
+  EXPECT_TRUE(test::eventually([&] { return !runs(first); })) << "the gone coordinator's rank still runs";
   EXPECT_TRUE(runs(second));
 }
 

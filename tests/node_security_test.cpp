@@ -300,16 +300,6 @@ bool closed_by_peer(int fd) {
   return false;
 }
 
-template <class Condition>
-bool eventually(Condition condition) {
-  const auto deadline = Clock::now() + kPatience;
-  while (!condition()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
 TEST_F(GateTest, AdmitsOnlyAfterTheHandshakeAndCountsTheConnection) {
   const Secret shared = secret("a shared secret of the cluster");
   open(GateOptions{shared, 8});
@@ -318,7 +308,7 @@ TEST_F(GateTest, AdmitsOnlyAfterTheHandshakeAndCountsTheConnection) {
   EXPECT_NE(refused.error().message().find("secret is not the node's"), std::string::npos);
   auto fd = dial(shared);
   ASSERT_TRUE(fd) << fd.error().message();
-  ASSERT_TRUE(eventually([&] { return admitted() == 1; }));
+  ASSERT_TRUE(test::eventually([&] { return admitted() == 1; }));
   EXPECT_EQ(gate_->open_connections(), 1);
   drop_admitted();
   EXPECT_EQ(gate_->open_connections(), 0);
@@ -330,12 +320,12 @@ TEST_F(GateTest, TurnsAwayPeersWhenAdmittedConnectionsFillItsLimit) {
   auto first = dial(std::nullopt);
   auto second = dial(std::nullopt);
   ASSERT_TRUE(first && second);
-  ASSERT_TRUE(eventually([&] { return admitted() == 2; }));
+  ASSERT_TRUE(test::eventually([&] { return admitted() == 2; }));
   auto busy = dial(std::nullopt);
   ASSERT_FALSE(busy);
   EXPECT_NE(busy.error().message().find("connection limit"), std::string::npos) << busy.error().message();
   drop_admitted();
-  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 0; }));
+  ASSERT_TRUE(test::eventually([&] { return gate_->open_connections() == 0; }));
   auto admitted_now = dial(std::nullopt);
   EXPECT_TRUE(admitted_now) << admitted_now.error().message();
 }
@@ -350,10 +340,10 @@ TEST_F(GateTest, ACoordinatorWithTheSecretGetsInWhileHandshakesHoldEverySlot) {
   for (const std::string source : {"127.0.0.2", "127.0.0.3"}) {
     for (int i = 0; i < 4; ++i) held.push_back(idle_connection(source));
   }
-  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 8; }));
+  ASSERT_TRUE(test::eventually([&] { return gate_->open_connections() == 8; }));
   auto coordinator = dial(shared);
   ASSERT_TRUE(coordinator) << coordinator.error().message();
-  ASSERT_TRUE(eventually([&] { return admitted() == 1; }));
+  ASSERT_TRUE(test::eventually([&] { return admitted() == 1; }));
   EXPECT_EQ(gate_->open_connections(), 8);
   // The oldest handshake gave up its slot; the others keep theirs.
   EXPECT_TRUE(closed_by_peer(held.front().get()));
@@ -365,7 +355,7 @@ TEST_F(GateTest, AFifthHandshakeFromOneAddressIsRefusedAtOnceWhileOthersAreAdmit
   open(GateOptions{std::nullopt, 64, std::chrono::minutes(10)});
   std::vector<UniqueFd> held;
   for (int i = 0; i < 4; ++i) held.push_back(idle_connection("127.0.0.2"));
-  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 4; }));
+  ASSERT_TRUE(test::eventually([&] { return gate_->open_connections() == 4; }));
   auto fifth = dial_from("127.0.0.2", std::nullopt);
   ASSERT_FALSE(fifth);
   EXPECT_NE(fifth.error().message().find("too many handshakes in progress from this address"), std::string::npos)
@@ -374,10 +364,10 @@ TEST_F(GateTest, AFifthHandshakeFromOneAddressIsRefusedAtOnceWhileOthersAreAdmit
   ASSERT_TRUE(other) << other.error().message();
   // Once one of its handshakes ends, the address may start another.
   held.pop_back();
-  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 4; }));  // 3 handshakes, 1 admitted
+  ASSERT_TRUE(test::eventually([&] { return gate_->open_connections() == 4; }));  // 3 handshakes, 1 admitted
   auto again = dial_from("127.0.0.2", std::nullopt);
   EXPECT_TRUE(again) << again.error().message();
-  EXPECT_TRUE(eventually([&] { return admitted() == 2; }));  // handed on just after the answer is sent
+  EXPECT_TRUE(test::eventually([&] { return admitted() == 2; }));  // handed on just after the answer is sent
   // The node's log names the address it refused.
   const std::string reported = reports();
   const auto refusal = reported.find(": refused, the node has too many handshakes in progress from this address");
@@ -389,7 +379,7 @@ TEST_F(GateTest, ClosesAHandshakeThatDoesNotFinish) {
   open(GateOptions{std::nullopt, 8, std::chrono::milliseconds(100)});
   UniqueFd silent = idle_connection();
   EXPECT_TRUE(closed_by_peer(silent.get()));
-  ASSERT_TRUE(eventually([&] { return gate_->open_connections() == 0; }));
+  ASSERT_TRUE(test::eventually([&] { return gate_->open_connections() == 0; }));
   EXPECT_NE(reports().find("the handshake timed out"), std::string::npos) << reports();
   EXPECT_EQ(admitted(), 0u);
 }

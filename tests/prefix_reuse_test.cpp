@@ -223,11 +223,9 @@ void expect_turns_as_cold(GenerationTarget& held, const std::function<Produced(c
   }
 }
 
-TEST(GeneratorHeldPrefix, EveryTurnGivesAnEmptySessionsTokensAndLogprobs) {
-  const Model model = test::load_stories_model();
-  const Tokenizer tokenizer = test::load_stories_tokenizer();
-  Session session(model);
-  SessionTarget held(session);
+// Turns on `held` (which keeps its tokens) against an empty single-rank
+// session each.
+void expect_turns_as_a_fresh_session(GenerationTarget& held, const Model& model, const Tokenizer& tokenizer) {
   expect_turns_as_cold(held, [&](const std::string& prompt, bool prompt_logprobs) {
     Session fresh(model);
     SessionTarget target(fresh);
@@ -235,17 +233,19 @@ TEST(GeneratorHeldPrefix, EveryTurnGivesAnEmptySessionsTokensAndLogprobs) {
   });
 }
 
+TEST(GeneratorHeldPrefix, EveryTurnGivesAnEmptySessionsTokensAndLogprobs) {
+  const Model model = test::load_stories_model();
+  Session session(model);
+  SessionTarget held(session);
+  expect_turns_as_a_fresh_session(held, model, test::load_stories_tokenizer());
+}
+
 TEST(GeneratorHeldPrefix, ThreeRanksGiveASingleRanksTokensAndLogprobs) {
   const Model model = test::load_stories_model();
-  const Tokenizer tokenizer = test::load_stories_tokenizer();
   auto session = DistributedSession::create(model, three_ranks());
   ASSERT_TRUE(session) << session.error().message();
   DistributedTarget held(**session, model);
-  expect_turns_as_cold(held, [&](const std::string& prompt, bool prompt_logprobs) {
-    Session fresh(model);
-    SessionTarget target(fresh);
-    return produce(target, tokenizer, prompt, prompt_logprobs);
-  });
+  expect_turns_as_a_fresh_session(held, model, test::load_stories_tokenizer());
 }
 
 TEST(GeneratorHeldPrefix, WithoutReuseATargetThatHoldsTokensIsRefused) {
@@ -260,20 +260,6 @@ TEST(GeneratorHeldPrefix, WithoutReuseATargetThatHoldsTokensIsRefused) {
 
 // ---------------------------------------------------------------------------
 // accord serve's slots.
-
-// A slot on a session of three in-process ranks.
-class RanksSlot final : public serve::SlotSession {
- public:
-  explicit RanksSlot(const Model& model) : session_(DistributedSession::create(model, three_ranks()).value()) {
-    target_ = std::make_unique<DistributedTarget>(*session_, model);
-  }
-  GenerationTarget& target() override { return *target_; }
-  Status reset() override { return session_->reset(); }
-
- private:
-  std::unique_ptr<DistributedSession> session_;
-  std::unique_ptr<DistributedTarget> target_;
-};
 
 class ServePrefixReuse : public ::testing::Test {
  protected:
@@ -292,7 +278,7 @@ class ServePrefixReuse : public ::testing::Test {
     stage.kv_pool = kv_pool;
     for (int i = 0; i < slots; ++i) {
       if (ranks) {
-        sessions.push_back(std::make_unique<RanksSlot>(model_));
+        sessions.push_back(std::make_unique<test::DistributedSlot>(model_, three_ranks()));
       } else {
         sessions.push_back(std::make_unique<serve::SessionSlot>(model_, pool_, nullptr, PhaseTimer{}, stage));
       }

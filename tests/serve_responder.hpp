@@ -1,5 +1,6 @@
-// A serve::Responder for tests: records what a client of the service
-// would receive, and may go away after a number of stream events.
+// What the serve tests share: a serve::Responder that records what a client
+// of the service would receive (and may go away after a number of stream
+// events), and a slot on a distributed session.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "actors/distributed_session.hpp"
+#include "actors/distributed_target.hpp"
+#include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
 
 namespace accord::test {
@@ -68,6 +72,23 @@ class RecordingResponder final : public serve::Responder {
   std::vector<std::string> events_;
   std::size_t gone_after_events_ = 0;
   std::atomic<bool> gone_{false};
+};
+
+// A slot on a session of in-process ranks made with `options`.
+class DistributedSlot final : public serve::SlotSession {
+ public:
+  DistributedSlot(const Model& model, const DistributedOptions& options) {
+    auto created = DistributedSession::create(model, options);
+    EXPECT_TRUE(created) << created.error().message();
+    session_ = std::move(*created);
+    target_ = std::make_unique<DistributedTarget>(*session_, model);
+  }
+  GenerationTarget& target() override { return *target_; }
+  Status reset() override { return session_->reset(); }
+
+ private:
+  std::unique_ptr<DistributedSession> session_;
+  std::unique_ptr<DistributedTarget> target_;
 };
 
 }  // namespace accord::test

@@ -272,26 +272,6 @@ TEST(ServeSlots, ASingleRankSlotTimesEveryPhaseItRuns) {
 }
 
 // What a client receives: a whole answer, or a stream's events.
-class FaultySlot final : public serve::SlotSession {
- public:
-  FaultySlot(const Model& model, const std::vector<Fault>& faults) {
-    DistributedOptions options;
-    options.ranks = 2;
-    options.threads = 1;
-    options.faults = faults;
-    auto created = DistributedSession::create(model, options);
-    EXPECT_TRUE(created) << created.error().message();
-    session_ = std::move(*created);
-    target_ = std::make_unique<DistributedTarget>(*session_, model);
-  }
-  GenerationTarget& target() override { return *target_; }
-  Status reset() override { return session_->reset(); }
-
- private:
-  std::unique_ptr<DistributedSession> session_;
-  std::unique_ptr<DistributedTarget> target_;
-};
-
 // A slot that holds its request, before its generation, until released.
 class HeldSlot final : public serve::SlotSession {
  public:
@@ -333,7 +313,11 @@ class ServeServiceTest : public ::testing::Test {
       if (faults.empty()) {
         sessions.push_back(std::make_unique<serve::SessionSlot>(model_, pool_));
       } else {
-        sessions.push_back(std::make_unique<FaultySlot>(model_, faults));
+        DistributedOptions options;
+        options.ranks = 2;
+        options.threads = 1;
+        options.faults = faults;
+        sessions.push_back(std::make_unique<test::DistributedSlot>(model_, options));
       }
     }
     start_with(std::move(sessions), queue_limit);

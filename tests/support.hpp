@@ -2,10 +2,12 @@
 // folders, synthetic models, and running the `accord` binary.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <span>
@@ -92,6 +94,18 @@ std::vector<float> greedy_trace(AnySession& session, std::span<const int> prompt
   }
 }
 bool bit_identical(std::span<const float> a, std::span<const float> b);
+
+// Whether `condition` holds within `patience` (asked every 10 ms): generous,
+// as it bounds waits for what happens in milliseconds.
+template <class Condition>
+bool eventually(Condition condition, std::chrono::milliseconds patience = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
 
 // Rows [first, first + count) of `unit` in `kv`: its keys, then its values.
 std::vector<float> kv_rows(const KvStore& kv, int unit, int first, int count);
