@@ -73,6 +73,22 @@ TEST_F(KvPoolTest, ASpentPoolAbortsTheStepAndChangesNothing) {
   EXPECT_TRUE(test::bit_identical(test::greedy_trace(second, kPrompt, 8), test::greedy_trace(alone, kPrompt, 8)));
 }
 
+// A step that took a block and then aborted gives it back: memory is as
+// the step found it, the pool's count included.
+TEST_F(KvPoolTest, AnAbortedStepGivesBackTheBlocksItTook) {
+  auto kv_pool = std::make_shared<KvPool>();
+  Session session(model_, pool_, kv_options(KvType::f32, kv_pool));
+  ASSERT_TRUE(session.prefill(kPrompt));
+  const std::string digest = session.report().state_digest;
+  session.set_failure_hook(test::fail_once(Phase::OutputObservation, session.report().last_epoch + 1));
+  const std::vector<int> into_the_next_block(KvCache::kBlockPositions, 1);
+  EXPECT_FALSE(session.prefill(into_the_next_block));
+  EXPECT_EQ(kv_pool->used_bytes(), block_bytes());
+  EXPECT_EQ(session.report().state_digest, digest);
+  EXPECT_TRUE(session.prefill(into_the_next_block)) << "the same step runs once the fault is spent";
+  EXPECT_EQ(kv_pool->used_bytes(), 2 * block_bytes());
+}
+
 // An F16 cache rounds what it keeps, so its logits differ from F32's, but
 // they are its own on every path and with the model split over ranks.
 TEST_F(KvPoolTest, AnF16CacheGivesItsOwnBitsOnEveryPathAndRankCount) {

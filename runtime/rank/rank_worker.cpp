@@ -217,13 +217,14 @@ Status RankWorker::prepare_load(std::uint64_t epoch, std::vector<int> prefix, st
                                               std::to_string(shard.size()) + " floats for a prefix of " +
                                               std::to_string(prefix.size()) + " tokens");
   }
-  if (Status room = stage_.state().reserve_rows(static_cast<int>(prefix.size())); !room) return room;
-  // Nothing changes before the commit, so the undo is the position alone.
+  const int rows = static_cast<int>(prefix.size());
+  // Nothing changes before the commit but the cache's room, so the undo is
+  // the position and that room.
   open(epoch, [this, prefix = std::move(prefix), shard = std::move(shard)](std::uint64_t e) {
     install_shard(stage_.state(), shard, prefix, e);
   });
   undo_ = stage_.state().capture_rows(0, 0);
-  return {};
+  return stage_.state().reserve_rows(rows);
 }
 
 void RankWorker::commit(std::uint64_t epoch) {
