@@ -13,6 +13,7 @@
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/io/env.hpp"
 #include "runtime/model/identity.hpp"
+#include "runtime/model/kv_pool.hpp"
 #include "runtime/model/residency.hpp"
 #include "runtime/rank/partition.hpp"
 #include "runtime/rank/rank_worker.hpp"
@@ -46,6 +47,7 @@ struct NodeState {
   std::vector<std::weak_ptr<const Model>> loaded;
   std::shared_ptr<const Model> kept;          // the last loaded, kept for the next session that asks for it
   std::map<SessionId, SessionSlot> sessions;  // by session id, at most options.slots
+  std::shared_ptr<KvPool> kv_pool;            // the sessions' keys and values, under options.kv_budget_bytes
 };
 
 using NodePointer = NodeActor::stateful_pointer<NodeState>;
@@ -235,7 +237,7 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, std::shared_
   const int threads = node_threads(s, assignment.threads);
   return std::shared_ptr<RankWorker>(
       new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition, rank, assignment.model_identity,
-                     StageOptions{s.options.backend, budget, *kv_type, nullptr}),
+                     StageOptions{s.options.backend, budget, *kv_type, s.kv_pool}),
       [model](RankWorker* worker) { delete worker; });
 }
 
@@ -319,6 +321,7 @@ AssignReply take_assignment(NodePointer self, const NodeAssignment& assignment, 
 // ranks' own actors. Only its front talks to it (see front_actor).
 NodeActor::behavior_type node_actor(NodePointer self, NodeOptions options) {
   self->state.options = std::move(options);
+  self->state.kv_pool = std::make_shared<KvPool>(self->state.options.kv_budget_bytes);
   // A coordinator that is gone (its client exited, its connection broke)
   // takes its session's slot with it.
   self->set_down_handler([=](caf::down_msg& down) {

@@ -63,6 +63,10 @@ struct NodeOptions {
   // and values as its positions fill (paged, runtime/model/kv_cache.hpp)
   // and its compute threads, not another copy of the weights.
   int slots = 1;
+  // --kv-budget-bytes: the most bytes of keys and values its sessions'
+  // ranks hold together (one KV pool, runtime/model/kv_pool.hpp); a step
+  // past it aborts. 0: no budget but each session's context.
+  std::uint64_t kv_budget_bytes = 0;
   // --ctx-size: the most positions a session's rank may hold here (its
   // keys and values); a session asking for more is refused. 0: no limit.
   int max_context = 0;

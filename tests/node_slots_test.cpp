@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/distributed_session.hpp"
+#include "runtime/model/kv_cache.hpp"
 #include "runtime/text/sampler.hpp"
 #include "tests/node_process.hpp"
 #include "tests/support.hpp"
@@ -45,8 +46,10 @@ int count(const std::string& text, const std::string& part) {
 
 class NodeSlots : public ::testing::Test {
  protected:
-  void start_nodes(int count, int slot_count) {
-    for (int i = 0; i < count; ++i) nodes_.push_back(std::make_unique<NodeProcess>(logs_, slots(slot_count)));
+  void start_nodes(int count, int slot_count, const std::vector<std::string>& more = {}) {
+    std::vector<std::string> options = slots(slot_count);
+    options.insert(options.end(), more.begin(), more.end());
+    for (int i = 0; i < count; ++i) nodes_.push_back(std::make_unique<NodeProcess>(logs_, options));
     for (const auto& node : nodes_) ASSERT_NE(node->port(), 0) << node->log();
   }
 
@@ -153,6 +156,29 @@ TEST_F(NodeSlots, AnEndedSessionFreesItsSlotWhileAnotherRunsOn) {
   run.decode(kSteps - 2);
   EXPECT_TRUE(test::bit_identical(run.trace(), alone(kPrompts[0])));
   EXPECT_TRUE(test::bit_identical(test::greedy_trace(*next, kPrompts[2], kSteps), alone(kPrompts[2])));
+}
+
+// --kv-budget-bytes: the node's sessions share one KV pool. With room for
+// one block, a second session's step aborts (the session stays usable);
+// once the first session ends and gives its block back, it runs and gives
+// what it gives alone.
+TEST_F(NodeSlots, SessionsShareTheNodesKvBudgetAndAFullPoolAbortsAStepOnly) {
+  const ModelConfig& c = model_.config();
+  const auto block = std::to_string(KvCache::kBlockPositions * 2 * c.n_layers * c.kv_dim() * sizeof(float));
+  start_nodes(1, 2, {"--kv-budget-bytes", block});
+  auto first = connected();
+  auto second = connected();
+  ASSERT_TRUE(first && second);
+  ASSERT_TRUE(first->prefill(kPrompts[0]));
+  auto refused = second->prefill(kPrompts[1]);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("KV pool's budget of " + block + " bytes"), std::string::npos)
+      << refused.error().message();
+  EXPECT_EQ(second->position(), 0);
+  first.reset();  // its rank, and the block it held, go with its coordinator
+  EXPECT_TRUE(test::eventually([&] { return static_cast<bool>(second->prefill(kPrompts[1])); }));
+  ASSERT_TRUE(second->reset());
+  EXPECT_TRUE(test::bit_identical(test::greedy_trace(*second, kPrompts[1], kSteps), alone(kPrompts[1])));
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ struct NodeArgs {
   std::uint64_t max_resident_bytes = 0;
   int context = kDefaultContext;  // --ctx-size
   int slots = NodeOptions{}.slots;
+  std::uint64_t kv_budget_bytes = 0;
   BackendArgs compute;  // --backend, --devices
 };
 
@@ -106,6 +107,7 @@ Result<NodeOptions> node_options(const NodeArgs& args, const NodeAddress& listen
   options.max_resident_bytes = args.max_resident_bytes;
   options.max_context = args.context;
   options.slots = args.slots;
+  options.kv_budget_bytes = args.kv_budget_bytes;
   auto backend = checked_backend(args.compute);
   if (!backend) return backend.error();
   options.backend = *backend;
@@ -222,6 +224,10 @@ Command add_node_command(CLI::App& app) {
                   "weights (serve --peers --parallel K needs K); a session past them is refused")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  cmd->add_option("--kv-budget-bytes", args->kv_budget_bytes,
+                  "the most bytes of keys and values the sessions' ranks hold together, taken as their positions "
+                  "fill; a step past it aborts (default 0: no budget but each session's context)")
+      ->check(whole_number_range());
   cmd->add_option("--ctx-size", args->context,
                   "the most positions a session's rank may hold here (each keeps keys and values for all of "
                   "them); a coordinator asking for more is refused")
