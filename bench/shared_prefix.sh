@@ -14,7 +14,8 @@
 # default prompt cache) when given; and BASELINE_RUNS (default 2) times
 # accord serve --no-prefix-reuse (each request prefilled whole, as accord
 # served before prefix reuse). THREADS (default: all cores), CTX (default
-# 2048) positions a slot holds.
+# 2048) positions a slot holds; RESULTS, a file that keeps each run's
+# figures as they come (default: a temporary one).
 set -euo pipefail
 if [[ $# -lt 2 || $# -gt 3 ]]; then
   sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
@@ -63,7 +64,7 @@ run_llama() {
   stop_server
 }
 
-results=$(mktemp)
+results=${RESULTS:-$(mktemp)}
 for run in $(seq "$runs"); do
   echo "run $run of $runs" >&2
   figures=$(run_accord) && echo "accord $figures" >> "$results"
@@ -96,4 +97,4 @@ for other in ("llama", "baseline"):
         ratios = [rows["accord"][i]["tokens_per_second"] / rows[other][i]["tokens_per_second"] for i in range(n)]
         print(f"\naccord / {names[other]} tokens/s, run by run: {cell(ratios, 2)}")
 PY
-rm -f "$results"
+[[ -n ${RESULTS:-} ]] || rm -f "$results"
