@@ -10,6 +10,7 @@
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/isa.hpp"
 #include "runtime/model/kv_pool.hpp"
+#include "runtime/model/stage_backend.hpp"
 #include "runtime/session/session.hpp"
 #include "tests/support.hpp"
 
@@ -31,8 +32,7 @@ class KvPoolTest : public ::testing::Test {
   cpu::ThreadPool pool_{2};
   // What a block of every unit's keys and values takes in F32.
   std::uint64_t block_bytes() const {
-    return static_cast<std::uint64_t>(KvCache::kBlockPositions) * 2 * model_.config().n_layers *
-           model_.config().kv_dim() * sizeof(float);
+    return KvCache::kBlockPositions * kv_position_bytes(model_.config(), KvType::f32);
   }
 };
 

@@ -13,6 +13,7 @@
 
 #include "actors/distributed_session.hpp"
 #include "runtime/model/kv_cache.hpp"
+#include "runtime/model/stage_backend.hpp"
 #include "runtime/text/sampler.hpp"
 #include "tests/node_process.hpp"
 #include "tests/support.hpp"
@@ -163,8 +164,7 @@ TEST_F(NodeSlots, AnEndedSessionFreesItsSlotWhileAnotherRunsOn) {
 // once the first session ends and gives its block back, it runs and gives
 // what it gives alone.
 TEST_F(NodeSlots, SessionsShareTheNodesKvBudgetAndAFullPoolAbortsAStepOnly) {
-  const ModelConfig& c = model_.config();
-  const auto block = std::to_string(KvCache::kBlockPositions * 2 * c.n_layers * c.kv_dim() * sizeof(float));
+  const auto block = std::to_string(KvCache::kBlockPositions * kv_position_bytes(model_.config(), KvType::f32));
   start_nodes(1, 2, {"--kv-budget-bytes", block});
   auto first = connected();
   auto second = connected();

@@ -25,9 +25,15 @@ Result<KvType> parse_kv_type(std::string_view name) {
   return Error(ErrorCode::contract, "unknown KV cache type '" + printable(name) + "' (f32 or f16)");
 }
 
+namespace {
+
+cpu::KvElement kv_element(KvType type) { return type == KvType::f32 ? cpu::KvElement::f32 : cpu::KvElement::f16; }
+
+}  // namespace
+
 std::uint64_t kv_position_bytes(const ModelConfig& config, KvType type) {
-  const std::uint64_t element = type == KvType::f32 ? 4 : 2;
-  return 2 * static_cast<std::uint64_t>(config.n_layers) * static_cast<std::uint64_t>(config.kv_dim()) * element;
+  return 2 * static_cast<std::uint64_t>(config.n_layers) * static_cast<std::uint64_t>(config.kv_dim()) *
+         cpu::kv_element_bytes(kv_element(type));
 }
 
 Status check_backend(const BackendChoice& choice) {
@@ -67,9 +73,8 @@ Result<std::unique_ptr<StageBackend>> make_stage(const Model& model, cpu::Thread
     }
     return make_cuda_stage(model, scope, options.backend.device_for(rank));
   }
-  const auto element = options.kv_type == KvType::f32 ? cpu::KvElement::f32 : cpu::KvElement::f16;
-  return std::unique_ptr<StageBackend>(
-      std::make_unique<CpuStage>(model, pool, scope.first_unit, scope.units, element, options.kv_pool));
+  return std::unique_ptr<StageBackend>(std::make_unique<CpuStage>(model, pool, scope.first_unit, scope.units,
+                                                                  kv_element(options.kv_type), options.kv_pool));
 }
 
 }  // namespace accord
