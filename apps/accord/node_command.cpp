@@ -224,10 +224,7 @@ Command add_node_command(CLI::App& app) {
                   "weights (serve --peers --parallel K needs K); a session past them is refused")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  cmd->add_option("--kv-budget-bytes", args->kv_budget_bytes,
-                  "the most bytes of keys and values the sessions' ranks hold together, taken as their positions "
-                  "fill; a step past it aborts (default 0: no budget but each session's context)")
-      ->check(whole_number_range());
+  add_kv_budget_option(*cmd, args->kv_budget_bytes, "the sessions' ranks");
   cmd->add_option("--ctx-size", args->context,
                   "the most positions a session's rank may hold here (each keeps keys and values for all of "
                   "them); a coordinator asking for more is refused")

@@ -106,6 +106,14 @@ void add_kv_type_option(CLI::App& cmd, KvType& type) {
       ->check(CLI::IsMember({"f32", "f16"}));
 }
 
+void add_kv_budget_option(CLI::App& cmd, std::uint64_t& bytes, const std::string& holders) {
+  cmd.add_option("--kv-budget-bytes", bytes,
+                 "the most bytes of keys and values " + holders +
+                     " hold together, taken as their positions fill; a step past it aborts (default 0: no budget "
+                     "but each session's context)")
+      ->check(whole_number_range());
+}
+
 void add_backend_options(CLI::App& cmd, BackendArgs& args) {
   cmd.add_option("--backend", args.backend,
                  "where the ranks compute: cpu (the default), or cuda (a build with nvcc and a machine with a GPU)")

@@ -51,6 +51,9 @@ inline constexpr int kDefaultContext = 4096;
 void add_context_option(CLI::App& cmd, int& context);
 // --kv-type f32|f16: the element type of every rank's keys and values.
 void add_kv_type_option(CLI::App& cmd, KvType& type);
+// --kv-budget-bytes N: the KV pool that `holders` (the command's sessions)
+// take their keys and values from; 0: no budget.
+void add_kv_budget_option(CLI::App& cmd, std::uint64_t& bytes, const std::string& holders);
 
 // --backend cpu|cuda and --devices 0,1,...: where the command's ranks compute.
 struct BackendArgs {

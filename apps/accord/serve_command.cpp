@@ -316,10 +316,7 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--tokenizer", args->tokenizer, "tokenizer file, as for `accord generate`");
   add_context_option(*cmd, args->context);
   add_kv_type_option(*cmd, args->kv_type);
-  cmd->add_option("--kv-budget-bytes", args->kv_budget_bytes,
-                  "the most bytes of keys and values the single-rank slots hold together, taken as their positions "
-                  "fill (a step past it aborts; 0: no budget but the context)")
-      ->capture_default_str();
+  add_kv_budget_option(*cmd, args->kv_budget_bytes, "the single-rank slots");
   cmd->add_option("--listen", args->listen, "HOST:PORT to listen on; port 0 picks a free one")->capture_default_str();
   cmd->add_option("--parallel", args->parallel, "requests generated at once, each on a session of its own")
       ->check(CLI::Range(1, 256))
