@@ -229,6 +229,8 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, std::shared_
   }
   auto kv_type = parse_kv_type(assignment.kv_type);
   if (!kv_type) return kv_type.error();
+  if (Status fits = check_kv_type(model->config(), *kv_type); !fits)
+    return Error(fits.error().code(), s.options.name + ": " + fits.error().message());
   // Each session's rank computes on a pool of its own, as in a process of
   // its own: sessions on one node run their steps at the same time, and a
   // shared pool would run their kernels one at a time. The client sizes

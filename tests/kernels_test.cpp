@@ -126,14 +126,15 @@ TEST(Kernels, SiluMulIsWithinAFewUlpOfItsDefinitionEverywhere) {
 
 // Keys and values, (positions, kv_dim) each, laid out as a paged cache
 // lays them out: blocks of 1 << shift positions, each holding its keys and
-// then its values, every value as `element`.
+// then its values, every value as `element` (Q8_0 as the test's own
+// reference quantizes it).
 class PagedKv {
  public:
   PagedKv(const std::vector<float>& keys, const std::vector<float>& values, int kv_dim, int shift,
           KvElement element = KvElement::f32)
       : kv_dim_(kv_dim), shift_(shift), element_(element) {
     const int positions = static_cast<int>(keys.size()) / kv_dim, per_block = 1 << shift;
-    const std::size_t row = static_cast<std::size_t>(kv_dim) * kv_element_bytes(element);
+    const std::size_t row = kv_bytes(element, static_cast<std::size_t>(kv_dim));
     part_bytes_ = row * static_cast<std::size_t>(per_block);
     for (int b = 0; b * per_block < positions; ++b) {
       storage_.emplace_back(2 * part_bytes_);
@@ -150,6 +151,11 @@ class PagedKv {
 
  private:
   void store(const float* from, std::byte* to) const {
+    if (element_ == KvElement::q8_0) {
+      const std::vector<std::byte> blocks = test::q8_0_reference({from, static_cast<std::size_t>(kv_dim_)});
+      std::memcpy(to, blocks.data(), blocks.size());
+      return;
+    }
     for (int i = 0; i < kv_dim_; ++i) {
       if (element_ == KvElement::f32) {
         std::memcpy(to + 4 * i, from + i, 4);
@@ -167,7 +173,16 @@ class PagedKv {
   std::vector<const std::byte*> blocks_;
 };
 
-constexpr int kOneBlock = 20;  // a shift whose block holds every position of these tests
+// `values` as a cache of `element` keeps them: rounded to F16, or Q8_0's
+// groups read back (the test's reference).
+std::vector<float> as_kept(const std::vector<float>& values, KvElement element) {
+  if (element == KvElement::q8_0) return test::q8_0_reference_values(values);
+  std::vector<float> kept = values;
+  for (float& x : kept) x = f16_to_f32(f32_to_f16(x));
+  return kept;
+}
+
+constexpr int kOneBlock = 7;  // a shift whose block (128 positions) holds every position of these tests
 
 TEST(Kernels, AttentionOverOnePositionReturnsItsValue) {
   // With a single cached position the softmax weight is 1: out = value.
@@ -225,18 +240,17 @@ TEST(Kernels, AttentionWindowAttendsToTheLastPositionsOnly) {
 }
 
 // Attention over a paged cache: the bits do not depend on the block size,
-// on the path, or, for an F16 cache, on anything but the rounded values
-// (an F32 cache of the values rounded to F16 gives the same bits); in
-// accord's arithmetic and in ggml's.
+// on the path, or, for an F16 or Q8_0 cache, on anything but the values it
+// keeps (an F32 cache of the values rounded to F16, or of Q8_0's groups
+// read back, gives the same bits); in accord's arithmetic and in ggml's.
+// A head is 72 values, so heads begin inside Q8_0's groups of 32 and the
+// products meet tails.
 TEST(Kernels, AttentionBitsDependOnTheValuesNotOnBlocksOrPaths) {
-  const int hs = 72, heads = 4, kv_heads = 2, positions = 70, kv_dim = kv_heads * hs;
+  const int hs = 72, heads = 8, kv_heads = 4, positions = 70, kv_dim = kv_heads * hs;
   const auto keys = random_floats(static_cast<std::size_t>(positions) * kv_dim, 15);
   const auto values = random_floats(keys.size(), 16);
   const auto q = random_floats(static_cast<std::size_t>(positions) * heads * hs, 17);
-  std::vector<float> rounded_keys = keys, rounded_values = values;
-  for (auto* v : {&rounded_keys, &rounded_values}) {
-    for (float& x : *v) x = f16_to_f32(f32_to_f16(x));
-  }
+  const KvElement kept_types[] = {KvElement::f16, KvElement::q8_0};
   ThreadPool pool(2);
   for (bool ggml : {false, true}) {
     const AttentionHeads shape{heads, kv_heads, hs, std::sqrt(static_cast<float>(hs)), 0, ggml};
@@ -246,16 +260,22 @@ TEST(Kernels, AttentionBitsDependOnTheValuesNotOnBlocksOrPaths) {
       return out;
     };
     const std::vector<float> f32 = run(PagedKv(keys, values, kv_dim, kOneBlock));
-    const std::vector<float> f16 = run(PagedKv(rounded_keys, rounded_values, kv_dim, kOneBlock));
-    EXPECT_FALSE(bit_identical(f32, f16)) << "rounding to F16 changes the values";
+    std::vector<std::vector<float>> kept;
+    for (KvElement element : kept_types) {
+      kept.push_back(run(PagedKv(as_kept(keys, element), as_kept(values, element), kv_dim, kOneBlock)));
+      EXPECT_FALSE(bit_identical(f32, kept.back())) << "the cache changes the values " << static_cast<int>(element);
+    }
     for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512}) {
       test::CpuPathScope scope(isa);
       if (!scope.ok()) continue;
       for (int shift : {0, 2, 5}) {
         EXPECT_TRUE(bit_identical(run(PagedKv(keys, values, kv_dim, shift)), f32))
             << to_string(isa) << " ggml " << ggml << " blocks of " << (1 << shift);
-        EXPECT_TRUE(bit_identical(run(PagedKv(keys, values, kv_dim, shift, KvElement::f16)), f16))
-            << to_string(isa) << " ggml " << ggml << " F16 blocks of " << (1 << shift);
+        for (std::size_t e = 0; e < kept.size(); ++e) {
+          EXPECT_TRUE(bit_identical(run(PagedKv(keys, values, kv_dim, shift, kept_types[e])), kept[e]))
+              << to_string(isa) << " ggml " << ggml << " element " << static_cast<int>(kept_types[e]) << " blocks of "
+              << (1 << shift);
+        }
       }
     }
   }

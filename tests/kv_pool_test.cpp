@@ -1,10 +1,13 @@
 // The paged key/value cache (runtime/model/kv_cache.hpp) and the pool its
 // blocks come from: a session holds room for the positions it used, a
-// spent pool aborts a step with nothing changed, and an F16 cache gives
-// the same bits on every rank count and path.
+// spent pool aborts a step with nothing changed, and an F16 or Q8_0 cache
+// gives the same bits on every rank count and path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "actors/distributed_session.hpp"
@@ -89,35 +92,117 @@ TEST_F(KvPoolTest, AnAbortedStepGivesBackTheBlocksItTook) {
   EXPECT_EQ(kv_pool->used_bytes(), 2 * block_bytes());
 }
 
-// An F16 cache rounds what it keeps, so its logits differ from F32's, but
-// they are its own on every path and with the model split over ranks.
-TEST_F(KvPoolTest, AnF16CacheGivesItsOwnBitsOnEveryPathAndRankCount) {
-  Session f32(model_, pool_);
+// A cache of `type` changes what it keeps (F16 rounds, Q8_0 quantizes), so
+// its logits differ from F32's, but they are its own on every path and with
+// the model split over ranks; its blocks take `position_bytes` a position.
+void expect_own_bits_on_every_path_and_rank_count(const Model& model, cpu::ThreadPool& pool, KvType type,
+                                                  std::uint64_t position_bytes) {
+  SCOPED_TRACE(std::string(to_string(type)));
+  Session f32(model, pool);
   const std::vector<float> f32_trace = test::greedy_trace(f32, kPrompt, 12);
-  std::vector<float> f16_trace;
+  std::vector<float> trace;
   {
     test::CpuPathScope scope(cpu::Isa::portable);
     ASSERT_TRUE(scope.ok());
-    Session f16(model_, pool_, kv_options(KvType::f16));
-    f16_trace = test::greedy_trace(f16, kPrompt, 12);
-    EXPECT_EQ(
-        f16.materialization_report().kv_allocated_bytes,
-        static_cast<std::uint64_t>(KvCache::kBlockPositions) * f16.report().kv_bytes_capacity / model_.config().seq_len)
-        << "an F16 block takes half an F32 one";
+    Session session(model, pool, kv_options(type));
+    trace = test::greedy_trace(session, kPrompt, 12);
+    EXPECT_EQ(session.materialization_report().kv_allocated_bytes, KvCache::kBlockPositions * position_bytes);
+    EXPECT_EQ(session.report().kv_bytes_capacity, model.config().seq_len * position_bytes);
   }
-  EXPECT_FALSE(test::bit_identical(f16_trace, f32_trace));
+  EXPECT_FALSE(test::bit_identical(trace, f32_trace));
   for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
     test::CpuPathScope scope(isa);
     if (!scope.ok()) continue;
-    Session f16(model_, pool_, kv_options(KvType::f16));
-    EXPECT_TRUE(test::bit_identical(test::greedy_trace(f16, kPrompt, 12), f16_trace)) << to_string(isa);
+    Session session(model, pool, kv_options(type));
+    EXPECT_TRUE(test::bit_identical(test::greedy_trace(session, kPrompt, 12), trace)) << to_string(isa);
   }
   DistributedOptions options;
   options.ranks = 3;
-  options.kv_type = KvType::f16;
-  auto ranks = DistributedSession::create(model_, options);
+  options.kv_type = type;
+  auto ranks = DistributedSession::create(model, options);
   ASSERT_TRUE(ranks) << ranks.error().message();
-  EXPECT_TRUE(test::bit_identical(test::greedy_trace(**ranks, kPrompt, 12), f16_trace));
+  EXPECT_TRUE(test::bit_identical(test::greedy_trace(**ranks, kPrompt, 12), trace));
+}
+
+// Keys and values of every layer at one position: F16 takes 2 bytes a value.
+TEST_F(KvPoolTest, AnF16CacheGivesItsOwnBitsOnEveryPathAndRankCount) {
+  const ModelConfig& c = model_.config();
+  expect_own_bits_on_every_path_and_rank_count(model_, pool_, KvType::f16, 2 * c.n_layers * c.kv_dim() * 2u);
+}
+
+// Q8_0 takes 34 bytes a group of 32 values (stories260K's kv_dim is 32, and
+// its heads of 8 values share a group).
+TEST_F(KvPoolTest, AQ8_0CacheGivesItsOwnBitsOnEveryPathAndRankCount) {
+  const ModelConfig& c = model_.config();
+  ASSERT_EQ(c.kv_dim() % 32, 0);
+  expect_own_bits_on_every_path_and_rank_count(model_, pool_, KvType::q8_0, 2 * c.n_layers * (c.kv_dim() / 32) * 34u);
+}
+
+// A Q8_0 cache stores each group of 32 values of a row as ggml's
+// block_q8_0 (the test's own reference), rows that cross a block
+// included, reads back d * q, and counts its bytes exactly.
+TEST(KvCacheQ8_0, StoresEachGroupAsGgmlsBlockAndReadsItBack) {
+  ModelConfig c;
+  c.dim = 128;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;  // kv_dim 64: two groups a row
+  c.n_layers = 2;
+  c.seq_len = 64;
+  const auto row_bytes = static_cast<std::size_t>(c.kv_dim()) / 32 * 34;
+  KvCache cache(c, 0, c.n_layers, cpu::KvElement::q8_0);
+  EXPECT_EQ(cache.position_bytes(), 2 * c.n_layers * row_bytes);
+  ASSERT_TRUE(cache.reserve(40));
+  EXPECT_EQ(cache.held_bytes(), 2 * KvCache::kBlockPositions * cache.position_bytes());
+  const int first = 29, count = 5;  // rows 29..33: across the first block's end
+  auto keys = test::random_floats(static_cast<std::size_t>(count) * c.kv_dim(), 21);
+  const auto values = test::random_floats(keys.size(), 22);
+  std::fill_n(keys.begin(), 32, 0.0f);  // a group of zeros: d = 0
+  cache.write_rows(1, first, count, keys.data(), values.data());
+
+  const cpu::KvView view = cache.view(1);
+  for (int r = 0; r < count; ++r) {
+    const int p = first + r;
+    const std::byte* row = view.blocks[p / KvCache::kBlockPositions] + (p % KvCache::kBlockPositions) * row_bytes;
+    const auto at = static_cast<std::size_t>(r) * c.kv_dim();
+    const std::span<const float> key_row(keys.data() + at, static_cast<std::size_t>(c.kv_dim()));
+    const std::span<const float> value_row(values.data() + at, static_cast<std::size_t>(c.kv_dim()));
+    EXPECT_EQ(std::vector<std::byte>(row + view.key_offset, row + view.key_offset + row_bytes),
+              test::q8_0_reference(key_row))
+        << "keys of row " << p;
+    EXPECT_EQ(std::vector<std::byte>(row + view.value_offset, row + view.value_offset + row_bytes),
+              test::q8_0_reference(value_row))
+        << "values of row " << p;
+  }
+  std::vector<float> read = test::q8_0_reference_values(keys);
+  const std::vector<float> read_values = test::q8_0_reference_values(values);
+  read.insert(read.end(), read_values.begin(), read_values.end());
+  EXPECT_TRUE(test::bit_identical(test::kv_rows(cache, 1, first, count), read));
+}
+
+// A model whose kv_dim is not whole groups of 32 is refused a Q8_0 cache
+// by name, before a step and by a session's step alike, never a crash.
+TEST(KvCacheQ8_0, AKvDimOutsideGroupsOf32IsRefused) {
+  test::TempDir dir;
+  const Model model = test::synthetic_model(dir, {test::small_config(), 3, llama2c::Layout::legacy});
+  ASSERT_NE(model.config().kv_dim() % 32, 0);
+  const std::string kv_dim = "kv_dim " + std::to_string(model.config().kv_dim());
+  const Status refused = check_kv_type(model.config(), KvType::q8_0);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find(kv_dim), std::string::npos) << refused.error().message();
+  EXPECT_NE(refused.error().message().find("q8_0"), std::string::npos) << refused.error().message();
+  EXPECT_TRUE(check_kv_type(model.config(), KvType::f16));
+  cpu::ThreadPool pool(1);
+  Session session(model, pool, kv_options(KvType::q8_0));
+  auto step = session.prefill(std::vector<int>{1, 2, 3});
+  ASSERT_FALSE(step);
+  EXPECT_NE(step.error().message().find(kv_dim), std::string::npos) << step.error().message();
+}
+
+TEST(KvCacheQ8_0, TheTypeIsNamedQ8_0) {
+  ASSERT_TRUE(parse_kv_type("q8_0"));
+  EXPECT_EQ(*parse_kv_type("q8_0"), KvType::q8_0);
+  EXPECT_EQ(to_string(KvType::q8_0), "q8_0");
+  EXPECT_FALSE(parse_kv_type("q8"));
 }
 
 }  // namespace

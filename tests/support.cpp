@@ -1,6 +1,7 @@
 #include "tests/support.hpp"
 
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/quant.hpp"
 #include "runtime/text/sampler.hpp"
 
 #include <fcntl.h>
@@ -8,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -68,6 +71,36 @@ std::vector<float> kv_rows(const KvStore& kv, int unit, int first, int count) {
     rows.insert(rows.end(), values.begin(), values.end());
   });
   return rows;
+}
+
+std::vector<std::byte> q8_0_reference(std::span<const float> values) {
+  constexpr std::size_t kGroup = 32;
+  std::vector<std::byte> bytes;
+  for (std::size_t g = 0; g + kGroup <= values.size(); g += kGroup) {
+    const std::span<const float> group = values.subspan(g, kGroup);
+    float amax = 0.0f;
+    for (float x : group) amax = std::max(amax, std::fabs(x));
+    const float d = amax / 127.0f;
+    const float inverse = d == 0.0f ? 0.0f : 1.0f / d;
+    const std::uint16_t half = cpu::f32_to_f16(d);
+    bytes.push_back(static_cast<std::byte>(half & 0xffu));
+    bytes.push_back(static_cast<std::byte>(half >> 8));
+    for (float x : group) bytes.push_back(static_cast<std::byte>(static_cast<std::int8_t>(std::lround(x * inverse))));
+  }
+  return bytes;
+}
+
+std::vector<float> q8_0_reference_values(std::span<const float> values) {
+  const std::vector<std::byte> bytes = q8_0_reference(values);
+  std::vector<float> read;
+  for (std::size_t b = 0; b < bytes.size(); b += 34) {
+    const auto half =
+        static_cast<std::uint16_t>(std::to_integer<unsigned>(bytes[b]) | std::to_integer<unsigned>(bytes[b + 1]) << 8);
+    const float d = cpu::f16_to_f32(half);
+    for (std::size_t j = 0; j < 32; ++j)
+      read.push_back(d * static_cast<float>(static_cast<std::int8_t>(bytes[b + 2 + j])));
+  }
+  return read;
 }
 
 TempDir::TempDir() {

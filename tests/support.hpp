@@ -110,6 +110,14 @@ bool eventually(Condition condition, std::chrono::milliseconds patience = std::c
 // Rows [first, first + count) of `unit` in `kv`: its keys, then its values.
 std::vector<float> kv_rows(const KvStore& kv, int unit, int first, int count);
 
+// ggml's block_q8_0 of each group of 32 of `values` (whole groups),
+// written here from its definition (quantize_row_q8_0_ref), not by the
+// code under test: d = max |x| / 127, stored as F16, then 32 int8 quants,
+// x * (1 / d) rounded half away from zero (0 where d is 0).
+std::vector<std::byte> q8_0_reference(std::span<const float> values);
+// What those blocks read back as: d as stored, times q.
+std::vector<float> q8_0_reference_values(std::span<const float> values);
+
 // The prompt and descriptor the prompt-cache tests save and load, one
 // session or several ranks alike, and its first n tokens.
 // An observer the test owns, lent to a step as a session takes one.

@@ -320,6 +320,7 @@ int run_generate(GenerateArgs args) {
   // not is refused before a long load.
   auto header = Model::read_header(args.model);
   if (!header) return fail(header.error().message());
+  if (Status fits = check_kv_type(header->config, args.kv_type); !fits) return fail(fits.error().message());
   auto tokenizer = find_tokenizer(args.tokenizer, args.model, *header);
   if (!tokenizer) return fail(tokenizer.error().message());
   if (Status chat = render_chat(args); !chat) return fail(chat.error().message());

@@ -102,8 +102,9 @@ void add_context_option(CLI::App& cmd, int& context) {
 void add_kv_type_option(CLI::App& cmd, KvType& type) {
   cmd.add_option_function<std::string>(
          "--kv-type", [&type](const std::string& name) { type = *parse_kv_type(name); },
-         "keys and values in f32 (the default: the references' bits) or f16 (half the memory and traffic)")
-      ->check(CLI::IsMember({"f32", "f16"}));
+         "keys and values in f32 (the default: the references' bits), f16 (half the memory and traffic) or q8_0 "
+         "(34 bytes per 32 values, a model whose kv_dim is a multiple of 32)")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0"}));
 }
 
 void add_kv_budget_option(CLI::App& cmd, std::uint64_t& bytes, const std::string& holders) {

@@ -49,7 +49,7 @@ std::function<void(const std::string&)> node_list(std::vector<NodeAddress>& node
 // a Llama 3 file's 131072 from taking gigabytes of keys and values.
 inline constexpr int kDefaultContext = 4096;
 void add_context_option(CLI::App& cmd, int& context);
-// --kv-type f32|f16: the element type of every rank's keys and values.
+// --kv-type f32|f16|q8_0: the element type of every rank's keys and values.
 void add_kv_type_option(CLI::App& cmd, KvType& type);
 // --kv-budget-bytes N: the KV pool that `holders` (the command's sessions)
 // take their keys and values from; 0: no budget.

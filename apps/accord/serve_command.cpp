@@ -226,6 +226,7 @@ int run_serve(ServeArgs args) {
   if (Status ok = check_fault_plan(faults, ranks); !ok) return fail(ok.error().message());
   auto header = Model::read_header(args.model);
   if (!header) return fail(header.error().message());
+  if (Status fits = check_kv_type(header->config, args.kv_type); !fits) return fail(fits.error().message());
   auto tokenizer = find_tokenizer(args.tokenizer, args.model, *header);
   if (!tokenizer) return fail(tokenizer.error().message());
   auto chat = chat_template(args);

@@ -1,6 +1,7 @@
 // One query head's attention as ggml's CPU backend computes it with
 // AVX512, an F32 cache and flash attention off (AttentionHeads::ggml in
-// ops.hpp; an F16 cache's values converted exactly, not ggml's F16 path), written once over a path's vector type V
+// ops.hpp; an F16 or Q8_0 cache's values converted exactly, not ggml's F16
+// or Q8_0 path), written once over a path's vector type V
 // (matmul_tiles.hpp says why templates). Internal to kernels/cpu.
 #pragma once
 
@@ -11,25 +12,26 @@
 
 namespace accord::cpu::tiles {
 
-// ggml_vec_dot_f32 of a row of the cache and b (n values): per 64 values
-// four accumulators of 16 lanes (fma), added (0 + 2, 1 + 3, then 0 + 1)
-// and reduced, then the values past the last 64 one by one, without fma.
-// An F16 row's values are converted exactly first.
+// ggml_vec_dot_f32 of a row of the cache, its n values from `lead` on
+// (KvRows::lead), and b: per 64 values four accumulators of 16 lanes (fma),
+// added (0 + 2, 1 + 3, then 0 + 1) and reduced, then the values past the
+// last 64 one by one, without fma. An F16 or Q8_0 row's values are
+// converted exactly first.
 template <class V, class Format>
-float ggml_vec_dot(const std::byte* a, const float* b, int n) {
+float ggml_vec_dot(const std::byte* a, int lead, const float* b, int n) {
   float lanes[4][16] = {};
   const int whole = n / 64 * 64;
   for (int i = 0; i < whole; i += 64) {
     for (int j = 0; j < 4; ++j) {
       for (int l = 0; l < 16; ++l) {
         const int k = i + 16 * j + l;
-        lanes[j][l] = __builtin_fmaf(Format::template at<V>(a, k), b[k], lanes[j][l]);
+        lanes[j][l] = __builtin_fmaf(Format::template at<V>(a, lead + k), b[k], lanes[j][l]);
       }
     }
   }
   for (int l = 0; l < 16; ++l) lanes[0][l] = (lanes[0][l] + lanes[2][l]) + (lanes[1][l] + lanes[3][l]);
   float sum = reduce16_ggml<V>(lanes[0]);
-  for (int i = whole; i < n; ++i) sum += Format::template at<V>(a, i) * b[i];
+  for (int i = whole; i < n; ++i) sum += Format::template at<V>(a, lead + i) * b[i];
   return sum;
 }
 
@@ -48,7 +50,8 @@ float weighted_values(const GgmlHead& h, int d) {
       for (int l = 0; l < 16; ++l) {
         const int p = b + 16 * j + l;
         if (p < h.start || p > h.pos) continue;
-        lanes[j][l] = __builtin_fmaf(Format::template at<V>(h.values.row(p), d), h.scores[p], lanes[j][l]);
+        const float value = Format::template at<V>(h.values.row(p), h.values.lead + d);
+        lanes[j][l] = __builtin_fmaf(value, h.scores[p], lanes[j][l]);
       }
     }
   }
@@ -65,7 +68,7 @@ template <class V, class Format>
 void attend_ggml(const GgmlHead& h) {
   float max = -__builtin_inff();
   for (int p = h.start; p <= h.pos; ++p) {
-    h.scores[p] = ggml_vec_dot<V, Format>(h.keys.row(p), h.q, h.head_size) * h.scale;
+    h.scores[p] = ggml_vec_dot<V, Format>(h.keys.row(p), h.keys.lead, h.q, h.head_size) * h.scale;
     max = h.scores[p] > max ? h.scores[p] : max;
   }
   // The softmax: e^(s - max) per 16 cells, each block's sum reduced and

@@ -41,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/attention_ggml.hpp"
 #include "kernels/cpu/bf16_products.hpp"
@@ -82,6 +83,21 @@ struct F16Format {
     std::uint16_t h;
     __builtin_memcpy(&h, row + 2 * static_cast<std::size_t>(i), sizeof h);
     return V::half(h);
+  }
+};
+
+// A Q8_0 cache's row (ops.hpp's KvElement::q8_0): value i lies in group
+// i / kKvGroup, an F16 scale d and then the group's quants q; it reads as
+// d * q, exactly. Only read value by value: the products take its rows
+// converted to F32 (kv_dots, kv_weighted_sum).
+struct KvQ8Format {
+  template <class V>
+  static float at(const std::byte* row, int i) {
+    const std::byte* group = row + kKvGroupBytes * static_cast<std::size_t>(i / kKvGroup);
+    std::uint16_t d;
+    __builtin_memcpy(&d, group, sizeof d);
+    const auto q = static_cast<std::int8_t>(group[2 + i % kKvGroup]);
+    return static_cast<float>(q) * V::half(d);
   }
 };
 
@@ -399,11 +415,34 @@ void for_each_stretch(const KvRows& rows, int first, int count, Run run) {
   }
 }
 
+// `count` rows of a head in a Q8_0 cache, `stride` bytes apart, the head's
+// n values of each from `lead` on, converted exactly into F32 rows of n
+// values, so that F32's products sum them in F32's order. The rows lie in
+// the thread's own buffer, grown to the longest stretch seen (a decode
+// step allocates nothing), until the thread's next call.
+template <class V>
+const std::byte* q8_rows_as_f32(const std::byte* rows, std::size_t stride, int count, int lead, int n) {
+  thread_local std::vector<float> floats;
+  const auto size = static_cast<std::size_t>(count) * static_cast<std::size_t>(n);
+  if (floats.size() < size) floats.resize(size);
+  for (int r = 0; r < count; ++r) {
+    const std::byte* row = rows + static_cast<std::size_t>(r) * stride;
+    float* to = floats.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+    for (int i = 0; i < n; ++i) to[i] = KvQ8Format::at<V>(row, lead + i);
+  }
+  return reinterpret_cast<const std::byte*>(floats.data());
+}
+
 // KernelTable::kv_dots.
 template <class V, class Format>
 void kv_dots(const KvRows& keys, int first, int count, const float* x, int n, float* out) {
   for_each_stretch(keys, first, count, [&](const std::byte* rows, int done, int stretch) {
-    dots<V, Format>(rows, keys.stride, stretch, x, n, out + done);
+    if constexpr (__is_same(Format, KvQ8Format)) {
+      const std::byte* floats = q8_rows_as_f32<V>(rows, keys.stride, stretch, keys.lead, n);
+      dots<V, F32Format>(floats, sizeof(float) * static_cast<std::size_t>(n), stretch, x, n, out + done);
+    } else {
+      dots<V, Format>(rows, keys.stride, stretch, x, n, out + done);
+    }
   });
 }
 
@@ -411,7 +450,12 @@ void kv_dots(const KvRows& keys, int first, int count, const float* x, int n, fl
 template <class V, class Format>
 void kv_weighted_sum(const float* weights, const KvRows& values, int first, int count, int n, float* y) {
   for_each_stretch(values, first, count, [&](const std::byte* rows, int done, int stretch) {
-    weighted_sum<V, Format>(weights + done, rows, values.stride, stretch, n, y);
+    if constexpr (__is_same(Format, KvQ8Format)) {
+      const std::byte* floats = q8_rows_as_f32<V>(rows, values.stride, stretch, values.lead, n);
+      weighted_sum<V, F32Format>(weights + done, floats, sizeof(float) * static_cast<std::size_t>(n), stretch, n, y);
+    } else {
+      weighted_sum<V, Format>(weights + done, rows, values.stride, stretch, n, y);
+    }
   });
 }
 
@@ -463,13 +507,13 @@ KernelTable make_table() {
            &kquant_rows<V, kq::Q5K>, &kquant_rows<V, kq::Q6K>, &kquant_rows<V, kq::IQ4XS>, &legacy_rows<V, Q4_1Blocks>,
            &legacy_rows<V, Q5_0Blocks>, &legacy_rows<V, Q5_1Blocks>, &legacy_rows<V, IQ4_NLBlocks>},
           &dot<V>,
-          {&kv_dots<V, F32Format>, &kv_dots<V, F16Format>},
-          {&kv_weighted_sum<V, F32Format>, &kv_weighted_sum<V, F16Format>},
+          {&kv_dots<V, F32Format>, &kv_dots<V, F16Format>, &kv_dots<V, KvQ8Format>},
+          {&kv_weighted_sum<V, F32Format>, &kv_weighted_sum<V, F16Format>, &kv_weighted_sum<V, KvQ8Format>},
           &quantize<V>,
           &silu_mul<V>,
           &silu_mul_ggml<V>,
           &attention_weights<V>,
-          {&attend_ggml<V, F32Format>, &attend_ggml<V, F16Format>}};
+          {&attend_ggml<V, F32Format>, &attend_ggml<V, F16Format>, &attend_ggml<V, KvQ8Format>}};
 }
 
 }  // namespace accord::cpu::tiles

@@ -195,11 +195,12 @@ namespace {
 void attend_head(const KvView& kv, const AttentionHeads& heads, const float* q, int h, int pos, float* scores,
                  float* out) {
   const int head_size = heads.head_size;
-  const auto row_bytes = static_cast<std::size_t>(kv.kv_dim) * kv_element_bytes(kv.element);
-  const auto head_bytes =
-      static_cast<std::size_t>(h / (heads.n_heads / heads.n_kv_heads)) * head_size * kv_element_bytes(kv.element);
-  const KvRows keys{kv.blocks, kv.key_offset + head_bytes, row_bytes, kv.block_shift};
-  const KvRows values{kv.blocks, kv.value_offset + head_bytes, row_bytes, kv.block_shift};
+  const auto row_bytes = kv_bytes(kv.element, static_cast<std::size_t>(kv.kv_dim));
+  const int head_first = h / (heads.n_heads / heads.n_kv_heads) * head_size;
+  const int lead = kv.element == KvElement::q8_0 ? head_first % kKvGroup : 0;
+  const auto head_bytes = kv_bytes(kv.element, static_cast<std::size_t>(head_first - lead));
+  const KvRows keys{kv.blocks, kv.key_offset + head_bytes, row_bytes, kv.block_shift, lead};
+  const KvRows values{kv.blocks, kv.value_offset + head_bytes, row_bytes, kv.block_shift, lead};
   const int start = heads.window > 0 ? std::max(0, pos - heads.window + 1) : 0;
   const int count = pos + 1 - start;
   if (heads.ggml) {

@@ -86,11 +86,20 @@ void silu_mul_ggml(float* gate, const float* up, int n);
 // identity above 10.  gate, up: (n)
 void gelu_tanh_mul(float* gate, const float* up, int n);
 
-// The element type of a key/value cache: F32, or F16 (half the bytes;
-// values are rounded to nearest, ties to even, as they are written).
-enum class KvElement : std::uint8_t { f32, f16 };
-inline constexpr int kKvElements = 2;
-inline constexpr std::size_t kv_element_bytes(KvElement e) { return e == KvElement::f32 ? 4 : 2; }
+// The element type of a key/value cache: F32, F16 (half the bytes; values
+// are rounded to nearest, ties to even, as they are written) or Q8_0
+// (34 bytes per 32 values: each group of 32 values of a row is stored as
+// ggml's block_q8_0, an F16 scale d and 32 int8 quants q, quantized as
+// quantize_q8_0 does (quant.hpp) as it is written, and read as d * q).
+enum class KvElement : std::uint8_t { f32, f16, q8_0 };
+inline constexpr int kKvElements = 3;
+inline constexpr int kKvGroup = 32;               // values per Q8_0 group
+inline constexpr std::size_t kKvGroupBytes = 34;  // its F16 scale and 32 quants
+// The bytes of `values` values of a row (Q8_0: whole groups of kKvGroup).
+inline constexpr std::size_t kv_bytes(KvElement e, std::size_t values) {
+  if (e == KvElement::q8_0) return values / kKvGroup * kKvGroupBytes;
+  return values * (e == KvElement::f32 ? 4 : 2);
+}
 
 // Rows of a paged cache, one per position, from one KV head's keys (or
 // values): position p lies in block p >> block_shift, row p & (block
@@ -100,6 +109,9 @@ struct KvRows {
   std::size_t offset = 0;  // bytes from a block's start to this head's first element at its first row
   std::size_t stride = 0;  // bytes between rows of a block
   int block_shift = 0;
+  // Q8_0 only: a head need not begin a group of 32, so `offset` points at
+  // the group it begins in and `lead` of that group's values precede it.
+  int lead = 0;
   const std::byte* row(int p) const {
     const auto in_block = static_cast<std::size_t>(p & ((1 << block_shift) - 1));
     return blocks[p >> block_shift] + offset + in_block * stride;
@@ -121,7 +133,7 @@ struct KvView {
 
 // Attention's two products over a head's rows [first, first + count):
 // out[i] = dot(row(first + i), x) over n values (F32's canonical order,
-// kernel_table.hpp; F16 values converted exactly first), and
+// kernel_table.hpp; F16 and Q8_0 values converted exactly first), and
 // y[j] = fma(weights[i], row(first + i)[j], y[j]) in order of i, added to
 // what y holds. Neither result depends on how the rows are split in blocks.
 void kv_dots(KvElement element, const KvRows& keys, int first, int count, const float* x, int n, float* out);

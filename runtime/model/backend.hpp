@@ -38,10 +38,12 @@ Status check_backend(const BackendChoice& choice);
 // The element type of a rank's keys and values: `--kv-type`. F32 keeps
 // the bits of every reference; F16 takes half the bytes (and so half the
 // memory traffic of attention over a long context), each value rounded to
-// nearest as it is written.
-enum class KvType { f32, f16 };
+// nearest as it is written; Q8_0 (llama.cpp's --cache-type-k q8_0) takes
+// 34 bytes per 32 values, each group of 32 quantized to 8 bits as it is
+// written, and needs a model whose kv_dim is a multiple of 32.
+enum class KvType { f32, f16, q8_0 };
 std::string_view to_string(KvType type);
-// "f32" or "f16", or an error naming what was given.
+// "f32", "f16" or "q8_0", or an error naming what was given.
 Result<KvType> parse_kv_type(std::string_view name);
 
 class KvPool;  // runtime/model/kv_pool.hpp

@@ -21,9 +21,15 @@ void for_each_stretch(int first, int count, Run run) {
   }
 }
 
+// n values of whole rows, converted to `element` as they are written (Q8_0
+// by quant.hpp's scalar quantizer: the same bits on every path) and back.
 void store_values(cpu::KvElement element, const float* from, std::size_t n, std::byte* to) {
   if (element == cpu::KvElement::f32) {
     std::memcpy(to, from, n * sizeof(float));
+    return;
+  }
+  if (element == cpu::KvElement::q8_0) {
+    cpu::quantize_q8_0(to, from, n);
     return;
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -37,6 +43,10 @@ void load_values(cpu::KvElement element, const std::byte* from, std::size_t n, f
     std::memcpy(to, from, n * sizeof(float));
     return;
   }
+  if (element == cpu::KvElement::q8_0) {
+    cpu::dequantize_q8_0(to, from, n);
+    return;
+  }
   for (std::size_t i = 0; i < n; ++i) {
     std::uint16_t half;
     std::memcpy(&half, from + 2 * i, sizeof half);
@@ -48,10 +58,10 @@ void load_values(cpu::KvElement element, const std::byte* from, std::size_t n, f
 
 KvCache::KvCache(const ModelConfig& config, int first_unit, int unit_count, cpu::KvElement element,
                  std::shared_ptr<KvPool> pool)
-    : KvStore(config, first_unit, unit_count, cpu::kv_element_bytes(element)),
+    : KvStore(config, first_unit, unit_count, element),
       element_(element),
       pool_(pool != nullptr ? std::move(pool) : std::make_shared<KvPool>()),
-      row_bytes_(static_cast<std::size_t>(kv_dim()) * cpu::kv_element_bytes(element)),
+      row_bytes_(cpu::kv_bytes(element, static_cast<std::size_t>(kv_dim()))),
       part_bytes_(row_bytes_ * kBlockPositions),
       block_bytes_(2 * part_bytes_ * static_cast<std::size_t>(unit_count)) {}
 

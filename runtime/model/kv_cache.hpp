@@ -30,13 +30,13 @@ namespace accord {
 class KvStore {
  public:
   // Room for config.seq_len positions of units [first_unit, first_unit +
-  // unit_count), element_bytes a value.
-  KvStore(const ModelConfig& config, int first_unit, int unit_count, std::size_t element_bytes = sizeof(float))
+  // unit_count), each value stored as `element`.
+  KvStore(const ModelConfig& config, int first_unit, int unit_count, cpu::KvElement element = cpu::KvElement::f32)
       : first_unit_(first_unit),
         unit_count_(unit_count),
         capacity_(config.seq_len),
         kv_dim_(config.kv_dim()),
-        element_bytes_(element_bytes) {}
+        row_bytes_(cpu::kv_bytes(element, static_cast<std::size_t>(config.kv_dim()))) {}
   virtual ~KvStore() = default;
   KvStore(const KvStore&) = delete;
   KvStore& operator=(const KvStore&) = delete;
@@ -49,9 +49,7 @@ class KvStore {
 
   std::size_t capacity_bytes() const { return static_cast<std::size_t>(capacity_) * position_bytes(); }
   // What one position's keys and values take over the held units.
-  std::size_t position_bytes() const {
-    return 2 * static_cast<std::size_t>(unit_count_) * static_cast<std::size_t>(kv_dim_) * element_bytes_;
-  }
+  std::size_t position_bytes() const { return 2 * static_cast<std::size_t>(unit_count_) * row_bytes_; }
 
   // Room for positions [0, positions), or why not (a spent pool); rows
   // already there are kept.
@@ -78,7 +76,7 @@ class KvStore {
   int unit_count_;
   int capacity_;
   int kv_dim_;
-  std::size_t element_bytes_;
+  std::size_t row_bytes_;  // one position of one unit's keys
 };
 
 class KvCache final : public KvStore {

@@ -1,5 +1,8 @@
 #include "runtime/model/stage_backend.hpp"
 
+#include <iterator>
+#include <string_view>
+
 namespace accord {
 
 int BackendChoice::device_for(int rank) const {
@@ -17,23 +20,42 @@ std::string to_string(const BackendChoice& choice) {
   return text;
 }
 
-std::string_view to_string(KvType type) { return type == KvType::f32 ? "f32" : "f16"; }
-
-Result<KvType> parse_kv_type(std::string_view name) {
-  if (name == "f32") return KvType::f32;
-  if (name == "f16") return KvType::f16;
-  return Error(ErrorCode::contract, "unknown KV cache type '" + printable(name) + "' (f32 or f16)");
-}
-
 namespace {
 
-cpu::KvElement kv_element(KvType type) { return type == KvType::f32 ? cpu::KvElement::f32 : cpu::KvElement::f16; }
+constexpr std::string_view kKvTypeNames[] = {"f32", "f16", "q8_0"};  // in KvType's order
+
+cpu::KvElement kv_element(KvType type) {
+  switch (type) {
+    case KvType::f32: return cpu::KvElement::f32;
+    case KvType::f16: return cpu::KvElement::f16;
+    case KvType::q8_0: return cpu::KvElement::q8_0;
+  }
+  return cpu::KvElement::f32;
+}
 
 }  // namespace
 
+std::string_view to_string(KvType type) { return kKvTypeNames[static_cast<int>(type)]; }
+
+Result<KvType> parse_kv_type(std::string_view name) {
+  for (int i = 0; i < static_cast<int>(std::size(kKvTypeNames)); ++i) {
+    if (name == kKvTypeNames[i]) return static_cast<KvType>(i);
+  }
+  return Error(ErrorCode::contract, "unknown KV cache type '" + printable(name) + "' (f32, f16 or q8_0)");
+}
+
 std::uint64_t kv_position_bytes(const ModelConfig& config, KvType type) {
-  return 2 * static_cast<std::uint64_t>(config.n_layers) * static_cast<std::uint64_t>(config.kv_dim()) *
-         cpu::kv_element_bytes(kv_element(type));
+  return 2 * static_cast<std::uint64_t>(config.n_layers) *
+         cpu::kv_bytes(kv_element(type), static_cast<std::size_t>(config.kv_dim()));
+}
+
+Status check_kv_type(const ModelConfig& config, KvType type) {
+  if (type == KvType::q8_0 && config.kv_dim() % cpu::kKvGroup != 0) {
+    return Error(ErrorCode::contract,
+                 "--kv-type q8_0 stores keys and values in groups of 32, and this model's kv_dim " +
+                     std::to_string(config.kv_dim()) + " is not a multiple of 32");
+  }
+  return {};
 }
 
 Status check_backend(const BackendChoice& choice) {
@@ -73,6 +95,7 @@ Result<std::unique_ptr<StageBackend>> make_stage(const Model& model, cpu::Thread
     }
     return make_cuda_stage(model, scope, options.backend.device_for(rank));
   }
+  if (Status fits = check_kv_type(model.config(), options.kv_type); !fits) return fits.error();
   return std::unique_ptr<StageBackend>(std::make_unique<CpuStage>(model, pool, scope.first_unit, scope.units,
                                                                   kv_element(options.kv_type), options.kv_pool));
 }

@@ -82,6 +82,9 @@ class CpuStage final : public StageBackend {
 // What one position's keys and values take over every unit of the model,
 // in a cache of `type`.
 std::uint64_t kv_position_bytes(const ModelConfig& config, KvType type);
+// Whether a model's keys and values can be stored as `type`: Q8_0 needs
+// kv_dim in whole groups of 32; an error naming kv_dim and the type if not.
+Status check_kv_type(const ModelConfig& config, KvType type);
 
 // The stage of `scope`'s units on `device`, or why not. Ranks call it with
 // their share; check_backend first gives the clearer error.
