@@ -88,16 +88,36 @@ struct F16Format {
 
 // A Q8_0 cache's row (ops.hpp's KvElement::q8_0): value i lies in group
 // i / kKvGroup, an F16 scale d and then the group's quants q; it reads as
-// d * q, exactly. Only read value by value: the products take its rows
-// converted to F32 (kv_dots, kv_weighted_sum).
+// d * q, exactly, and only ever converted to F32 a head's row at a time
+// (kv_dots, kv_weighted_sum, attend_ggml), for F32's arithmetic.
 struct KvQ8Format {
+  // Values [lead, lead + n) of `row` into to[0 .. n), one scale a group.
+  // `to` is restrict: int8 quants may otherwise alias the floats written,
+  // which keeps the compiler from vectorizing a group.
   template <class V>
-  static float at(const std::byte* row, int i) {
-    const std::byte* group = row + kKvGroupBytes * static_cast<std::size_t>(i / kKvGroup);
+  static void read(const std::byte* row, int lead, int n, float* __restrict to) {
+    for (int i = 0; i < n;) {
+      const int value = lead + i, in_group = value % kKvGroup;
+      const int take = n - i < kKvGroup - in_group ? n - i : kKvGroup - in_group;
+      const std::byte* group = row + kKvGroupBytes * static_cast<std::size_t>(value / kKvGroup);
+      const float d = scale<V>(group);
+      const auto* q = reinterpret_cast<const std::int8_t*>(group + 2);
+      float* __restrict out = to + i;
+      if (take == kKvGroup) {
+        for (int j = 0; j < kKvGroup; ++j) out[j] = static_cast<float>(q[j]) * d;
+      } else {
+        for (int j = 0; j < take; ++j) out[j] = static_cast<float>(q[in_group + j]) * d;
+      }
+      i += take;
+    }
+  }
+
+ private:
+  template <class V>
+  static float scale(const std::byte* group) {
     std::uint16_t d;
     __builtin_memcpy(&d, group, sizeof d);
-    const auto q = static_cast<std::int8_t>(group[2 + i % kKvGroup]);
-    return static_cast<float>(q) * V::half(d);
+    return V::half(d);
   }
 };
 
@@ -425,10 +445,21 @@ const std::byte* q8_rows_as_f32(const std::byte* rows, std::size_t stride, int c
   thread_local std::vector<float> floats;
   const auto size = static_cast<std::size_t>(count) * static_cast<std::size_t>(n);
   if (floats.size() < size) floats.resize(size);
+  const std::size_t head_start = kKvGroupBytes * static_cast<std::size_t>(lead / kKvGroup);
+  const std::size_t head_bytes =
+      kKvGroupBytes * static_cast<std::size_t>((lead % kKvGroup + n + kKvGroup - 1) / kKvGroup);
   for (int r = 0; r < count; ++r) {
     const std::byte* row = rows + static_cast<std::size_t>(r) * stride;
     float* to = floats.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
-    for (int i = 0; i < n; ++i) to[i] = KvQ8Format::at<V>(row, lead + i);
+    // Rows lie a whole row of every head apart, so each is a cache miss of
+    // its own; asking for the row kAhead rows on while converting this one
+    // keeps several in flight.
+    constexpr int kAhead = 8;
+    if (r + kAhead < count) {
+      const std::byte* ahead = row + kAhead * stride + head_start;
+      for (std::size_t b = 0; b < head_bytes; b += 64) __builtin_prefetch(ahead + b);
+    }
+    KvQ8Format::read<V>(row, lead, n, to);
   }
   return reinterpret_cast<const std::byte*>(floats.data());
 }
