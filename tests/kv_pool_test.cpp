@@ -198,6 +198,23 @@ TEST(KvCacheQ8_0, AKvDimOutsideGroupsOf32IsRefused) {
   EXPECT_NE(step.error().message().find(kv_dim), std::string::npos) << step.error().message();
 }
 
+// accord generate takes --kv-type q8_0, and refuses it for a kv_dim
+// outside groups of 32 by name before reading the weights (no tokenizer
+// is there to find).
+TEST(KvCacheQ8_0, GenerateTakesItAndRefusesAKvDimOutsideGroupsOf32) {
+  const auto ran =
+      test::run_accord({"generate", "--model", test::stories_model(), "--tokenizer", test::stories_tokenizer(),
+                        "--prompt", "Once", "--max-tokens", "4", "--temperature", "0", "--kv-type", "q8_0"});
+  EXPECT_EQ(ran.exit_code, 0) << ran.output;
+  test::TempDir dir;
+  const std::string model = dir.file("m.bin");
+  ASSERT_TRUE(write_synthetic_model(model, {test::small_config(), 3, llama2c::Layout::legacy}));
+  const auto refused = test::run_accord({"generate", "--model", model, "--prompt", "a", "--kv-type", "q8_0"});
+  EXPECT_NE(refused.exit_code, 0);
+  const std::string kv_dim = "kv_dim " + std::to_string(test::small_config().kv_dim()) + " is not a multiple of 32";
+  EXPECT_NE(refused.output.find(kv_dim), std::string::npos) << refused.output;
+}
+
 TEST(KvCacheQ8_0, TheTypeIsNamedQ8_0) {
   ASSERT_TRUE(parse_kv_type("q8_0"));
   EXPECT_EQ(*parse_kv_type("q8_0"), KvType::q8_0);
