@@ -140,7 +140,8 @@ TEST_F(KvPoolTest, AQ8_0CacheGivesItsOwnBitsOnEveryPathAndRankCount) {
 
 // A Q8_0 cache stores each group of 32 values of a row as ggml's
 // block_q8_0 (the test's own reference), rows that cross a block
-// included, reads back d * q, and counts its bytes exactly.
+// included, reads back d * q, keeps its bytes when what it read is
+// written back, and counts its bytes exactly.
 TEST(KvCacheQ8_0, StoresEachGroupAsGgmlsBlockAndReadsItBack) {
   ModelConfig c;
   c.dim = 128;
@@ -159,24 +160,34 @@ TEST(KvCacheQ8_0, StoresEachGroupAsGgmlsBlockAndReadsItBack) {
   std::fill_n(keys.begin(), 32, 0.0f);  // a group of zeros: d = 0
   cache.write_rows(1, first, count, keys.data(), values.data());
 
+  // What the cache holds for those rows of unit 1: each row's keys, then
+  // its values.
   const cpu::KvView view = cache.view(1);
+  const auto stored = [&] {
+    std::vector<std::byte> bytes;
+    for (int p = first; p < first + count; ++p) {
+      const std::byte* row = view.blocks[p / KvCache::kBlockPositions] + (p % KvCache::kBlockPositions) * row_bytes;
+      bytes.insert(bytes.end(), row + view.key_offset, row + view.key_offset + row_bytes);
+      bytes.insert(bytes.end(), row + view.value_offset, row + view.value_offset + row_bytes);
+    }
+    return bytes;
+  };
+  std::vector<std::byte> expected;
   for (int r = 0; r < count; ++r) {
-    const int p = first + r;
-    const std::byte* row = view.blocks[p / KvCache::kBlockPositions] + (p % KvCache::kBlockPositions) * row_bytes;
-    const auto at = static_cast<std::size_t>(r) * c.kv_dim();
-    const std::span<const float> key_row(keys.data() + at, static_cast<std::size_t>(c.kv_dim()));
-    const std::span<const float> value_row(values.data() + at, static_cast<std::size_t>(c.kv_dim()));
-    EXPECT_EQ(std::vector<std::byte>(row + view.key_offset, row + view.key_offset + row_bytes),
-              test::q8_0_reference(key_row))
-        << "keys of row " << p;
-    EXPECT_EQ(std::vector<std::byte>(row + view.value_offset, row + view.value_offset + row_bytes),
-              test::q8_0_reference(value_row))
-        << "values of row " << p;
+    for (std::span<const float> rows : {std::span<const float>(keys), std::span<const float>(values)}) {
+      const auto blocks = test::q8_0_reference(rows.subspan(r * c.kv_dim(), c.kv_dim()));
+      expected.insert(expected.end(), blocks.begin(), blocks.end());
+    }
   }
+  EXPECT_EQ(stored(), expected);
   std::vector<float> read = test::q8_0_reference_values(keys);
   const std::vector<float> read_values = test::q8_0_reference_values(values);
   read.insert(read.end(), read_values.begin(), read_values.end());
-  EXPECT_TRUE(test::bit_identical(test::kv_rows(cache, 1, first, count), read));
+  const std::vector<float> rows = test::kv_rows(cache, 1, first, count);
+  EXPECT_TRUE(test::bit_identical(rows, read));
+  // An undone step writes back the rows it read (SessionState::restore_rows_after).
+  cache.write_rows(1, first, count, rows.data(), rows.data() + rows.size() / 2);
+  EXPECT_EQ(stored(), expected) << "rows written back as they were read keep their bytes";
 }
 
 // A model whose kv_dim is not whole groups of 32 is refused a Q8_0 cache
