@@ -206,10 +206,13 @@ Status RankWorker::prepare_reset(std::uint64_t epoch) {
 }
 
 Status RankWorker::prepare_snapshot(std::uint64_t epoch, std::uint64_t id) {
-  auto snapshot = std::make_shared<const RankSnapshot>(RankSnapshot{stage_.state().freeze(), shard_identity_});
-  open(epoch, [this, id, snapshot = std::move(snapshot)](std::uint64_t) {
-    SnapshotShelf::process().put(id, static_cast<RankId>(rank()), snapshot);
-  });
+  open(epoch, nullptr);
+  // Shelved now, before this rank reports, so that every rank's is there
+  // when the caller learns of the commit; an abort takes it off again.
+  SnapshotShelf::process().put(
+      id, static_cast<RankId>(rank()),
+      std::make_shared<const RankSnapshot>(RankSnapshot{stage_.state().freeze(), shard_identity_}));
+  shelved_ = id;
   return {};
 }
 
@@ -270,11 +273,15 @@ Status RankWorker::restore(std::uint64_t epoch) {
                   "a restore returns to the checkpointed position and epoch, which nothing moved since");
     stage_.state().restore(*undo_);
   }
+  if (epoch == epoch_ && shelved_) SnapshotShelf::process().drop(*shelved_);  // an aborted snapshot
   forget_open_transaction();
   return {};
 }
 
 void RankWorker::forget_open_transaction() {
+  // A snapshot shelved by a transaction this rank never saw decided stays:
+  // it may have committed, and the caller's handle drops it if not.
+  shelved_.reset();
   undo_.reset();
   on_commit_ = nullptr;
   step_tokens_.clear();
