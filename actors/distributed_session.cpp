@@ -23,6 +23,7 @@
 #include "runtime/rank/partition.hpp"
 #include "runtime/rank/prompt_cache_recovery.hpp"
 #include "runtime/rank/prompt_input.hpp"
+#include "runtime/rank/snapshot_shelf.hpp"
 #include "runtime/session/session.hpp"
 
 namespace accord {
@@ -298,6 +299,42 @@ Status DistributedSession::truncate(int position) {
   back.position = position;
   back.rank_digests.clear();  // of no state: `back` is only handed to rollback
   return rollback(back);
+}
+
+Result<SessionSnapshot> DistributedSession::snapshot() {
+  if (!impl_->placement->shares_snapshot_shelf()) {
+    return std::move(Error(ErrorCode::contract,
+                           "snapshots of ranks on nodes are not kept: each node's would live in its own process")
+                         .mark_before_state_mutation());
+  }
+  const std::uint64_t id = SnapshotShelf::new_id();
+  auto hold = SnapshotShelf::process().hold(id);
+  auto reply = impl_->call({SnapshotRequest{id}});
+  if (!reply) return reply.error();
+  std::string digest;
+  for (std::size_t r = 0; r < impl_->ranks.size(); ++r) {
+    auto image = SnapshotShelf::process().find(id, static_cast<RankId>(r));
+    if (image == nullptr) return Error(ErrorCode::mechanism, "rank " + std::to_string(r) + " shelved no snapshot");
+    if (r > 0) digest += ':';
+    digest += SessionState::content_digest(image->image);
+  }
+  return SessionSnapshot{id,
+                         impl_->layout->identity,
+                         impl_->tokens,
+                         committed_prompt_input_identity(),
+                         std::move(digest),
+                         std::move(hold)};
+}
+
+Status DistributedSession::restore(const SessionSnapshot& snapshot) {
+  if (snapshot.model_identity != impl_->layout->identity) {
+    return std::move(Error(ErrorCode::state, "the snapshot was taken of another model").mark_before_state_mutation());
+  }
+  auto reply = impl_->call({SnapshotRestoreRequest{snapshot.id}});
+  if (!reply) return reply.error();
+  impl_->tokens = snapshot.tokens;
+  impl_->prepared.restore(snapshot.prompt);
+  return {};
 }
 
 Result<DistributedCompleteCheckpoint> DistributedSession::checkpoint_complete() {

@@ -205,6 +205,12 @@ class DistributedSession {
   // it cannot), then resets every rank to an empty state.
   Status reset();
   // The state and the committed prompt's identity together.
+  // As Session's, on every rank (in-process ranks: a node's shelf is in
+  // its own process, so over nodes they are refused). The digest joins the
+  // ranks' content digests, in rank order.
+  Result<SessionSnapshot> snapshot();
+  Status restore(const SessionSnapshot& snapshot);
+
   Result<DistributedCompleteCheckpoint> checkpoint_complete();
   Status rollback_complete(const DistributedCompleteCheckpoint& checkpoint);
 

@@ -94,6 +94,7 @@ class InProcessPlacement final : public RankPlacement {
   }
 
   bool takes_observers() const override { return true; }
+  bool shares_snapshot_shelf() const override { return true; }
   bool shares_file_system() const override { return true; }
   bool counts_compute() const override { return true; }
 
@@ -150,6 +151,7 @@ class NodePlacement final : public RankPlacement {
   }
 
   bool takes_observers() const override { return false; }
+  bool shares_snapshot_shelf() const override { return false; }
   bool shares_file_system() const override { return false; }
   // A remote rank that went away would hold the caller up, and its compute
   // is its node's.

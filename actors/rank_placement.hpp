@@ -76,6 +76,9 @@ class RankPlacement {
                           std::vector<caf::actor>& awaited) const = 0;
   // Whether a step's observer can reach the ranks: it stays in this process.
   virtual bool takes_observers() const = 0;
+  // Whether the ranks keep their snapshots on this process's shelf
+  // (runtime/rank/snapshot_shelf.hpp), where the caller's handle releases them.
+  virtual bool shares_snapshot_shelf() const = 0;
   // Whether every rank's prompt-cache folder is on this process's file
   // system, so this process can heal a cache a killed save left mixed.
   virtual bool shares_file_system() const = 0;

@@ -74,6 +74,18 @@ typename Inspector::result_type inspect(Inspector& f, RollbackTarget& x) {
   return f(x.position, x.state_epoch, x.reset_epoch);
 }
 
+// SessionCheckpoint of a snapshot, SessionRollbackPreparation of a
+// snapshot restore: the snapshot every rank shelves, or restores.
+struct SnapshotTarget {
+  std::uint64_t id = 0;
+  bool operator==(const SnapshotTarget&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SnapshotTarget& x) {
+  return f(x.id);
+}
+
 // The prompt-cache phases: what to save or load, and where. For a save,
 // `save_id` names the new save on every rank; for PromptCacheLoadPreparation
 // it is the save rank 0's live generation belongs to, which every rank's
@@ -126,7 +138,7 @@ typename Inspector::result_type inspect(Inspector& f, PublicationArguments& x) {
 }
 
 using PhaseArguments = std::variant<NoArguments, StepTokens, ExecutionArguments, DraftTokens, RollbackTarget,
-                                    PromptCacheArguments, SamplingArguments, PublicationArguments>;
+                                    PromptCacheArguments, SamplingArguments, PublicationArguments, SnapshotTarget>;
 
 // PhaseArguments travel as every std::variant of the wire does
 // (messages/variant_wire.hpp): an index that names no kind arrives as its

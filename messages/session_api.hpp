@@ -73,6 +73,19 @@ struct EndChainRequest {
   bool operator==(const EndChainRequest&) const = default;
 };
 
+// A stable copy of the state (runtime/rank/snapshot_shelf.hpp): every rank
+// shelves an image of its state under `id`, which is new.
+struct SnapshotRequest {
+  std::uint64_t id = 0;
+  bool operator==(const SnapshotRequest&) const = default;
+};
+
+// Back to snapshot `id`'s state, which every rank holds on its shelf.
+struct SnapshotRestoreRequest {
+  std::uint64_t id = 0;
+  bool operator==(const SnapshotRestoreRequest&) const = default;
+};
+
 // The operations, in the order of TransactionRequest::operation's
 // alternatives.
 enum class TransactionKind : std::uint8_t {
@@ -83,19 +96,21 @@ enum class TransactionKind : std::uint8_t {
   prompt_cache_save,
   prompt_cache_load,
   end_chain,
+  snapshot,
+  snapshot_restore,
 };
 
 // One transaction: exactly one operation, with what that operation takes.
 struct TransactionRequest {
   std::variant<ForwardStepRequest, CheckpointRequest, RollbackRequest, ResetRequest, PromptCacheSaveRequest,
-               PromptCacheLoadRequest, EndChainRequest>
+               PromptCacheLoadRequest, EndChainRequest, SnapshotRequest, SnapshotRestoreRequest>
       operation;
 
   TransactionKind kind() const { return static_cast<TransactionKind>(operation.index()); }
   bool operator==(const TransactionRequest&) const = default;
 };
 static_assert(std::variant_size_v<decltype(TransactionRequest::operation)> ==
-              static_cast<std::size_t>(TransactionKind::end_chain) + 1);
+              static_cast<std::size_t>(TransactionKind::snapshot_restore) + 1);
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ForwardStepRequest& x) {
@@ -124,6 +139,14 @@ typename Inspector::result_type inspect(Inspector& f, PromptCacheLoadRequest& x)
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EndChainRequest&) {
   return f();
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SnapshotRequest& x) {
+  return f(x.id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SnapshotRestoreRequest& x) {
+  return f(x.id);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransactionRequest& x) {

@@ -1,6 +1,7 @@
 #include "sim/simulation.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -11,14 +12,28 @@
 #include "runtime/io/digest.hpp"
 #include "runtime/rank/prompt_cache.hpp"
 #include "runtime/rank/prompt_cache_recovery.hpp"
+#include "runtime/rank/snapshot_shelf.hpp"
 #include "sim/cluster.hpp"
 
 namespace accord::sim {
 
 namespace {
 
-enum class Operation { prefill, decode, speculative, checkpoint, rollback, reset, save, load, recover };
-constexpr int kDrawnOperations = 8;  // all but recover
+enum class Operation {
+  prefill,
+  decode,
+  speculative,
+  checkpoint,
+  rollback,
+  reset,
+  save,
+  load,
+  snapshot,
+  restore,
+  recover,
+};
+constexpr int kDrawnOperations = 10;  // all but recover
+constexpr std::size_t kKeptSnapshots = 4;
 
 const char* const kCacheRoot = "/cache";
 const PromptCacheDescriptor kCacheDescriptor{"sim", "sim"};
@@ -33,6 +48,8 @@ const char* name_of(Operation op) {
     case Operation::reset: return "reset";
     case Operation::save: return "save";
     case Operation::load: return "load";
+    case Operation::snapshot: return "snapshot";
+    case Operation::restore: return "restore";
     case Operation::recover: return "recover";
   }
   return "?";
@@ -147,6 +164,15 @@ class Run {
     RankCheckpointReport cluster;
     RankCheckpointReport reference;
   };
+  // A snapshot each side took at the same operation (each under its own
+  // id, on the process's shelf), kept by its holds, and each cluster
+  // rank's content digest once it committed.
+  struct Snapshot {
+    std::uint64_t cluster = 0;
+    std::uint64_t reference = 0;
+    std::array<std::shared_ptr<const void>, 2> holds;
+    std::vector<std::string> digests;
+  };
 
   static std::shared_ptr<cpu::ThreadPool> pool() {
     static const auto one_thread = std::make_shared<cpu::ThreadPool>(1);
@@ -161,6 +187,7 @@ class Run {
     for (;;) {
       const auto op = static_cast<Operation>(random_.below(kDrawnOperations));
       if (op == Operation::rollback && checkpoints_.empty()) continue;
+      if (op == Operation::restore && snapshots_.empty()) continue;
       if (op == Operation::save && position() == 0) continue;
       if (op == Operation::load && !saved_prefix_) continue;
       if ((op == Operation::prefill && room() < 9) || (op != Operation::prefill && room() < 5)) {
@@ -211,6 +238,18 @@ class Run {
         const Checkpoint& cp = checkpoints_[random_.below(checkpoints_.size())];
         return {rollback_request(cp.cluster.position, cp.cluster.state_epoch, cp.cluster.reset_epoch),
                 rollback_request(cp.reference.position, cp.reference.state_epoch, cp.reference.reset_epoch)};
+      }
+      case Operation::snapshot: {
+        Snapshot& taken = snapshot_taken_.emplace();
+        taken.cluster = SnapshotShelf::new_id();
+        taken.reference = SnapshotShelf::new_id();
+        taken.holds = {SnapshotShelf::process().hold(taken.cluster), SnapshotShelf::process().hold(taken.reference)};
+        return {{SnapshotRequest{taken.cluster}}, {SnapshotRequest{taken.reference}}};
+      }
+      case Operation::restore: {
+        restored_ = random_.below(snapshots_.size());
+        const Snapshot& back = snapshots_[restored_];
+        return {{SnapshotRestoreRequest{back.cluster}}, {SnapshotRestoreRequest{back.reference}}};
       }
       case Operation::reset:
       case Operation::recover: request = {ResetRequest{}}; break;
@@ -291,6 +330,8 @@ class Run {
         break;
     }
     if (op == Operation::recover && reply->outcome == TransactionOutcome::committed) repair_cache();
+    snapshot_taken_.reset();  // one that did not commit is dropped with its holds
+    check_snapshots_stable();
     check_last_save_live();
     if (cache_repaired_ && !cluster_.poisoned() && !cluster_.any_rank_lost()) check_cache_whole_or_invisible();
   }
@@ -369,6 +410,8 @@ class Run {
       violation("the prediction-target verdict differs from one rank's");
     }
     if (op == Operation::checkpoint) keep_checkpoint(reply, expected);
+    if (op == Operation::snapshot) keep_snapshot();
+    if (op == Operation::restore) check_restored(snapshots_[restored_]);
     if (op == Operation::save) {
       const auto& prefix = std::get<PromptCacheSaveRequest>(reference_request.operation).arguments.prefix;
       saved_prefix_ = std::vector<int>(prefix.begin(), prefix.end());
@@ -385,6 +428,47 @@ class Run {
       if (cp.position != expected.checkpoints[0].position) violation("a rank checkpointed another position");
     }
     checkpoints_.push_back({reply.checkpoints[0], expected.checkpoints[0]});
+  }
+
+  // Each rank's image of the snapshot on the shelf, digested; empty where
+  // a rank holds none.
+  std::vector<std::string> shelved_digests(std::uint64_t id) const {
+    std::vector<std::string> out;
+    for (int r = 0; r < cluster_.ranks(); ++r) {
+      auto image = SnapshotShelf::process().find(id, static_cast<RankId>(r));
+      out.push_back(image ? SessionState::content_digest(image->image) : "");
+    }
+    return out;
+  }
+
+  void keep_snapshot() {
+    Snapshot taken = std::move(*snapshot_taken_);
+    snapshot_taken_.reset();
+    taken.digests = shelved_digests(taken.cluster);
+    for (int r = 0; r < cluster_.ranks(); ++r) {
+      if (cluster_.live(r) &&
+          taken.digests[static_cast<std::size_t>(r)] != cluster_.participant(r).worker().state().content_digest()) {
+        violation("rank " + std::to_string(r) + "'s snapshot is not its state");
+      }
+    }
+    if (snapshots_.size() == kKeptSnapshots) snapshots_.erase(snapshots_.begin());
+    snapshots_.push_back(std::move(taken));
+  }
+
+  void check_restored(const Snapshot& snapshot) {
+    for (int r = 0; r < cluster_.ranks(); ++r) {
+      if (cluster_.live(r) &&
+          snapshot.digests[static_cast<std::size_t>(r)] != cluster_.participant(r).worker().state().content_digest()) {
+        violation("rank " + std::to_string(r) + " restored a snapshot into another state");
+      }
+    }
+  }
+
+  // A snapshot stays as it was taken however its descendants advance.
+  void check_snapshots_stable() {
+    for (const Snapshot& kept : snapshots_) {
+      if (shelved_digests(kept.cluster) != kept.digests) violation("a snapshot changed after it was taken");
+    }
   }
 
   // After a commit every live rank holds the reference's tokens and the
@@ -440,6 +524,9 @@ class Run {
   DirectEngine reference_;
   bool trace_;
   std::vector<Checkpoint> checkpoints_;
+  std::vector<Snapshot> snapshots_;               // committed, the oldest first
+  std::optional<Snapshot> snapshot_taken_;        // the snapshot operation's, until it ends
+  std::size_t restored_ = 0;                      // the restore operation's snapshot
   std::optional<std::vector<int>> saved_prefix_;  // of the last committed save, while known
   std::optional<TransactionRequest> chained_;     // the step the last one chained, begun and held
   bool cache_repaired_ = true;                    // false from a poisoned save to the next recovery

@@ -52,10 +52,23 @@ constexpr int kNextToken = 432;
 const PredictionTargetInput kSpeculation{{kNextToken, 383, 7, 7}, 3};
 const PromptCacheDescriptor kDescriptor{"fault-matrix", "tests"};
 
-enum class Operation { prefill, decode, generation, prediction, checkpoint, rollback, reset, cache_save, cache_load };
+enum class Operation {
+  prefill,
+  decode,
+  generation,
+  prediction,
+  checkpoint,
+  rollback,
+  reset,
+  cache_save,
+  cache_load,
+  snapshot,
+  restore,
+};
 constexpr std::array kOperations = {Operation::prefill,    Operation::decode,     Operation::generation,
                                     Operation::prediction, Operation::checkpoint, Operation::rollback,
-                                    Operation::reset,      Operation::cache_save, Operation::cache_load};
+                                    Operation::reset,      Operation::cache_save, Operation::cache_load,
+                                    Operation::snapshot,   Operation::restore};
 
 std::string name(Operation op) {
   switch (op) {
@@ -68,6 +81,8 @@ std::string name(Operation op) {
     case Operation::reset: return "reset";
     case Operation::cache_save: return "save_prompt_cache";
     case Operation::cache_load: return "load_prompt_cache";
+    case Operation::snapshot: return "snapshot";
+    case Operation::restore: return "restore (a snapshot)";
   }
   return "?";
 }
@@ -83,6 +98,8 @@ TransactionRequest request_of(Operation op) {
     case Operation::reset: return {ResetRequest{}};
     case Operation::cache_save: return {PromptCacheSaveRequest{}};
     case Operation::cache_load: return {PromptCacheLoadRequest{}};
+    case Operation::snapshot: return {SnapshotRequest{}};
+    case Operation::restore: return {SnapshotRestoreRequest{}};
     default: break;
   }
   return {step};
@@ -103,6 +120,7 @@ struct Bench {
   std::unique_ptr<DistributedSession> session;
   std::filesystem::path cache;
   std::optional<DistributedCheckpoint> checkpoint;
+  std::optional<SessionSnapshot> snapshot;
 };
 
 // What an operation leaves, to compare with the unfaulted run: its own
@@ -123,6 +141,12 @@ Status set_up(Operation op, Bench& bench) {
   DistributedSession& s = *bench.session;
   if (op == Operation::prefill) return {};
   if (auto step = s.prefill(kPrompt); !step) return failed("set-up prefill", step.error());
+  if (op == Operation::restore) {
+    auto snapshot = s.snapshot();
+    if (!snapshot) return failed("set-up snapshot", snapshot.error());
+    bench.snapshot = std::move(*snapshot);
+    if (auto step = s.decode(kNextToken); !step) return failed("set-up decode", step.error());
+  }
   if (op == Operation::rollback) {
     auto checkpoint = s.checkpoint();
     if (!checkpoint) return failed("set-up checkpoint", checkpoint.error());
@@ -189,6 +213,14 @@ Result<std::vector<float>> perform(Operation op, Bench& bench) {
     case Operation::cache_load:
       if (Status ok = s.load_prompt_cache(bench.cache, kDescriptor, kPrompt); !ok) return ok.error();
       return std::vector<float>{};
+    case Operation::snapshot: {
+      auto snapshot = s.snapshot();
+      if (!snapshot) return snapshot.error();
+      return std::vector<float>{static_cast<float>(snapshot->position())};
+    }
+    case Operation::restore:
+      if (Status ok = s.restore(*bench.snapshot); !ok) return ok.error();
+      return std::vector<float>{};
   }
   return Error(ErrorCode::contract, "unknown operation");
 }
@@ -217,7 +249,7 @@ Result<Bench> make_bench(const Model& model, int ranks, const std::filesystem::p
   auto session = DistributedSession::create(model, options_for(ranks));
   if (!session) return session.error();
   if (Status ok = (*session)->set_phase_timeout(kSetUpTimeoutMs); !ok) return ok.error();
-  return Bench{std::move(*session), cache, std::nullopt};
+  return Bench{std::move(*session), cache, std::nullopt, std::nullopt};
 }
 
 enum class Outcome { committed, aborted, poisoned };

@@ -165,6 +165,7 @@ TEST_F(MessagesTest, EveryKindOfPhaseArgumentsRoundTrips) {
       PromptCacheArguments{"/tmp/cache", "story-opening", "tests", "image:42", "5f0c1d2e3a4b6c7d", {1, 403, 407}},
       SamplingArguments{0.75f, 1.0f, 0x8000000000000001ull, {1, 2, 511}},
       PublicationArguments{false},
+      SnapshotTarget{0x8000000000000003ull},
   };
   ASSERT_EQ(every_kind.size(), std::variant_size_v<PhaseArguments>);
   for (const PhaseArguments& arguments : every_kind) {
@@ -215,6 +216,8 @@ TEST_F(MessagesTest, SamplingAndCapturesTravelWithTheirFields) {
   expect_round_trip(TransactionRequest{RollbackRequest{12, 5, 2}});
   expect_round_trip(TransactionRequest{PromptCacheSaveRequest{{"/c", "n", "ns", "in", "00ff", {1, 2}}}});
   expect_round_trip(TransactionRequest{EndChainRequest{}});
+  expect_round_trip(TransactionRequest{SnapshotRequest{0x8000000000000005ull}});
+  expect_round_trip(TransactionRequest{SnapshotRestoreRequest{9}});
   TransactionReply reply;
   reply.sampled = {7, 3, 2, true, 99};
   reply.prediction_target = PredictionTargetHidden{7, 3, WireTensor{{1, 2}, {0.25f, -3.5f}}, 3, 2, 411};

@@ -80,6 +80,13 @@ std::vector<PlannedPhase> phases_for(const TransactionRequest& request, RankId r
       break;
     }
     case TransactionKind::reset: plan.push_back({phase_id(SessionResetPreparation), {}}); break;
+    case TransactionKind::snapshot:
+      plan.push_back({phase_id(SessionCheckpoint), SnapshotTarget{std::get<SnapshotRequest>(operation).id}});
+      break;
+    case TransactionKind::snapshot_restore:
+      plan.push_back(
+          {phase_id(SessionRollbackPreparation), SnapshotTarget{std::get<SnapshotRestoreRequest>(operation).id}});
+      break;
     case TransactionKind::prompt_cache_save: {
       const PromptCacheArguments& arguments = std::get<PromptCacheSaveRequest>(operation).arguments;
       plan.push_back({phase_id(PromptCacheSavePreflight), arguments});

@@ -231,10 +231,17 @@ std::optional<Status> RankParticipant::local_work(const RunPhase& run) {
       return malformed("draft");
     case PredictionExtensionExecution: return worker.apply_prediction_target_operation();
     case SamplingSynchronization: return sampling(run);
-    case SessionCheckpoint: return report_checkpoint(epoch);
+    case SessionCheckpoint:
+      if (const auto* snapshot = std::get_if<SnapshotTarget>(&run.arguments)) {
+        if (Status ok = worker.prepare_snapshot(epoch, snapshot->id); !ok) return ok;
+      }
+      return report_checkpoint(epoch);
     case SessionRollbackPreparation:
       if (const auto* target = std::get_if<RollbackTarget>(&run.arguments)) {
         return worker.prepare_rollback(epoch, {target->position, target->state_epoch, target->reset_epoch, ""});
+      }
+      if (const auto* snapshot = std::get_if<SnapshotTarget>(&run.arguments)) {
+        return worker.prepare_snapshot_restore(epoch, snapshot->id);
       }
       return malformed("rollback");
     case SessionResetPreparation:

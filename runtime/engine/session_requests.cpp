@@ -45,13 +45,16 @@ Result<TransactionReply> settle(TransactionRecord& record, TransactionKind kind,
   if (reply.outcome == TransactionOutcome::committed) {
     if (kind == TransactionKind::end_chain) return reply;  // it ran no transaction
     record.committed(reply.epoch);
-    if (kind == TransactionKind::rollback) ++record.restoration_generation;
+    if (kind == TransactionKind::rollback || kind == TransactionKind::snapshot_restore) {
+      ++record.restoration_generation;
+    }
     return reply;
   }
   Error error = reply_error(reply);
   if (reply.outcome == TransactionOutcome::aborted) {
     record.aborted(reply.epoch, error.message(),
-                   kind != TransactionKind::checkpoint && kind != TransactionKind::prompt_cache_save);
+                   kind != TransactionKind::checkpoint && kind != TransactionKind::prompt_cache_save &&
+                       kind != TransactionKind::snapshot);
   } else if (reply.outcome == TransactionOutcome::poisoned) {
     record.poisoned(reply.epoch, error.message());
   }  // refused: nothing began

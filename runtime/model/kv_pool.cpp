@@ -40,6 +40,19 @@ void KvPool::give_back(std::byte* block, std::size_t bytes) {
   used_bytes_ -= bytes;
 }
 
+Result<std::shared_ptr<KvBlock>> KvBlock::take(std::shared_ptr<KvPool> pool, std::size_t bytes) {
+  auto data = pool->take(bytes);
+  if (!data) return data.error();
+  return std::make_shared<KvBlock>(std::move(pool), *data, bytes);
+}
+
+Result<std::shared_ptr<KvBlock>> KvBlock::copy_of(const KvBlock& original) {
+  auto copy = take(original.pool_, original.bytes_);
+  if (!copy) return copy.error();
+  std::memcpy((*copy)->data(), original.data_, original.bytes_);
+  return copy;
+}
+
 std::uint64_t KvPool::used_bytes() const {
   std::lock_guard lock(mutex_);
   return used_bytes_;

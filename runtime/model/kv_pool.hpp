@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 
 #include "runtime/base/error.hpp"
@@ -41,6 +42,29 @@ class KvPool {
   mutable std::mutex mutex_;
   std::uint64_t used_bytes_ = 0;
   std::uint64_t peak_bytes_ = 0;
+};
+
+// One block's bytes from a pool, given back when the last holder lets go:
+// a cache and the snapshots taken of it share blocks this way, and a cache
+// copies a shared block before it writes into it (KvCache::prepare_write).
+class KvBlock {
+ public:
+  // A zeroed block of `bytes` from `pool`, or why not (its budget).
+  static Result<std::shared_ptr<KvBlock>> take(std::shared_ptr<KvPool> pool, std::size_t bytes);
+  // A copy of `original`'s bytes, from its pool.
+  static Result<std::shared_ptr<KvBlock>> copy_of(const KvBlock& original);
+  KvBlock(std::shared_ptr<KvPool> pool, std::byte* data, std::size_t bytes)
+      : pool_(std::move(pool)), data_(data), bytes_(bytes) {}
+  ~KvBlock() { pool_->give_back(data_, bytes_); }
+  KvBlock(const KvBlock&) = delete;
+  KvBlock& operator=(const KvBlock&) = delete;
+
+  std::byte* data() const { return data_; }
+
+ private:
+  std::shared_ptr<KvPool> pool_;
+  std::byte* data_;
+  std::size_t bytes_;
 };
 
 }  // namespace accord

@@ -277,7 +277,7 @@ Result<std::span<const float>> Transformer::forward(std::span<const int> tokens,
   if (kv.first_unit() != 0 || kv.unit_count() != model_.config().n_layers) {
     return Error(ErrorCode::contract, "the KV cache must hold every unit of the model for a full forward pass");
   }
-  if (Status room = kv.reserve(pos + static_cast<int>(tokens.size())); !room) return room.error();
+  if (Status room = kv.prepare_write(pos, pos + static_cast<int>(tokens.size())); !room) return room.error();
   const Lane lane{tokens, pos, &kv, false};
   return std::span<const float>(forward_lanes({&lane, 1}));
 }

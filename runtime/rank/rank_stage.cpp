@@ -68,7 +68,7 @@ Status RankStage::check_step(std::span<const int> tokens, std::span<const float>
 
 Status RankStage::execute(std::span<const int> tokens, std::span<const float> activations, StepObserver* observer) {
   const int position = state_->position();
-  if (Status room = state_->reserve_rows(position + static_cast<int>(tokens.size())); !room) return room;
+  if (Status room = state_->prepare_rows(position, position + static_cast<int>(tokens.size())); !room) return room;
   if (first_) {
     backend_->embed(tokens);
   } else {
@@ -94,7 +94,8 @@ bool RankStage::batchable(const StepObserver* observer) const {
 
 Result<std::vector<float>> RankStage::execute_batched(StepBatcher& batcher, std::span<const int> tokens,
                                                       bool all_rows) {
-  if (Status room = state_->reserve_rows(state_->position() + static_cast<int>(tokens.size())); !room) {
+  const int position = state_->position();
+  if (Status room = state_->prepare_rows(position, position + static_cast<int>(tokens.size())); !room) {
     return room.error();
   }
   auto output = batcher.run({tokens, state_->position(), &cpu_->cache(), all_rows});

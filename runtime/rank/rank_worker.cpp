@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "runtime/base/assert.hpp"
+#include "runtime/rank/snapshot_shelf.hpp"
 
 namespace accord {
 
@@ -204,6 +205,34 @@ Status RankWorker::prepare_reset(std::uint64_t epoch) {
   return {};
 }
 
+Status RankWorker::prepare_snapshot(std::uint64_t epoch, std::uint64_t id) {
+  open(epoch, nullptr);
+  // Shelved now, before this rank reports, so that every rank's is there
+  // when the caller learns of the commit; an abort takes it off again.
+  SnapshotShelf::process().put(
+      id, static_cast<RankId>(rank()),
+      std::make_shared<const RankSnapshot>(RankSnapshot{stage_.state().freeze(), shard_identity_}));
+  shelved_ = id;
+  return {};
+}
+
+Status RankWorker::prepare_snapshot_restore(std::uint64_t epoch, std::uint64_t id) {
+  auto snapshot = SnapshotShelf::process().find(id, static_cast<RankId>(rank()));
+  if (snapshot == nullptr) {
+    return Error(ErrorCode::state, "rank " + std::to_string(rank()) + " holds no snapshot " + std::to_string(id) +
+                                       " (it was released, or taken in another process)");
+  }
+  const ShardIdentity& theirs = snapshot->identity;
+  if (theirs.model_identity != shard_identity_.model_identity || !(theirs.topology == shard_identity_.topology)) {
+    return Error(ErrorCode::state,
+                 "the snapshot was taken of another model or partition than rank " + std::to_string(rank()) + "'s");
+  }
+  if (Status ok = stage_.state().check_image(snapshot->image); !ok) return ok;
+  open(epoch, [this, snapshot = std::move(snapshot)](std::uint64_t e) { stage_.state().install(snapshot->image, e); });
+  undo_ = stage_.state().capture_rows(0, 0);
+  return {};
+}
+
 Status RankWorker::check_prefix_held(std::span<const int> prefix) const {
   return accord::check_prefix_held(stage_.state(), prefix);
 }
@@ -224,7 +253,7 @@ Status RankWorker::prepare_load(std::uint64_t epoch, std::vector<int> prefix, st
     install_shard(stage_.state(), shard, prefix, e);
   });
   undo_ = stage_.state().capture_rows(0, 0);
-  return stage_.state().reserve_rows(rows);
+  return stage_.state().prepare_rows(0, rows);
 }
 
 void RankWorker::commit(std::uint64_t epoch) {
@@ -244,11 +273,15 @@ Status RankWorker::restore(std::uint64_t epoch) {
                   "a restore returns to the checkpointed position and epoch, which nothing moved since");
     stage_.state().restore(*undo_);
   }
+  if (epoch == epoch_ && shelved_) SnapshotShelf::process().drop(*shelved_);  // an aborted snapshot
   forget_open_transaction();
   return {};
 }
 
 void RankWorker::forget_open_transaction() {
+  // A snapshot shelved by a transaction this rank never saw decided stays:
+  // it may have committed, and the caller's handle drops it if not.
+  shelved_.reset();
   undo_.reset();
   on_commit_ = nullptr;
   step_tokens_.clear();

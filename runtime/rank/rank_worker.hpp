@@ -139,6 +139,15 @@ class RankWorker {
   // The commit empties the state and invalidates earlier checkpoints.
   Status prepare_reset(std::uint64_t epoch);
 
+  // --- snapshots (snapshot_shelf.hpp) ------------------------------------
+  // SessionCheckpoint of a snapshot: shelves an image of the state under
+  // `id`, which an abort takes off again.
+  Status prepare_snapshot(std::uint64_t epoch, std::uint64_t id);
+  // SessionRollbackPreparation of a restore: this rank's image of snapshot
+  // `id`, checked to fit; the commit installs it, and checkpoints taken
+  // before are refused afterwards.
+  Status prepare_snapshot_restore(std::uint64_t epoch, std::uint64_t id);
+
   // --- prompt cache: the state's side (RankPromptCache does the files) ------
   // PromptCacheSavePreflight.
   Status check_prefix_held(std::span<const int> prefix) const;
@@ -174,6 +183,7 @@ class RankWorker {
   // The open transaction.
   std::uint64_t epoch_ = 0;
   std::optional<SessionState::Undo> undo_;
+  std::optional<std::uint64_t> shelved_;  // the snapshot the open transaction shelved
   std::function<void(std::uint64_t)> on_commit_;
   std::vector<int> step_tokens_;
   std::optional<RowBlock> incoming_;

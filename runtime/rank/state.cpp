@@ -15,6 +15,17 @@ int captured_rows(const SessionState::Undo& undo, int kept) {
   return std::clamp(undo.reserved - (undo.first_row + kept), 0, undo.row_count - kept);
 }
 
+// Feeds the rows below `position` of units [first_unit, first_unit + units),
+// shown by view(unit, first, count, see), to `d`.
+template <class View>
+void digest_rows(FastDigest& d, int first_unit, int units, int position, const View& view) {
+  for (int u = first_unit; u < first_unit + units; ++u) {
+    view(u, 0, position, [&](std::span<const float> keys, std::span<const float> values) {
+      d.update(keys.data(), keys.size_bytes()).update(values.data(), values.size_bytes());
+    });
+  }
+}
+
 }  // namespace
 
 SessionState::SessionState(KvStore& kv)
@@ -46,6 +57,7 @@ SessionState::Undo SessionState::capture_rows(int first, int count) const {
 }
 
 void SessionState::restore(const Undo& undo) {
+  kv_.undo_writes();  // blocks the step copied before writing give way to the shared ones
   restore_rows_after(undo, 0);
   position_ = undo.position;
   state_epoch_ = undo.state_epoch;
@@ -59,8 +71,8 @@ void SessionState::restore_rows_after(const Undo& undo, int kept) {
   const auto skipped = static_cast<std::size_t>(std::min(kept, captured)) * kv_.kv_dim();
   for (int i = 0; i < kv_.unit_count(); ++i) {
     const auto from = static_cast<std::size_t>(i) * row_floats + skipped;
-    kv_.write_rows(kv_.first_unit() + i, undo.first_row + std::min(kept, captured), captured_rows(undo, kept),
-                   undo.keys.data() + from, undo.values.data() + from);
+    kv_.rewrite_rows(kv_.first_unit() + i, undo.first_row + std::min(kept, captured), captured_rows(undo, kept),
+                     undo.keys.data() + from, undo.values.data() + from);
   }
   // Rows past the room there was held nothing: their room goes back.
   kv_.shrink_to(std::max(undo.reserved, undo.first_row + kept));
@@ -72,6 +84,7 @@ void SessionState::commit_rows(int first, std::span<const int> ids, std::uint64_
   ACCORD_ASSERT(first >= 0 && first <= position_ && ids.size() <= static_cast<std::size_t>(capacity() - first),
                 "committed rows continue the state within the context: positions never exceed it");
   ACCORD_ASSERT(epoch > state_epoch_, "epochs never go backwards: a commit's epoch follows the state's");
+  kv_.settle_writes();
   std::copy(ids.begin(), ids.end(), tokens_.begin() + first);
   std::fill_n(row_epochs_.begin() + first, ids.size(), epoch);
   position_ = first + static_cast<int>(ids.size());
@@ -89,7 +102,29 @@ void SessionState::rewind(int position, std::uint64_t state_epoch) {
 void SessionState::clear(std::uint64_t state_epoch) {
   rewind(0, state_epoch);
   high_water_ = 0;
+  kv_.settle_writes();
   kv_.shrink_to(0);
+}
+
+SessionState::Image SessionState::freeze() const {
+  return {kv_.freeze(position_), std::vector<int>(tokens_.begin(), tokens_.begin() + position_)};
+}
+
+Status SessionState::check_image(const Image& image) const {
+  if (image.kv == nullptr || image.kv->positions() != image.position()) {
+    return Error(ErrorCode::state, "the snapshot's rows and tokens disagree");
+  }
+  return kv_.check_image(*image.kv);
+}
+
+void SessionState::install(const Image& image, std::uint64_t state_epoch) {
+  ACCORD_ASSERT(state_epoch > state_epoch_, "epochs never go backwards: an install commits after the state");
+  kv_.thaw(*image.kv);
+  std::copy(image.tokens.begin(), image.tokens.end(), tokens_.begin());
+  std::fill_n(row_epochs_.begin(), image.tokens.size(), state_epoch);
+  position_ = image.position();
+  high_water_ = position_;
+  state_epoch_ = state_epoch;
 }
 
 bool SessionState::rows_unchanged_since(int position, std::uint64_t state_epoch) const {
@@ -100,13 +135,22 @@ bool SessionState::rows_unchanged_since(int position, std::uint64_t state_epoch)
 
 std::string SessionState::digest() const {
   FastDigest d;
-  for (int u = kv_.first_unit(); u < kv_.first_unit() + kv_.unit_count(); ++u) {
-    kv_.view_rows(u, 0, position_, [&](std::span<const float> keys, std::span<const float> values) {
-      d.update(keys.data(), keys.size_bytes()).update(values.data(), values.size_bytes());
-    });
-  }
+  digest_rows(d, kv_.first_unit(), kv_.unit_count(), position_,
+              [&](int u, int first, int count, const KvStore::RowsView& see) { kv_.view_rows(u, first, count, see); });
   d.update_value(position_).update_value(state_epoch_);
   d.update(tokens_.data(), static_cast<std::size_t>(position_) * sizeof(int));
+  return d.hex();
+}
+
+std::string SessionState::content_digest() const { return content_digest(freeze()); }
+
+std::string SessionState::content_digest(const Image& image) {
+  FastDigest d;
+  const KvImage& kv = *image.kv;
+  digest_rows(d, kv.first_unit(), kv.unit_count(), image.position(),
+              [&](int u, int first, int count, const KvImage::RowsView& see) { kv.view_rows(u, first, count, see); });
+  d.update_value(image.position());
+  d.update(image.tokens.data(), image.tokens.size() * sizeof(int));
   return d.hex();
 }
 

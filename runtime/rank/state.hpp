@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,9 +65,24 @@ class SessionState {
   // row written, the cache's room given back.
   void clear(std::uint64_t state_epoch);
 
-  // Room in the cache for rows [0, end), or why not (a spent KV pool):
-  // before a step or a load writes them. Nothing observable changes.
-  Status reserve_rows(int end) { return kv_.reserve(end); }
+  // Room in the cache for rows [0, end), rows [first, end) writable, or
+  // why not (a spent KV pool): before a step or a load writes them.
+  // Nothing observable changes; restore() gives back what it took.
+  Status prepare_rows(int first, int end) { return kv_.prepare_write(first, end); }
+
+  // A stable copy of the state's content (snapshots): the cache's image of
+  // its rows, which shares the cache's blocks, and its tokens.
+  struct Image {
+    std::shared_ptr<const KvImage> kv;
+    std::vector<int> tokens;  // one per row: its position is their count
+    int position() const { return static_cast<int>(tokens.size()); }
+  };
+  Image freeze() const;
+  // Whether `image` fits this state's cache, or why not.
+  Status check_image(const Image& image) const;
+  // The state becomes the image's, as a commit at `state_epoch` that wrote
+  // every row: checkpoints taken before are refused.
+  void install(const Image& image, std::uint64_t state_epoch);
 
   // True when no row below `position` was written after `state_epoch`.
   bool rows_unchanged_since(int position, std::uint64_t state_epoch) const;
@@ -74,6 +90,10 @@ class SessionState {
   // XXH3-128 over the KV rows below the position, the position, the state
   // epoch and the tokens: equal digests mean equal observable state.
   std::string digest() const;
+  // The same without the state epoch: equal for a state and the images
+  // taken of it, and for states restored from one image.
+  std::string content_digest() const;
+  static std::string content_digest(const Image& image);
 
   std::size_t used_bytes() const;
 

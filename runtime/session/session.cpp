@@ -9,6 +9,7 @@
 #include "runtime/engine/transaction_driver.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/rank/partition.hpp"
+#include "runtime/rank/snapshot_shelf.hpp"
 
 namespace accord {
 
@@ -29,11 +30,13 @@ std::shared_ptr<cpu::ThreadPool> borrowed(cpu::ThreadPool& pool) {
 }  // namespace
 
 struct Session::Impl {
-  Impl(const Model& m, std::shared_ptr<cpu::ThreadPool> pool, const StageOptions& stage)
+  Impl(const Model& m, std::shared_ptr<cpu::ThreadPool> compute, const StageOptions& stage_options)
       : model(m),
         model_identity(accord::model_identity(m)),
         session_id(random_u64()),
-        engine(m, std::move(pool), Partition::balanced(m.config().n_layers, 1).value(), model_identity, session_id,
+        pool(std::move(compute)),
+        stage(stage_options),
+        engine(m, pool, Partition::balanced(m.config().n_layers, 1).value(), model_identity, session_id,
                DirectEngineOptions{{}, {}, nullptr, stage}) {}
 
   const SessionState& state() const { return engine.worker(0).state(); }
@@ -55,6 +58,8 @@ struct Session::Impl {
   const Model& model;
   std::string model_identity;
   std::uint64_t session_id;
+  std::shared_ptr<cpu::ThreadPool> pool;
+  StageOptions stage;   // what a fork computes with too
   DirectEngine engine;  // one rank
   TransactionRecord record;
   std::optional<Poison> poison;
@@ -69,6 +74,8 @@ Session::Session(const Model& model, const SessionOptions& options)
     : impl_(std::make_unique<Impl>(model, std::make_shared<cpu::ThreadPool>(options.threads), options.stage)) {}
 Session::Session(const Model& model, cpu::ThreadPool& pool, const StageOptions& stage)
     : impl_(std::make_unique<Impl>(model, borrowed(pool), stage)) {}
+Session::Session(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const StageOptions& stage)
+    : impl_(std::make_unique<Impl>(model, std::move(pool), stage)) {}
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
@@ -184,6 +191,48 @@ Status Session::reset() {
   impl_->poison.reset();
   return {};
 }
+
+// ---------------------------------------------------------------------------
+// Snapshots: SessionCheckpoint and SessionRollbackPreparation with the
+// snapshot's id (runtime/rank/snapshot_shelf.hpp).
+
+Result<SessionSnapshot> Session::snapshot() {
+  if (impl_->poison) return Error::poisoned(*impl_->poison);
+  const std::uint64_t id = SnapshotShelf::new_id();
+  auto hold = SnapshotShelf::process().hold(id);  // an aborted snapshot shelves nothing; a committed one goes with it
+  auto reply = impl_->transact({SnapshotRequest{id}});
+  if (!reply) return reply.error();
+  return SessionSnapshot{id,
+                         impl_->model_identity,
+                         std::vector<int>(tokens().begin(), tokens().end()),
+                         committed_prompt_input_identity(),
+                         content_digest(),
+                         std::move(hold)};
+}
+
+SnapshotEstimate Session::estimate_snapshot() const {
+  const KvImageCost cost = impl_->state().kv().freeze_cost(position());
+  return {cost.copied_bytes, cost.shared_bytes, cost.copy_on_write_bytes};
+}
+
+Status Session::restore(const SessionSnapshot& snapshot) {
+  if (impl_->poison) return Error::poisoned(*impl_->poison);
+  if (snapshot.model_identity != impl_->model_identity) {
+    return before_mutation(Error(ErrorCode::state, "the snapshot was taken of another model"));
+  }
+  auto reply = impl_->transact({SnapshotRestoreRequest{snapshot.id}});
+  if (!reply) return reply.error();
+  impl_->prepared.restore(snapshot.prompt);
+  return {};
+}
+
+Result<Session> Session::fork(const SessionSnapshot& snapshot) const {
+  Session forked(impl_->model, impl_->pool, impl_->stage);
+  if (Status ok = forked.restore(snapshot); !ok) return ok.error();
+  return forked;
+}
+
+std::string Session::content_digest() const { return impl_->state().content_digest(); }
 
 // ---------------------------------------------------------------------------
 // Prompt cache: the rank's shard (prompt_cache_shard.hpp) inside one transaction.

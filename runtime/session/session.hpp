@@ -15,12 +15,11 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <memory>
 
 #include "messages/weights.hpp"
 #include "runtime/base/error.hpp"
@@ -72,6 +71,34 @@ struct SessionCheckpoint {
 struct CompleteCheckpoint {
   SessionCheckpoint state;
   std::optional<PromptInputIdentity> prompt;
+};
+
+// A complete, stable copy of a session's state (docs/session.md,
+// "Snapshots and forks"): the keys and values of its rows, its tokens and
+// position, and its prompt input's identity. The ranks keep it in their
+// process (runtime/rank/snapshot_shelf.hpp), sharing the cache's blocks:
+// it costs no copy, and it stays as it was however the session, or any
+// session restored from it, advances. restore() returns a session to it;
+// fork() makes a new session of it. Copies of the handle share one
+// snapshot; the last copy to go releases it.
+struct SessionSnapshot {
+  std::uint64_t id = 0;
+  std::string model_identity;
+  std::vector<int> tokens;  // its position is their count
+  std::optional<PromptInputIdentity> prompt;
+  std::string digest;  // of its content: rows, position, tokens (SessionState::content_digest)
+  std::shared_ptr<const void> hold;
+
+  int position() const { return static_cast<int>(tokens.size()); }
+};
+
+// What snapshot() would cost now, over every rank; nothing changes.
+struct SnapshotEstimate {
+  std::uint64_t copied_bytes = 0;  // copied when it is taken (none for a paged cache)
+  std::uint64_t shared_bytes = 0;  // held by the session and the snapshot both
+  // At most what the session copies later as it writes into blocks the
+  // snapshot shares: the last, part-filled one, as the next step appends.
+  std::uint64_t copy_on_write_bytes = 0;
 };
 
 struct SessionReport {
@@ -159,6 +186,23 @@ class Session {
   // The one call a poisoned session takes, and the end of its poison.
   Status reset();
 
+  // A snapshot of the state, as one transaction: every rank shelves a
+  // stable image of its state, or none does.
+  Result<SessionSnapshot> snapshot();
+  // What snapshot() would cost now; side-effect-free.
+  SnapshotEstimate estimate_snapshot() const;
+  // Returns the state to `snapshot`'s, which may come from another session
+  // of the same model and partition in this process, as one transaction; a
+  // failure changes nothing. Checkpoints taken before are refused
+  // afterwards (but one at position 0).
+  Status restore(const SessionSnapshot& snapshot);
+  // A new session, computing as this one does (its pool, backend and KV
+  // pool), whose state is `snapshot`'s; this session is unchanged.
+  Result<Session> fork(const SessionSnapshot& snapshot) const;
+  // The digest of the state's content, without its epoch: a snapshot's
+  // digest equals it when taken, and after a restore of it.
+  std::string content_digest() const;
+
   // Saves the state's first prefix.size() rows, which must hold exactly
   // `prefix`, as the live generation of the cache at `root`.
   Result<PromptCacheSaveResult> save_prompt_cache(const std::filesystem::path& root,
@@ -204,6 +248,7 @@ class Session {
   Status inject_faults(const std::vector<Fault>& plan);
 
  private:
+  Session(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const StageOptions& stage);
   Result<PromptCacheSaveResult> save(const std::filesystem::path& root, const PromptCacheDescriptor& descriptor,
                                      std::span<const int> prefix, const std::string& prepared_input);
   Status load(const std::filesystem::path& root, const PromptCacheDescriptor& expected, std::span<const int> prefix,
