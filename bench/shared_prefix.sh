@@ -10,8 +10,10 @@
 #   bench/shared_prefix.sh ACCORD MODEL.gguf [LLAMA_SERVER] > table.md
 #
 # Servers, alternating, RUNS (default 5) times: accord serve --parallel
-# CONCURRENCY (slots keep their prefix); llama-server -np CONCURRENCY (its
-# default prompt cache) when given; and BASELINE_RUNS (default 2) times
+# CONCURRENCY (slots keep their prefix and share kept prompts);
+# accord serve --prefix-store-entries 0 (each slot keeps only its own
+# prefix); llama-server -np CONCURRENCY (its default prompt cache) when
+# given; and BASELINE_RUNS (default 2) times
 # accord serve --no-prefix-reuse (each request prefilled whole, as accord
 # served before prefix reuse). THREADS (default: all cores), CTX (default
 # 2048) positions a slot holds; RESULTS, a file that keeps each run's
@@ -68,6 +70,7 @@ results=${RESULTS:-$(mktemp)}
 for run in $(seq "$runs"); do
   echo "run $run of $runs" >&2
   figures=$(run_accord) && echo "accord $figures" >> "$results"
+  figures=$(run_accord --prefix-store-entries 0) && echo "nostore $figures" >> "$results"
   if [[ -n $llama_server ]]; then figures=$(run_llama) && echo "llama $figures" >> "$results"; fi
   if [[ $run -le $baseline_runs ]]; then
     figures=$(run_accord --no-prefix-reuse) && echo "baseline $figures" >> "$results"
@@ -81,17 +84,18 @@ for line in open(sys.argv[1]):
     rows.setdefault(name, []).append(json.loads(figures))
 def cell(values, digits=1):
     return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
-names = {"accord": "accord serve", "llama": "llama-server", "baseline": "accord serve --no-prefix-reuse"}
+names = {"accord": "accord serve", "nostore": "accord serve --prefix-store-entries 0", "llama": "llama-server",
+         "baseline": "accord serve --no-prefix-reuse"}
 print("| server | runs | tokens/s | cold first token s | cached first token s | cached / cold |")
 print("|---|---|---|---|---|---|")
-for name in ("accord", "llama", "baseline"):
+for name in ("accord", "nostore", "llama", "baseline"):
     if name not in rows:
         continue
     r = rows[name]
     print(f"| {names[name]} | {len(r)} | {cell([x['tokens_per_second'] for x in r])} | "
           f"{cell([x['cold_first_token_seconds'] for x in r], 3)} | {cell([x['cached_first_token_seconds'] for x in r], 3)} | "
           f"{cell([x['cached_first_token_seconds'] / x['cold_first_token_seconds'] for x in r], 3)} |")
-for other in ("llama", "baseline"):
+for other in ("nostore", "llama", "baseline"):
     if other in rows:
         n = min(len(rows["accord"]), len(rows[other]))
         ratios = [rows["accord"][i]["tokens_per_second"] / rows[other][i]["tokens_per_second"] for i in range(n)]

@@ -19,6 +19,7 @@
 #include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
 #include "tests/serve_responder.hpp"
+#include "tests/serve_slots.hpp"
 #include "tests/support.hpp"
 
 namespace accord {
@@ -261,60 +262,7 @@ TEST(GeneratorHeldPrefix, WithoutReuseATargetThatHoldsTokensIsRefused) {
 // ---------------------------------------------------------------------------
 // accord serve's slots.
 
-class ServePrefixReuse : public ::testing::Test {
- protected:
-  // A service over `slots` single-rank slots (of three ranks each with
-  // `ranks`), which keep their tokens or not.
-  struct Server {
-    serve::Metrics metrics;
-    std::unique_ptr<serve::Scheduler> scheduler;
-    std::unique_ptr<serve::Service> service;
-  };
-  // With `kv_pool`, single-rank slots take their keys and values from it.
-  std::unique_ptr<Server> start(int slots, serve::SlotReuse reuse, bool ranks = false,
-                                std::shared_ptr<KvPool> kv_pool = nullptr) {
-    std::vector<std::unique_ptr<serve::SlotSession>> sessions;
-    StageOptions stage;
-    stage.kv_pool = kv_pool;
-    for (int i = 0; i < slots; ++i) {
-      if (ranks) {
-        sessions.push_back(std::make_unique<test::DistributedSlot>(model_, three_ranks()));
-      } else {
-        sessions.push_back(std::make_unique<serve::SessionSlot>(model_, pool_, nullptr, PhaseTimer{}, stage));
-      }
-    }
-    auto server = std::make_unique<Server>();
-    const serve::KvRoom room{kv_pool, kv_position_bytes(model_.config(), KvType::f32)};
-    server->scheduler = std::make_unique<serve::Scheduler>(tokenizer_, std::move(sessions), 8, serve::LoadSink{},
-                                                           WarningSink{}, reuse, room);
-    serve::ServiceOptions options;
-    options.model_id = "stories260K";
-    options.context = model_.config().seq_len;
-    server->service = std::make_unique<serve::Service>(tokenizer_, *server->scheduler, server->metrics, options);
-    return server;
-  }
-  static std::shared_ptr<test::RecordingResponder> send(Server& server, const std::string& path, const json& body) {
-    auto responder = std::make_shared<test::RecordingResponder>();
-    server.service->handle({"POST", path, body.dump(), ""}, responder);
-    return responder;
-  }
-  static json post(Server& server, const std::string& path, const json& body) {
-    const serve::HttpResponse response = send(server, path, body)->wait();
-    EXPECT_EQ(response.status, 200) << response.body;
-    return json::parse(response.body);
-  }
-  // A stream's events, once it ended.
-  static std::vector<std::string> streamed(Server& server, const json& body) {
-    auto responder = send(server, "/v1/completions", body);
-    responder->wait();
-    return responder->events();
-  }
-  static int cached(const json& reply) { return reply["usage"]["prompt_tokens_details"]["cached_tokens"]; }
-
-  const Model model_ = test::load_stories_model();
-  const Tokenizer tokenizer_ = test::load_stories_tokenizer();
-  cpu::ThreadPool pool_{2};
-};
+using ServePrefixReuse = test::ServeSlotsTest;
 
 json chat(const std::vector<std::pair<std::string, std::string>>& messages) {
   json body = {{"model", "stories260K"}, {"max_tokens", 12}, {"temperature", 0.8}, {"seed", 7},

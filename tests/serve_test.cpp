@@ -84,7 +84,8 @@ TEST(ServeRequest, BadInputNamesTheField) {
   EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","stop":["a","b","c","d","e"]})").param, "stop");
   EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","stop":[1]})").param, "stop");
   EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","stream":"yes"})").param, "stream");
-  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","n":2})").code, "unsupported_value");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","n":0})").param, "n");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","n":2,"stream":true})").code, "unsupported_value");
   EXPECT_EQ(parse_error(R"({"model":"m","prompt":["a","b"]})").code, "unsupported_value");
   EXPECT_EQ(parse_error(R"({"model":"m","messages":[]})", Endpoint::chat_completions).param, "messages");
   EXPECT_EQ(
@@ -105,7 +106,7 @@ TEST(ServeRequest, MessagesPrintTheNumbersSent) {
             "'seed' must be between 0 and 18446744073709551615, or -1 for a random seed, got -2");
   EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","seed":18446744073709551616})").message,
             "'seed' must be an integer, got 1.8446744073709552e+19");
-  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","n":3})").message, "'n' other than 1 is not supported, got 3");
+  EXPECT_EQ(parse_error(R"({"model":"m","prompt":"p","n":17})").message, "'n' must be between 1 and 16, got 17");
   // Past int64 and past the context: as many tokens as the context holds.
   for (const char* huge : {"9223372036854775808", "18446744073709551615"}) {
     auto request = serve::parse_request(std::string(R"({"model":"m","prompt":"p","max_tokens":)") + huge + "}",

@@ -24,9 +24,11 @@
 #include "runtime/base/environment.hpp"
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/io/mapped_file.hpp"
+#include "runtime/model/kv_cache.hpp"
 #include "runtime/model/kv_pool.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/serve/chat_template.hpp"
+#include "runtime/serve/prefix_store.hpp"
 #include "runtime/serve/progress.hpp"
 #include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
@@ -47,6 +49,7 @@ struct ServeArgs {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string prompt_cache;
   bool no_prefix_reuse = false;
+  serve::PrefixStoreLimits prefix_store;  // --prefix-store-entries, --prefix-store-bytes
   std::string chat_template;
   std::string log_level = "info";
   std::size_t max_body_bytes = 1 << 20;
@@ -195,8 +198,19 @@ int exit_status(ServeEnd end, const serve::Scheduler& scheduler) {
   return status;
 }
 
-// /metrics reads the batcher's counts and the KV pool's use when written.
-void watch_sources(serve::Metrics& metrics, const ServeArgs& args, const StepBatcher& batcher, const KvPool& kv_pool) {
+// The store of single-rank slots' prompts; none for distributed slots, nor
+// without prefix reuse.
+std::shared_ptr<serve::PrefixStore> prefix_store(const ServeArgs& args, const Model& model) {
+  if (args.no_prefix_reuse || args.ranks != 1 || !args.peers.empty() || args.prefix_store.entries == 0) return nullptr;
+  const std::uint64_t block = KvCache::kBlockPositions * kv_position_bytes(model.config(), args.kv_type);
+  return std::make_shared<serve::PrefixStore>(args.prefix_store, block);
+}
+
+// /metrics reads the batcher's counts, the KV pool's use and the prefix
+// store's counts when written.
+void watch_sources(serve::Metrics& metrics, const ServeArgs& args, const StepBatcher& batcher, const KvPool& kv_pool,
+                   const std::shared_ptr<serve::PrefixStore>& store) {
+  if (store) metrics.set_prefix_store_source([store] { return store->counts(); });
   metrics.set_load(0, 0, args.parallel);
   metrics.set_batch_source([&batcher] {
     const StepBatcher::Stats stats = batcher.stats();
@@ -257,13 +271,14 @@ int run_serve(ServeArgs args) {
                   slot.error().message());
     slots.push_back(std::move(*slot));
   }
-  watch_sources(metrics, args, batcher, *kv_pool);
+  auto store = prefix_store(args, *model);
+  watch_sources(metrics, args, batcher, *kv_pool, store);
   serve::Scheduler scheduler(
       *tokenizer, std::move(slots), args.queue_limit,
       [&](int queued, int active) { metrics.set_load(queued, active, args.parallel); },
       [](const std::string& warning) { spdlog::warn("{}", warning); },
       args.no_prefix_reuse ? serve::SlotReuse::none : serve::SlotReuse::prefix,
-      serve::KvRoom{kv_pool, kv_position_bytes(model->config(), args.kv_type)});
+      serve::KvRoom{kv_pool, kv_position_bytes(model->config(), args.kv_type)}, store);
   const serve::ServiceOptions options = service_options(args, *model, *chat, *key);
   serve::Service service(*tokenizer, scheduler, metrics, options);
   spdlog::info("model '{}', chat template {}, {} slot(s)", options.model_id, chat->name(), args.parallel);
@@ -347,8 +362,18 @@ Command add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prompt-cache", args->prompt_cache, "prompt cache folder: requests reuse cached prefixes");
   cmd->add_flag("--no-prefix-reuse", args->no_prefix_reuse,
-                "each request starts on an empty session (default: a slot keeps its last request's tokens, and "
-                "a request prefills only what they do not begin)");
+                "each request starts on an empty session, and no prompt is kept (default: a slot keeps its last "
+                "request's tokens, single-rank slots keep prompts in a shared store, and a request prefills only "
+                "what they do not begin)");
+  cmd->add_option("--prefix-store-entries", args->prefix_store.entries,
+                  "prompts (of a block, 32 tokens, or more) the single-rank slots keep as snapshots for any later "
+                  "request that begins with them; least recently used go first (0: none)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--prefix-store-bytes", args->prefix_store.bytes,
+                  "the most KV bytes the kept prompts span, each counted whole (0: no bound but the entries and "
+                  "--kv-budget-bytes, under which kept prompts are let go before idle slots are emptied)")
+      ->capture_default_str();
   cmd->add_option("--chat-template", args->chat_template,
                   "a built-in (chatml, llama3, gemma, phi3, mistral-v7, ...: docs/serve.md) or plain, or a Jinja "
                   "file recognised as one (default: the GGUF's tokenizer.chat_template, else plain)");

@@ -160,6 +160,7 @@ class Generation {
     if (!first) return first.error();
     result_.prefill_seconds = seconds_since(prefill_start);
     if (Status ok = save_prompt_cache(); !ok) return ok;
+    if (options_.on_prefilled) options_.on_prefilled();
     const auto decode_start = Clock::now();
     Status decoded = decode_from(*first);
     result_.decode_seconds = seconds_since(decode_start);

@@ -75,6 +75,10 @@ struct GenerationOptions {
   // there, with stop reason `stopped` (a service's stop string, or a client
   // that went away). Empty: never.
   std::function<bool()> stop_requested;
+  // Called once the prompt's prefill committed, before the first generated
+  // token is kept: the target then holds exactly the prompt's tokens (a
+  // serve slot snapshots them for later requests). Empty: nothing.
+  std::function<void()> on_prefilled;
   // Log-probabilities (logprobs.hpp) of each generated token, with the
   // top_logprobs likeliest tokens of its step (0 to kMaxTopLogprobs); none
   // when negative. The step then returns its logits to the generator, which

@@ -103,6 +103,30 @@ void Metrics::set_kv_pool_source(std::function<KvPoolCounts()> source) {
   kv_pool_source_ = std::move(source);
 }
 
+void Metrics::set_prefix_store_source(std::function<PrefixStoreCounts()> source) {
+  std::lock_guard lock(mutex_);
+  prefix_store_source_ = std::move(source);
+}
+
+namespace {
+
+std::string prefix_store_text(const PrefixStoreCounts& store) {
+  return counter("accord_prefix_store_lookups_total", "requests that looked for their prompt's prefix in the store",
+                 store.lookups) +
+         counter("accord_prefix_store_hits_total",
+                 "requests that started from a snapshot of the store (a longer prefix than their slot held)",
+                 store.hits) +
+         counter("accord_prefix_store_evictions_total", "snapshots the store let go (its bounds, or the KV pool's)",
+                 store.evictions) +
+         gauge("accord_prefix_store_entries", "prompt snapshots the store keeps",
+               static_cast<std::int64_t>(store.entries)) +
+         gauge("accord_prefix_store_bytes",
+               "the KV bytes its snapshots span, each counted whole (shared blocks once per snapshot)",
+               static_cast<std::int64_t>(store.bytes));
+}
+
+}  // namespace
+
 std::string Metrics::prometheus_text() const {
   std::lock_guard lock(mutex_);
   std::string out = header("accord_requests_total", "counter", "HTTP requests answered, by endpoint and status");
@@ -140,6 +164,7 @@ std::string Metrics::prometheus_text() const {
     out += gauge("accord_kv_pool_budget_bytes", "the KV pool's budget (--kv-budget-bytes; 0: none)",
                  static_cast<std::int64_t>(pool.budget_bytes));
   }
+  if (prefix_store_source_) out += prefix_store_text(prefix_store_source_());
   out += header("accord_prefill_seconds", "histogram", "time of a prompt's prefill phase, prompt cache included");
   out += prefill_.text("accord_prefill_seconds", "");
   out += header("accord_decode_step_seconds", "histogram", "time of one decode step, its transaction included");

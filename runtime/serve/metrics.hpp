@@ -49,6 +49,15 @@ struct BatchCounts {
   int widest = 0;
 };
 
+// What the prefix store (prefix_store.hpp) has done and holds.
+struct PrefixStoreCounts {
+  std::uint64_t lookups = 0;
+  std::uint64_t hits = 0;  // lookups whose snapshot a slot restored
+  std::uint64_t evictions = 0;
+  std::uint64_t entries = 0;
+  std::uint64_t bytes = 0;  // as its byte bound counts them: each entry's whole blocks
+};
+
 class Metrics {
  public:
   // Asked for the batch counts whenever the metrics are written.
@@ -60,6 +69,8 @@ class Metrics {
     std::uint64_t budget_bytes = 0;
   };
   void set_kv_pool_source(std::function<KvPoolCounts()> source);
+  // Asked for the prefix store's counts whenever the metrics are written.
+  void set_prefix_store_source(std::function<PrefixStoreCounts()> source);
   void count_request(const std::string& endpoint, int http_status);
   void count_generation(const GenerationCounts& counts);
   void observe_decode_step(double seconds);
@@ -91,6 +102,7 @@ class Metrics {
   int slots_ = 0;
   std::function<BatchCounts()> batch_source_;
   std::function<KvPoolCounts()> kv_pool_source_;
+  std::function<PrefixStoreCounts()> prefix_store_source_;
 };
 
 }  // namespace accord::serve

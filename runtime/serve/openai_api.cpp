@@ -105,15 +105,17 @@ class Fields {
     out = static_cast<std::uint64_t>(value->get<std::int64_t>());
   }
 
-  // A count in [0, high].
-  void read_count(const std::string& name, int& out, int high) {
+  // A count in [low, high], low >= 0.
+  void read_count(const std::string& name, int& out, int high, int low = 0) {
     const json* value = find(name);
     if (value == nullptr) return;
     if (!value->is_number_integer()) return fail(wrong_type(name, *value, "an integer"));
     // nlohmann reads every integer from 0 up as unsigned.
-    if (!value->is_number_unsigned() || value->get<std::uint64_t>() > static_cast<std::uint64_t>(high)) {
-      return fail(bad_request(
-          in_quotes(name) + " must be between 0 and " + std::to_string(high) + ", got " + value->dump(), name));
+    if (!value->is_number_unsigned() || value->get<std::uint64_t>() > static_cast<std::uint64_t>(high) ||
+        value->get<std::uint64_t>() < static_cast<std::uint64_t>(low)) {
+      return fail(bad_request(in_quotes(name) + " must be between " + std::to_string(low) + " and " +
+                                  std::to_string(high) + ", got " + value->dump(),
+                              name));
     }
     out = value->get<int>();
   }
@@ -155,9 +157,8 @@ class Fields {
   // they ask for something; their neutral values, which OpenAI clients
   // send by default, are accepted.
   void refuse_unsupported() {
-    for (const char* name : {"n", "best_of"}) {
-      const json* value = find(name);
-      if (value != nullptr && *value != 1) fail(unsupported(name, "other than 1", *value));
+    if (const json* value = find("best_of"); value != nullptr && *value != 1) {
+      fail(unsupported("best_of", "other than 1", *value));
     }
     for (const char* name : {"presence_penalty", "frequency_penalty"}) {
       const json* value = find(name);
@@ -310,8 +311,9 @@ json reply_head(const ReplyHeader& header, bool chunk) {
 }
 
 json choice(const ReplyHeader& header, std::string_view text, const json& finish_reason, bool chunk,
-            const Logprobs* logprobs = nullptr) {
-  json entry = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", logprobs_json(header.endpoint, logprobs)}};
+            const Logprobs* logprobs = nullptr, std::size_t index = 0) {
+  json entry = {
+      {"index", index}, {"finish_reason", finish_reason}, {"logprobs", logprobs_json(header.endpoint, logprobs)}};
   if (header.endpoint == Endpoint::completions) {
     entry["text"] = text;
   } else if (chunk) {
@@ -371,6 +373,10 @@ Result<CompletionRequest, ApiError> parse_request(std::string_view body, Endpoin
   fields.read_logprobs(endpoint, request.top_logprobs);
   fields.read_stop(request.stop);
   fields.read_bool("stream", request.stream);
+  fields.read_count("n", request.choices, kMaxCompletionChoices, 1);
+  if (!fields.error() && request.stream && request.choices > 1) {
+    fields.fail(bad_request("'n' greater than 1 is not streamed: ask with 'stream': false", "n", "unsupported_value"));
+  }
   fields.refuse_unsupported();
   if (const json* options = fields.find("stream_options"); options != nullptr) {
     if (!options->is_object()) {
@@ -386,8 +392,12 @@ Result<CompletionRequest, ApiError> parse_request(std::string_view body, Endpoin
 
 std::string completion_body(const ReplyHeader& header, const CompletionOutcome& outcome) {
   json reply = reply_head(header, /*chunk=*/false);
-  const Logprobs* logprobs = outcome.logprobs ? &*outcome.logprobs : nullptr;
-  reply["choices"] = json::array({choice(header, outcome.text, outcome.finish_reason, /*chunk=*/false, logprobs)});
+  reply["choices"] = json::array();
+  for (std::size_t i = 0; i < outcome.choices.size(); ++i) {
+    const CompletionChoice& each = outcome.choices[i];
+    const Logprobs* logprobs = each.logprobs ? &*each.logprobs : nullptr;
+    reply["choices"].push_back(choice(header, each.text, each.finish_reason, /*chunk=*/false, logprobs, i));
+  }
   reply["usage"] = usage(outcome);
   return dump(reply);
 }

@@ -18,6 +18,9 @@ namespace accord::serve {
 
 enum class Endpoint { completions, chat_completions };
 
+// The most completions one request may ask for (`n`).
+inline constexpr int kMaxCompletionChoices = 16;
+
 // An error as OpenAI reports it: {"error": {"message", "type", "param", "code"}}.
 struct ApiError {
   int http_status = 400;
@@ -56,6 +59,9 @@ struct CompletionRequest {
   // `top_logprobs: N`.
   int top_logprobs = -1;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the counts
+  // `n`: completions of the prompt (1 to kMaxCompletionChoices); more than
+  // one is not streamed.
+  int choices = 1;
 };
 
 // Reads and checks a request body: malformed JSON, a field of the wrong
@@ -70,14 +76,19 @@ struct Logprobs {
   std::vector<std::size_t> text_offsets;
 };
 
-// What the reply says of a finished completion.
-struct CompletionOutcome {
+// One of a reply's completions.
+struct CompletionChoice {
   std::string text;
-  std::string finish_reason;  // "stop" or "length"
-  int prompt_tokens = 0;
-  int cached_tokens = 0;  // of the prompt tokens, those not prefilled
-  int completion_tokens = 0;
+  std::string finish_reason;         // "stop" or "length"
   std::optional<Logprobs> logprobs;  // when the request asked for them
+};
+
+// What the reply says of a finished request.
+struct CompletionOutcome {
+  std::vector<CompletionChoice> choices;  // the i-th has index i
+  int prompt_tokens = 0;                  // counted once, whatever the choices
+  int cached_tokens = 0;                  // of the prompt tokens, those its first choice did not prefill
+  int completion_tokens = 0;              // over every choice
 };
 
 // The reply's identity, shared by a stream's chunks.

@@ -42,13 +42,14 @@ std::vector<std::size_t> slots_to_empty(std::span<const SlotHolding> idle, std::
 }
 
 Scheduler::Scheduler(const Tokenizer& tokenizer, std::vector<std::unique_ptr<SlotSession>> slots, int queue_limit,
-                     LoadSink load, WarningSink warn, SlotReuse reuse, KvRoom room)
+                     LoadSink load, WarningSink warn, SlotReuse reuse, KvRoom room, std::shared_ptr<PrefixStore> store)
     : tokenizer_(tokenizer),
       queue_limit_(static_cast<std::size_t>(std::max(0, queue_limit))),
       load_(std::move(load)),
       warn_(std::move(warn)),
       reuse_(reuse),
-      room_(std::move(room)) {
+      room_(std::move(room)),
+      store_(std::move(store)) {
   for (auto& session : slots) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->session = std::move(session);
@@ -94,7 +95,9 @@ void Scheduler::shut_down() {
     closed_ = true;
     unrun.swap(queue_);
   }
-  for (Job& job : unrun) job.on_done(GenerationFailure{Error(ErrorCode::state, std::string(kShutdownMessage)), {}});
+  for (Job& job : unrun) {
+    job.on_done({GenerationFailure{Error(ErrorCode::state, std::string(kShutdownMessage)), {}}});
+  }
   if (!unrun.empty()) report_load();
 }
 
@@ -131,10 +134,11 @@ void Scheduler::work() {
   Job job;
   while (next_job(job)) {
     report_load();
-    std::vector<Slot*> to_empty;
-    Slot& slot = take_slot(slot_key(job), job.options.max_tokens, to_empty);
-    for (Slot* idle : to_empty) empty(*idle);
-    const GenerationOutcome outcome = run(slot, job);
+    Placement placed = place(slot_key(job), job.options.max_tokens);
+    for (Slot* idle : placed.to_empty) empty(*idle);
+    Slot& slot = *placed.slot;
+    const std::vector<GenerationOutcome> outcome = run(slot, job, placed.from_store);
+    placed.from_store.reset();  // the store may have let it go: its blocks go back now
     // A healthy slot is free before the client hears the answer, so that
     // its next request finds it (and its room); a poisoned one heals
     // first, after the answer, so that the answer does not wait for it.
@@ -158,7 +162,7 @@ std::vector<int> Scheduler::slot_key(const Job& job) const {
   return tokens ? std::move(*tokens) : std::vector<int>{};
 }
 
-Scheduler::Slot& Scheduler::take_slot(std::span<const int> prompt, int max_tokens, std::vector<Slot*>& to_empty) {
+Scheduler::Placement Scheduler::place(std::span<const int> prompt, int max_tokens) {
   std::lock_guard lock(mutex_);
   std::vector<Slot*> free;
   std::vector<SlotHolding> holdings;
@@ -167,26 +171,62 @@ Scheduler::Slot& Scheduler::take_slot(std::span<const int> prompt, int max_token
     free.push_back(slot.get());
     holdings.push_back({slot->held, slot->last_used});
   }
-  Slot& chosen = *free.at(choose_slot(prompt, holdings));
-  chosen.busy = true;
-  chosen.last_used = ++slots_taken_;
-  to_empty = make_room(chosen, prompt, max_tokens);
-  return chosen;
+  Placement placed;
+  std::size_t chosen = choose_slot(prompt, holdings);
+  int kept = reusable_prefix_length(holdings[chosen].tokens, prompt);
+  if (keeps_prompts(*free[chosen])) placed.from_store = store_match(prompt, kept);
+  if (placed.from_store) {
+    // The slot used least recently restores it: its tokens are worth least.
+    chosen = choose_slot({}, holdings);
+    kept = reusable_prefix_length(placed.from_store->snapshot.tokens, prompt);
+  }
+  placed.slot = free[chosen];
+  placed.slot->busy = true;
+  placed.slot->last_used = ++slots_taken_;
+  placed.to_empty = make_room(*placed.slot, prompt, max_tokens, placed.from_store ? kept : -1);
+  return placed;
+}
+
+std::optional<PrefixStore::Match> Scheduler::store_match(std::span<const int> prompt, int kept) {
+  auto match = store_->lookup(prompt);
+  if (!match || reusable_prefix_length(match->snapshot.tokens, prompt) <= kept) return std::nullopt;
+  return match;
+}
+
+bool Scheduler::keeps_prompts(const Slot& slot) const {
+  return store_ != nullptr && store_->enabled() && reuse_ == SlotReuse::prefix && slot.session->takes_snapshots();
 }
 
 // Under mutex_. The request may write up to prompt + max_tokens positions,
 // of which the chosen slot already holds room for its held tokens'; room
-// is taken in whole blocks.
-std::vector<Scheduler::Slot*> Scheduler::make_room(const Slot& chosen, std::span<const int> prompt, int max_tokens) {
+// is taken in whole blocks. Where the store keeps prompts, blocks may be
+// shared with its snapshots, and a shared block is copied when written:
+// the request may take every block from the one its kept prefix ends in
+// (`kept`: from the store's snapshot; -1: the slot's own tokens), and a
+// copy of its prompt's last block once the prompt's snapshot shares it.
+std::vector<Scheduler::Slot*> Scheduler::make_room(const Slot& chosen, std::span<const int> prompt, int max_tokens,
+                                                   int kept) {
   if (room_.pool == nullptr || room_.pool->budget_bytes() == 0) return {};
-  const auto room_of = [this](std::size_t tokens) {
-    const auto blocks = (tokens + KvCache::kBlockPositions - 1) / KvCache::kBlockPositions;
-    return static_cast<std::uint64_t>(blocks * KvCache::kBlockPositions) * room_.position_bytes;
+  const std::uint64_t block = KvCache::kBlockPositions * room_.position_bytes;
+  const auto room_of = [block](std::size_t tokens) {
+    return (tokens + KvCache::kBlockPositions - 1) / KvCache::kBlockPositions * block;
   };
-  const std::uint64_t wanted = room_of(prompt.size() + static_cast<std::size_t>(max_tokens));
-  const std::uint64_t held = room_of(chosen.held.size());
+  std::uint64_t wanted = room_of(prompt.size() + static_cast<std::size_t>(max_tokens));
+  std::uint64_t held = room_of(chosen.held.size());
+  if (keeps_prompts(chosen)) {
+    if (kept < 0) kept = reusable_prefix_length(chosen.held, prompt);
+    held = static_cast<std::uint64_t>(kept / KvCache::kBlockPositions) * block;
+    if (prompt.size() >= KvCache::kBlockPositions) wanted += block;
+  }
   const std::uint64_t need = wanted > held ? wanted - held : 0;
-  const std::uint64_t used = room_.pool->used_bytes(), budget = room_.pool->budget_bytes();
+  const std::uint64_t budget = room_.pool->budget_bytes();
+  const auto free_bytes = [&] {
+    const std::uint64_t used = room_.pool->used_bytes();
+    return used < budget ? budget - used : 0;
+  };
+  // The store's snapshots go first: no request is using them.
+  while (store_ != nullptr && free_bytes() < need && store_->evict_oldest()) {
+  }
   std::vector<Slot*> idle;
   std::vector<SlotHolding> holdings;
   for (const auto& slot : slots_) {
@@ -195,11 +235,22 @@ std::vector<Scheduler::Slot*> Scheduler::make_room(const Slot& chosen, std::span
     holdings.push_back({slot->held, slot->last_used});
   }
   std::vector<Slot*> emptied;
-  for (std::size_t i : slots_to_empty(holdings, need, used < budget ? budget - used : 0, room_of)) {
+  for (std::size_t i : slots_to_empty(holdings, need, free_bytes(), room_of)) {
     idle[i]->busy = true;
     emptied.push_back(idle[i]);
   }
   return emptied;
+}
+
+// A snapshot that cannot be taken is a warning: the request goes on, and
+// later ones prefill the prompt again.
+void Scheduler::keep_prompt(Slot& slot) {
+  auto snapshot = slot.session->snapshot();
+  if (!snapshot) {
+    if (warn_) warn_("the prompt was not kept for later requests: " + snapshot.error().message());
+    return;
+  }
+  store_->insert(std::move(*snapshot));
 }
 
 // Gives back an idle slot's keys and values: its session is reset, and it
@@ -217,32 +268,65 @@ void Scheduler::release(Slot& slot) {
 }
 
 // A session that cannot be reset is as unusable as a poisoned one: the job
-// fails so, and the slot stays unready until a later reset succeeds.
-GenerationOutcome Scheduler::run(Slot& slot, Job& job) {
-  const auto abandoned = [&job] { return job.abandoned && job.abandoned(); };
-  if (abandoned()) {
-    return GenerationFailure{Error(ErrorCode::contract, "the client went away before generation began"), {}};
-  }
+// fails so, and the slot stays unready until a later reset succeeds. A
+// snapshot that cannot be restored leaves the slot as it was (a restore
+// changes nothing when it fails): the request prefills more.
+Status Scheduler::prepare(Slot& slot, const std::optional<PrefixStore::Match>& from_store) {
   if (reuse_ == SlotReuse::none || !slot.ready) {
     Status reset = slot.session->reset();
     slot.ready = static_cast<bool>(reset);
-    if (!reset) {
-      GenerationFailure failure{reset.error(), {}};
-      failure.partial.stop_reason = StopReason::error;
-      failure.partial.poisoned = true;
-      failure.partial.poison_cause = reset.error().message();
-      return failure;
-    }
+    if (!reset) return reset;
   }
-  job.options.reuse_held_prefix = reuse_ == SlotReuse::prefix;
+  if (!from_store) return {};
+  if (Status restored = slot.session->restore(from_store->snapshot); !restored) {
+    if (warn_) warn_("could not start from a kept prompt: " + restored.error().message());
+    return {};
+  }
+  store_->count_hit();
+  return {};
+}
+
+std::vector<GenerationOutcome> Scheduler::run(Slot& slot, Job& job,
+                                              const std::optional<PrefixStore::Match>& from_store) {
+  const auto abandoned = [&job] { return job.abandoned && job.abandoned(); };
+  if (abandoned()) {
+    return {GenerationFailure{Error(ErrorCode::contract, "the client went away before generation began"), {}}};
+  }
+  if (Status ready = prepare(slot, from_store); !ready) {
+    GenerationFailure failure{ready.error(), {}};
+    failure.partial.stop_reason = StopReason::error;
+    failure.partial.poisoned = true;
+    failure.partial.poison_cause = ready.error().message();
+    return {failure};
+  }
   auto asked = std::move(job.options.stop_requested);
   job.options.stop_requested = [this, &asked, &abandoned] {
     return cutting_.load() || abandoned() || (asked && asked());
   };
+  std::vector<GenerationOutcome> outcomes;
   slot.session->begin_request();
-  GenerationOutcome outcome =
-      generate(slot.session->target(), tokenizer_, job.prompt, job.options, job.on_piece, warn_);
+  for (int choice = 0; choice < job.choices; ++choice) {
+    outcomes.push_back(run_choice(slot, job, choice));
+    if (!outcomes.back() || cutting_.load() || abandoned()) break;
+  }
   slot.session->end_request();
+  return outcomes;
+}
+
+// One completion. The first prefills what the slot does not hold of the
+// prompt (and keeps the prompt in the store); each later one moves back to
+// the prompt, which the slot holds, and samples with the next seed.
+GenerationOutcome Scheduler::run_choice(Slot& slot, Job& job, int choice) {
+  GenerationOptions options = job.options;
+  options.reuse_held_prefix = reuse_ == SlotReuse::prefix || choice > 0;
+  options.sampler.seed += static_cast<std::uint64_t>(choice);
+  if (choice == 0 && keeps_prompts(slot)) {
+    options.on_prefilled = [this, &slot] {
+      if (slot.session->target().position() >= KvCache::kBlockPositions) keep_prompt(slot);
+    };
+  }
+  if (job.on_choice) job.on_choice(choice);
+  GenerationOutcome outcome = generate(slot.session->target(), tokenizer_, job.prompt, options, job.on_piece, warn_);
   if (outcome && outcome->stop_reason == StopReason::stopped && cutting_.load()) {
     outcome->stop_reason = StopReason::error;
     outcome = GenerationFailure{Error(ErrorCode::state, std::string(kShutdownCutMessage)), std::move(*outcome)};

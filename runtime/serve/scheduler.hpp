@@ -8,8 +8,17 @@
 // llama-server's cache_prompt): a request goes to the free slot whose
 // tokens begin its prompt the most (choose_slot), which moves back to the
 // prefix they share and prefills only the rest
-// (GenerationOptions::reuse_held_prefix). With SlotReuse::none a slot is
-// reset to an empty session before each request. A slot whose session was
+// (GenerationOptions::reuse_held_prefix). Single-rank slots also share a
+// PrefixStore (prefix_store.hpp): once a request's prompt is prefilled its
+// slot snapshots it into the store, and a request whose prompt begins with
+// more of a stored snapshot than of any free slot's tokens goes to the
+// least recently used free slot, which restores the snapshot and prefills
+// only the rest. With SlotReuse::none a slot is reset to an empty session
+// before each request, and the store is not used.
+//
+// A job may ask for several completions of its prompt (OpenAI's n): they
+// run one after another on its slot, each moving back to the prompt it
+// holds, so the prompt is prefilled once. A slot whose session was
 // poisoned, or could not be reset, is reset after its request (a
 // distributed session reconnects its lost ranks) and before its next, and
 // the scheduler is not ready meanwhile.
@@ -22,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +43,7 @@
 #include "runtime/generate/target.hpp"
 #include "runtime/model/kv_pool.hpp"
 #include "runtime/rank/step_batcher.hpp"
+#include "runtime/serve/prefix_store.hpp"
 #include "runtime/session/session.hpp"
 #include "runtime/text/tokenizer.hpp"
 
@@ -65,7 +76,8 @@ std::vector<std::size_t> slots_to_empty(std::span<const SlotHolding> idle, std::
                                         const std::function<std::uint64_t(std::size_t tokens)>& room_of);
 
 // The KV pool single-rank slots share (kv_pool.hpp) and what a position
-// takes in it: with a budget, a request first empties idle slots it needs
+// takes in it: with a budget, a request first evicts the prefix store's
+// snapshots, least recently used first, then empties idle slots it needs
 // the room of (slots_to_empty), as llama-server's slots and vLLM's blocks
 // are reclaimed.
 struct KvRoom {
@@ -83,6 +95,13 @@ class SlotSession {
   // Around each request's generation.
   virtual void begin_request() {}
   virtual void end_request() {}
+  // Snapshots of the session, for the prefix store: only single-rank slots
+  // take them.
+  virtual bool takes_snapshots() const { return false; }
+  virtual Result<SessionSnapshot> snapshot() { return Error(ErrorCode::contract, "this slot takes no snapshots"); }
+  virtual Status restore(const SessionSnapshot& /*snapshot*/) {
+    return Error(ErrorCode::contract, "this slot takes no snapshots");
+  }
 };
 
 // A slot on a single-rank session. The slots share one pool, which runs one
@@ -112,6 +131,9 @@ class SessionSlot final : public SlotSession {
   void end_request() override {
     if (batcher_ != nullptr) batcher_->leave();
   }
+  bool takes_snapshots() const override { return true; }
+  Result<SessionSnapshot> snapshot() override { return session_.snapshot(); }
+  Status restore(const SessionSnapshot& snapshot) override { return session_.restore(snapshot); }
 
  private:
   Session session_;
@@ -123,8 +145,14 @@ class SessionSlot final : public SlotSession {
 struct Job {
   std::string prompt;
   GenerationOptions options;  // its stop_requested is asked after each step
+  // Completions of the prompt (at least 1), one after another; the
+  // i-th samples with options.sampler.seed + i.
+  int choices = 1;
+  std::function<void(int choice)> on_choice;  // before each completion's generation
   PieceSink on_piece;
-  std::function<void(const GenerationOutcome&)> on_done;
+  // Each completion's outcome, in order: all of them, or those up to the
+  // first that failed (or that was cut).
+  std::function<void(const std::vector<GenerationOutcome>&)> on_done;
   // True once nobody waits for the answer (the client went away): a queued
   // job then fails without running, a running one stops after its step.
   std::function<bool()> abandoned;
@@ -139,8 +167,10 @@ using LoadSink = std::function<void(int queued, int active)>;
 class Scheduler {
  public:
   // `warn` receives what generation warns of (a rejected prompt cache).
+  // `store` (may be nullptr: none) keeps single-rank slots' prompts.
   Scheduler(const Tokenizer& tokenizer, std::vector<std::unique_ptr<SlotSession>> slots, int queue_limit,
-            LoadSink load = {}, WarningSink warn = {}, SlotReuse reuse = SlotReuse::prefix, KvRoom room = {});
+            LoadSink load = {}, WarningSink warn = {}, SlotReuse reuse = SlotReuse::prefix, KvRoom room = {},
+            std::shared_ptr<PrefixStore> store = nullptr);
   ~Scheduler();  // stops the running jobs after their step, drops the queued ones
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -172,19 +202,36 @@ class Scheduler {
     std::uint64_t last_used = 0;
   };
 
+  // Where a job runs: its slot, the store's snapshot the slot starts from
+  // (when it holds a longer prefix of the prompt than the slot), and the
+  // idle slots to empty for its room (taken too: the caller empties and
+  // releases them).
+  struct Placement {
+    Slot* slot = nullptr;
+    std::optional<PrefixStore::Match> from_store;
+    std::vector<Slot*> to_empty;
+  };
+
   void work();
   bool next_job(Job& job);
   // The prompt's tokens, to pick a slot by (none without reuse).
   std::vector<int> slot_key(const Job& job) const;
-  // The slot for a job, and the idle slots to empty for its room (taken
-  // too: the caller empties and releases them).
-  Slot& take_slot(std::span<const int> prompt, int max_tokens, std::vector<Slot*>& to_empty);
-  std::vector<Slot*> make_room(const Slot& chosen, std::span<const int> prompt, int max_tokens);
-  void empty(Slot& slot);  // resets a slot the caller holds and releases it
+  Placement place(std::span<const int> prompt, int max_tokens);
+  // Under mutex_: the store's match, when it keeps more of the prompt than
+  // `kept` tokens.
+  std::optional<PrefixStore::Match> store_match(std::span<const int> prompt, int kept);
+  std::vector<Slot*> make_room(const Slot& chosen, std::span<const int> prompt, int max_tokens, int kept);
+  bool keeps_prompts(const Slot& slot) const;
+  void keep_prompt(Slot& slot);  // snapshots the prompt the slot holds into the store
+  void empty(Slot& slot);        // resets a slot the caller holds and releases it
   void release(Slot& slot);
-  // The job's generation on `slot`; slot.ready false after it: the slot
-  // must be reset before its next request.
-  GenerationOutcome run(Slot& slot, Job& job);
+  // The job's completions on `slot`, starting from `from_store`'s snapshot
+  // when there is one; slot.ready false after it: the slot must be reset
+  // before its next request.
+  std::vector<GenerationOutcome> run(Slot& slot, Job& job, const std::optional<PrefixStore::Match>& from_store);
+  // Gets the slot ready for a job; a failure ends it.
+  Status prepare(Slot& slot, const std::optional<PrefixStore::Match>& from_store);
+  GenerationOutcome run_choice(Slot& slot, Job& job, int choice);
   void report_load();
 
   const Tokenizer& tokenizer_;
@@ -194,6 +241,7 @@ class Scheduler {
   WarningSink warn_;
   const SlotReuse reuse_;
   const KvRoom room_;
+  const std::shared_ptr<PrefixStore> store_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;

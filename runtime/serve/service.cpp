@@ -72,9 +72,11 @@ struct Exchange {
         stream(wanted.stream),
         include_usage(wanted.include_usage),
         echoed(wanted.echo ? wanted.prompt : std::string()),
+        stop_sequences(stops),
         filter(std::move(stops)),
         logprobs(wanted.top_logprobs >= 0),
-        completion_offset(wanted.prompt.size()) {}
+        prompt_bytes(wanted.prompt.size()),
+        completion_offset(prompt_bytes) {}
 
   std::string path;
   int context;               // the model's, in tokens
@@ -84,8 +86,11 @@ struct Exchange {
   bool stream;
   bool include_usage;
   std::string echoed;  // the prompt, when echo was asked
+  std::vector<std::string> stop_sequences;
+  // The completion being generated: its filter, and what was not streamed.
   StopFilter filter;
-  std::string text;  // what was not streamed
+  std::string text;
+  std::vector<CompletionChoice> finished;  // the completions before it
   bool opened = false;
   Clock::time_point start = Clock::now();
   Clock::time_point last_step;
@@ -96,6 +101,7 @@ struct Exchange {
   Logprobs echo_logprobs;
   Logprobs pending;
   std::size_t prompt_offset = 0;
+  std::size_t prompt_bytes;
   std::size_t completion_offset;
 
   // Streams open when the first piece is ready, on the slot's thread, so
@@ -142,6 +148,21 @@ struct Exchange {
     all.text_offsets.insert(all.text_offsets.end(), pending.text_offsets.begin(), pending.text_offsets.end());
     return all;
   }
+
+  // The completion generated so far, ended (its finish reason comes with
+  // its outcome).
+  CompletionChoice close_choice() { return {echoed + text + filter.flush(), "", all_logprobs()}; }
+
+  // Keeps the completion and starts the next one.
+  void next_choice() {
+    finished.push_back(close_choice());
+    filter = StopFilter(stop_sequences);
+    text.clear();
+    echo_logprobs = {};
+    pending = {};
+    prompt_offset = 0;
+    completion_offset = prompt_bytes;
+  }
 };
 
 // How a generation's failure is answered: the request's own fault (an
@@ -172,9 +193,38 @@ GenerationCounts counts_of(const GenerationResult& result) {
   return counts;
 }
 
-// The answer to a generation that ended, well or not; returns its status.
-int finish(Exchange& exchange, const GenerationOutcome& outcome) {
-  const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
+// What the reply says of a request whose completions all ended well.
+CompletionOutcome outcome_of(Exchange& exchange, const std::vector<GenerationOutcome>& outcomes) {
+  CompletionOutcome done;
+  exchange.finished.push_back(exchange.close_choice());
+  done.choices = exchange.finished;
+  const GenerationResult& first = *outcomes.front();
+  done.prompt_tokens = static_cast<int>(first.prompt_tokens.size());
+  done.cached_tokens = first.cached_prompt_tokens();
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    done.choices[i].finish_reason = finish_reason(outcomes[i]->stop_reason);
+    done.completion_tokens += static_cast<int>(outcomes[i]->generated_tokens.size());
+  }
+  return done;
+}
+
+// The answer to a request whose generation failed; returns its status.
+int answer_failure(Exchange& exchange, const GenerationFailure& failure) {
+  Responder& responder = *exchange.responder;
+  const ApiError error = failure_error(failure, exchange);
+  if (!exchange.opened) {
+    responder.respond(json_response(error.http_status, error.body()));
+    return error.http_status;
+  }
+  responder.send_event(stream_error_event(error));
+  responder.send_event(std::string(kStreamDone));
+  responder.close_stream();
+  return 200;
+}
+
+// The answer to a request whose completions ended, well or not (the last
+// one run says which); returns its status.
+int finish(Exchange& exchange, const std::vector<GenerationOutcome>& outcomes) {
   Responder& responder = *exchange.responder;
   if (responder.client_gone()) {
     if (exchange.opened)
@@ -183,32 +233,18 @@ int finish(Exchange& exchange, const GenerationOutcome& outcome) {
       responder.respond(json_response(kClientClosed, "{}"));
     return kClientClosed;
   }
-  if (!outcome) {
-    const ApiError error = failure_error(outcome.error(), exchange);
-    if (!exchange.opened) {
-      responder.respond(json_response(error.http_status, error.body()));
-      return error.http_status;
-    }
-    responder.send_event(stream_error_event(error));
-    responder.send_event(std::string(kStreamDone));
-    responder.close_stream();
-    return 200;
-  }
-  const CompletionOutcome done{exchange.echoed + exchange.text + exchange.filter.flush(),
-                               finish_reason(result.stop_reason),
-                               static_cast<int>(result.prompt_tokens.size()),
-                               result.cached_prompt_tokens(),
-                               static_cast<int>(result.generated_tokens.size()),
-                               exchange.all_logprobs()};
+  if (!outcomes.back()) return answer_failure(exchange, outcomes.back().error());
+  const CompletionOutcome done = outcome_of(exchange, outcomes);
   if (!exchange.stream) {
     responder.respond(json_response(200, completion_body(exchange.header, done)));
     return 200;
   }
   exchange.open();
   // What the filter still held (streamed text is not in exchange.text).
-  const std::string tail = done.text.substr(exchange.echoed.size());
+  const CompletionChoice& only = done.choices.front();
+  const std::string tail = only.text.substr(exchange.echoed.size());
   if (!tail.empty() || !exchange.pending.tokens.empty()) exchange.send_text(tail);
-  responder.send_event(stream_finish_event(exchange.header, done.finish_reason));
+  responder.send_event(stream_finish_event(exchange.header, only.finish_reason));
   if (exchange.include_usage) responder.send_event(stream_usage_event(exchange.header, done));
   responder.send_event(std::string(kStreamDone));
   responder.close_stream();
@@ -224,6 +260,7 @@ Job job_for(std::string prompt, const CompletionRequest& wanted, const ServiceOp
   job.prompt = std::move(prompt);
   job.options.max_tokens = wanted.max_tokens.value_or(options.context);
   job.options.sampler = {wanted.temperature, wanted.top_p, wanted.seed.value_or(std::random_device{}())};
+  job.choices = wanted.choices;
   job.options.prompt_cache = options.prompt_cache;
   job.options.retries = options.retries;
   job.options.heal_attempts = options.heal_attempts;
@@ -240,6 +277,9 @@ Job job_for(std::string prompt, const CompletionRequest& wanted, const ServiceOp
     exchange->last_step = now;
     return exchange->filter.stopped();
   };
+  job.on_choice = [exchange](int choice) {
+    if (choice > 0) exchange->next_choice();
+  };
   job.on_piece = [exchange](std::string_view piece) { exchange->take(piece); };
   if (wanted.top_logprobs >= 0) {
     job.options.on_logprobs = [exchange](const TokenLogprobs& token, bool of_prompt) {
@@ -247,10 +287,11 @@ Job job_for(std::string prompt, const CompletionRequest& wanted, const ServiceOp
     };
   }
   job.abandoned = [exchange] { return exchange->responder->client_gone(); };
-  job.on_done = [&metrics, exchange](const GenerationOutcome& outcome) {
-    const GenerationResult& result = outcome ? *outcome : outcome.error().partial;
-    metrics.count_generation(counts_of(result));
-    metrics.count_request(exchange->path, finish(*exchange, outcome));
+  job.on_done = [&metrics, exchange](const std::vector<GenerationOutcome>& outcomes) {
+    for (const GenerationOutcome& outcome : outcomes) {
+      metrics.count_generation(counts_of(outcome ? *outcome : outcome.error().partial));
+    }
+    metrics.count_request(exchange->path, finish(*exchange, outcomes));
     metrics.observe_request(exchange->path, std::chrono::duration<double>(Clock::now() - exchange->start).count());
   };
   return job;
