@@ -467,7 +467,13 @@ class Run {
   // A snapshot stays as it was taken however its descendants advance.
   void check_snapshots_stable() {
     for (const Snapshot& kept : snapshots_) {
-      if (shelved_digests(kept.cluster) != kept.digests) violation("a snapshot changed after it was taken");
+      const std::vector<std::string> now = shelved_digests(kept.cluster);
+      for (std::size_t r = 0; r < now.size(); ++r) {
+        if (now[r] == kept.digests[r]) continue;
+        violation("rank " + std::to_string(r) + "'s image of a snapshot " + (now[r].empty() ? "went" : "changed") +
+                  " after it was taken");
+        return;
+      }
     }
   }
 

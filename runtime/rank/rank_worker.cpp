@@ -41,6 +41,10 @@ void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on
   ACCORD_ASSERT(epoch > epoch_, "epochs never go backwards: a rank opens each transaction once, in epoch order");
   epoch_ = epoch;
   undo_.reset();
+  // What an earlier transaction whose decision this rank missed left stays:
+  // its rows' copies, and its snapshot (forget_open_transaction).
+  stage_.state().settle_rows();
+  shelved_.reset();
   incoming_.reset();
   output_.reset();
   prediction_.reset();

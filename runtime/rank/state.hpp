@@ -69,6 +69,12 @@ class SessionState {
   // why not (a spent KV pool): before a step or a load writes them.
   // Nothing observable changes; restore() gives back what it took.
   Status prepare_rows(int first, int end) { return kv_.prepare_write(first, end); }
+  // Keeps the blocks prepare_rows() copied as the rows' own: restore() no
+  // longer gives them back. Commits do so; so does a rank that opens a
+  // transaction while an earlier one's decision never reached it (a
+  // poison), which keeps what that one wrote, as a cache without shared
+  // blocks would.
+  void settle_rows() { kv_.settle_writes(); }
 
   // A stable copy of the state's content (snapshots): the cache's image of
   // its rows, which shares the cache's blocks, and its tokens.
