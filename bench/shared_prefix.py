@@ -1,11 +1,12 @@
 """Issue #50's shared-prefix load on an OpenAI-compatible server (accord
 serve or llama-server): REQUESTS completions, CONCURRENCY at a time, each a
-system prompt shared by all plus a question of its own, TOKENS greedy
-tokens each. Then the time to first token of one request alone on a cold
+system prompt plus a question of its own, TOKENS greedy tokens each. The
+i-th request takes system prompt i mod SYSTEMS (default 1: one shared by
+all); more system prompts than slots is many conversations on few slots. Then the time to first token of one request alone on a cold
 prefix (a system prompt never sent) and on the cached one. Prints one JSON
 line.
 
-    shared_prefix.py URL MODEL_ID REQUESTS CONCURRENCY TOKENS SYSTEM_WORDS QUESTION_WORDS
+    shared_prefix.py URL MODEL_ID REQUESTS CONCURRENCY TOKENS SYSTEM_WORDS QUESTION_WORDS [SYSTEMS]
 """
 import concurrent.futures
 import http.client
@@ -17,6 +18,7 @@ import urllib.parse
 
 url, model = sys.argv[1], sys.argv[2]
 requests, concurrency, tokens, system_words, question_words = (int(x) for x in sys.argv[3:8])
+systems = int(sys.argv[8]) if len(sys.argv) > 8 else 1
 host = urllib.parse.urlparse(url)
 WORDS = ["time", "little", "day", "big", "dog", "cat", "sun", "tree", "girl", "boy", "happy", "play", "ball",
          "friend", "house", "park", "bird", "red", "blue", "toy", "mom", "walk", "jump", "sky", "fish"]
@@ -27,7 +29,8 @@ def text(seed, words):
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
-SYSTEM = text(1, system_words)
+SYSTEMS = [text(1 + 1000 * k, system_words) for k in range(systems)]
+SYSTEM = SYSTEMS[0]
 
 
 def post(body):
@@ -38,8 +41,8 @@ def post(body):
 
 def completion(i):
     # ignore_eos: llama-server's own field, so both sides generate every token.
-    body = {"model": model, "prompt": SYSTEM + "\n" + text(100 + i, question_words), "max_tokens": tokens,
-            "temperature": 0, "ignore_eos": True}
+    prompt = SYSTEMS[i % systems] + "\n" + text(100 + i, question_words)
+    body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
     connection, reply = post(body)
     answer = json.loads(reply.read())
     connection.close()

@@ -4,6 +4,8 @@
 # prompt of SYSTEM_WORDS (400) words shared by all plus a question of
 # QUESTION_WORDS (8) words, TOKENS (64) greedy tokens each; then the time
 # to first token of a request alone, cold and on the cached system prompt.
+# SYSTEMS (default 1) system prompts take turns, request by request: more
+# of them than CONCURRENCY is many conversations on few slots.
 # (In the vocabulary of `accord synth`'s models 400 words are 1036 tokens
 # and 8 words 22: the issue's 1,000-token prompt and 20-token question.)
 #
@@ -25,7 +27,7 @@ if [[ $# -lt 2 || $# -gt 3 ]]; then
 fi
 accord=$1 model=$2 llama_server=${3:-}
 requests=${REQUESTS:-64} concurrency=${CONCURRENCY:-8} tokens=${TOKENS:-64} system_words=${SYSTEM_WORDS:-400}
-question_words=${QUESTION_WORDS:-8} runs=${RUNS:-5} baseline_runs=${BASELINE_RUNS:-2}
+question_words=${QUESTION_WORDS:-8} systems=${SYSTEMS:-1} runs=${RUNS:-5} baseline_runs=${BASELINE_RUNS:-2}
 threads=${THREADS:-$(nproc)} ctx=${CTX:-2048}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 model_id=$(basename "${model%.*}")
@@ -43,7 +45,7 @@ wait_ready() {
 }
 load() {  # PORT
   python3 "$here/shared_prefix.py" "http://127.0.0.1:$1" "$model_id" "$requests" "$concurrency" "$tokens" \
-    "$system_words" "$question_words"
+    "$system_words" "$question_words" "$systems"
 }
 run_accord() {  # EXTRA_OPTIONS...
   local port
