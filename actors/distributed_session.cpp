@@ -117,6 +117,7 @@ Result<RankOptions> DistributedSession::Impl::rank_options_for(const Partition& 
 
 Status DistributedSession::Impl::start(const Model& m, const DistributedOptions& options) {
   model = &m;
+  started_with = options;
   auto partition = partition_for(options);
   if (!partition) return partition.error();
   auto rank_options = rank_options_for(*partition, options);
@@ -335,6 +336,37 @@ Status DistributedSession::restore(const SessionSnapshot& snapshot) {
   impl_->tokens = snapshot.tokens;
   impl_->prepared.restore(snapshot.prompt);
   return {};
+}
+
+Result<SnapshotEstimate> DistributedSession::estimate_snapshot() const {
+  auto states = rank_states();
+  if (!states) return states.error();
+  SnapshotEstimate estimate;
+  for (const RankStateReport& state : *states) {
+    estimate.copied_bytes += state.snapshot_copied_bytes;
+    estimate.shared_bytes += state.snapshot_shared_bytes;
+    estimate.copy_on_write_bytes += state.snapshot_copy_on_write_bytes;
+  }
+  return estimate;
+}
+
+Result<std::unique_ptr<DistributedSession>> DistributedSession::fork(const SessionSnapshot& snapshot) const {
+  if (!impl_->placement->shares_snapshot_shelf()) {
+    return std::move(Error(ErrorCode::contract, "forks of ranks on nodes are not made: their snapshots are not kept")
+                         .mark_before_state_mutation());
+  }
+  auto impl = std::make_unique<Impl>(place_in_process());
+  if (impl_->own_system) {
+    own_system(*impl, false);
+  } else {
+    impl->system = impl_->system;
+  }
+  DistributedOptions options = impl_->started_with;
+  options.faults.clear();  // a scenario of this session's, not its fork's
+  if (Status ok = impl->start(*impl_->model, options); !ok) return ok.error();
+  std::unique_ptr<DistributedSession> forked(new DistributedSession(std::move(impl)));
+  if (Status ok = forked->restore(snapshot); !ok) return ok.error();
+  return forked;
 }
 
 Result<DistributedCompleteCheckpoint> DistributedSession::checkpoint_complete() {

@@ -204,13 +204,21 @@ class DistributedSession {
   // went away (connecting to its address again; fails naming the node when
   // it cannot), then resets every rank to an empty state.
   Status reset();
-  // The state and the committed prompt's identity together.
   // As Session's, on every rank (in-process ranks: a node's shelf is in
   // its own process, so over nodes they are refused). The digest joins the
   // ranks' content digests, in rank order.
   Result<SessionSnapshot> snapshot();
   Status restore(const SessionSnapshot& snapshot);
+  // What snapshot() would cost now, summed over the ranks, read as
+  // rank_states() is: no transaction, nothing changes. Fails when a rank
+  // does not answer.
+  Result<SnapshotEstimate> estimate_snapshot() const;
+  // A new session of in-process ranks as this one's (the same model,
+  // partition, threads, KV type and backend; no faults), in this one's
+  // actor system, restored to `snapshot`; this session is unchanged.
+  Result<std::unique_ptr<DistributedSession>> fork(const SessionSnapshot& snapshot) const;
 
+  // The state and the committed prompt's identity together.
   Result<DistributedCompleteCheckpoint> checkpoint_complete();
   Status rollback_complete(const DistributedCompleteCheckpoint& checkpoint);
 

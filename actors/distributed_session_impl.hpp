@@ -50,6 +50,7 @@ struct DistributedSession::Impl : SessionActors {
   Result<int> rebuild(const std::vector<int>& committed);
 
   std::unique_ptr<RankPlacement> placement;
+  DistributedOptions started_with;  // what start() was given: fork() starts its session so
   // The prompt cache last saved or loaded, which heal() loads again.
   struct CacheMark {
     std::filesystem::path root;

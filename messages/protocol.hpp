@@ -369,6 +369,10 @@ struct RankStateReport {
   std::uint64_t kv_materialized_bytes = 0;  // of the rows ever written
   double compute_seconds = 0;               // in the rank's units and head so far
   WeightShare weights;                      // what the rank holds of the model's weights
+  // What a snapshot of the state would cost now (KvStore::freeze_cost).
+  std::uint64_t snapshot_copied_bytes = 0;
+  std::uint64_t snapshot_shared_bytes = 0;
+  std::uint64_t snapshot_copy_on_write_bytes = 0;
 
   bool operator==(const RankStateReport&) const = default;
 };
@@ -376,7 +380,8 @@ struct RankStateReport {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankStateReport& x) {
   return f(x.digest, x.position, x.state_epoch, x.kv_bytes_used, x.kv_bytes_capacity, x.kv_held_bytes, x.high_water,
-           x.kv_materialized_bytes, x.compute_seconds, x.weights);
+           x.kv_materialized_bytes, x.compute_seconds, x.weights, x.snapshot_copied_bytes, x.snapshot_shared_bytes,
+           x.snapshot_copy_on_write_bytes);
 }
 
 // The save a rank's live prompt-cache generation belongs to

@@ -248,6 +248,8 @@ TEST_F(MessagesTest, RankStateReportRoundTripsWithItsWeightShare) {
   report.digest = "0123456789abcdef0123456789abcdef";
   report.position = 5;
   report.kv_held_bytes = 1 << 16;
+  report.snapshot_shared_bytes = 3 << 12;
+  report.snapshot_copy_on_write_bytes = 1 << 12;
   report.weights = {{{"F32", 1024}, {"Q8_0", 4096}}, 5120, 4096, "layered", 8192, 2048, 6144};
   expect_round_trip(report);
 }

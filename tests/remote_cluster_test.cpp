@@ -132,6 +132,24 @@ TEST_F(RemoteClusterTest, ThreeNodesGiveTheLogitsOfThreeInProcessRanks) {
   EXPECT_EQ(digests->size(), 3u);
 }
 
+// A node's snapshot would live in its own process: over nodes snapshots
+// and forks are refused, before anything changes; the estimate is read.
+TEST_F(RemoteClusterTest, SnapshotsOverNodesAreRefusedAndChangeNothing) {
+  auto session = connect();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(session->prefill(kPrompt));
+  const auto digests = session->rank_digests();
+  ASSERT_TRUE(digests);
+  auto snapshot = session->snapshot();
+  ASSERT_FALSE(snapshot);
+  EXPECT_EQ(snapshot.error().code(), ErrorCode::contract);
+  EXPECT_TRUE(snapshot.error().before_state_mutation());
+  auto estimate = session->estimate_snapshot();
+  ASSERT_TRUE(estimate) << estimate.error().message();
+  EXPECT_GT(estimate->shared_bytes, 0u);
+  EXPECT_EQ(session->rank_digests().value(), *digests);
+}
+
 TEST_F(RemoteClusterTest, EachNodeConnectsToTheNodesOfTheRanksAfterItsOwn) {
   auto session = connect();
   ASSERT_TRUE(session);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/distributed_session.hpp"
 #include "messages/session_api.hpp"
 #include "runtime/agreement/transaction_plan.hpp"
 #include "runtime/model/kv_pool.hpp"
@@ -207,6 +208,45 @@ TEST_F(SnapshotTest, ACopyOnWriteThatWouldPassTheBudgetAbortsTheStep) {
   EXPECT_EQ(tight->used_bytes(), 2 * block_bytes());
   snapshot = Error(ErrorCode::state, "released");
   EXPECT_TRUE(session.decode(300)) << "once the snapshot is released the block is the session's alone";
+}
+
+// Three in-process ranks: the estimate is a single rank's (the ranks'
+// blocks together hold what one rank's do), and the fork and the restored
+// session give a single rank's bits.
+TEST_F(SnapshotTest, ThreeRanksSnapshotForkAndRestoreAsOneRankDoes) {
+  DistributedOptions options;
+  options.ranks = 3;
+  auto ranks = DistributedSession::create(model_, options);
+  ASSERT_TRUE(ranks) << ranks.error().message();
+  ASSERT_TRUE((*ranks)->prefill(prompt()));
+  ASSERT_TRUE(session_.prefill(prompt()));
+  auto estimate = (*ranks)->estimate_snapshot();
+  ASSERT_TRUE(estimate) << estimate.error().message();
+  const SnapshotEstimate one = session_.estimate_snapshot();
+  EXPECT_EQ(estimate->shared_bytes, one.shared_bytes);
+  EXPECT_EQ(estimate->copy_on_write_bytes, one.copy_on_write_bytes);
+
+  auto snapshot = (*ranks)->snapshot();
+  ASSERT_TRUE(snapshot) << snapshot.error().message();
+  EXPECT_EQ(snapshot->position(), 40);
+  ASSERT_TRUE((*ranks)->decode(300));
+  auto fork = (*ranks)->fork(*snapshot);
+  ASSERT_TRUE(fork) << fork.error().message();
+  EXPECT_EQ((*fork)->position(), 40);
+  const std::vector<float> expected = decode_all(session_, {310, 311});
+  ASSERT_TRUE((*ranks)->restore(*snapshot));
+  for (DistributedSession* session : {fork->get(), ranks->get()}) {
+    std::vector<float> logits;
+    for (int token : {310, 311}) {
+      auto step = session->decode(token);
+      ASSERT_TRUE(step) << step.error().message();
+      logits.insert(logits.end(), step->logits.begin(), step->logits.end());
+    }
+    EXPECT_TRUE(test::bit_identical(logits, expected));
+  }
+  SessionSnapshot unknown = *snapshot;
+  unknown.id = 0;
+  EXPECT_FALSE((*ranks)->fork(unknown));
 }
 
 }  // namespace

@@ -407,6 +407,10 @@ RankStateReport RankParticipant::state_report() const {
   report.kv_materialized_bytes = kv.position_bytes() * static_cast<std::uint64_t>(state.high_water());
   report.compute_seconds = worker_->compute_seconds();
   report.weights = worker_->weight_share();
+  const KvImageCost snapshot = kv.freeze_cost(state.position());
+  report.snapshot_copied_bytes = snapshot.copied_bytes;
+  report.snapshot_shared_bytes = snapshot.shared_bytes;
+  report.snapshot_copy_on_write_bytes = snapshot.copy_on_write_bytes;
   return report;
 }
 
