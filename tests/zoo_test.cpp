@@ -375,6 +375,25 @@ TEST_P(ZooMixtureOfExperts, EveryRowIsTheSameInABatchTokenByTokenAndOnEitherThre
   EXPECT_TRUE(test::bit_identical(token_by_token, batch)) << "token by token against one batch";
 }
 
+// A decode token reads the experts it is routed to, not all of them: the
+// bandwidth `accord bench` reports; and `accord inspect` says how many.
+TEST_P(ZooMixtureOfExperts, DecodeBytesCountTheUsedExpertsAndInspectNamesThem) {
+  const auto path = (test::shared_dir() / "models" / "zoo" / GetParam()).string();
+  auto model = Model::load(path);
+  ASSERT_TRUE(model) << model.error().message();
+  const ModelConfig& c = model->config();
+  std::uint64_t dense = 0, experts = 0;
+  for (const StoredTensor& t : model->tensors()) (t.name.ends_with("_exps.weight") ? experts : dense) += t.bytes;
+  ASSERT_GT(experts, 0u);
+  EXPECT_EQ(decode_weight_bytes(*model),
+            dense + experts / static_cast<std::uint64_t>(c.n_experts) * static_cast<std::uint64_t>(c.n_experts_used));
+  const auto inspect = test::run_accord({"inspect", path});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
+  const std::string line =
+      "experts      " + std::to_string(c.n_experts) + ", " + std::to_string(c.n_experts_used) + " per token";
+  EXPECT_NE(inspect.output.find(line), std::string::npos) << inspect.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(Files, ZooMixtureOfExperts, testing::Values("mixtral-Q4_K_M.gguf", "qwen3moe-Q4_K_M.gguf"));
 
 // The zoo's `file` written again with its metadata and tensors changed by

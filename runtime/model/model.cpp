@@ -191,6 +191,8 @@ namespace {
 bool is_embedding(const StoredTensor& t) { return t.name == "token_embd.weight" || t.name == "token_embedding_table"; }
 // llama2.c's RoPE tables: stored, never read (RoPE is computed).
 bool is_rope_table(const StoredTensor& t) { return t.name.starts_with("freq_cis_"); }
+// A block's experts' gate, up or down matrices, one after another.
+bool is_expert_stack(const StoredTensor& t) { return t.name.ends_with("_exps.weight"); }
 
 }  // namespace
 
@@ -199,6 +201,10 @@ std::uint64_t decode_weight_bytes(const Model& model) {
   std::uint64_t bytes = 0;
   for (const StoredTensor& t : model.tensors()) {
     if (is_rope_table(t)) continue;
+    if (is_expert_stack(t) && c.routed()) {
+      bytes += t.bytes / static_cast<std::uint64_t>(c.n_experts) * static_cast<std::uint64_t>(c.n_experts_used);
+      continue;
+    }
     const bool one_row = is_embedding(t) && !c.shared_classifier;
     bytes += one_row ? t.bytes / static_cast<std::uint64_t>(c.vocab_size) : t.bytes;
   }

@@ -250,7 +250,8 @@ class Model {
 // The weight bytes one decode token reads: every block's matrices and
 // norms, the final norm, the classifier and one row of the token embedding
 // (a shared classifier is the embedding table, counted once, whole), as
-// the file stores them.
+// the file stores them; of a routed block's experts, the share of the
+// experts a token uses.
 std::uint64_t decode_weight_bytes(const Model& model);
 
 }  // namespace accord
