@@ -269,7 +269,22 @@ TEST_F(GgufModelErrors, RefusesWrongOrMissingArchitectureKeys) {
   expect_refused([](auto& m) { set(m, "llama.rope.dimension_count", Value::unsigned_int(ValueType::u32, 8)); },
                  ErrorCode::architecture, "RoPE over 8");
   expect_refused([](auto& m) { m.emplace_back("llama.expert_count", Value::unsigned_int(ValueType::u32, 8)); },
-                 ErrorCode::architecture, "mixture-of-experts");
+                 ErrorCode::format, "expert_used_count is 0, expected 1..8");
+  expect_refused(
+      [](auto& m) {
+        m.emplace_back("llama.expert_count", Value::unsigned_int(ValueType::u32, 8));
+        m.emplace_back("llama.expert_used_count", Value::unsigned_int(ValueType::u32, 2));
+      },
+      ErrorCode::format, "missing tensor blk.0.ffn_gate_inp.weight");
+  expect_refused(
+      [](auto& m) {
+        set(m, "general.architecture", Value::string("qwen2"));
+        for (auto& [key, value] : m) {
+          if (key.starts_with("llama.")) key.replace(0, 5, "qwen2");
+        }
+        m.emplace_back("qwen2.expert_count", Value::unsigned_int(ValueType::u32, 8));
+      },
+      ErrorCode::architecture, "architecture 'qwen2' with 8 experts is not supported");
   expect_refused([](auto& m) { m.emplace_back("llama.rope.scaling.type", Value::string("yarn")); },
                  ErrorCode::architecture, "RoPE scaling 'yarn' is not supported");
   expect_refused([](auto& m) { set(m, "general.architecture", Value::string("qwen2moe")); }, ErrorCode::architecture,

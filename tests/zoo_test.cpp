@@ -4,13 +4,15 @@
 // generate three prompts' 64 greedy tokens on one rank and on three, and
 // each must equal llama.cpp's (shared/reference/zoo-f32.json, zoo.json) up
 // to the first step whose top-2 logit margin is under 0.02, where two
-// correct engines may pick differently. The mixture-of-experts files are
-// refused by name.
+// correct engines may pick differently. The mixture-of-experts files
+// (Mixtral's llama with experts, qwen3moe) also give every row the same
+// bits whatever the batch and the threads, and damaged experts are refused.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -22,6 +24,7 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/generate/drafter.hpp"
 #include "runtime/generate/generator.hpp"
+#include "runtime/model/gguf.hpp"
 #include "runtime/model/identity.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/stage_backend.hpp"
@@ -211,37 +214,25 @@ TEST_P(ZooF32, EveryCpuPathGivesBitIdenticalLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ZooF32,
                          testing::Values("llama3-f32.gguf", "qwen2-f32.gguf", "qwen3-f32.gguf", "gemma3-f32.gguf",
-                                         "phi3-f32.gguf"));
+                                         "phi3-f32.gguf", "mixtral-f32.gguf", "qwen3moe-f32.gguf"));
 
-TEST(ZooF32Refusals, MixtureOfExpertsModelsAreRefusedByName) {
-  for (const auto& [file, architecture] :
-       {std::pair{"mixtral-f32.gguf", "'llama'"}, {"qwen3moe-f32.gguf", "'qwen3moe'"}}) {
+// The CUDA forward pass is dense Llama's alone: make_stage names what it
+// refuses, whether or not this build has CUDA.
+TEST(ZooF32Refusals, CudaBackendRefusesOtherArchitecturesAndExpertsByName) {
+  for (const auto& [file, named] :
+       {std::pair{"qwen3-f32.gguf", "'qwen3'"}, std::pair{"mixtral-f32.gguf", "mixture-of-experts"}}) {
     const auto path = zoo_model(file);
     ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: the ZooF32Models test writes it";
-    auto header = Model::read_header(path.string());
-    ASSERT_FALSE(header) << file;
-    EXPECT_EQ(header.error().code(), ErrorCode::architecture);
-    const std::string message = header.error().message();
-    EXPECT_NE(message.find("mixture-of-experts models are not supported"), std::string::npos) << message;
-    EXPECT_NE(message.find(architecture), std::string::npos) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    auto model = Model::load(path.string());
+    ASSERT_TRUE(model) << model.error().message();
+    cpu::ThreadPool pool(1);
+    StageOptions cuda;
+    cuda.backend.kind = BackendChoice::Kind::cuda;
+    auto stage = make_stage(*model, pool, WeightScope::everything(), cuda, 0);
+    ASSERT_FALSE(stage) << file;
+    EXPECT_EQ(stage.error().code(), ErrorCode::architecture);
+    EXPECT_NE(stage.error().message().find(named), std::string::npos) << stage.error().message();
   }
-}
-
-// The CUDA forward pass is Llama's alone: make_stage names the
-// architecture it refuses, whether or not this build has CUDA.
-TEST(ZooF32Refusals, CudaBackendRefusesOtherArchitecturesByName) {
-  const auto path = zoo_model("qwen3-f32.gguf");
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: the ZooF32Models test writes it";
-  auto model = Model::load(path.string());
-  ASSERT_TRUE(model) << model.error().message();
-  cpu::ThreadPool pool(1);
-  StageOptions cuda;
-  cuda.backend.kind = BackendChoice::Kind::cuda;
-  auto stage = make_stage(*model, pool, WeightScope::everything(), cuda, 0);
-  ASSERT_FALSE(stage);
-  EXPECT_EQ(stage.error().code(), ErrorCode::architecture);
-  EXPECT_NE(stage.error().message().find("'qwen3'"), std::string::npos) << stage.error().message();
 }
 
 // The zoo's own files, as people download them: the same architectures in
@@ -276,7 +267,8 @@ INSTANTIATE_TEST_SUITE_P(
                     QuantizedFile{"llama3-Q2_K.gguf", kEveryStep}, QuantizedFile{"llama3-IQ4_XS.gguf", kEveryStep},
                     QuantizedFile{"llama3-BF16.gguf", kEveryStep}, QuantizedFile{"qwen2-Q4_K_M.gguf", kEveryStep},
                     QuantizedFile{"qwen3-Q4_K_M.gguf", {24, 64, 64}}, QuantizedFile{"gemma3-Q4_K_M.gguf", kEveryStep},
-                    QuantizedFile{"phi3-Q4_K_M.gguf", {64, 23, 64}}));
+                    QuantizedFile{"phi3-Q4_K_M.gguf", {64, 23, 64}}, QuantizedFile{"mixtral-Q4_K_M.gguf", kEveryStep},
+                    QuantizedFile{"qwen3moe-Q4_K_M.gguf", {29, 25, 22}}));
 
 // The rest of the engine on each architecture and type: speculative
 // decoding (the file as its own draft, so verification steps of five rows)
@@ -351,20 +343,123 @@ INSTANTIATE_TEST_SUITE_P(Files, ZooF32Converted,
                                          QuantizedFile{"llama3-Q5_1.gguf", {60, 52, 64}},
                                          QuantizedFile{"llama3-IQ4_NL.gguf", {28, 2, 5}}));
 
-TEST(ZooQuantizedRefusals, MixtureOfExpertsFilesAreRefusedByName) {
-  for (const char* file : {"mixtral-Q4_K_M.gguf", "qwen3moe-Q4_K_M.gguf"}) {
-    auto header = Model::read_header((test::shared_dir() / "models" / "zoo" / file).string());
-    ASSERT_FALSE(header) << file;
-    EXPECT_NE(header.error().message().find("mixture-of-experts models are not supported"), std::string::npos)
-        << header.error().message();
-  }
+// A routed feed-forward groups a batch's rows by expert; every row still
+// gets the bits it gets alone, on one thread or two.
+class ZooMixtureOfExperts : public testing::TestWithParam<const char*> {};
+
+// Every row's logits of `prompt` run as one batch.
+std::vector<float> batched_logits(const Model& model, cpu::ThreadPool& pool, const std::vector<int>& prompt) {
+  Transformer transformer(model, pool);
+  KvCache cache(model.config(), 0, model.config().n_layers);
+  EXPECT_TRUE(cache.reserve(static_cast<int>(prompt.size())));
+  const Transformer::Lane lane{prompt, 0, &cache, true};
+  return test::to_vector(transformer.forward_lanes({&lane, 1}));
 }
 
-// The zoo's dense files on three `accord node` processes serving its
-// folder (--model-dir) give one rank's tokens, prompt by prompt; with
+TEST_P(ZooMixtureOfExperts, EveryRowIsTheSameInABatchTokenByTokenAndOnEitherThreadCount) {
+  auto model = Model::load((test::shared_dir() / "models" / "zoo" / GetParam()).string());
+  ASSERT_TRUE(model) << model.error().message();
+  ASSERT_GT(model->config().n_experts, model->config().n_experts_used);
+  const std::vector<int> prompt = {1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203};
+  cpu::ThreadPool one(1), two(2);
+  const std::vector<float> batch = batched_logits(*model, two, prompt);
+  EXPECT_TRUE(test::bit_identical(batched_logits(*model, one, prompt), batch)) << "one thread against two";
+  Transformer transformer(*model, two);
+  KvCache cache(model->config(), 0, model->config().n_layers);
+  std::vector<float> token_by_token;
+  for (std::size_t t = 0; t < prompt.size(); ++t) {
+    auto logits = transformer.forward({&prompt[t], 1}, static_cast<int>(t), cache);
+    ASSERT_TRUE(logits) << logits.error().message();
+    token_by_token.insert(token_by_token.end(), logits->begin(), logits->end());
+  }
+  EXPECT_TRUE(test::bit_identical(token_by_token, batch)) << "token by token against one batch";
+}
+
+// A decode token reads the experts it is routed to, not all of them: the
+// bandwidth `accord bench` reports; and `accord inspect` says how many.
+TEST_P(ZooMixtureOfExperts, DecodeBytesCountTheUsedExpertsAndInspectNamesThem) {
+  const auto path = (test::shared_dir() / "models" / "zoo" / GetParam()).string();
+  auto model = Model::load(path);
+  ASSERT_TRUE(model) << model.error().message();
+  const ModelConfig& c = model->config();
+  std::uint64_t dense = 0, experts = 0;
+  for (const StoredTensor& t : model->tensors()) (t.name.ends_with("_exps.weight") ? experts : dense) += t.bytes;
+  ASSERT_GT(experts, 0u);
+  EXPECT_EQ(decode_weight_bytes(*model),
+            dense + experts / static_cast<std::uint64_t>(c.n_experts) * static_cast<std::uint64_t>(c.n_experts_used));
+  const auto inspect = test::run_accord({"inspect", path});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.output;
+  const std::string line =
+      "experts      " + std::to_string(c.n_experts) + ", " + std::to_string(c.n_experts_used) + " per token";
+  EXPECT_NE(inspect.output.find(line), std::string::npos) << inspect.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, ZooMixtureOfExperts, testing::Values("mixtral-Q4_K_M.gguf", "qwen3moe-Q4_K_M.gguf"));
+
+// The zoo's `file` written again with its metadata and tensors changed by
+// `edit`, then loaded.
+Result<Model> load_edited(const std::string& file, const test::TempDir& dir,
+                          const std::function<void(gguf::Metadata&, std::vector<gguf::TensorData>&)>& edit) {
+  const auto bytes = test::read_bytes((test::shared_dir() / "models" / "zoo" / file).string());
+  auto parsed = gguf::parse(bytes, file);
+  EXPECT_TRUE(parsed) << parsed.error().message();
+  std::vector<gguf::TensorData> tensors;
+  for (const gguf::TensorInfo& t : parsed->tensors) {
+    const auto* data = bytes.data() + t.offset;
+    tensors.push_back({t.name, t.shape, t.type, std::vector<std::byte>(data, data + t.bytes)});
+  }
+  edit(parsed->metadata, tensors);
+  EXPECT_TRUE(gguf::write(dir.file(file), parsed->metadata, tensors));
+  return Model::load(dir.file(file));
+}
+
+// Experts that do not fit their metadata are refused with one line that
+// names what is wrong, before any expert is multiplied.
+TEST(ZooMixtureOfExpertsRefusals, DamagedExpertsAreRefusedByName) {
+  using Edit = std::function<void(gguf::Metadata&, std::vector<gguf::TensorData>&)>;
+  const auto set_used = [](std::uint64_t used) -> Edit {
+    return [used](gguf::Metadata& m, auto&) {
+      for (auto& [key, value] : m) {
+        if (key == "llama.expert_used_count") value = gguf::Value::unsigned_int(gguf::ValueType::u32, used);
+      }
+    };
+  };
+  const Edit no_router = [](auto&, std::vector<gguf::TensorData>& t) {
+    std::erase_if(t, [](const gguf::TensorData& d) { return d.name == "blk.1.ffn_gate_inp.weight"; });
+  };
+  // The same bytes as eight experts of half the rows.
+  const Edit reshaped = [](auto&, std::vector<gguf::TensorData>& t) {
+    for (gguf::TensorData& d : t) {
+      if (d.name == "blk.0.ffn_up_exps.weight") d.shape = {d.shape[0], d.shape[1] / 2, d.shape[2] * 2};
+    }
+  };
+  const std::pair<Edit, std::string> cases[] = {
+      {set_used(5), "expert_used_count is 5, expected 1..4"},
+      {set_used(0), "expert_used_count is 0, expected 1..4"},
+      {no_router, "missing tensor blk.1.ffn_gate_inp.weight"},
+      {reshaped, "tensor blk.0.ffn_up_exps.weight has shape [256, 256, 8], but the metadata implies [256, 512, 4]"}};
+  test::TempDir dir;
+  for (const auto& [edit, fragment] : cases) {
+    auto model = load_edited("mixtral-Q4_K_M.gguf", dir, edit);
+    ASSERT_FALSE(model) << fragment;
+    EXPECT_EQ(model.error().code(), ErrorCode::format) << model.error().message();
+    EXPECT_NE(model.error().message().find(fragment), std::string::npos) << model.error().message();
+    EXPECT_EQ(model.error().message().find('\n'), std::string::npos) << model.error().message();
+  }
+  auto dense = load_edited("qwen3moe-Q4_K_M.gguf", dir, [](gguf::Metadata& m, auto&) {
+    std::erase_if(m, [](const auto& kv) { return kv.first == "qwen3moe.expert_count"; });
+  });
+  ASSERT_FALSE(dense);
+  EXPECT_NE(dense.error().message().find("qwen3moe.expert_count: missing or 0, but architecture 'qwen3moe' routes"),
+            std::string::npos)
+      << dense.error().message();
+}
+
+// The zoo's files on three `accord node` processes serving its folder
+// (--model-dir) give one rank's tokens, prompt by prompt; with
 // ZooQuantized's floors, llama.cpp's. Each node reads only its rank's
 // shard.
-TEST(RemoteZoo, ThreeNodesGiveOneRanksTokensForEveryDenseFile) {
+TEST(RemoteZoo, ThreeNodesGiveOneRanksTokensForEveryFile) {
   const auto zoo = test::shared_dir() / "models" / "zoo";
   test::TempDir logs;
   std::vector<std::unique_ptr<test::NodeProcess>> nodes;
@@ -382,10 +477,7 @@ TEST(RemoteZoo, ThreeNodesGiveOneRanksTokensForEveryDenseFile) {
   cpu::ThreadPool pool(2);
   for (const auto& path : files) {
     auto model = Model::load(path.string());
-    if (!model) {
-      EXPECT_NE(model.error().message().find("mixture-of-experts"), std::string::npos) << model.error().message();
-      continue;
-    }
+    ASSERT_TRUE(model) << path << ": " << model.error().message();
     const std::string file = path.filename().string();
     auto remote = DistributedSession::connect(peers, *model, DistributedOptions{});
     ASSERT_TRUE(remote) << file << ": " << remote.error().message();

@@ -30,6 +30,7 @@ void print_config(const Model& model) {
   if (c.sliding_window > 0) {
     std::printf("sliding      %d positions, RoPE base %g\n", c.sliding_window, c.rope_theta_sliding);
   }
+  if (c.routed()) std::printf("experts      %d, %d per token\n", c.n_experts, c.n_experts_used);
   if (c.rope_factors) std::printf("rope_factors yes\n");
   std::printf("vocab_size   %d\nseq_len      %d\nclassifier   %s\nrope_theta   %g\nnorm_eps     %g\n", c.vocab_size,
               c.seq_len, c.shared_classifier ? "shared with the embedding" : "separate", c.rope_theta, c.norm_eps);

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/kernel_table.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quant.hpp"
+#include "kernels/cpu/vector_math.hpp"
 
 namespace accord::cpu {
 
@@ -76,6 +78,25 @@ void softmax(float* x, int n) {
     sum += x[i];
   }
   for (int i = 0; i < n; ++i) x[i] /= sum;
+}
+
+void softmax_ggml(float* x, int n) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) max = std::max(max, x[i]);
+  double sum = 0.0;
+  const int whole = n / 16 * 16;
+  // exp_ggml and reduce16_ggml round alike on every path: scalar code, the
+  // vector type only a tag.
+  for (int b = 0; b < whole; b += 16) {
+    for (int l = 0; l < 16; ++l) x[b + l] = tiles::exp_ggml<float>(x[b + l] - max);
+    sum += static_cast<double>(tiles::reduce16_ggml<float>(x + b));
+  }
+  for (int i = whole; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += static_cast<double>(x[i]);
+  }
+  const auto inverse = static_cast<float>(1.0 / sum);
+  for (int i = 0; i < n; ++i) x[i] *= inverse;
 }
 
 namespace {

@@ -41,6 +41,13 @@ void add_rows(ThreadPool& pool, float* x, const float* delta, int rows, int n);
 // In place: x[i] = exp(x[i] - max) / sum.  x: (n)
 void softmax(float* x, int n);
 
+// softmax as ggml's soft_max computes it on the CPU with AVX512 (the router
+// of llama.cpp's mixture of experts): e^(x - max) of each whole 16 values
+// as ggml_v_expf, their sum reduced as _mm512_reduce_add_ps and added in
+// double; of the rest through the C library's expf, each added in double;
+// then times the inverse of the sum, rounded to float.  x: (n)
+void softmax_ggml(float* x, int n);
+
 // In place rotation of adjacent pairs (v[2j], v[2j+1]) of every head by the
 // angle of pair index j. v: (n_heads, head_size); cos, sin: (head_size / 2)
 // for the token's position. `fused`: as ggml computes it, each new value

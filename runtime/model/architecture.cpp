@@ -12,7 +12,8 @@ Architecture llama() {
           .name = "llama",
           .rope = RopeStyle::adjacent_pairs,
           .activation = Activation::silu,
-          .rope_factors = RopeFactors::frequencies};
+          .rope_factors = RopeFactors::frequencies,
+          .experts = Experts::optional};
 }
 
 Architecture qwen2() {
@@ -62,8 +63,18 @@ Architecture phi3() {
           .scale_queries = true};
 }
 
-const std::array<Architecture, 5>& all() {
-  static const std::array<Architecture, 5> architectures = {llama(), qwen2(), qwen3(), gemma3(), phi3()};
+// Qwen 3's attention with a routed feed-forward of narrower experts.
+Architecture qwen3moe() {
+  Architecture a = qwen3();
+  a.arch = Arch::qwen3moe;
+  a.name = "qwen3moe";
+  a.experts = Experts::always;
+  a.own_expert_width = true;
+  return a;
+}
+
+const std::array<Architecture, 6>& all() {
+  static const std::array<Architecture, 6> architectures = {llama(), qwen2(), qwen3(), gemma3(), phi3(), qwen3moe()};
   return architectures;
 }
 
@@ -78,8 +89,8 @@ std::optional<Arch> find_architecture(std::string_view name) {
   return std::nullopt;
 }
 
-bool is_mixture_of_experts(std::string_view name) {
-  for (std::string_view moe : {"qwen3moe", "qwen2moe", "mixtral", "phimoe", "olmoe", "deepseek2", "dbrx", "grok"}) {
+bool is_unsupported_mixture_of_experts(std::string_view name) {
+  for (std::string_view moe : {"qwen2moe", "mixtral", "phimoe", "olmoe", "deepseek2", "dbrx", "grok"}) {
     if (name == moe) return true;
   }
   return false;

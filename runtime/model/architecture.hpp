@@ -10,7 +10,7 @@
 
 namespace accord {
 
-enum class Arch { llama, qwen2, qwen3, gemma3, phi3 };
+enum class Arch { llama, qwen2, qwen3, gemma3, phi3, qwen3moe };
 
 // Which dimensions of a head RoPE rotates together: (2j, 2j + 1) as Llama
 // does, or (j, j + head/2), GPT-NeoX's halves.
@@ -24,6 +24,11 @@ enum class Activation { silu, gelu_tanh };
 // `rope_factors_long.weight` and `rope_factors_short.weight`, the long
 // ones used when the context exceeds the original one.
 enum class RopeFactors { none, frequencies, long_short };
+
+// Whether the feed-forward is a mixture of experts (`ARCH.expert_count`
+// experts, `ARCH.expert_used_count` of them routed to per token): never;
+// when the file has experts (Llama's Mixtral); always.
+enum class Experts { never, optional, always };
 
 struct Architecture {
   Arch arch;
@@ -45,6 +50,11 @@ struct Architecture {
   // RoPE base is sliding_rope_base. 0: every layer is global.
   int sliding_window_period = 0;
   float sliding_rope_base = 10000.0f;
+  Experts experts = Experts::never;
+  // An expert's width is `ARCH.expert_feed_forward_length` (else
+  // feed_forward_length / experts used), as llama.cpp's qwen3moe reads it;
+  // otherwise feed_forward_length.
+  bool own_expert_width = false;
 };
 
 // The description of `arch`.
@@ -53,11 +63,11 @@ const Architecture& describe(Arch arch);
 // The architecture named `name` (general.architecture), if accord runs it.
 std::optional<Arch> find_architecture(std::string_view name);
 
-// Whether `name` is an architecture whose feed-forward is a mixture of
-// experts (refused by name).
-bool is_mixture_of_experts(std::string_view name);
+// Whether `name` is a mixture-of-experts architecture accord does not run
+// (refused by name: shared experts, other routers).
+bool is_unsupported_mixture_of_experts(std::string_view name);
 
-// "llama, qwen2, qwen3, gemma3, phi3", for errors.
+// "llama, qwen2, qwen3, gemma3, phi3, qwen3moe", for errors.
 std::string supported_architectures();
 
 }  // namespace accord

@@ -50,7 +50,8 @@ std::string base_name(WeightKind kind) {
                                       "attn_q_norm",
                                       "attn_k_norm",
                                       "post_attention_norm",
-                                      "post_ffw_norm"};
+                                      "post_ffw_norm",
+                                      "ffn_gate_inp"};
   return names[static_cast<std::size_t>(kind)];
 }
 
@@ -109,7 +110,9 @@ class SlotList {
     add({K::wo, i}, {Q, D});
     if (a.post_norms) add({K::post_att_norm, i}, {D});
     add({K::rms_ffn, i}, {D});
-    if (a.fused_gate_up) {
+    if (c_.routed()) {
+      add_experts(i);
+    } else if (a.fused_gate_up) {
       add({K::w2, i}, {H, D});
       add_named(prefix(i) + "ffn_up.weight", {D, 2 * H}, {{K::w1, i}, {K::w3, i}});
     } else {
@@ -118,6 +121,18 @@ class SlotList {
       add({K::w3, i}, {D, H});
     }
     if (a.post_norms) add({K::post_ffn_norm, i}, {D});
+  }
+
+  // A routed feed-forward: the router, then each of gate, up and down as
+  // one 3-D tensor of every expert's matrix (ggml's order: input width,
+  // output rows, experts).
+  void add_experts(int i) {
+    using K = WeightKind;
+    const auto D = u64(c_.dim), H = u64(c_.hidden_dim), E = u64(c_.n_experts);
+    add({K::router, i}, {D, E});
+    add_named(prefix(i) + "ffn_gate_exps.weight", {D, H, E}, {{K::w1, i}});
+    add_named(prefix(i) + "ffn_up_exps.weight", {D, H, E}, {{K::w3, i}});
+    add_named(prefix(i) + "ffn_down_exps.weight", {H, D, E}, {{K::w2, i}});
   }
 
  private:
@@ -279,22 +294,41 @@ Status read_rope_scaling(const MetadataReader& meta, const std::string& arch, Mo
   return {};
 }
 
-// What accord cannot run although the shapes fit: experts, partial RoPE,
-// values of another width than keys, soft-capped logits, a sliding-window
-// pattern other than the architecture's.
+// A mixture of experts' keys: how many experts, how many route each token
+// (validate() checks both) and, where the architecture says so, an
+// expert's width. Experts where the architecture has none are refused, and
+// their absence where it has nothing else.
+Status read_experts(const MetadataReader& meta, const std::string& arch, ModelConfig& c, const std::string& name) {
+  std::optional<Error> failed;
+  take(meta.integer(arch + ".expert_count", 0), c.n_experts, failed);
+  take(meta.integer(arch + ".expert_used_count", 0), c.n_experts_used, failed);
+  if (failed) return *failed;
+  const Architecture& a = c.architecture();
+  if (c.n_experts != 0 && a.experts == Experts::never) {
+    return Error(ErrorCode::architecture, name + ": architecture '" + arch + "' with " + std::to_string(c.n_experts) +
+                                              " experts is not supported");
+  }
+  if (c.n_experts == 0 && a.experts == Experts::always) {
+    return meta.error(arch + ".expert_count", "missing or 0, but architecture '" + arch + "' routes through experts");
+  }
+  if (c.n_experts == 0) c.n_experts_used = 0;  // a dense model's, ignored as llama.cpp ignores it
+  if (!c.routed() || !a.own_expert_width || c.n_experts_used <= 0) return {};
+  take(meta.integer(arch + ".expert_feed_forward_length", c.hidden_dim / c.n_experts_used), c.hidden_dim, failed);
+  if (failed) return *failed;
+  return {};
+}
+
+// What accord cannot run although the shapes fit: partial RoPE, values of
+// another width than keys, soft-capped logits, a sliding-window pattern
+// other than the architecture's.
 Status check_supported(const MetadataReader& meta, const std::string& arch, const ModelConfig& c,
                        const std::string& name) {
   std::optional<Error> failed;
-  int experts = 0, rope_dims = 0, value_width = 0;
-  take(meta.integer(arch + ".expert_count", 0), experts, failed);
+  int rope_dims = 0, value_width = 0;
   take(meta.integer(arch + ".rope.dimension_count", c.head_size()), rope_dims, failed);
   take(meta.integer(arch + ".attention.value_length", c.head_size()), value_width, failed);
   if (failed) return *failed;
   auto refuse = [&](const std::string& what) { return Error(ErrorCode::architecture, name + ": " + what); };
-  if (experts > 0) {
-    return refuse("architecture '" + arch + "' with " + std::to_string(experts) +
-                  " experts: mixture-of-experts models are not supported");
-  }
   if (rope_dims != c.head_size()) {
     return refuse("RoPE over " + std::to_string(rope_dims) + " of each head's " + std::to_string(c.head_size()) +
                   " dimensions is not supported");
@@ -313,7 +347,7 @@ Status check_supported(const MetadataReader& meta, const std::string& arch, cons
 Result<Arch> read_architecture(const MetadataReader& meta, const std::string& name) {
   auto architecture = meta.text("general.architecture");
   if (!architecture) return architecture.error();
-  if (is_mixture_of_experts(*architecture)) {
+  if (is_unsupported_mixture_of_experts(*architecture)) {
     return Error(ErrorCode::architecture, name + ": architecture '" + *architecture +
                                               "' is a mixture of experts: mixture-of-experts models are not supported");
   }
@@ -346,6 +380,7 @@ Result<ModelConfig> read_config(const gguf::File& file, const std::string& name)
   c.arch = *arch;
   const std::string prefix(c.architecture().name);
   if (Status ok = read_shape_keys(meta, prefix, c); !ok) return ok.error();
+  if (Status ok = read_experts(meta, prefix, c, name); !ok) return ok.error();
   const gguf::TensorInfo* embedding = file.tensor("token_embd.weight");
   if (embedding == nullptr) return Error(ErrorCode::format, name + ": missing tensor token_embd.weight");
   if (embedding->shape.size() != 2 || embedding->shape[1] > (1u << 30)) {
@@ -428,7 +463,10 @@ void place(const Slot& slot, const gguf::TensorInfo& t, std::span<const std::byt
     }
     return;
   }
-  const cpu::Matrix whole{weight_type(t.type), bytes.data() + t.offset, static_cast<int>(t.shape[1]),
+  // A 3-D tensor (experts) is its experts' matrices one after another.
+  std::uint64_t all_rows = 1;
+  for (std::size_t d = 1; d < t.shape.size(); ++d) all_rows *= t.shape[d];
+  const cpu::Matrix whole{weight_type(t.type), bytes.data() + t.offset, static_cast<int>(all_rows),
                           static_cast<int>(t.shape[0])};
   int row = 0;
   for (const WeightId& id : slot.ids) {
@@ -554,9 +592,10 @@ Status write_gguf_model(const std::string& path, const Model& model, gguf::Metad
 Status write_gguf_model(const std::string& path, const Model& model, gguf::Metadata metadata, const MatrixTypes& types,
                         int file_type) {
   const ModelConfig& c = model.config();
-  if (c.arch != Arch::llama || c.head_dim > 0) {
-    return Error(ErrorCode::architecture, "writing GGUF files is only supported for llama models, not '" +
-                                              std::string(c.architecture().name) + "'");
+  if (c.arch != Arch::llama || c.head_dim > 0 || c.routed()) {
+    return Error(ErrorCode::architecture, "writing GGUF files is only supported for dense llama models, not '" +
+                                              std::string(c.architecture().name) + "'" +
+                                              (c.routed() ? " with experts" : ""));
   }
   set(metadata, "general.file_type", Value::unsigned_int(ValueType::u32, static_cast<std::uint64_t>(file_type)));
   ModelWeights weights = model.weights();

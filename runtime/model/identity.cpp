@@ -135,7 +135,8 @@ std::string weight_name(WeightId id) {
                                       "q_norm",
                                       "k_norm",
                                       "post_att_norm",
-                                      "post_ffn_norm"};
+                                      "post_ffn_norm",
+                                      "the router"};
   const std::string kind = names[static_cast<std::size_t>(id.kind)];
   return id.layer < 0 ? kind : kind + " of layer " + std::to_string(id.layer);
 }
@@ -176,12 +177,14 @@ Result<std::string> combine_identity(const ModelConfig& c, const std::vector<std
   digest.update_value(c.rope_theta).update_value(c.norm_eps).update_value(c.shared_classifier);
   // What other architectures add; a Llama model's identity stays the one
   // accord always gave it (its RoPE factors, when present, are a tensor).
-  if (c.arch != Arch::llama || c.head_dim > 0 || c.rope_scale != 1.0f || c.rope_freq_scale != 1.0f) {
+  if (c.arch != Arch::llama || c.head_dim > 0 || c.rope_scale != 1.0f || c.rope_freq_scale != 1.0f || c.routed()) {
     const std::string_view arch = c.architecture().name;
     digest.update(arch.data(), arch.size());
     digest.update_value(c.head_size()).update_value(c.sliding_window).update_value(c.rope_scale);
     digest.update_value(c.rope_theta_sliding).update_value(c.rope_freq_scale);
   }
+  // How many experts route a token changes the model but no tensor.
+  if (c.routed()) digest.update_value(c.n_experts).update_value(c.n_experts_used);
   for (std::size_t i = 0; i < digests.size(); ++i) {
     if (digests[i].size() != 32) {
       return Error(ErrorCode::contract, "no digest of " + weight_name(weight_at(c, i)) + " was given");

@@ -23,6 +23,15 @@ Status check_range(const char* name, long long value, long long max) {
   return {};
 }
 
+// Experts: none, or up to kMaxExperts of which 1..n_experts route each
+// token, so that a stacked expert matrix's rows fit an int.
+Status validate_experts(const ModelConfig& c) {
+  constexpr int kMaxExperts = 512;  // llama.cpp's LLAMA_MAX_EXPERTS
+  if (c.n_experts == 0 && c.n_experts_used == 0) return {};
+  if (Status s = check_range("expert_count", c.n_experts, kMaxExperts); !s) return s;
+  return check_range("expert_used_count", c.n_experts_used, c.n_experts);
+}
+
 }  // namespace
 
 bool WeightScope::holds(const ModelConfig& config, WeightId id) const {
@@ -53,7 +62,9 @@ std::vector<WeightId> canonical_weights(const ModelConfig& c) {
     if (a.qk_norm) add({K::q_norm, K::k_norm});
     add({K::wo});
     if (a.post_norms) add({K::post_att_norm});
-    add({K::rms_ffn, K::w1, K::w2, K::w3});
+    add({K::rms_ffn});
+    if (c.routed()) add({K::router});
+    add({K::w1, K::w2, K::w3});
     if (a.post_norms) add({K::post_ffn_norm});
   }
   ids.push_back({K::rms_final});
@@ -96,6 +107,7 @@ WeightSlot weight_slot(ModelWeights& w, WeightId id) {
     case K::w1: return {&l.w1, nullptr};
     case K::w2: return {&l.w2, nullptr};
     case K::w3: return {&l.w3, nullptr};
+    case K::router: return {&l.router, nullptr};
     case K::rms_att: return {nullptr, &l.rms_att};
     case K::rms_ffn: return {nullptr, &l.rms_ffn};
     case K::bq: return {nullptr, &l.bq};
@@ -179,6 +191,8 @@ namespace {
 bool is_embedding(const StoredTensor& t) { return t.name == "token_embd.weight" || t.name == "token_embedding_table"; }
 // llama2.c's RoPE tables: stored, never read (RoPE is computed).
 bool is_rope_table(const StoredTensor& t) { return t.name.starts_with("freq_cis_"); }
+// A block's experts' gate, up or down matrices, one after another.
+bool is_expert_stack(const StoredTensor& t) { return t.name.ends_with("_exps.weight"); }
 
 }  // namespace
 
@@ -187,6 +201,10 @@ std::uint64_t decode_weight_bytes(const Model& model) {
   std::uint64_t bytes = 0;
   for (const StoredTensor& t : model.tensors()) {
     if (is_rope_table(t)) continue;
+    if (is_expert_stack(t) && c.routed()) {
+      bytes += t.bytes / static_cast<std::uint64_t>(c.n_experts) * static_cast<std::uint64_t>(c.n_experts_used);
+      continue;
+    }
     const bool one_row = is_embedding(t) && !c.shared_classifier;
     bytes += one_row ? t.bytes / static_cast<std::uint64_t>(c.vocab_size) : t.bytes;
   }
@@ -283,6 +301,7 @@ Status validate(const ModelConfig& c) {
                                         std::to_string(c.n_kv_heads));
   }
   if (c.sliding_window < 0) return Error(ErrorCode::format, "sliding_window is " + std::to_string(c.sliding_window));
+  if (Status s = validate_experts(c); !s) return s;
   for (const auto& [name, value] :
        {std::pair{"rope_theta", c.rope_theta}, std::pair{"norm_eps", c.norm_eps}, std::pair{"rope_scale", c.rope_scale},
         std::pair{"rope_freq_scale", c.rope_freq_scale}}) {

@@ -31,7 +31,7 @@ struct ModelWeights;   // runtime/model/weights.hpp
 
 struct ModelConfig {
   int dim = 0;         // residual stream width
-  int hidden_dim = 0;  // feed-forward width
+  int hidden_dim = 0;  // feed-forward width; of each expert in a mixture of experts
   int n_layers = 0;    // transformer blocks, the "units"
   int n_heads = 0;     // query heads
   int n_kv_heads = 0;  // key/value heads (grouped-query attention when < n_heads)
@@ -47,11 +47,14 @@ struct ModelConfig {
   float rope_scale = 1.0f;       // LongRoPE's factor on RoPE's cos and sin (rope.scaling.attn_factor)
   float rope_freq_scale = 1.0f;  // linear RoPE scaling of the global layers' angles: 1 / rope.scaling.factor
   int sliding_window = 0;        // positions a sliding layer attends to, itself included (architecture.hpp)
+  int n_experts = 0;             // experts of each block's feed-forward; 0: a dense feed-forward
+  int n_experts_used = 0;        // experts each token is routed to, 1..n_experts when there are experts
 
   const Architecture& architecture() const { return describe(arch); }
   int head_size() const { return head_dim > 0 ? head_dim : dim / n_heads; }
   int q_dim() const { return n_heads * head_size(); }
   int kv_dim() const { return n_kv_heads * head_size(); }
+  bool routed() const { return n_experts > 0; }
   // Whether `layer` attends through a sliding window.
   bool slides(int layer) const {
     const int period = architecture().sliding_window_period;
@@ -68,7 +71,10 @@ Status validate(const ModelConfig& config);
 // first twelve are Llama's; the others only some architectures have:
 // RoPE's frequency factors (head_size / 2), the biases of Q, K and V (their
 // widths), the per-head norms of Q and K (head_size), and the norms of the
-// attention's and the feed-forward's outputs (dim).
+// attention's and the feed-forward's outputs (dim), and a mixture of
+// experts' router (n_experts, dim). A routed block's w1, w2 and w3 hold
+// every expert's matrix, one after another: (n_experts * hidden_dim, dim)
+// and (n_experts * dim, hidden_dim).
 enum class WeightKind {
   token_embedding,
   rms_att,
@@ -90,6 +96,7 @@ enum class WeightKind {
   k_norm,
   post_att_norm,
   post_ffn_norm,
+  router,
 };
 
 // One weight tensor: its kind and, for those of a block, the block's layer.
@@ -102,7 +109,7 @@ struct WeightId {
 // Every weight of a model shaped like `config`, in the canonical order:
 // the embedding; the RoPE factors when the file has them; per layer
 // rms_att, wq, wk, wv, [bq, bk, bv], [q_norm, k_norm], wo,
-// [post_att_norm], rms_ffn, w1, w2, w3, [post_ffn_norm]; the final norm;
+// [post_att_norm], rms_ffn, [router], w1, w2, w3, [post_ffn_norm]; the final norm;
 // the classifier when it is not shared. Llama's order is the one accord
 // always had, so its identities stay.
 std::vector<WeightId> canonical_weights(const ModelConfig& config);
@@ -243,7 +250,8 @@ class Model {
 // The weight bytes one decode token reads: every block's matrices and
 // norms, the final norm, the classifier and one row of the token embedding
 // (a shared classifier is the embedding table, counted once, whole), as
-// the file stores them.
+// the file stores them; of a routed block's experts, the share of the
+// experts a token uses.
 std::uint64_t decode_weight_bytes(const Model& model);
 
 }  // namespace accord

@@ -69,11 +69,16 @@ Status check_backend(const BackendChoice& choice) {
 namespace {
 
 // The CUDA forward pass (cuda_transformer.cu) is Llama's as accord always
-// ran it: no other architecture, no RoPE factors, heads of dim / n_heads.
+// ran it: no other architecture, no experts, no RoPE factors, heads of
+// dim / n_heads.
 Status check_cuda_runs(const ModelConfig& c) {
   if (c.arch != Arch::llama) {
     return Error(ErrorCode::architecture, "the CUDA backend does not run architecture '" +
                                               std::string(c.architecture().name) + "'; use --backend cpu");
+  }
+  if (c.routed()) {
+    return Error(ErrorCode::architecture,
+                 "the CUDA backend does not run mixture-of-experts models ('llama' with experts); use --backend cpu");
   }
   if (c.rope_factors || c.rope_scale != 1.0f || c.rope_freq_scale != 1.0f || c.head_dim > 0) {
     return Error(ErrorCode::architecture,

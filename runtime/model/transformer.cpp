@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/ops.hpp"
+#include "runtime/model/feed_forward.hpp"
 #include "runtime/model/residency.hpp"
 #include "runtime/model/weights.hpp"
 
@@ -18,7 +19,7 @@ namespace {
 // conversions keep the bits they always had; ggml's everywhere else, as
 // llama.cpp computes the architectures accord checks against it.
 bool llama2c_arithmetic(const ModelConfig& c) {
-  return c.arch == Arch::llama && !c.rope_factors && c.rope_freq_scale == 1.0f && c.rope_scale == 1.0f;
+  return c.arch == Arch::llama && !c.rope_factors && c.rope_freq_scale == 1.0f && c.rope_scale == 1.0f && !c.routed();
 }
 
 // RoPE's tables of the global layers, or of the sliding-window ones, whose
@@ -70,11 +71,15 @@ Transformer::Transformer(const Model& model, cpu::ThreadPool& pool) : model_(mod
   const ModelConfig& c = model_.config();
   const bool llama2c = llama2c_arithmetic(c);
   norm_sum_ = llama2c ? cpu::NormSum::in_float : cpu::NormSum::ggml;
+  cpu::GateActivation activation = cpu::GateActivation::gelu_tanh;
   if (c.architecture().activation == Activation::silu) {
-    activation_ = llama2c ? cpu::GateActivation::silu : cpu::GateActivation::silu_ggml;
+    activation = llama2c ? cpu::GateActivation::silu : cpu::GateActivation::silu_ggml;
   }
+  feed_forward_ = make_feed_forward(c, pool_, activation);
   for (int layer = 0; layer < c.n_layers; ++layer) slides_ = slides_ || c.slides(layer);
 }
+
+Transformer::~Transformer() = default;
 
 void Transformer::cover_positions(int end) {
   if (end <= rope_.positions) return;
@@ -107,7 +112,6 @@ void Transformer::resize_scratch(int batch) {
   xb_.resize(b * std::max(c.dim, c.q_dim()));
   q_.resize(b * c.q_dim());
   for (auto* buffer : {&k_, &v_}) buffer->resize(b * c.kv_dim());
-  for (auto* buffer : {&hb_, &hb2_}) buffer->resize(b * c.hidden_dim);
 }
 
 void Transformer::embed(std::span<const int> tokens) {
@@ -212,15 +216,14 @@ void Transformer::position_row(int unit, std::size_t t, int pos) {
   }
 }
 
-// The feed-forward after the residual of attention's output:
-// w2(act(w1 x) * w3 x), added to the residual stream.
+// The feed-forward after the residual of attention's output, dense or
+// routed (feed_forward.hpp), added to the residual stream.
 void Transformer::feed_forward(int unit) {
   const ModelConfig& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
   const int batch = batch_;
   cpu::add_rmsnorm_rows(pool_, x_.data(), xb2_.data(), xb_.data(), w.rms_ffn, batch, c.dim, c.norm_eps, norm_sum_);
-  cpu::gated_matmul(pool_, hb_.data(), hb2_.data(), xb_.data(), batch, w.w1, w.w3, activation_);
-  cpu::matmul(pool_, xb_.data(), hb_.data(), w.w2, batch);
+  feed_forward_->run(w, xb_.data(), xb_.data(), batch);
   if (c.architecture().post_norms) {
     cpu::rmsnorm_rows(pool_, xb_.data(), xb_.data(), w.post_ffn_norm, batch, c.dim, c.norm_eps, norm_sum_);
   }

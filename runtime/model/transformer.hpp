@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -20,6 +21,7 @@
 
 namespace accord {
 
+class FeedForward;
 class WeightResidency;
 struct RowSpan;
 
@@ -40,6 +42,7 @@ class Transformer {
  public:
   // model and pool must outlive the Transformer.
   Transformer(const Model& model, cpu::ThreadPool& pool);
+  ~Transformer();
 
   const Model& model() const { return model_; }
 
@@ -117,7 +120,7 @@ class Transformer {
   bool slides_ = false;      // some layer has a sliding window
   // llama2.c's arithmetic or ggml's (transformer.cpp, llama2c_arithmetic).
   cpu::NormSum norm_sum_ = cpu::NormSum::in_float;
-  cpu::GateActivation activation_ = cpu::GateActivation::gelu_tanh;
+  std::unique_ptr<FeedForward> feed_forward_;  // dense or routed (feed_forward.hpp)
 
   // Activations for a batch of B tokens, aligned to cache lines for the
   // kernels' vector loads.
@@ -127,8 +130,6 @@ class Transformer {
   cpu::AlignedVector<float> q_;            // (B, q_dim) queries
   cpu::AlignedVector<float> k_;            // (B, kv_dim) keys, before they go to their lane's cache
   cpu::AlignedVector<float> v_;            // (B, kv_dim) values, likewise
-  cpu::AlignedVector<float> hb_;           // (B, hidden_dim) gate
-  cpu::AlignedVector<float> hb2_;          // (B, hidden_dim) up
   cpu::AlignedVector<float> logits_;       // (rows, vocab)
   cpu::AlignedVector<float> part_logits_;  // (rows, part's rows), under a residency
   int batch_ = 0;

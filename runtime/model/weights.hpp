@@ -30,9 +30,10 @@ struct LayerWeights {
   cpu::Matrix wo;                        // (dim, q_dim)
   const float* post_att_norm = nullptr;  // (dim)
   const float* rms_ffn = nullptr;        // (dim)
-  cpu::Matrix w1;                        // (hidden_dim, dim) gate
-  cpu::Matrix w2;                        // (dim, hidden_dim) down
-  cpu::Matrix w3;                        // (hidden_dim, dim) up
+  cpu::Matrix router;                    // (n_experts, dim), when routed
+  cpu::Matrix w1;                        // (hidden_dim, dim) gate; routed: (n_experts * hidden_dim, dim)
+  cpu::Matrix w2;                        // (dim, hidden_dim) down; routed: (n_experts * dim, hidden_dim)
+  cpu::Matrix w3;                        // (hidden_dim, dim) up; routed: (n_experts * hidden_dim, dim)
   const float* post_ffn_norm = nullptr;  // (dim)
 };
 
