@@ -234,12 +234,29 @@ Status DistributedSession::Impl::load_cache(const std::filesystem::path& root, c
 DistributedSession::DistributedSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DistributedSession::~DistributedSession() = default;
 
+namespace {
+
+// A started session of in-process ranks, in `system`, or in an actor
+// system of its own where that is null.
+Result<std::unique_ptr<DistributedSessionAccess::Impl>> start_in_process(caf::actor_system* system, const Model& model,
+                                                                         const DistributedOptions& options) {
+  auto impl = std::make_unique<DistributedSessionAccess::Impl>(place_in_process());
+  if (system == nullptr) {
+    own_system(*impl, false);
+  } else {
+    impl->system = system;
+  }
+  if (Status ok = impl->start(model, options); !ok) return ok.error();
+  return impl;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Model& model,
                                                                        const DistributedOptions& options) {
-  auto impl = std::make_unique<Impl>(place_in_process());
-  own_system(*impl, false);
-  if (Status ok = impl->start(model, options); !ok) return ok.error();
-  return std::unique_ptr<DistributedSession>(new DistributedSession(std::move(impl)));
+  auto impl = start_in_process(nullptr, model, options);
+  if (!impl) return impl.error();
+  return DistributedSessionAccess::wrap(std::move(*impl));
 }
 
 Result<std::unique_ptr<DistributedSession>> DistributedSession::connect(const std::vector<NodeAddress>& peers,
@@ -255,10 +272,9 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::connect(const st
 
 Result<std::unique_ptr<DistributedSession>> create_in_system(caf::actor_system& system, const Model& model,
                                                              const DistributedOptions& options) {
-  auto impl = std::make_unique<DistributedSessionAccess::Impl>(place_in_process());
-  impl->system = &system;
-  if (Status ok = impl->start(model, options); !ok) return ok.error();
-  return DistributedSessionAccess::wrap(std::move(impl));
+  auto impl = start_in_process(&system, model, options);
+  if (!impl) return impl.error();
+  return DistributedSessionAccess::wrap(std::move(*impl));
 }
 
 Result<DistributedStep> DistributedSession::step(const StepOptions& options) { return impl_->step(options); }
@@ -355,16 +371,11 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::fork(const Sessi
     return std::move(Error(ErrorCode::contract, "forks of ranks on nodes are not made: their snapshots are not kept")
                          .mark_before_state_mutation());
   }
-  auto impl = std::make_unique<Impl>(place_in_process());
-  if (impl_->own_system) {
-    own_system(*impl, false);
-  } else {
-    impl->system = impl_->system;
-  }
   DistributedOptions options = impl_->started_with;
   options.faults.clear();  // a scenario of this session's, not its fork's
-  if (Status ok = impl->start(*impl_->model, options); !ok) return ok.error();
-  std::unique_ptr<DistributedSession> forked(new DistributedSession(std::move(impl)));
+  auto impl = start_in_process(impl_->own_system ? nullptr : impl_->system, *impl_->model, options);
+  if (!impl) return impl.error();
+  std::unique_ptr<DistributedSession> forked = DistributedSessionAccess::wrap(std::move(*impl));
   if (Status ok = forked->restore(snapshot); !ok) return ok.error();
   return forked;
 }

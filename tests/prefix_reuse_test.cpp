@@ -79,11 +79,7 @@ TEST(ServeSlotChoice, AtLeastThePromptsLastTokenIsComputed) {
 // ---------------------------------------------------------------------------
 // Moving a session back.
 
-DistributedOptions three_ranks() {
-  DistributedOptions options;
-  options.ranks = 3;
-  return options;
-}
+using test::three_ranks;
 
 const std::vector<int> kHeld{1, 10, 20, 30, 40, 50};
 const std::vector<int> kPrompt{1, 10, 20, 99, 98, 97};

@@ -22,6 +22,12 @@
 
 namespace accord::test {
 
+inline DistributedOptions three_ranks() {
+  DistributedOptions options;
+  options.ranks = 3;
+  return options;
+}
+
 class ServeSlotsTest : public ::testing::Test {
  protected:
   using json = nlohmann::json;
@@ -31,12 +37,6 @@ class ServeSlotsTest : public ::testing::Test {
     std::unique_ptr<serve::Scheduler> scheduler;
     std::unique_ptr<serve::Service> service;
   };
-
-  static DistributedOptions three_ranks() {
-    DistributedOptions options;
-    options.ranks = 3;
-    return options;
-  }
 
   // A service over `slots` slots, single-rank or of three ranks each, which
   // keep their tokens or not. With `kv_pool`, single-rank slots take their
