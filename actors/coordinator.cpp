@@ -169,9 +169,9 @@ void set_phase_timeout(CoordinatorPointer self, std::int32_t timeout_ms) {
 }
 
 CoordinatorActor::behavior_type coordinator_actor(CoordinatorPointer self, SessionId session, RankId rank_count,
-                                                  CoordinatorOptions options) {
+                                                  RankId expert_ranks, CoordinatorOptions options) {
   auto& s = self->state;
-  s.driver = std::make_unique<TransactionDriver>(session, rank_count, options.agreement);
+  s.driver = std::make_unique<TransactionDriver>(session, SessionRanks{rank_count, expert_ranks}, options.agreement);
   s.options = options;
   self->set_down_handler([=](caf::down_msg& down) {
     auto& ranks = self->state.ranks;
@@ -233,9 +233,9 @@ CoordinatorOptions CoordinatorOptions::for_phase_timeout(std::chrono::millisecon
   return options;
 }
 
-CoordinatorActor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
+CoordinatorActor spawn_coordinator(caf::actor_system& system, SessionId session, SessionRanks ranks,
                                    CoordinatorOptions options) {
-  return system.spawn(coordinator_actor, session, rank_count, options);
+  return system.spawn(coordinator_actor, session, ranks.ranks, ranks.expert_ranks, options);
 }
 
 }  // namespace accord

@@ -31,10 +31,9 @@ struct CoordinatorOptions {
 };
 
 // Spawns the coordinator (CoordinatorActor, actors/interfaces.hpp) of
-// `rank_count` ranks. Send it a RankTopology with the ranks' actors (in rank
-// order) before any request. Asked with down_atom, it answers the ranks it
-// saw go down.
-CoordinatorActor spawn_coordinator(caf::actor_system& system, SessionId session, RankId rank_count,
+// `ranks` (and how each routed block's experts spread over them). Send it a RankTopology with the ranks' actors (in
+// rank order) before any request. Asked with down_atom, it answers the ranks it saw go down.
+CoordinatorActor spawn_coordinator(caf::actor_system& system, SessionId session, SessionRanks ranks,
                                    CoordinatorOptions options);
 
 }  // namespace accord

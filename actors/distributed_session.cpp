@@ -20,6 +20,7 @@
 #include "runtime/fault/fault_plan.hpp"
 #include "runtime/io/digest.hpp"
 #include "runtime/model/identity.hpp"
+#include "runtime/rank/expert_placement.hpp"
 #include "runtime/rank/partition.hpp"
 #include "runtime/rank/prompt_cache_recovery.hpp"
 #include "runtime/rank/prompt_input.hpp"
@@ -109,8 +110,13 @@ Result<RankOptions> DistributedSession::Impl::rank_options_for(const Partition& 
   RankOptions rank_options;
   rank_options.phase_timeout = std::chrono::milliseconds(options.phase_timeout_ms);
   rank_options.faults = options.faults;
-  rank_options.stage = {options.backend, options.max_resident_bytes, options.kv_type, nullptr};
-  if (Status ok = check_fault_plan(rank_options.faults, partition.ranks()); !ok) return ok.error();
+  rank_options.stage = {options.backend, options.max_resident_bytes, options.kv_type, nullptr, options.expert_ranks};
+  if (auto experts = ExpertPlacement::make(partition, model->config(), options.expert_ranks); !experts) {
+    return experts.error();
+  }
+  if (Status ok = check_fault_plan(rank_options.faults, partition.ranks(), options.expert_ranks); !ok) {
+    return ok.error();
+  }
   if (Status ok = placement->check_here(*model, partition, options); !ok) return ok.error();
   return rank_options;
 }
@@ -123,7 +129,8 @@ Status DistributedSession::Impl::start(const Model& m, const DistributedOptions&
   auto rank_options = rank_options_for(*partition, options);
   if (!rank_options) return rank_options.error();
   const auto coordination = CoordinatorOptions::for_phase_timeout(std::chrono::milliseconds(options.phase_timeout_ms));
-  coordinator = spawn_coordinator(*system, session_id, static_cast<RankId>(partition->ranks()), coordination);
+  const SessionRanks session_ranks(static_cast<RankId>(partition->ranks()), static_cast<RankId>(options.expert_ranks));
+  coordinator = spawn_coordinator(*system, session_id, session_ranks, coordination);
   layout.emplace(
       RankLayout{*partition, options.threads, model_identity(m), m.tensor_digests(), std::move(*rank_options)});
   placement->prepare(options);
@@ -262,6 +269,13 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Mod
 Result<std::unique_ptr<DistributedSession>> DistributedSession::connect(const std::vector<NodeAddress>& peers,
                                                                         const Model& model,
                                                                         const DistributedOptions& options) {
+  if (options.expert_ranks > 1) {
+    // A node loads its units' shard (docs/residency.md); the expert slices
+    // of other ranks' units are not part of one yet.
+    return Error(ErrorCode::contract,
+                 "experts spread over ranks (--expert-ranks) run on in-process ranks; "
+                 "a session over nodes holds each rank's units' experts");
+  }
   auto placement = place_on_nodes(peers, options);
   if (!placement) return placement.error();
   auto impl = std::make_unique<Impl>(std::move(*placement));
@@ -429,7 +443,7 @@ std::optional<PromptInputIdentity> DistributedSession::committed_prompt_input_id
 }
 
 Status DistributedSession::inject_faults(const std::vector<Fault>& plan) {
-  if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
+  if (Status ok = check_fault_plan(plan, ranks(), impl_->started_with.expert_ranks); !ok) return ok;
   impl_->end_chain();
   // Every rank that answers takes the plan, even past one that does not.
   std::optional<Error> failure;

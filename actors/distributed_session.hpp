@@ -67,6 +67,10 @@ struct DistributedOptions {
   // Where in-process ranks compute (runtime/model/stage_backend.hpp); a
   // remote rank computes where its node's own --backend says.
   BackendChoice backend = {};
+  // Each routed block's experts spread over this many of the ranks
+  // (runtime/rank/expert_placement.hpp); 1: each rank holds its own
+  // units' experts.
+  int expert_ranks = 1;
 };
 
 struct DistributedStep {

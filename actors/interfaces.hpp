@@ -39,7 +39,7 @@ struct RankTopology;
 // in rank order.
 using RankActor =
     caf::typed_actor<caf::reacts_to<PhaseBegin>, caf::reacts_to<PhaseDecision>, caf::reacts_to<RankInstructions>,
-                     caf::reacts_to<RouteTransfer>, caf::reacts_to<SamplingResult>,
+                     caf::reacts_to<RouteTransfer>, caf::reacts_to<ExpertTransfer>, caf::reacts_to<SamplingResult>,
                      caf::reacts_to<PredictionTargetHidden>, caf::reacts_to<RankTopology>, caf::reacts_to<LentObserver>,
                      caf::replies_to<rank_state_atom>::with<RankStateReport>,
                      caf::replies_to<faults_atom, std::vector<Fault>>::with<bool>, caf::reacts_to<delayed_atom, Epoch>,

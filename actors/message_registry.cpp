@@ -21,6 +21,7 @@ void register_message_types(caf::actor_system_config& config) {
   config.add_message_type<RankReports>("accord.RankReports");
   config.add_message_type<WireTensor>("accord.WireTensor");
   config.add_message_type<RouteTransfer>("accord.RouteTransfer");
+  config.add_message_type<ExpertTransfer>("accord.ExpertTransfer");
   config.add_message_type<StepOutput>("accord.StepOutput");
   config.add_message_type<SamplingResult>("accord.SamplingResult");
   config.add_message_type<PredictionTargetHidden>("accord.PredictionTargetHidden");

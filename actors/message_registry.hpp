@@ -12,7 +12,7 @@ namespace accord {
 
 // Adds every message type to `config` under its stable name:
 // "accord.PhaseBegin", "accord.PhaseStatus", "accord.PhaseDecision",
-// "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer",
+// "accord.AbortAcknowledgement", "accord.WireTensor", "accord.RouteTransfer", "accord.ExpertTransfer",
 // "accord.StepOutput", "accord.RankCheckpointReport", ...,
 // "accord.NodeAssignment" (actors/message_registry.cpp). Call it before the
 // actor system is built from `config`.

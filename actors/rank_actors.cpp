@@ -99,6 +99,7 @@ RankActor::behavior_type rank_actor(RankActor::stateful_pointer<RankState> self,
         self->state.outbox->flush();
       },
       [=](RouteTransfer& transfer) { to_participant(PeerData(std::move(transfer))); },
+      [=](ExpertTransfer& transfer) { to_participant(PeerData(std::move(transfer))); },
       [=](const SamplingResult& sampled) { to_participant(PeerData(sampled)); },
       [=](PredictionTargetHidden& capture) { to_participant(PeerData(std::move(capture))); },
       [=](const RankTopology& topology) { self->state.outbox->set_ranks(topology.ranks); },

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace accord {
 
@@ -93,24 +94,43 @@ constexpr bool is_boundary_phase(DistributedExecutionPhase phase) {
          phase == DistributedExecutionPhase::BoundarySourceReady;
 }
 
-// The route that carries hidden activations from `source` to `target`
-// (target = source + 1 in a pipeline). The default value is "no route".
+// What a route carries: a pipeline's hidden activations from a rank to the
+// next, or a routed block's rows between the rank that runs the block and
+// a rank that holds some of its experts (docs/protocol.md, "Expert routes").
+enum class RouteKind : std::uint8_t { activations, experts };
+
+// The route from `source` to `target` (target = source + 1 in a pipeline).
+// The default value is "no route".
 struct CommunicationRouteId {
   RankId source = kNoRank;
   RankId target = kNoRank;
+  RouteKind kind = RouteKind::activations;
 
   bool is_none() const { return source == kNoRank && target == kNoRank; }
   bool operator==(const CommunicationRouteId&) const = default;
 };
 
+// "0->1", "0->2:experts".
 inline std::string to_string(const CommunicationRouteId& route) {
   if (route.is_none()) return "none";
-  return std::to_string(route.source) + "->" + std::to_string(route.target);
+  const std::string ends = std::to_string(route.source) + "->" + std::to_string(route.target);
+  return route.kind == RouteKind::experts ? ends + ":experts" : ends;
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CommunicationRouteId& x) {
-  return f(x.source, x.target);
+  return f(x.source, x.target, x.kind);
+}
+
+// The ranks that hold experts of the units rank `stage` runs, when each
+// routed block's experts are spread over `expert_ranks` of `ranks` ranks
+// (runtime/rank/expert_placement.hpp): slice j of them, for j = 1 ..
+// expert_ranks - 1, lies on rank (stage + j) mod ranks; slice 0 stays with
+// the stage. Each is the target of an expert route from the stage.
+inline std::vector<RankId> expert_helpers(RankId stage, RankId ranks, RankId expert_ranks) {
+  std::vector<RankId> helpers;
+  for (RankId j = 1; j < expert_ranks && j < ranks; ++j) helpers.push_back((stage + j) % ranks);
+  return helpers;
 }
 
 // One phase of a transaction as it is named on the wire. The route is only
@@ -125,8 +145,9 @@ struct PhaseId {
 // A phase that concerns no route.
 constexpr PhaseId phase_id(DistributedExecutionPhase phase) { return PhaseId{phase, {}}; }
 // A boundary phase on the route from `source` to `target`.
-constexpr PhaseId boundary_phase_id(DistributedExecutionPhase phase, RankId source, RankId target) {
-  return PhaseId{phase, {source, target}};
+constexpr PhaseId boundary_phase_id(DistributedExecutionPhase phase, RankId source, RankId target,
+                                    RouteKind kind = RouteKind::activations) {
+  return PhaseId{phase, {source, target, kind}};
 }
 
 // "Execution", "BoundarySourceReady(0->1)".

@@ -281,6 +281,27 @@ typename Inspector::result_type inspect(Inspector& f, RouteTransfer& x) {
   return f(x.session, x.epoch, x.route, x.activations);
 }
 
+// A routed block's rows on an expert route (docs/protocol.md, "Expert
+// routes") in transaction `epoch`. From the rank that runs `unit` to a rank
+// that holds some of its experts: each slot's expert and normed row (a
+// dispatch). Back: each slot's output, in the same order (a return; no
+// experts). Every unit of the stage sends one each way, empty or not.
+struct ExpertTransfer {
+  SessionId session = 0;
+  Epoch epoch = 0;
+  CommunicationRouteId route;
+  std::int32_t unit = 0;
+  std::vector<std::int32_t> experts;
+  WireTensor rows;
+
+  bool operator==(const ExpertTransfer&) const = default;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ExpertTransfer& x) {
+  return f(x.session, x.epoch, x.route, x.unit, x.experts, x.rows);
+}
+
 // The output owner's logits of transaction `epoch`, sent to the
 // coordinator in OutputPublication, before the rank's status.
 struct StepOutput {

@@ -44,6 +44,7 @@ struct GenerateArgs {
   bool json = false;
   std::string prompt_cache;
   int ranks = 1;
+  int expert_ranks = 1;
   std::vector<NodeAddress> peers;  // --peers: remote nodes, one rank each
   std::string secret_file;         // --secret-file: the cluster's secret, with --peers
   std::vector<Fault> faults;       // --fault entries; ACCORD_FAULTS is read at run time
@@ -226,6 +227,7 @@ int generate_and_print(const GenerateArgs& args, GenerationTarget& target, const
     nlohmann::json json = to_json(result, model, args.threads);
     json["seed"] = args.seed.value;
     json["ranks"] = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
+    json["expert_ranks"] = args.expert_ranks;
     extend(json);
     if (drafter != nullptr) {
       json["speculative"] = args.speculative;
@@ -268,7 +270,7 @@ Result<std::vector<Fault>> fault_plan(GenerateArgs& args) {
   std::vector<Fault> plan = args.faults;
   plan.insert(plan.end(), environment->faults.begin(), environment->faults.end());
   const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
-  if (Status ok = check_fault_plan(plan, ranks); !ok) return ok.error();
+  if (Status ok = check_fault_plan(plan, ranks, args.expert_ranks); !ok) return ok.error();
   return plan;
 }
 
@@ -288,6 +290,7 @@ DistributedOptions distributed_options(const GenerateArgs& args, const std::vect
                                        const BackendChoice& backend) {
   DistributedOptions options;
   options.ranks = args.ranks;
+  options.expert_ranks = args.expert_ranks;
   options.threads = args.threads;
   options.phase_timeout_ms = args.phase_timeout_ms;
   options.faults = faults;
@@ -334,7 +337,7 @@ int run_generate(GenerateArgs args) {
   Drafter* drafter = speculation->drafter.get();
 
   // Faults are injected into rank actors, which a single-rank Session has not.
-  if (args.ranks == 1 && args.peers.empty() && faults->empty()) {
+  if (args.ranks == 1 && args.expert_ranks == 1 && args.peers.empty() && faults->empty()) {
     if (args.max_resident_bytes != 0) {
       auto plan = plan_residency(*model, WeightScope::everything(), args.max_resident_bytes);
       if (!plan) return fail(plan.error().message());
@@ -408,6 +411,12 @@ void add_cluster_options(CLI::App& cmd, const std::shared_ptr<GenerateArgs>& arg
          "runs the coordinator")
       ->type_name("HOST:PORT,...")
       ->excludes("--ranks");
+  cmd.add_option("--expert-ranks", args->expert_ranks,
+                 "spread each mixture-of-experts block's experts over this many of the in-process ranks "
+                 "(docs/models.md, \"Experts over ranks\"); 1: each rank holds its own layers' experts")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str()
+      ->excludes("--peers");
   cmd.add_option("--secret-file", args->secret_file,
                  "with --peers: file of the cluster's shared secret (or ACCORD_SECRET_FILE), which the nodes "
                  "must prove and this coordinator proves to them")

@@ -43,9 +43,23 @@ bool rides(const PlannedPhase& phase) {
   }
 }
 
-void plan_forward_step(const ForwardStepRequest& step, RankId ranks, std::vector<PlannedPhase>& plan) {
+// Each stage's expert routes (docs/protocol.md, "Expert routes"): their
+// completions, then their returns' readiness.
+void plan_expert_routes(RankId stage, SessionRanks ranks, std::vector<PlannedPhase>& plan) {
+  const std::vector<RankId> helpers = expert_helpers(stage, ranks.ranks, ranks.expert_ranks);
+  for (RankId helper : helpers) {
+    plan.push_back({boundary_phase_id(BoundarySourceCompletion, stage, helper, RouteKind::experts), {}});
+  }
+  for (RankId helper : helpers) {
+    plan.push_back({boundary_phase_id(BoundarySourceReady, helper, stage, RouteKind::experts), {}});
+  }
+}
+
+void plan_forward_step(const ForwardStepRequest& step, SessionRanks ranks, std::vector<PlannedPhase>& plan) {
   plan.push_back({phase_id(StateCheckpoint), StepTokens{step.tokens}});
-  for (RankId r = 0; r + 1 < ranks; ++r) {
+  for (RankId r = 0; r < ranks.ranks; ++r) {
+    plan_expert_routes(r, ranks, plan);
+    if (r + 1 == ranks.ranks) break;
     plan.push_back({boundary_phase_id(BoundarySourceCompletion, r, r + 1), {}});
     plan.push_back({boundary_phase_id(BoundarySourceReady, r, r + 1), {}});
   }
@@ -65,8 +79,8 @@ void plan_forward_step(const ForwardStepRequest& step, RankId ranks, std::vector
 }
 
 // The phases of each operation, in order (docs/protocol.md).
-std::vector<PlannedPhase> phases_for(const TransactionRequest& request, RankId ranks) {
-  ACCORD_ASSERT(ranks > 0, "a transaction is planned for at least one rank");
+std::vector<PlannedPhase> phases_for(const TransactionRequest& request, SessionRanks ranks) {
+  ACCORD_ASSERT(ranks.ranks > 0, "a transaction is planned for at least one rank");
   std::vector<PlannedPhase> plan;
   const auto& operation = request.operation;
   switch (request.kind()) {
@@ -131,7 +145,7 @@ bool asks_for_chained_step(const TransactionRequest& request, const TransactionR
   return step(*asked) == step(*begun);
 }
 
-std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, RankId ranks) {
+std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, SessionRanks ranks) {
   std::vector<PlannedRound> rounds;
   for (auto& phase : phases_for(request, ranks)) {
     ACCORD_ASSERT(!rounds.empty() || !rides(phase), "a transaction's first phase begins a round: it rides with none");
@@ -148,7 +162,7 @@ std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, Ra
   return rounds;
 }
 
-std::vector<PhaseId> phases_of(const TransactionRequest& request, RankId ranks) {
+std::vector<PhaseId> phases_of(const TransactionRequest& request, SessionRanks ranks) {
   std::vector<PhaseId> phases;
   for (const auto& phase : phases_for(request, ranks)) phases.push_back(phase.id);
   return phases;

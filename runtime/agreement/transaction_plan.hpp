@@ -24,6 +24,15 @@
 
 namespace accord {
 
+// The ranks a transaction runs on, and over how many of them each routed
+// block's experts spread (runtime/rank/expert_placement.hpp; 1: each stage
+// holds its own). Made from a rank count alone where nothing spreads.
+struct SessionRanks {
+  SessionRanks(RankId rank_count, RankId spread = 1) : ranks(rank_count), expert_ranks(spread) {}  // NOLINT
+  RankId ranks;
+  RankId expert_ranks;
+};
+
 struct PlannedRound {
   PhaseId phase;
   PhaseArguments arguments;
@@ -31,10 +40,10 @@ struct PlannedRound {
 };
 
 // The rounds of the transaction `request` asks for on `ranks` ranks.
-std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, RankId ranks);
+std::vector<PlannedRound> plan_transaction(const TransactionRequest& request, SessionRanks ranks);
 
 // Every phase of the transaction, riders included, in order.
-std::vector<PhaseId> phases_of(const TransactionRequest& request, RankId ranks);
+std::vector<PhaseId> phases_of(const TransactionRequest& request, SessionRanks ranks);
 
 // The step that the commit `reply` of `request` begins on its own
 // (ForwardStepRequest::chain_next), if any: the same request on the token

@@ -57,7 +57,8 @@ struct DirectEngine::State {
         model_identity(std::move(identity)),
         session(id),
         options(std::move(o)),
-        driver(id, static_cast<RankId>(part.ranks()), options.agreement) {
+        driver(id, SessionRanks(static_cast<RankId>(part.ranks()), static_cast<RankId>(options.stage.expert_ranks)),
+               options.agreement) {
     for (int r = 0; r < partition.ranks(); ++r) ranks.push_back(make_rank(r, options.faults));
   }
 
@@ -188,7 +189,7 @@ void DirectEngine::set_phase_timer(PhaseTimer timer) {
 }
 
 Status DirectEngine::inject_faults(const std::vector<Fault>& plan) {
-  if (Status ok = check_fault_plan(plan, ranks()); !ok) return ok;
+  if (Status ok = check_fault_plan(plan, ranks(), worker(0).expert_placement().expert_ranks()); !ok) return ok;
   for (auto& rank : state_->ranks) rank->participant.set_faults(plan);
   return {};
 }

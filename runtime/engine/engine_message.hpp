@@ -15,8 +15,8 @@
 namespace accord {
 
 using EngineMessage =
-    std::variant<PhaseBegin, PhaseDecision, RouteTransfer, SamplingResult, PredictionTargetHidden, PhaseStatus,
-                 AbortAcknowledgement, StepOutput, RankCheckpointReport, PromptCacheReport>;
+    std::variant<PhaseBegin, PhaseDecision, RouteTransfer, ExpertTransfer, SamplingResult, PredictionTargetHidden,
+                 PhaseStatus, AbortAcknowledgement, StepOutput, RankCheckpointReport, PromptCacheReport>;
 
 // What one of a variant's alternatives holds, as an EngineMessage.
 template <class Variant>
@@ -36,7 +36,8 @@ void deliver(TransactionDriver& driver, RankId to, EngineMessage& message, NodeO
         if (to == kNoRank) {
           if constexpr (status) {
             driver.step(m);
-          } else if constexpr (!from_driver && !std::is_same_v<T, RouteTransfer>) {
+          } else if constexpr (!from_driver && !std::is_same_v<T, RouteTransfer> &&
+                               !std::is_same_v<T, ExpertTransfer>) {
             driver.collect(std::move(m));
           }
         } else if constexpr (from_driver) {

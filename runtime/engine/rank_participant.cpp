@@ -1,5 +1,6 @@
 #include "runtime/engine/rank_participant.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -130,6 +131,9 @@ void RankParticipant::forget_step(Epoch epoch) {
     if (data && data->epoch <= epoch) data.reset();
   };
   forget(activations_);
+  forget(expert_wait_);
+  forget(serving_);
+  std::erase_if(expert_rows_, [epoch](const ExpertTransfer& rows) { return rows.epoch <= epoch; });
   forget(sampled_);
   forget(capture_);
   forget(waiting_);
@@ -202,9 +206,13 @@ std::optional<Status> RankParticipant::local_work(const RunPhase& run) {
       if (const auto* step = std::get_if<StepTokens>(&run.arguments)) return worker.begin_step(epoch, step->tokens);
       return malformed("token");
     case BoundarySourceCompletion:
+      if (run.phase.route.kind == RouteKind::experts) return expert_route(run);
       if (run.phase.route.source == rank_) return worker.run_units(OutputRows::none);
       return Status{};
-    case BoundarySourceReady: return boundary_ready(run);
+    case BoundarySourceReady:
+      // An expert route's rows all crossed in its completion.
+      if (run.phase.route.kind == RouteKind::experts) return Status{};
+      return boundary_ready(run);
     case Execution:
       // Ranks before the output owner ran their units at their route's
       // completion; the output owner runs its own and the head now.
@@ -286,6 +294,85 @@ std::optional<Status> RankParticipant::boundary_ready(const RunPhase& run) {
   RowBlock block = from_wire(std::move(activations_->activations));
   activations_.reset();
   return worker_->receive_activations(std::move(block));
+}
+
+// BoundarySourceCompletion of an expert route from a stage to a helper:
+// the stage runs its units, sending each unit's rows to its helpers and
+// waiting for their outputs (its first route's phase does all of that;
+// the others find the units ran); the helper serves each unit's rows.
+std::optional<Status> RankParticipant::expert_route(const RunPhase& run) {
+  const CommunicationRouteId& route = run.phase.route;
+  if (route.source >= rank_count_ || route.target >= rank_count_) {
+    return Error(ErrorCode::contract, "no expert route " + to_string(route) + " in a session of " +
+                                          std::to_string(rank_count_) + " rank(s)");
+  }
+  if (route.source == rank_) return run_with_experts(run);
+  if (route.target == rank_) return serve_experts(run);
+  return Status{};
+}
+
+std::optional<Status> RankParticipant::run_with_experts(const RunPhase& run) {
+  RankWorker& worker = *worker_;
+  for (;;) {
+    if (expert_wait_) {
+      auto& helpers = expert_wait_->helpers;
+      while (!helpers.empty()) {
+        auto outputs = take_expert_rows(run.epoch, static_cast<RankId>(helpers.front()), expert_wait_->unit);
+        if (!outputs) return std::nullopt;
+        if (Status ok = worker.accept_experts(helpers.front(), outputs->rows.data); !ok) return ok;
+        helpers.erase(helpers.begin());
+      }
+      expert_wait_.reset();
+    }
+    auto round = worker.advance_units();
+    if (!round) return round.error();
+    if (!*round) return Status{};
+    ExpertWait wait{run.epoch, (*round)->unit, {}};
+    for (auto& [helper, request] : (*round)->requests) {
+      wait.helpers.push_back(helper);
+      send_expert_rows(run.epoch, static_cast<RankId>(helper), wait.unit, std::move(request.experts),
+                       std::move(request.rows));
+    }
+    expert_wait_ = std::move(wait);
+  }
+}
+
+std::optional<Status> RankParticipant::serve_experts(const RunPhase& run) {
+  const RankId stage = run.phase.route.source;
+  const UnitRange& units = worker_->units_of(static_cast<int>(stage));
+  if (!serving_ || serving_->epoch != run.epoch || serving_->stage != stage) {
+    serving_ = Serving{run.epoch, stage, units.first};
+  }
+  for (; serving_->next_unit < units.end(); ++serving_->next_unit) {
+    const int unit = serving_->next_unit;
+    auto dispatch = take_expert_rows(run.epoch, stage, unit);
+    if (!dispatch) return std::nullopt;
+    std::vector<int> experts(dispatch->experts.begin(), dispatch->experts.end());
+    auto outputs = worker_->serve_experts(unit, experts, dispatch->rows.data);
+    if (!outputs) return outputs.error();
+    send_expert_rows(run.epoch, stage, unit, {}, std::move(*outputs));
+  }
+  return Status{};
+}
+
+std::optional<ExpertTransfer> RankParticipant::take_expert_rows(Epoch epoch, RankId source, int unit) {
+  auto it = std::find_if(expert_rows_.begin(), expert_rows_.end(), [&](const ExpertTransfer& rows) {
+    return rows.epoch == epoch && rows.route.source == source && rows.route.target == rank_ && rows.unit == unit;
+  });
+  if (it == expert_rows_.end()) return std::nullopt;
+  ExpertTransfer taken = std::move(*it);
+  expert_rows_.erase(it);
+  return taken;
+}
+
+void RankParticipant::send_expert_rows(Epoch epoch, RankId target, int unit, std::vector<int> experts,
+                                       std::vector<float> rows) {
+  const auto dim = static_cast<std::int64_t>(worker_->config().dim);
+  ExpertTransfer transfer{session_, epoch, {rank_, target, RouteKind::experts}, unit, {}, {}};
+  transfer.experts.assign(experts.begin(), experts.end());
+  transfer.rows.shape = {static_cast<std::int64_t>(rows.size()) / dim, dim};
+  transfer.rows.data = std::move(rows);
+  outbox_.to_rank(target, std::move(transfer));
 }
 
 // OutputPublication: the output owner sends the caller its logits, or an

@@ -34,7 +34,7 @@
 namespace accord {
 
 // What one rank sends another beside the protocol, for one step.
-using PeerData = std::variant<RouteTransfer, SamplingResult, PredictionTargetHidden>;
+using PeerData = std::variant<RouteTransfer, ExpertTransfer, SamplingResult, PredictionTargetHidden>;
 
 // Called on a rank after its local part of a phase succeeded; an error (or
 // an exception) fails the phase as if the work had. Tests and fault
@@ -110,6 +110,12 @@ class RankParticipant {
   std::optional<Status> local_work(const RunPhase& run);
   Status report_checkpoint(Epoch epoch);
   std::optional<Status> boundary_ready(const RunPhase& run);
+  std::optional<Status> expert_route(const RunPhase& run);
+  std::optional<Status> run_with_experts(const RunPhase& run);
+  std::optional<Status> serve_experts(const RunPhase& run);
+  // The open step's rows from `source` for `unit`, taken out of the inbox.
+  std::optional<ExpertTransfer> take_expert_rows(Epoch epoch, RankId source, int unit);
+  void send_expert_rows(Epoch epoch, RankId target, int unit, std::vector<int> experts, std::vector<float> rows);
   std::optional<Status> publication(const RunPhase& run);
   std::optional<Status> capture_publication(const RunPhase& run);
   std::optional<Status> sampling(const RunPhase& run);
@@ -118,6 +124,7 @@ class RankParticipant {
   template <class Message>
   void share_with_every_rank(const Message& message);
   void keep(RouteTransfer transfer) { activations_ = std::move(transfer); }
+  void keep(ExpertTransfer transfer) { expert_rows_.push_back(std::move(transfer)); }
   void keep(SamplingResult sampled) { sampled_ = sampled; }
   void keep(PredictionTargetHidden capture) { capture_ = std::move(capture); }
 
@@ -141,6 +148,22 @@ class RankParticipant {
   std::optional<RouteTransfer> activations_;
   std::optional<SamplingResult> sampled_;
   std::optional<PredictionTargetHidden> capture_;
+  // Expert routes (docs/protocol.md, "Expert routes"): the rows that came,
+  // the helpers whose outputs this rank's unit still waits for, and the
+  // next unit of another stage this rank serves.
+  std::vector<ExpertTransfer> expert_rows_;
+  struct ExpertWait {
+    Epoch epoch = 0;
+    int unit = 0;
+    std::vector<int> helpers;
+  };
+  std::optional<ExpertWait> expert_wait_;
+  struct Serving {
+    Epoch epoch = 0;
+    RankId stage = 0;
+    int next_unit = 0;
+  };
+  std::optional<Serving> serving_;
   std::optional<RunPhase> waiting_;
   std::optional<RunPhase> held_back_;   // by a `delay` fault
   std::vector<RankReady> spare_ready_;  // pump's buffers, one a level of its recursion

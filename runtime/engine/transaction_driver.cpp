@@ -23,8 +23,11 @@ void record_poison(TransactionReply& reply, const PhaseDecision& poison) {
 
 }  // namespace
 
-TransactionDriver::TransactionDriver(SessionId session, RankId rank_count, AgreementOptions options)
-    : agreement_(session, rank_count, options), session_(session), rank_count_(rank_count) {}
+TransactionDriver::TransactionDriver(SessionId session, SessionRanks ranks, AgreementOptions options)
+    : agreement_(session, ranks.ranks, options),
+      session_(session),
+      rank_count_(ranks.ranks),
+      expert_ranks_(ranks.expert_ranks) {}
 
 std::optional<TransactionReply> TransactionDriver::start(const TransactionRequest& request) {
   if (unclaimed_ || (busy_ && caller_ == Caller::not_yet)) {
@@ -46,7 +49,7 @@ void TransactionDriver::open(const TransactionRequest& request, Caller caller) {
   busy_ = true;
   caller_ = caller;
   request_ = request;
-  plan_ = plan_transaction(request, rank_count_);
+  plan_ = plan_transaction(request, {rank_count_, expert_ranks_});
   next_round_ = 0;
   load_.reset();
   if (const auto* load = std::get_if<PromptCacheLoadRequest>(&request.operation)) load_ = load->arguments;

@@ -38,7 +38,7 @@ struct DriverReady {
 
 class TransactionDriver {
  public:
-  TransactionDriver(SessionId session, RankId rank_count, AgreementOptions options = {});
+  TransactionDriver(SessionId session, SessionRanks ranks, AgreementOptions options = {});
 
   // Begins `request` under the next epoch; its reply comes through
   // take_ready(). A request while another runs is refused at once: the
@@ -98,6 +98,7 @@ class TransactionDriver {
   CoordinatorReady taken_;  // pump's buffers
   SessionId session_;
   RankId rank_count_;
+  RankId expert_ranks_;
   Epoch next_epoch_ = 1;
   DriverReady ready_;
 

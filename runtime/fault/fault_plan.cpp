@@ -1,5 +1,6 @@
 #include "runtime/fault/fault_plan.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 
@@ -44,21 +45,24 @@ std::string phase_names() {
   return names;
 }
 
-// "Execution" or "BoundarySourceReady(0->1)".
+// "Execution", "BoundarySourceReady(0->1)" or "BoundarySourceCompletion(0->1:experts)".
 Status parse_phase(std::string_view text, std::string_view field, Fault& fault) {
   std::string_view name = field;
   if (const auto open = field.find('('); open != std::string_view::npos) {
     name = field.substr(0, open);
-    if (field.back() != ')') return bad_fault(text, "a route is written (SOURCE->TARGET)");
-    const auto ends = field.substr(open + 1, field.size() - open - 2);
+    if (field.back() != ')') return bad_fault(text, "a route is written (SOURCE->TARGET) or (SOURCE->TARGET:experts)");
+    auto ends = field.substr(open + 1, field.size() - open - 2);
+    constexpr std::string_view kExperts = ":experts";
+    const bool experts = ends.ends_with(kExperts);
+    if (experts) ends.remove_suffix(kExperts.size());
     const auto arrow = ends.find("->");
     const auto source = parse_number<RankId>(ends.substr(0, arrow));
     const auto target = arrow == std::string_view::npos ? std::nullopt : parse_number<RankId>(ends.substr(arrow + 2));
     // Both ends kNoRank would be the "no route" value, not a route.
     if (!source || !target || CommunicationRouteId{*source, *target}.is_none()) {
-      return bad_fault(text, "a route is written (SOURCE->TARGET)");
+      return bad_fault(text, "a route is written (SOURCE->TARGET) or (SOURCE->TARGET:experts)");
     }
-    fault.route = CommunicationRouteId{*source, *target};
+    fault.route = CommunicationRouteId{*source, *target, experts ? RouteKind::experts : RouteKind::activations};
   }
   const auto phase = phase_from_string(name);
   if (!phase) return bad_fault(text, "unknown phase '" + std::string(name) + "'; phases are " + phase_names());
@@ -139,7 +143,24 @@ Result<std::vector<Fault>> parse_fault_list(std::string_view text) {
   return plan;
 }
 
-Status check_fault_plan(const std::vector<Fault>& plan, int ranks) {
+namespace {
+
+// Whether a session of `ranks` ranks, its experts spread over
+// `expert_ranks` of them, has `route` (docs/protocol.md).
+bool has_route(const CommunicationRouteId& route, int ranks, int expert_ranks) {
+  const auto count = static_cast<RankId>(ranks);
+  if (route.source >= count || route.target >= count) return false;
+  if (route.kind == RouteKind::activations) return route.target == route.source + 1;
+  const auto helps = [&](RankId helper, RankId stage) {
+    const auto helpers = expert_helpers(stage, count, static_cast<RankId>(expert_ranks));
+    return std::find(helpers.begin(), helpers.end(), helper) != helpers.end();
+  };
+  return helps(route.target, route.source) || helps(route.source, route.target);
+}
+
+}  // namespace
+
+Status check_fault_plan(const std::vector<Fault>& plan, int ranks, int expert_ranks) {
   for (const Fault& fault : plan) {
     if (static_cast<int>(fault.phase) >= kDistributedExecutionPhaseCount || fault.kind > FaultKind::corrupt ||
         fault.occurrence == 0) {
@@ -152,8 +173,7 @@ Status check_fault_plan(const std::vector<Fault>& plan, int ranks) {
       return Error(ErrorCode::contract, "the fault " + to_string(fault) + " names rank " + std::to_string(fault.rank) +
                                             " but the session has " + std::to_string(ranks) + " rank(s)");
     }
-    if (!fault.route.is_none() &&
-        (fault.route.target != fault.route.source + 1 || fault.route.target >= static_cast<RankId>(ranks))) {
+    if (!fault.route.is_none() && !has_route(fault.route, ranks, expert_ranks)) {
       return Error(ErrorCode::contract, "the fault " + to_string(fault) + " names a route the session does not have");
     }
   }

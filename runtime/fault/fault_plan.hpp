@@ -36,9 +36,10 @@ Result<Fault> parse_fault(std::string_view text);
 // Entries separated by ';'; empty entries are ignored.
 Result<std::vector<Fault>> parse_fault_list(std::string_view text);
 
-// Checks a plan against a session of `ranks` ranks: each rank and route
-// exists, and each kind is one of FaultKind's (a plan may come off the wire).
-Status check_fault_plan(const std::vector<Fault>& plan, int ranks);
+// Checks a plan against a session of `ranks` ranks, each routed block's
+// experts spread over `expert_ranks` of them: each rank and route exists,
+// and each kind is one of FaultKind's (a plan may come off the wire).
+Status check_fault_plan(const std::vector<Fault>& plan, int ranks, int expert_ranks = 1);
 
 // The `corrupt` fault's damage: inverts the bits of the byte in the middle
 // of `file`, in place (not synced: a failing disk does not say so).

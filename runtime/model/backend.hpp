@@ -59,6 +59,9 @@ struct StageOptions {
   // sessions' (serve's slots) under its budget; nullptr: a pool of its own
   // without a budget (the context bounds it).
   std::shared_ptr<KvPool> kv_pool;
+  // Each routed block's experts spread over this many ranks
+  // (runtime/rank/expert_placement.hpp); 1: each stage holds its own.
+  int expert_ranks = 1;
 };
 
 }  // namespace accord

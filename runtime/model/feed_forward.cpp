@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/aligned.hpp"
@@ -52,17 +53,99 @@ cpu::Matrix expert_matrix(const cpu::Matrix& stack, int expert, int experts) {
 //
 // A batch runs expert by expert: the rows routed to an expert are gathered
 // and multiplied as one product, whose kernels give each row the bits it
-// would have alone, so neither the batch nor the thread count changes a
-// row's result.
-class RoutedFeedForward final : public FeedForward {
+// would have alone, so neither the batch, the thread count nor the rank
+// that holds the expert changes a row's result.
+class RoutedFeedForward final : public ExpertMixture {
  public:
   RoutedFeedForward(const ModelConfig& c, cpu::ThreadPool& pool, cpu::GateActivation activation)
       : config_(c), pool_(pool), dense_(c, pool, activation) {}
 
   void run(const LayerWeights& w, const float* x, float* out, int batch) override {
     route(w, x, batch);
-    run_experts(w, x, batch);
-    combine(out, batch);
+    run_held(
+        w, x, [](int) { return 0; }, 0);
+    combine(out);
+  }
+
+  // choices_[t * used .. ]: row t's experts and weights, by expert index.
+  void route(const LayerWeights& w, const float* x, int batch) override {
+    const auto experts = static_cast<std::size_t>(config_.n_experts);
+    batch_ = batch;
+    probabilities_.resize(static_cast<std::size_t>(batch) * experts);
+    cpu::matmul(pool_, probabilities_.data(), x, w.router, batch);
+    choices_.resize(static_cast<std::size_t>(batch) * used());
+    for (std::size_t t = 0; t < static_cast<std::size_t>(batch); ++t) {
+      float* row = &probabilities_[t * experts];
+      cpu::softmax_ggml(row, config_.n_experts);
+      choose(row, &choices_[t * used()]);
+    }
+    expert_out_.resize(choices_.size() * dim());
+  }
+
+  void run_held(const LayerWeights& w, const float* x, const ExpertHolder& holder, int self) override {
+    slot_experts_.clear();
+    slot_rows_.clear();
+    slot_out_.clear();
+    for (std::size_t s = 0; s < choices_.size(); ++s) {
+      if (holder(choices_[s].expert) != self) continue;
+      slot_experts_.push_back(choices_[s].expert);
+      slot_rows_.push_back(x + s / used() * dim());
+      slot_out_.push_back(&expert_out_[s * dim()]);
+    }
+    run_expert_rows(w);
+  }
+
+  std::map<int, ExpertRequest> requests(const float* x, const ExpertHolder& holder, int self) const override {
+    std::map<int, ExpertRequest> by_rank;
+    for (std::size_t s = 0; s < choices_.size(); ++s) {
+      const int rank = holder(choices_[s].expert);
+      if (rank == self) continue;
+      ExpertRequest& request = by_rank[rank];
+      request.experts.push_back(choices_[s].expert);
+      const float* row = x + s / used() * dim();
+      request.rows.insert(request.rows.end(), row, row + dim());
+    }
+    return by_rank;
+  }
+
+  Status accept(const ExpertHolder& holder, int rank, std::span<const float> outputs) override {
+    std::size_t slots = 0;
+    for (const Choice& choice : choices_) slots += holder(choice.expert) == rank ? 1 : 0;
+    if (outputs.size() != slots * dim()) {
+      return Error(ErrorCode::contract, "rank " + std::to_string(rank) + " sent " + std::to_string(outputs.size()) +
+                                            " values of expert outputs; " + std::to_string(slots) + " rows of " +
+                                            std::to_string(dim()) + " were asked for");
+    }
+    const float* next = outputs.data();
+    for (std::size_t s = 0; s < choices_.size(); ++s) {
+      if (holder(choices_[s].expert) != rank) continue;
+      std::copy_n(next, dim(), &expert_out_[s * dim()]);
+      next += dim();
+    }
+    return {};
+  }
+
+  // out[t] = the weighted sum of row t's experts' outputs, by expert index.
+  void combine(float* out) override {
+    for (std::size_t t = 0; t < static_cast<std::size_t>(batch_); ++t) {
+      float* row = out + t * dim();
+      for (std::size_t k = 0; k < used(); ++k) {
+        const float weight = choices_[t * used() + k].weight;
+        const float* y = &expert_out_[(t * used() + k) * dim()];
+        for (std::size_t i = 0; i < dim(); ++i) row[i] = k == 0 ? y[i] * weight : row[i] + y[i] * weight;
+      }
+    }
+  }
+
+  void run_slots(const LayerWeights& w, std::span<const int> experts, const float* rows, float* out) override {
+    slot_experts_.assign(experts.begin(), experts.end());
+    slot_rows_.clear();
+    slot_out_.clear();
+    for (std::size_t s = 0; s < experts.size(); ++s) {
+      slot_rows_.push_back(rows + s * dim());
+      slot_out_.push_back(out + s * dim());
+    }
+    run_expert_rows(w);
   }
 
  private:
@@ -73,19 +156,6 @@ class RoutedFeedForward final : public FeedForward {
 
   std::size_t dim() const { return static_cast<std::size_t>(config_.dim); }
   std::size_t used() const { return static_cast<std::size_t>(config_.n_experts_used); }
-
-  // choices_[t * used .. ]: row t's experts and weights, by expert index.
-  void route(const LayerWeights& w, const float* x, int batch) {
-    const auto experts = static_cast<std::size_t>(config_.n_experts);
-    probabilities_.resize(static_cast<std::size_t>(batch) * experts);
-    cpu::matmul(pool_, probabilities_.data(), x, w.router, batch);
-    choices_.resize(static_cast<std::size_t>(batch) * used());
-    for (std::size_t t = 0; t < static_cast<std::size_t>(batch); ++t) {
-      float* row = &probabilities_[t * experts];
-      cpu::softmax_ggml(row, config_.n_experts);
-      choose(row, &choices_[t * used()]);
-    }
-  }
 
   // The most probable experts of `probabilities` (n_experts) into
   // `chosen` (n_experts_used), their weights normalized.
@@ -103,55 +173,42 @@ class RoutedFeedForward final : public FeedForward {
     std::sort(chosen, chosen + used(), [](const Choice& a, const Choice& b) { return a.expert < b.expert; });
   }
 
-  // expert_out_[(t * used + k) * dim ..]: the output of row t's k-th
-  // chosen expert, unweighted.
-  void run_experts(const LayerWeights& w, const float* x, int batch) {
-    expert_out_.resize(static_cast<std::size_t>(batch) * used() * dim());
+  // *slot_out_[i] = expert slot_experts_[i]'s output for *slot_rows_[i]:
+  // each expert's rows gathered and run as one product.
+  void run_expert_rows(const LayerWeights& w) {
     for (int e = 0; e < config_.n_experts; ++e) {
-      slots_.clear();  // (row, its choice) pairs routed to e, row by row
-      for (std::size_t s = 0; s < choices_.size(); ++s) {
-        if (choices_[s].expert == e) slots_.push_back(s);
+      picked_.clear();  // slots routed to e, in order
+      for (std::size_t i = 0; i < slot_experts_.size(); ++i) {
+        if (slot_experts_[i] == e) picked_.push_back(i);
       }
-      if (slots_.empty()) continue;
-      const int rows = static_cast<int>(slots_.size());
-      inputs_.resize(slots_.size() * dim());
-      for (std::size_t r = 0; r < slots_.size(); ++r) {
-        std::copy_n(x + slots_[r] / used() * dim(), dim(), &inputs_[r * dim()]);
-      }
+      if (picked_.empty()) continue;
+      inputs_.resize(picked_.size() * dim());
+      for (std::size_t r = 0; r < picked_.size(); ++r) std::copy_n(slot_rows_[picked_[r]], dim(), &inputs_[r * dim()]);
       LayerWeights expert;
       expert.w1 = expert_matrix(w.w1, e, config_.n_experts);
       expert.w2 = expert_matrix(w.w2, e, config_.n_experts);
       expert.w3 = expert_matrix(w.w3, e, config_.n_experts);
-      outputs_.resize(slots_.size() * dim());
-      dense_.run(expert, inputs_.data(), outputs_.data(), rows);
-      for (std::size_t r = 0; r < slots_.size(); ++r) {
-        std::copy_n(&outputs_[r * dim()], dim(), &expert_out_[slots_[r] * dim()]);
-      }
-    }
-  }
-
-  // out[t] = the weighted sum of row t's experts' outputs, by expert index.
-  void combine(float* out, int batch) {
-    for (std::size_t t = 0; t < static_cast<std::size_t>(batch); ++t) {
-      float* row = out + t * dim();
-      for (std::size_t k = 0; k < used(); ++k) {
-        const float weight = choices_[t * used() + k].weight;
-        const float* y = &expert_out_[(t * used() + k) * dim()];
-        for (std::size_t i = 0; i < dim(); ++i) row[i] = k == 0 ? y[i] * weight : row[i] + y[i] * weight;
-      }
+      outputs_.resize(picked_.size() * dim());
+      dense_.run(expert, inputs_.data(), outputs_.data(), static_cast<int>(picked_.size()));
+      for (std::size_t r = 0; r < picked_.size(); ++r) std::copy_n(&outputs_[r * dim()], dim(), slot_out_[picked_[r]]);
     }
   }
 
   ModelConfig config_;
   cpu::ThreadPool& pool_;
   DenseFeedForward dense_;                   // one expert's rows at a time
+  int batch_ = 0;                            // rows of the routed batch
   cpu::AlignedVector<float> probabilities_;  // (batch, n_experts)
   std::vector<Choice> choices_;              // (batch, n_experts_used)
   std::vector<int> order_;                   // (n_experts)
-  std::vector<std::size_t> slots_;           // indices into choices_
-  cpu::AlignedVector<float> inputs_;         // (rows, dim) routed to one expert
-  cpu::AlignedVector<float> outputs_;        // (rows, dim)
-  cpu::AlignedVector<float> expert_out_;     // (batch * n_experts_used, dim)
+  cpu::AlignedVector<float> expert_out_;     // (batch * n_experts_used, dim): each choice's output, unweighted
+  // The slots run_expert_rows computes: expert, input row, output row.
+  std::vector<int> slot_experts_;
+  std::vector<const float*> slot_rows_;
+  std::vector<float*> slot_out_;
+  std::vector<std::size_t> picked_;    // indices into the slots
+  cpu::AlignedVector<float> inputs_;   // (rows, dim) routed to one expert
+  cpu::AlignedVector<float> outputs_;  // (rows, dim)
 };
 
 }  // namespace

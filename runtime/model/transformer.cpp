@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/ops.hpp"
+#include "runtime/base/assert.hpp"
 #include "runtime/model/feed_forward.hpp"
 #include "runtime/model/residency.hpp"
 #include "runtime/model/weights.hpp"
@@ -76,6 +77,7 @@ Transformer::Transformer(const Model& model, cpu::ThreadPool& pool) : model_(mod
     activation = llama2c ? cpu::GateActivation::silu : cpu::GateActivation::silu_ggml;
   }
   feed_forward_ = make_feed_forward(c, pool_, activation);
+  mixture_ = dynamic_cast<ExpertMixture*>(feed_forward_.get());
   for (int layer = 0; layer < c.n_layers; ++layer) slides_ = slides_ || c.slides(layer);
 }
 
@@ -219,15 +221,53 @@ void Transformer::position_row(int unit, std::size_t t, int pos) {
 // The feed-forward after the residual of attention's output, dense or
 // routed (feed_forward.hpp), added to the residual stream.
 void Transformer::feed_forward(int unit) {
+  normalize_for_feed_forward(unit);
+  feed_forward_->run(model_.weights().layers[static_cast<std::size_t>(unit)], xb_.data(), xb_.data(), batch_);
+  add_feed_forward(unit);
+}
+
+void Transformer::normalize_for_feed_forward(int unit) {
   const ModelConfig& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
-  const int batch = batch_;
-  cpu::add_rmsnorm_rows(pool_, x_.data(), xb2_.data(), xb_.data(), w.rms_ffn, batch, c.dim, c.norm_eps, norm_sum_);
-  feed_forward_->run(w, xb_.data(), xb_.data(), batch);
+  cpu::add_rmsnorm_rows(pool_, x_.data(), xb2_.data(), xb_.data(), w.rms_ffn, batch_, c.dim, c.norm_eps, norm_sum_);
+}
+
+void Transformer::add_feed_forward(int unit) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
   if (c.architecture().post_norms) {
-    cpu::rmsnorm_rows(pool_, xb_.data(), xb_.data(), w.post_ffn_norm, batch, c.dim, c.norm_eps, norm_sum_);
+    cpu::rmsnorm_rows(pool_, xb_.data(), xb_.data(), w.post_ffn_norm, batch_, c.dim, c.norm_eps, norm_sum_);
   }
-  cpu::add_rows(pool_, x_.data(), xb_.data(), batch, c.dim);
+  cpu::add_rows(pool_, x_.data(), xb_.data(), batch_, c.dim);
+}
+
+std::map<int, ExpertRequest> Transformer::begin_unit(int unit, int pos, KvCache& kv,
+                                                     const std::function<int(int)>& holder, int self) {
+  ACCORD_ASSERT(mixture_ != nullptr, "only a routed unit's experts are spread over ranks");
+  lanes_.assign(1, LaneRows{0, batch_, pos, &kv});
+  cover_positions(pos + batch_);
+  attend(unit);
+  normalize_for_feed_forward(unit);
+  const LayerWeights& w = model_.weights().layers[static_cast<std::size_t>(unit)];
+  mixture_->route(w, xb_.data(), batch_);
+  mixture_->run_held(w, xb_.data(), holder, self);
+  return mixture_->requests(xb_.data(), holder, self);
+}
+
+Status Transformer::accept_experts(const std::function<int(int)>& holder, int rank, std::span<const float> outputs) {
+  return mixture_->accept(holder, rank, outputs);
+}
+
+void Transformer::finish_unit(int unit) {
+  mixture_->combine(xb_.data());
+  add_feed_forward(unit);
+}
+
+void Transformer::serve_experts(int unit, std::span<const int> experts, std::span<const float> rows,
+                                std::vector<float>& out) {
+  ACCORD_ASSERT(mixture_ != nullptr, "only a routed unit's experts are spread over ranks");
+  out.resize(rows.size());
+  mixture_->run_slots(model_.weights().layers[static_cast<std::size_t>(unit)], experts, rows.data(), out.data());
 }
 
 std::span<float> Transformer::head(Rows rows) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -21,8 +22,10 @@
 
 namespace accord {
 
+class ExpertMixture;
 class FeedForward;
 class WeightResidency;
+struct ExpertRequest;
 struct RowSpan;
 
 // cos and sin of the RoPE angles of positions [0, positions): (positions,
@@ -82,6 +85,21 @@ class Transformer {
   void load_hidden(std::span<const float> rows);  // starts a batch from (rows, dim) activations
   void run_unit(int unit, int pos, KvCache& kv);  // kv must hold `unit`, with room for the positions
   std::span<float> hidden();                      // (batch, dim) residual stream
+
+  // Expert parallelism (runtime/rank/expert_placement.hpp): a routed unit
+  // run in two halves around the exchange of rows with the ranks that hold
+  // its other experts. begin_unit runs attention, the router and the
+  // experts `holder` says are `self`'s, and returns the rows for the
+  // others, by rank; accept_experts takes one rank's outputs back; then
+  // finish_unit combines them into the residual stream.
+  std::map<int, ExpertRequest> begin_unit(int unit, int pos, KvCache& kv, const std::function<int(int)>& holder,
+                                          int self);
+  Status accept_experts(const std::function<int(int)>& holder, int rank, std::span<const float> outputs);
+  void finish_unit(int unit);
+  // Another rank's rows for experts of `unit` held here: out = each
+  // slot's expert's output, (slots, dim). Leaves the residual stream as it is.
+  void serve_experts(int unit, std::span<const int> experts, std::span<const float> rows, std::vector<float>& out);
+
   enum class Rows { last, all };
   std::span<float> head(Rows rows);  // (rows, vocab) logits, valid until the next call
   int batch() const { return batch_; }
@@ -107,6 +125,10 @@ class Transformer {
   void attend(int unit);
   void position_row(int unit, std::size_t t, int pos);
   void feed_forward(int unit);
+  // feed_forward's halves: the residual and the norm before the
+  // feed-forward, and what follows it.
+  void normalize_for_feed_forward(int unit);
+  void add_feed_forward(int unit);
   // Logits of the batch rows `rows`, after the final norm.
   std::span<float> classify(std::span<const int> rows);
   // Logits of `count` normed rows against the classifier's `rows` (a part
@@ -121,6 +143,7 @@ class Transformer {
   // llama2.c's arithmetic or ggml's (transformer.cpp, llama2c_arithmetic).
   cpu::NormSum norm_sum_ = cpu::NormSum::in_float;
   std::unique_ptr<FeedForward> feed_forward_;  // dense or routed (feed_forward.hpp)
+  ExpertMixture* mixture_ = nullptr;           // feed_forward_, when routed
 
   // Activations for a batch of B tokens, aligned to cache lines for the
   // kernels' vector loads.

@@ -13,6 +13,7 @@ RankStage::RankStage(const Model& model, cpu::ThreadPool& pool, const Partition&
       output_owner_(partition.is_output_owner(rank)) {
   build_backend(pool, options);
   state_.emplace(backend_->kv());
+  place_experts(partition, options);
   if (stage_error_ || options.max_resident_bytes == 0) return;
   if (cpu_ == nullptr) {
     stage_error_ = Error(ErrorCode::contract,
@@ -38,6 +39,24 @@ void RankStage::build_backend(cpu::ThreadPool& pool, const StageOptions& options
   }
   backend_ = std::move(*backend);
   cpu_ = dynamic_cast<CpuStage*>(backend_.get());
+}
+
+void RankStage::place_experts(const Partition& partition, const StageOptions& options) {
+  auto placement = ExpertPlacement::make(partition, model_.config(), options.expert_ranks);
+  if (!placement) {
+    stage_error_ = placement.error();
+    return;
+  }
+  experts_ = std::move(*placement);
+  if (!experts_.spread() || stage_error_) return;
+  if (cpu_ == nullptr) {
+    stage_error_ = Error(ErrorCode::contract, "experts spread over ranks (--expert-ranks) compute on the CPU; the " +
+                                                  to_string(options.backend) + " backend runs whole blocks");
+  } else if (options.max_resident_bytes > 0) {
+    stage_error_ = Error(ErrorCode::contract,
+                         "a weights budget (--max-resident-bytes) layers whole blocks; it does not combine with "
+                         "experts spread over ranks (--expert-ranks)");
+  }
 }
 
 WeightShare RankStage::weight_share() const {
@@ -67,6 +86,17 @@ Status RankStage::check_step(std::span<const int> tokens, std::span<const float>
 }
 
 Status RankStage::execute(std::span<const int> tokens, std::span<const float> activations, StepObserver* observer) {
+  if (Status ok = start_units(tokens, activations); !ok) return ok;
+  auto round = advance_units(observer);
+  if (!round) return round.error();
+  if (*round) {
+    return Error(ErrorCode::contract, "unit " + std::to_string((*round)->unit) +
+                                          " needs experts that other ranks hold: its step runs over expert routes");
+  }
+  return {};
+}
+
+Status RankStage::start_units(std::span<const int> tokens, std::span<const float> activations) {
   const int position = state_->position();
   if (Status room = state_->prepare_rows(position, position + static_cast<int>(tokens.size())); !room) return room;
   if (first_) {
@@ -74,17 +104,73 @@ Status RankStage::execute(std::span<const int> tokens, std::span<const float> ac
   } else {
     backend_->load_hidden(activations);
   }
-  for (int unit = units_.first; unit < units_.end(); ++unit) {
-    backend_->run_unit(unit, position);
-    if (observer != nullptr) {
-      Status s = observer->on_unit_output(unit, position, backend_->hidden(), backend_->batch());
-      if (!s)
-        return Error(ErrorCode::mechanism,
-                     "unit observer failed after unit " + std::to_string(unit) + ": " + s.error().message());
-      backend_->hidden_changed();
+  step_position_ = position;
+  next_unit_ = units_.first;
+  awaiting_experts_ = false;
+  return {};
+}
+
+Result<std::optional<RankStage::ExpertRound>> RankStage::advance_units(StepObserver* observer) {
+  if (awaiting_experts_) {
+    cpu_->transformer().finish_unit(next_unit_);
+    awaiting_experts_ = false;
+    if (Status ok = observe_unit(next_unit_++, step_position_, observer); !ok) return ok.error();
+  }
+  for (; next_unit_ < units_.end(); ++next_unit_) {
+    if (experts_.spread()) {
+      const int unit = next_unit_;
+      auto holder = [&](int expert) { return experts_.holder(unit, expert); };
+      ExpertRound round{unit, cpu_->transformer().begin_unit(unit, step_position_, cpu_->cache(), holder, rank_)};
+      for (int helper : experts_.helpers(rank_)) round.requests[helper];  // each helper hears of each unit
+      awaiting_experts_ = true;
+      return std::optional<ExpertRound>(std::move(round));
+    }
+    backend_->run_unit(next_unit_, step_position_);
+    if (Status ok = observe_unit(next_unit_, step_position_, observer); !ok) return ok.error();
+  }
+  return std::optional<ExpertRound>{};
+}
+
+Status RankStage::observe_unit(int unit, int position, StepObserver* observer) {
+  if (observer == nullptr) return {};
+  Status s = observer->on_unit_output(unit, position, backend_->hidden(), backend_->batch());
+  if (!s) {
+    return Error(ErrorCode::mechanism,
+                 "unit observer failed after unit " + std::to_string(unit) + ": " + s.error().message());
+  }
+  backend_->hidden_changed();
+  return {};
+}
+
+Status RankStage::accept_experts(int rank, std::span<const float> outputs) {
+  if (!awaiting_experts_) return Error(ErrorCode::state, "no unit of this rank waits for experts");
+  const int unit = next_unit_;
+  return cpu_->transformer().accept_experts([&](int expert) { return experts_.holder(unit, expert); }, rank, outputs);
+}
+
+Result<std::vector<float>> RankStage::serve_experts(int unit, std::span<const int> experts,
+                                                    std::span<const float> rows) {
+  if (stage_error_) return *stage_error_;
+  const ModelConfig& c = model_.config();
+  if (!experts_.spread() || unit < 0 || unit >= c.n_layers) {
+    return Error(ErrorCode::contract,
+                 "rank " + std::to_string(rank_) + " holds no experts of unit " + std::to_string(unit));
+  }
+  if (rows.size() != experts.size() * static_cast<std::size_t>(c.dim)) {
+    return Error(ErrorCode::contract, "rank " + std::to_string(rank_) + " received " + std::to_string(rows.size()) +
+                                          " values for " + std::to_string(experts.size()) + " rows of " +
+                                          std::to_string(c.dim));
+  }
+  const ExpertRange held = experts_.held(unit, rank_);
+  for (int expert : experts) {
+    if (!held.contains(expert)) {
+      return Error(ErrorCode::contract, "rank " + std::to_string(rank_) + " does not hold expert " +
+                                            std::to_string(expert) + " of unit " + std::to_string(unit));
     }
   }
-  return {};
+  std::vector<float> out;
+  cpu_->transformer().serve_experts(unit, experts, rows, out);
+  return out;
 }
 
 bool RankStage::batchable(const StepObserver* observer) const {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -21,10 +22,12 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/base/error.hpp"
+#include "runtime/model/feed_forward.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/residency.hpp"
 #include "runtime/model/stage_backend.hpp"
 #include "runtime/model/transformer.hpp"
+#include "runtime/rank/expert_placement.hpp"
 #include "runtime/rank/observer.hpp"
 #include "runtime/rank/partition.hpp"
 #include "runtime/rank/state.hpp"
@@ -71,6 +74,24 @@ class RankStage {
   // before anything is written.
   Status execute(std::span<const int> tokens, std::span<const float> activations, StepObserver* observer);
 
+  // The same in pieces, for blocks whose experts are spread over ranks
+  // (expert_placement.hpp): start_units takes the rows and loads the
+  // input; advance_units runs units until one needs other ranks' experts
+  // and returns its rows for them (every helper of this stage has an
+  // entry, empty or not), or nothing once every unit ran; then every
+  // helper's outputs go to accept_experts before advance_units goes on.
+  struct ExpertRound {
+    int unit = 0;
+    std::map<int, ExpertRequest> requests;  // by rank
+  };
+  Status start_units(std::span<const int> tokens, std::span<const float> activations);
+  Result<std::optional<ExpertRound>> advance_units(StepObserver* observer);
+  Status accept_experts(int rank, std::span<const float> outputs);
+  // Rows another stage's unit `unit` routed to experts this rank holds:
+  // each slot's output, (slots, dim). Refused when an expert is not here.
+  Result<std::vector<float>> serve_experts(int unit, std::span<const int> experts, std::span<const float> rows);
+  const ExpertPlacement& expert_placement() const { return experts_; }
+
   // Whether a step can run in a StepBatcher's batch: this rank runs the
   // whole model with every weight held, and no observer looks between units.
   bool batchable(const StepObserver* observer) const;
@@ -95,6 +116,9 @@ class RankStage {
 
  private:
   void build_backend(cpu::ThreadPool& pool, const StageOptions& options);
+  void place_experts(const Partition& partition, const StageOptions& options);
+  // Shows the unit's output to the observer, which may change it.
+  Status observe_unit(int unit, int position, StepObserver* observer);
 
   const Model& model_;
   int rank_;
@@ -106,6 +130,12 @@ class RankStage {
   std::optional<SessionState> state_;
   std::unique_ptr<WeightResidency> residency_;  // with a budget
   std::optional<Error> stage_error_;            // a budget too small, a backend that could not be built
+  ExpertPlacement experts_;
+  // The step in progress: its first position, its next unit, and whether
+  // that unit waits for other ranks' experts.
+  int step_position_ = 0;
+  int next_unit_ = 0;
+  bool awaiting_experts_ = false;
 };
 
 }  // namespace accord

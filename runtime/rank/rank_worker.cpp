@@ -33,6 +33,7 @@ class ComputeTimer {
 RankWorker::RankWorker(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, const Partition& partition, int rank,
                        const std::string& model_identity, const StageOptions& stage)
     : pool_(std::move(pool)),
+      partition_(partition),
       stage_(model, *pool_, partition, rank, stage),
       shard_identity_(
           accord::shard_identity(model_identity, model.config(), partition.ranks(), rank, partition.range(rank))) {}
@@ -46,6 +47,8 @@ void RankWorker::open(std::uint64_t epoch, std::function<void(std::uint64_t)> on
   stage_.state().settle_rows();
   shelved_.reset();
   incoming_.reset();
+  units_started_ = false;
+  units_ran_ = false;
   output_.reset();
   prediction_.reset();
   lane_swap_prepared_ = false;
@@ -62,24 +65,65 @@ Status RankWorker::begin_step(std::uint64_t epoch, std::span<const int> tokens) 
   return {};
 }
 
-Status RankWorker::run_units(OutputRows rows) {
+std::span<const float> RankWorker::incoming_activations() const {
+  return incoming_ ? std::span<const float>(incoming_->data) : std::span<const float>();
+}
+
+Status RankWorker::check_units() const {
   if (step_tokens_.empty()) return Error(ErrorCode::state, "no step is open on this rank");
   if (!is_first() && !incoming_) {
     return Error(ErrorCode::state, "rank " + std::to_string(rank()) + " has not received its activations");
   }
-  const std::span<const float> activations =
-      incoming_ ? std::span<const float>(incoming_->data) : std::span<const float>();
-  if (Status ok = stage_.check_step(step_tokens_, activations); !ok) return ok;
+  return stage_.check_step(step_tokens_, incoming_activations());
+}
+
+Status RankWorker::start_units() {
+  if (Status ok = check_units(); !ok) return ok;
+  units_started_ = true;
+  return stage_.start_units(step_tokens_, incoming_activations());
+}
+
+Status RankWorker::run_units(OutputRows rows) {
   if (rows != OutputRows::none && !is_output_owner()) {
     return Error(ErrorCode::contract, "rank " + std::to_string(rank()) + " does not own the output");
   }
   ComputeTimer timer(compute_ns_);
-  if (batcher_ != nullptr && rows != OutputRows::none && stage_.batchable(step_observer_.get())) {
-    return run_batched(rows == OutputRows::all);
+  if (!units_ran_) {
+    if (batcher_ != nullptr && rows != OutputRows::none && stage_.batchable(step_observer_.get())) {
+      if (Status ok = check_units(); !ok) return ok;
+      units_ran_ = true;
+      return run_batched(rows == OutputRows::all);
+    }
+    if (Status ok = start_units(); !ok) return ok;
+    auto round = stage_.advance_units(step_observer_.get());
+    if (!round) return round.error();
+    if (*round) return Error(ErrorCode::contract, "the step's units need experts that other ranks hold");
+    units_ran_ = true;
   }
-  if (Status ok = stage_.execute(step_tokens_, activations, step_observer_.get()); !ok) return ok;
   if (rows != OutputRows::none) output_ = head(rows == OutputRows::all);
   return {};
+}
+
+Result<std::optional<RankStage::ExpertRound>> RankWorker::advance_units() {
+  if (units_ran_) return std::optional<RankStage::ExpertRound>{};
+  ComputeTimer timer(compute_ns_);
+  if (!units_started_) {
+    if (Status ok = start_units(); !ok) return ok.error();
+  }
+  auto round = stage_.advance_units(step_observer_.get());
+  if (round && !*round) units_ran_ = true;
+  return round;
+}
+
+Status RankWorker::accept_experts(int rank, std::span<const float> outputs) {
+  return stage_.accept_experts(rank, outputs);
+}
+
+Result<std::vector<float>> RankWorker::serve_experts(int unit, std::span<const int> experts,
+                                                     std::span<const float> rows) {
+  if (step_tokens_.empty()) return Error(ErrorCode::state, "no step is open on this rank");
+  ComputeTimer timer(compute_ns_);
+  return stage_.serve_experts(unit, experts, rows);
 }
 
 Status RankWorker::run_batched(bool all_rows) {

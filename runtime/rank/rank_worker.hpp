@@ -65,6 +65,7 @@ class RankWorker {
              const std::string& model_identity, const StageOptions& stage = {});
 
   int rank() const { return stage_.rank(); }
+  const ModelConfig& config() const { return stage_.config(); }
   bool is_first() const { return stage_.is_first(); }
   bool computes_on_device() const { return stage_.on_device(); }
   bool is_output_owner() const { return stage_.is_output_owner(); }
@@ -84,6 +85,18 @@ class RankWorker {
   // activations received on their route. The output owner then computes
   // `rows` of logits (none elsewhere).
   Status run_units(OutputRows rows = OutputRows::none);
+  // With experts spread over ranks (expert_placement.hpp), the units run
+  // in pieces before run_units, which then only computes the output:
+  // advance_units runs them until one needs other ranks' experts and
+  // returns its rows for them; each helper's outputs then go to
+  // accept_experts, and advance_units goes on, until it returns nothing.
+  Result<std::optional<RankStage::ExpertRound>> advance_units();
+  Status accept_experts(int rank, std::span<const float> outputs);
+  // Another stage's rows for experts this rank holds (RankStage::serve_experts).
+  Result<std::vector<float>> serve_experts(int unit, std::span<const int> experts, std::span<const float> rows);
+  const ExpertPlacement& expert_placement() const { return stage_.expert_placement(); }
+  // The units rank `rank` of the session runs.
+  const UnitRange& units_of(int rank) const { return partition_.range(rank); }
   // The activations for the next rank, after run_units.
   RowBlock outgoing_activations();
   // Accepts the previous rank's activations for the open step.
@@ -168,8 +181,13 @@ class RankWorker {
   void open(std::uint64_t epoch, std::function<void(std::uint64_t)> on_commit);
   RowBlock head(bool all_rows);
   Status run_batched(bool all_rows);
+  // run_units' checks, and then the stage's start_units.
+  Status check_units() const;
+  Status start_units();
+  std::span<const float> incoming_activations() const;
 
   std::shared_ptr<cpu::ThreadPool> pool_;
+  Partition partition_;
   RankStage stage_;
   ShardIdentity shard_identity_;
   std::shared_ptr<StepObserver> lent_observer_;
@@ -187,6 +205,8 @@ class RankWorker {
   std::function<void(std::uint64_t)> on_commit_;
   std::vector<int> step_tokens_;
   std::optional<RowBlock> incoming_;
+  bool units_started_ = false;
+  bool units_ran_ = false;
   std::shared_ptr<StepObserver> step_observer_;
   std::optional<RowBlock> output_;
   std::optional<PredictionTargetState> prediction_;
