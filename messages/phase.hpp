@@ -110,11 +110,11 @@ struct CommunicationRouteId {
   bool operator==(const CommunicationRouteId&) const = default;
 };
 
-// "0->1", "0->2:experts".
+// "0->1", "0->2,experts".
 inline std::string to_string(const CommunicationRouteId& route) {
   if (route.is_none()) return "none";
   const std::string ends = std::to_string(route.source) + "->" + std::to_string(route.target);
-  return route.kind == RouteKind::experts ? ends + ":experts" : ends;
+  return route.kind == RouteKind::experts ? ends + ",experts" : ends;
 }
 
 template <class Inspector>

@@ -45,14 +45,14 @@ std::string phase_names() {
   return names;
 }
 
-// "Execution", "BoundarySourceReady(0->1)" or "BoundarySourceCompletion(0->1:experts)".
+// "Execution", "BoundarySourceReady(0->1)" or "BoundarySourceCompletion(0->1,experts)".
 Status parse_phase(std::string_view text, std::string_view field, Fault& fault) {
   std::string_view name = field;
   if (const auto open = field.find('('); open != std::string_view::npos) {
     name = field.substr(0, open);
-    if (field.back() != ')') return bad_fault(text, "a route is written (SOURCE->TARGET) or (SOURCE->TARGET:experts)");
+    if (field.back() != ')') return bad_fault(text, "a route is written (SOURCE->TARGET) or (SOURCE->TARGET,experts)");
     auto ends = field.substr(open + 1, field.size() - open - 2);
-    constexpr std::string_view kExperts = ":experts";
+    constexpr std::string_view kExperts = ",experts";
     const bool experts = ends.ends_with(kExperts);
     if (experts) ends.remove_suffix(kExperts.size());
     const auto arrow = ends.find("->");
@@ -60,7 +60,7 @@ Status parse_phase(std::string_view text, std::string_view field, Fault& fault) 
     const auto target = arrow == std::string_view::npos ? std::nullopt : parse_number<RankId>(ends.substr(arrow + 2));
     // Both ends kNoRank would be the "no route" value, not a route.
     if (!source || !target || CommunicationRouteId{*source, *target}.is_none()) {
-      return bad_fault(text, "a route is written (SOURCE->TARGET) or (SOURCE->TARGET:experts)");
+      return bad_fault(text, "a route is written (SOURCE->TARGET) or (SOURCE->TARGET,experts)");
     }
     fault.route = CommunicationRouteId{*source, *target, experts ? RouteKind::experts : RouteKind::activations};
   }
