@@ -32,11 +32,11 @@ function askKey(refused) {
   dialog.returnValue = "";
   dialog.showModal();
   return new Promise((resolve, reject) => {
-    dialog.addEventListener(
-      "close",
-      () => (dialog.returnValue === "ok" ? resolve($("key").value.trim()) : reject(new Error("no API key given"))),
-      { once: true },
-    );
+    const closed = () => {
+      if (dialog.returnValue === "ok") resolve($("key").value.trim());
+      else reject(new Error("no API key given"));
+    };
+    dialog.addEventListener("close", closed, { once: true });
   });
 }
 
