@@ -4,7 +4,7 @@
 #   cmake -DDIR=FOLDER -DNAMES=a.html,b.js -DOUTPUT=FILE.cpp -P embed_files.cmake
 # Each file is served at /NAME with the Content-Type its extension gives and
 # an ETag made of its SHA-256.
-cmake_minimum_required(VERSION 3.20)
+cmake_minimum_required(VERSION 3.22)
 
 function(content_type_of name result)
   get_filename_component(extension "${name}" LAST_EXT)
