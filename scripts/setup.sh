@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian packages accord builds with. Does nothing when they are
-# all present; otherwise runs `apt-get update` once and installs the rest.
+# Installs the Debian packages accord builds and tests with (chromium,
+# chromium-driver and python3-selenium for the chat page's browser test,
+# tests/web/). Does nothing when they are all present; otherwise runs
+# `apt-get update` once and installs the rest.
 # Then pip-installs numpy and gguf==0.19.0 unless python3 has them: the
 # ZooF32 tests write the model zoo's F32 files with them
 # (tests/zoo/make_zoo_f32.sh, which falls back to a virtual environment).
@@ -19,6 +21,7 @@ packages=(
   libcaf-dev libspdlog-dev libboost-dev nlohmann-json3-dev libcli11-dev
   libxxhash-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
   curl python3-venv python3-pip
+  chromium chromium-driver python3-selenium
 )
 
 missing=()

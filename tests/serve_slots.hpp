@@ -67,7 +67,7 @@ class ServeSlotsTest : public ::testing::Test {
   }
   static std::shared_ptr<RecordingResponder> send(Server& server, const std::string& path, const json& body) {
     auto responder = std::make_shared<RecordingResponder>();
-    server.service->handle({"POST", path, body.dump(), ""}, responder);
+    server.service->handle({"POST", path, body.dump(), "", ""}, responder);
     return responder;
   }
   static json post(Server& server, const std::string& path, const json& body) {

@@ -21,6 +21,7 @@
 #include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
 #include "runtime/serve/stop_filter.hpp"
+#include "runtime/serve/web_assets.hpp"
 #include "tests/serve_responder.hpp"
 #include "tests/support.hpp"
 
@@ -342,12 +343,13 @@ class ServeServiceTest : public ::testing::Test {
   std::shared_ptr<RecordingResponder> post(const std::string& path, const json& body,
                                            const std::string& authorization = "") {
     auto responder = std::make_shared<RecordingResponder>();
-    service_->handle({"POST", path, body.dump(), authorization}, responder);
+    service_->handle({"POST", path, body.dump(), authorization, ""}, responder);
     return responder;
   }
-  serve::HttpResponse get(const std::string& path, const std::string& authorization = "") {
+  serve::HttpResponse get(const std::string& path, const std::string& authorization = "",
+                          const std::string& if_none_match = "") {
     auto responder = std::make_shared<RecordingResponder>();
-    service_->handle({"GET", path, "", authorization}, responder);
+    service_->handle({"GET", path, "", authorization, if_none_match}, responder);
     return responder->wait();
   }
 
@@ -464,7 +466,7 @@ TEST_F(ServeServiceTest, AClientThatGoesAwayStopsItsGeneration) {
   responder->go_after(3);
   service_->handle(
       {"POST", "/v1/completions",
-       json{{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 200}, {"stream", true}}.dump(), ""},
+       json{{"model", "stories260K"}, {"prompt", "Once"}, {"max_tokens", 200}, {"stream", true}}.dump(), "", ""},
       responder);
   responder->wait();
   EXPECT_LE(responder->events().size(), 4u);
@@ -725,11 +727,47 @@ TEST_F(ServeServiceTest, OtherEndpointsAnswer) {
   start(1);
   EXPECT_EQ(get("/health").status, 200);
   EXPECT_EQ(get("/ready").status, 200);
-  EXPECT_EQ(json::parse(get("/v1/models").body)["data"][0]["id"], "stories260K");
+  const json models = json::parse(get("/v1/models").body);
+  EXPECT_EQ(models["data"][0]["id"], "stories260K");
+  EXPECT_EQ(models["data"][0]["max_model_len"], options_.context);
   EXPECT_EQ(get("/metrics").content_type, "text/plain; version=0.0.4");
   EXPECT_EQ(get("/nowhere").status, 404);
   EXPECT_EQ(get("/v1/completions").status, 405);
   EXPECT_EQ(post("/v1/completions", {{"model", "other"}, {"prompt", "x"}})->wait().status, 404);
+}
+
+// The chat page's files are compiled in and open without the key; the
+// model's data behind them is not.
+TEST_F(ServeServiceTest, TheChatPageIsServedWithoutTheKey) {
+  options_.api_key = "s3cret-key";
+  start(1);
+  const serve::HttpResponse page = get("/");
+  ASSERT_EQ(page.status, 200);
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(page.body.find("<script type=\"module\" src=\"chat.js\">"), std::string::npos);
+  EXPECT_NE(page.headers.find("Content-Security-Policy: default-src 'self'"), std::string::npos);
+  EXPECT_EQ(get("/index.html").body, page.body);
+  EXPECT_EQ(get("/chat.js").content_type, "text/javascript; charset=utf-8");
+  EXPECT_EQ(get("/chat.css").content_type, "text/css; charset=utf-8");
+  EXPECT_EQ(get("/v1/models").status, 401);
+  EXPECT_EQ(get("/nowhere.js").status, 401);  // not a file of the page: behind the key, as any path
+  EXPECT_EQ(post("/", {{"model", "stories260K"}})->wait().status, 401);
+  std::size_t first_paint_bytes = 0;
+  for (const serve::WebAsset& asset : serve::web_assets()) first_paint_bytes += asset.body.size();
+  EXPECT_LT(first_paint_bytes, 100u * 1000);
+}
+
+TEST_F(ServeServiceTest, TheChatPageIsNotSentAgainToAClientThatHoldsIt) {
+  start(1);
+  const serve::HttpResponse script = get("/chat.js");
+  const std::size_t at = script.headers.find("ETag: \"");
+  ASSERT_NE(at, std::string::npos) << script.headers;
+  const std::string etag = script.headers.substr(at + 6, script.headers.find("\r\n", at) - at - 6);
+  const serve::HttpResponse again = get("/chat.js", "", etag);
+  EXPECT_EQ(again.status, 304);
+  EXPECT_TRUE(again.body.empty());
+  EXPECT_EQ(get("/chat.js", "", "\"other\"").status, 200);
+  EXPECT_EQ(get("/nowhere.js").status, 404);
 }
 
 TEST(ServeProgress, LinesSayWhatIsDoneOfWhat) {

@@ -282,6 +282,7 @@ int run_serve(ServeArgs args) {
   const serve::ServiceOptions options = service_options(args, *model, *chat, *key);
   serve::Service service(*tokenizer, scheduler, metrics, options);
   spdlog::info("model '{}', chat template {}, {} slot(s)", options.model_id, chat->name(), args.parallel);
+  spdlog::info("chat with the model in a browser: open http://{}/", *bound);
   // One line on stdout that scripts wait for.
   std::printf("accord: serving on http://%s\n", bound->c_str());
   std::fflush(stdout);

@@ -126,7 +126,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void respond(std::uint64_t request, const serve::HttpResponse& response) {
     if (!current(request)) return;
     const bool keep = keep_alive_ && !set_.shutting_down();
-    std::string extra = "Content-Length: " + std::to_string(response.body.size()) + "\r\n" + response.headers;
+    // A 304 has no body, and no length but the one a 200 would give: none.
+    std::string extra =
+        response.status == 304 ? std::string() : "Content-Length: " + std::to_string(response.body.size()) + "\r\n";
+    extra += response.headers;
     extra += keep ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
     write(head(response.status, response.content_type, extra) + response.body);
     finish(keep);
@@ -185,7 +188,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto& request = parser_->get();
     keep_alive_ = request.keep_alive();
     serve::HttpRequest handed{std::string(request.method_string()), std::string(request.target()),
-                              std::move(request.body()), std::string(request[http::field::authorization])};
+                              std::move(request.body()), std::string(request[http::field::authorization]),
+                              std::string(request[http::field::if_none_match])};
     spdlog::debug("{} {}", handed.method, handed.target);
     ++request_;
     answered_ = false;

@@ -424,8 +424,9 @@ std::string stream_usage_event(const ReplyHeader& header, const CompletionOutcom
 
 std::string stream_error_event(const ApiError& error) { return "data: " + error.body() + "\n\n"; }
 
-std::string models_body(std::string_view model, std::int64_t created) {
-  json entry = {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "accord"}};
+std::string models_body(std::string_view model, std::int64_t created, int context) {
+  json entry = {
+      {"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "accord"}, {"max_model_len", context}};
   return dump({{"object", "list"}, {"data", json::array({entry})}});
 }
 

@@ -111,7 +111,8 @@ std::string stream_usage_event(const ReplyHeader& header, const CompletionOutcom
 std::string stream_error_event(const ApiError& error);
 inline constexpr std::string_view kStreamDone = "data: [DONE]\n\n";
 
-// GET /v1/models: the one model served.
-std::string models_body(std::string_view model, std::int64_t created);
+// GET /v1/models: the one model served, with its context in tokens as
+// vLLM gives it (`max_model_len`), prompt and reply together.
+std::string models_body(std::string_view model, std::int64_t created, int context);
 
 }  // namespace accord::serve

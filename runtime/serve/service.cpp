@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "runtime/serve/stop_filter.hpp"
+#include "runtime/serve/web_assets.hpp"
 
 namespace accord::serve {
 
@@ -53,6 +54,18 @@ std::optional<std::string_view> bearer_token(std::string_view authorization) {
     if (std::tolower(static_cast<unsigned char>(authorization[i])) != scheme[i]) return std::nullopt;
   }
   return authorization.substr(scheme.size());
+}
+
+// A file of the chat page, or 304 when the client holds it already. The
+// client asks again each time (no-cache) and the ETag spares the bytes; the
+// page may load nothing but from its own origin.
+HttpResponse web_response(const WebAsset& asset, std::string_view if_none_match) {
+  std::string headers = "ETag: " + std::string(asset.etag) +
+                        "\r\nCache-Control: no-cache\r\nX-Content-Type-Options: nosniff\r\n"
+                        "Content-Security-Policy: default-src 'self'; img-src 'self' data:; frame-ancestors 'none'\r\n";
+  const bool held = if_none_match == "*" || if_none_match.find(asset.etag) != std::string_view::npos;
+  if (held) return {304, std::string(asset.content_type), "", std::move(headers)};
+  return {200, std::string(asset.content_type), std::string(asset.body), std::move(headers)};
 }
 
 // The finish reason OpenAI gives for how generation ended.
@@ -335,6 +348,12 @@ void Service::shut_down() {
 
 void Service::handle(const HttpRequest& request, const std::shared_ptr<Responder>& responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
+  if (request.method == "GET") {
+    // The chat page is open to all; what it asks for needs the key.
+    if (const WebAsset* asset = find_web_asset(path)) {
+      return answer("web", responder, web_response(*asset, request.if_none_match));
+    }
+  }
   if (!authorized(request, path)) {
     // OpenAI's answer to a missing or wrong key.
     const ApiError error{401,
@@ -358,7 +377,7 @@ void Service::handle(const HttpRequest& request, const std::shared_ptr<Responder
     return answer(path, responder, json_response(!shutting_down_ && slots_ready ? 200 : 503, state));
   }
   if (path == "/v1/models" && get)
-    return answer(path, responder, json_response(200, models_body(options_.model_id, started_)));
+    return answer(path, responder, json_response(200, models_body(options_.model_id, started_, options_.context)));
   if (path == "/metrics" && get) {
     return answer(path, responder, {200, "text/plain; version=0.0.4", metrics_.prometheus_text(), {}});
   }

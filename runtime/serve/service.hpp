@@ -24,10 +24,11 @@ struct HttpRequest {
   std::string target;  // the path, query included
   std::string body;
   std::string authorization;  // the Authorization header, or empty
+  std::string if_none_match;  // the If-None-Match header, or empty
 };
 
 struct HttpResponse {
-  int status = 200;
+  int status = 200;  // a 304 is written without a body or its length
   std::string content_type = "application/json";
   std::string body;
   std::string headers;  // further header lines, each ending in CRLF
@@ -57,8 +58,8 @@ struct ServiceOptions {
   std::filesystem::path prompt_cache;  // empty: none
   int retries = GenerationOptions{}.retries;
   int heal_attempts = GenerationOptions{}.heal_attempts;
-  // Non-empty: every endpoint but /health and /ready (and /metrics, when
-  // metrics_public) asks for "Authorization: Bearer <api_key>".
+  // Non-empty: every endpoint but /health, /ready and the chat page's files
+  // (and /metrics, when metrics_public) asks for "Authorization: Bearer <api_key>".
   std::string api_key;
   bool metrics_public = false;
 };

@@ -1,0 +1,214 @@
+"""The chat page of `accord serve` in a real browser: headless Chromium,
+driven by Selenium, chats with stories260K (the plain template) and must
+show `accord generate`'s greedy text; regenerate gives it again, stop ends a
+reply, the first paint stays under 100 KB and no request leaves the
+server's origin. With --api-key the page asks for the key once, refuses a
+wrong one, and then chats. Screenshots go to OUT_DIR.
+
+Run by tests/web/chat_page.sh, which finds a python3 with Debian's selenium:
+    chat_page_test.py ACCORD_BINARY SHARED_DIR OUT_DIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+ACCORD, SHARED, OUT = sys.argv[1], os.environ.get("ACCORD_SHARED") or sys.argv[2], sys.argv[3]
+MODEL = os.path.join(SHARED, "models", "stories260K.bin")
+PROMPT = "Once upon a time"
+MAX_TOKENS = 24
+WAIT_S = 120  # the 2-core machine may be busy with a build
+failures = []
+
+
+def check(condition, what):
+    if not condition:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+class Server:
+    """An `accord serve` process on a free loopback port."""
+
+    def __init__(self, *options):
+        command = [ACCORD, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--log-level", "warn", *options]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        line = self.process.stdout.readline()
+        if "serving on http://" not in line:
+            self.process.kill()
+            raise RuntimeError("accord serve did not start: " + repr(line))
+        self.url = "http://" + line.split("http://", 1)[1].strip()
+
+    def stop(self):
+        self.process.terminate()
+        check(self.process.wait(timeout=60) == 0, "accord serve exits 0 on SIGTERM")
+
+
+def chat_expected(content, max_tokens):
+    """The reply chat gives greedily: generate's text after the plain
+    template's prompt, cut at its stop sequence."""
+    prompt = f"User: {content}\nAssistant:"
+    out = subprocess.run([ACCORD, "generate", "--model", MODEL, "--prompt", prompt, "--max-tokens", str(max_tokens),
+                          "--temperature", "0", "--json"], check=True, capture_output=True, text=True)
+    text = json.loads(out.stdout)["text"]
+    assert text.startswith(prompt), (text, prompt)
+    return text[len(prompt):].split("\nUser:")[0]
+
+
+def status_of(url, headers=None):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30) as reply:
+            return reply.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def browser():
+    """Headless Chromium; Debian's chromium and chromium-driver, never a download."""
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver:
+        raise RuntimeError("no chromium or chromedriver on PATH: scripts/setup.sh installs them")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1000,800"]:
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+def wait_for(driver, script, what):
+    """Polls `script` (JavaScript returning a boolean) until it holds."""
+    try:
+        WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(lambda d: d.execute_script(script))
+        return True
+    except Exception:  # a timeout: say what did not happen, and go on to the next check
+        check(False, f"{what} within {WAIT_S} s")
+        return False
+
+
+def set_field(driver, field, value):
+    element = driver.find_element(By.ID, field)
+    element.clear()
+    element.send_keys(value)
+
+
+def replies(driver):
+    return driver.execute_script(
+        "return [...document.querySelectorAll('.message.assistant .text')].map((e) => e.textContent)")
+
+
+def chat_once(driver, content, max_tokens):
+    """Sends `content` greedily; returns the reply the page shows."""
+    before = len(replies(driver))
+    set_field(driver, "temperature", "0")
+    set_field(driver, "max-tokens", str(max_tokens))
+    set_field(driver, "prompt", content)
+    driver.find_element(By.ID, "send").click()
+    wait_for(driver, f"return document.body.dataset.state === 'idle' && "
+                     f"document.querySelectorAll('.message.assistant').length === {before + 1}", "the reply ends")
+    shown = replies(driver)
+    return shown[-1] if len(shown) > before else None
+
+
+def check_first_paint(driver, origin):
+    """What the page loaded: from its origin only, under 100 KB, painted."""
+    entries = driver.execute_script("""return performance.getEntriesByType('navigation')
+        .concat(performance.getEntriesByType('resource'))
+        .map((e) => ({name: e.name, type: e.initiatorType, bytes: e.transferSize}))""")
+    outside = [e["name"] for e in entries if not e["name"].startswith(origin + "/")]
+    check(not outside, f"no request leaves {origin}: {outside}")
+    page_bytes = sum(e["bytes"] for e in entries if e["type"] in ("navigation", "link", "script"))
+    print(f"first paint: {len(entries)} requests, {page_bytes} bytes transferred for the page's files", flush=True)
+    check(0 < page_bytes < 100_000, f"the page's files transfer under 100 KB ({page_bytes} bytes)")
+    check(driver.execute_script("return performance.getEntriesByType('paint').length > 0"), "the page painted")
+
+
+def test_chat(driver, server):
+    driver.get(server.url + "/")
+    wait_for(driver, "return document.body.dataset.state === 'idle'", "the page loads the model")
+    check(driver.find_element(By.ID, "model").text == "stories260K", "the page names the model")
+    check(driver.find_element(By.ID, "context").text.startswith("context "), "the page gives the context")
+    check_first_paint(driver, server.url)
+
+    expected = chat_expected(PROMPT, MAX_TOKENS)
+    shown = chat_once(driver, PROMPT, MAX_TOKENS)
+    check(shown == expected, f"the page's reply {shown!r} is generate's {expected!r}")
+    driver.save_screenshot(os.path.join(OUT, "chat_page.png"))
+
+    driver.find_element(By.ID, "regenerate").click()
+    wait_for(driver, "return document.body.dataset.state === 'idle'", "regenerate ends")
+    check(replies(driver) == [expected], f"regenerate replaces the reply with the same greedy text: {replies(driver)}")
+
+    # Stop: a long reply (the rest of the context), stopped at once; what
+    # came is kept, and the page is ready for the next message.
+    set_field(driver, "max-tokens", "")
+    set_field(driver, "prompt", "Tell me a long story")
+    driver.find_element(By.ID, "send").click()
+    stoppable = driver.find_element(By.ID, "stop").is_enabled()
+    driver.find_element(By.ID, "stop").click()
+    wait_for(driver, "return document.body.dataset.state === 'idle'", "stop ends the reply")
+    print(f"stop: {'the reply was streaming' if stoppable else 'the reply had ended'} when stop was clicked",
+          flush=True)
+    check(len(replies(driver)) == 2, f"a stopped reply stays: {replies(driver)}")
+    check(not driver.find_elements(By.CSS_SELECTOR, ".message .error"), "stop shows no error")
+    severe = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    check(not severe, f"the console holds no error: {severe}")
+
+
+def test_api_key(driver, key_file):
+    server = Server("--api-key-file", key_file)
+    try:
+        check(status_of(server.url + "/") == 200, "/ is open with a key")
+        check(status_of(server.url + "/chat.js") == 200, "the page's files are open with a key")
+        check(status_of(server.url + "/v1/models") == 401, "/v1/models asks for the key")
+        driver.get(server.url + "/")
+        wait_for(driver, "return document.getElementById('key-dialog').open", "the page asks for the key")
+        driver.save_screenshot(os.path.join(OUT, "chat_page_key.png"))
+        set_field(driver, "key", "wrong-key")
+        driver.find_element(By.ID, "key-ok").click()
+        wait_for(driver, "return document.getElementById('key-dialog').open && "
+                         "!document.getElementById('key-refused').hidden", "a wrong key is refused and asked again")
+        set_field(driver, "key", "web-test-key")
+        driver.find_element(By.ID, "key-ok").click()
+        wait_for(driver, "return document.body.dataset.state === 'idle'", "the page loads the model with the key")
+        expected = chat_expected("Hi", 8)
+        shown = chat_once(driver, "Hi", 8)
+        check(shown == expected, f"with the key, the page's reply {shown!r} is generate's {expected!r}")
+        driver.refresh()
+        wait_for(driver, "return document.body.dataset.state === 'idle'", "a reload keeps the key (sessionStorage)")
+        check(not driver.execute_script("return document.getElementById('key-dialog').open"),
+              "the key is asked for once")
+    finally:
+        server.stop()
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    key_file = os.path.join(OUT, "api-key")
+    with open(key_file, "w") as file:
+        file.write("web-test-key\n")
+    driver = browser()
+    server = Server()
+    try:
+        test_chat(driver, server)
+        test_api_key(driver, key_file)
+    finally:
+        server.stop()
+        driver.quit()
+    print(f"screenshots in {OUT}")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("chat page: every check passed")
+
+
+if __name__ == "__main__":
+    main()
