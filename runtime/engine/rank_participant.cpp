@@ -209,10 +209,7 @@ std::optional<Status> RankParticipant::local_work(const RunPhase& run) {
       if (run.phase.route.kind == RouteKind::experts) return expert_route(run);
       if (run.phase.route.source == rank_) return worker.run_units(OutputRows::none);
       return Status{};
-    case BoundarySourceReady:
-      // An expert route's rows all crossed in its completion.
-      if (run.phase.route.kind == RouteKind::experts) return Status{};
-      return boundary_ready(run);
+    case BoundarySourceReady: return boundary_ready(run);
     case Execution:
       // Ranks before the output owner ran their units at their route's
       // completion; the output owner runs its own and the head now.
@@ -282,6 +279,8 @@ Status RankParticipant::report_checkpoint(Epoch epoch) {
 // completion was agreed); the target takes them once they are here.
 std::optional<Status> RankParticipant::boundary_ready(const RunPhase& run) {
   const CommunicationRouteId& route = run.phase.route;
+  // An expert route's rows all crossed in its completion.
+  if (route.kind == RouteKind::experts) return Status{};
   if (route.source == rank_) {
     if (route.target >= rank_count_) {
       return Error(ErrorCode::contract, "no rank " + std::to_string(route.target) + " to send activations to");

@@ -20,37 +20,13 @@ import urllib.request
 
 import openai
 
+from serve_process import Server, check, failures
+
 ACCORD, SHARED = sys.argv[1], sys.argv[2]
 MODEL = os.path.join(SHARED, "models", "stories260K.bin")
 MODEL_ID = "stories260K"
 PROMPTS = ["Once upon a time", "The little dog", "One day, Lily", "Tom had a red ball"]
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
-
-class Server:
-    """An `accord serve` process on a free loopback port."""
-
-    def __init__(self, *options, env=None, model=MODEL, listen="127.0.0.1:0", stderr=None):
-        command = [ACCORD, "serve", "--model", model, "--listen", listen, "--log-level", "warn", *options]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                        env={**os.environ, **(env or {})})
-        line = self.process.stdout.readline()
-        if "serving on http://" not in line:
-            self.process.kill()
-            raise RuntimeError("accord serve did not start: " + repr(line))
-        self.address = line.split("http://", 1)[1].strip()
-        self.url = "http://" + self.address
-
-    def stop(self):
-        self.process.terminate()
-        code = self.process.wait(timeout=60)
-        check(code == 0, f"accord serve exits 0 on SIGTERM, got {code}")
+Server.accord, Server.model = ACCORD, MODEL
 
 
 def generate_text(prompt, max_tokens, *options):

@@ -21,35 +21,15 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
+from serve_process import Server, check, failures  # noqa: E402
+
 ACCORD, SHARED, OUT = sys.argv[1], os.environ.get("ACCORD_SHARED") or sys.argv[2], sys.argv[3]
 MODEL = os.path.join(SHARED, "models", "stories260K.bin")
 PROMPT = "Once upon a time"
 MAX_TOKENS = 24
 WAIT_S = 120  # the 2-core machine may be busy with a build
-failures = []
-
-
-def check(condition, what):
-    if not condition:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
-
-class Server:
-    """An `accord serve` process on a free loopback port."""
-
-    def __init__(self, *options):
-        command = [ACCORD, "serve", "--model", MODEL, "--listen", "127.0.0.1:0", "--log-level", "warn", *options]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-        line = self.process.stdout.readline()
-        if "serving on http://" not in line:
-            self.process.kill()
-            raise RuntimeError("accord serve did not start: " + repr(line))
-        self.url = "http://" + line.split("http://", 1)[1].strip()
-
-    def stop(self):
-        self.process.terminate()
-        check(self.process.wait(timeout=60) == 0, "accord serve exits 0 on SIGTERM")
+Server.accord, Server.model = ACCORD, MODEL
 
 
 def chat_expected(content, max_tokens):
