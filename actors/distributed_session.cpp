@@ -269,13 +269,6 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Mod
 Result<std::unique_ptr<DistributedSession>> DistributedSession::connect(const std::vector<NodeAddress>& peers,
                                                                         const Model& model,
                                                                         const DistributedOptions& options) {
-  if (options.expert_ranks > 1) {
-    // A node loads its units' shard (docs/residency.md); the expert slices
-    // of other ranks' units are not part of one yet.
-    return Error(ErrorCode::contract,
-                 "experts spread over ranks (--expert-ranks) run on in-process ranks; "
-                 "a session over nodes holds each rank's units' experts");
-  }
   auto placement = place_on_nodes(peers, options);
   if (!placement) return placement.error();
   auto impl = std::make_unique<Impl>(std::move(*placement));

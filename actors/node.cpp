@@ -15,6 +15,7 @@
 #include "runtime/model/identity.hpp"
 #include "runtime/model/kv_pool.hpp"
 #include "runtime/model/residency.hpp"
+#include "runtime/rank/expert_placement.hpp"
 #include "runtime/rank/partition.hpp"
 #include "runtime/rank/rank_worker.hpp"
 
@@ -183,7 +184,9 @@ Result<std::shared_ptr<const Model>> shard_model(NodePointer self, const NodeAss
   if (!partition) {
     return Error(ErrorCode::architecture, another_model(s, *path, assignment) + partition.error().message());
   }
-  const WeightScope scope = partition->scope(static_cast<int>(assignment.rank));
+  auto experts = ExpertPlacement::make(*partition, header->config, assignment.expert_ranks);
+  if (!experts) return experts.error();
+  const WeightScope scope = experts->scope(*partition, static_cast<int>(assignment.rank));
   ModelLoad load{scope, node_threads(s, assignment.threads)};
   load.context = assignment.context;
   const int context = fitted_context(header->config.seq_len, load);
@@ -239,7 +242,7 @@ Result<std::shared_ptr<RankWorker>> make_worker(const NodeState& s, std::shared_
   const int threads = node_threads(s, assignment.threads);
   return std::shared_ptr<RankWorker>(
       new RankWorker(*model, std::make_shared<cpu::ThreadPool>(threads), *partition, rank, assignment.model_identity,
-                     StageOptions{s.options.backend, budget, *kv_type, s.kv_pool}),
+                     StageOptions{s.options.backend, budget, *kv_type, s.kv_pool, assignment.expert_ranks}),
       [model](RankWorker* worker) { delete worker; });
 }
 
@@ -263,7 +266,9 @@ NodeRefusal check_assignment(const NodeState& s, const NodeAssignment& assignmen
   if (Status ok = check_rank_in_partition(assignment); !ok) {
     return refusal(NodeRefusalCode::invalid_assignment, ok.error());
   }
-  if (Status ok = check_fault_plan(assignment.faults, static_cast<int>(assignment.unit_counts.size())); !ok) {
+  if (Status ok =
+          check_fault_plan(assignment.faults, static_cast<int>(assignment.unit_counts.size()), assignment.expert_ranks);
+      !ok) {
     return refusal(NodeRefusalCode::invalid_assignment, ok.error());
   }
   if (Status ok = check_context(s, assignment); !ok) return refusal(NodeRefusalCode::invalid_assignment, ok.error());

@@ -186,6 +186,7 @@ NodeAssignment NodePlacement::assignment_for(const SessionActors& session, int r
   assignment.max_resident_bytes = options.stage.max_resident_bytes;
   assignment.kv_type = std::string(to_string(options.stage.kv_type));
   assignment.context = session.model->config().seq_len;
+  assignment.expert_ranks = options.stage.expert_ranks;
   assignment.threads = layout.threads;
   assignment.phase_timeout_ms = static_cast<std::int32_t>(options.phase_timeout.count());
   assignment.faults = options.faults;

@@ -30,6 +30,7 @@ struct NodeAssignment {
   std::uint64_t max_resident_bytes = 0;  // as DistributedOptions's; a node's own --max-resident-bytes wins
   std::string kv_type = "f32";           // the element type of the rank's keys and values (--kv-type)
   std::int32_t context = 0;              // the session's context length (ModelLoad::context): every rank's
+  std::int32_t expert_ranks = 1;         // as DistributedOptions::expert_ranks
   // Every rank's node as the coordinator reaches it (HOST:PORT), rank
   // order. The node connects to the nodes of the ranks after its own, so
   // that activations, samples and captures go node to node rather than
@@ -67,7 +68,7 @@ typename Inspector::result_type inspect(Inspector& f, NodeRefusal& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeAssignment& x) {
   return f(x.session, x.rank, x.unit_counts, x.model_name, x.model_identity, x.tensor_digests, x.threads,
-           x.phase_timeout_ms, x.faults, x.max_resident_bytes, x.kv_type, x.context, x.rank_nodes);
+           x.phase_timeout_ms, x.faults, x.max_resident_bytes, x.kv_type, x.context, x.expert_ranks, x.rank_nodes);
 }
 
 }  // namespace accord

@@ -18,6 +18,7 @@
 #include "runtime/rank/partition.hpp"
 #include "runtime/session/session.hpp"
 #include "runtime/text/sampler.hpp"
+#include "tests/node_process.hpp"
 #include "tests/support.hpp"
 
 namespace accord {
@@ -201,6 +202,52 @@ TEST_P(ExpertParallel, ALostHelperPoisonsAndHealingBringsItBack) {
                    expected.begin() + static_cast<std::ptrdiff_t>(prompt_rows));
   last_rows.insert(last_rows.end(), expected.begin() + static_cast<std::ptrdiff_t>(prompt_rows), expected.end());
   EXPECT_TRUE(test::bit_identical(logits, last_rows));
+}
+
+// Three `accord node` processes, each block's experts over all three, give
+// one rank's bits. Each node keeps a third of every block's experts: its
+// weight share counts only those, and the pages of the others, digested
+// once, are let go (docs/residency.md).
+TEST_P(ExpertParallel, ThreeNodesWithTheExpertsSpreadGiveOneRanksBits) {
+  test::TempDir logs;
+  std::vector<std::unique_ptr<test::NodeProcess>> nodes;
+  std::vector<NodeAddress> peers;
+  const auto zoo = test::shared_dir() / "models" / "zoo";
+  for (int r = 0; r < 3; ++r) {
+    nodes.push_back(std::make_unique<test::NodeProcess>(logs, std::vector<std::string>{"--model-dir", zoo.string()}));
+    ASSERT_NE(nodes.back()->port(), 0) << nodes.back()->log();
+    peers.push_back(nodes.back()->address());
+  }
+  DistributedOptions options;
+  options.expert_ranks = 3;
+  auto remote = DistributedSession::connect(peers, *model_, options);
+  ASSERT_TRUE(remote) << remote.error().message();
+  EXPECT_TRUE(test::bit_identical(greedy_logits(**remote, vocab()), one_ranks_logits()));
+  auto states = (*remote)->rank_states();
+  ASSERT_TRUE(states) << states.error().message();
+  const Partition partition = Partition::by_weight(*model_, 3).value();
+  const int experts = model_->config().n_experts;
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(partition.range(r).count, 1);  // rank r runs block r
+    const WeightShare& share = (*states)[static_cast<std::size_t>(r)].weights;
+    // From the file's tensor table: the rank's block without its experts,
+    // then its slice of each block's: slice (r - block) mod 3 of the
+    // experts, as equal as can be, the larger first.
+    std::uint64_t expected = 0;
+    for (const auto& [type, bytes] : model_->weight_bytes_by_type(partition.scope(r))) expected += bytes;
+    for (const StoredTensor& t : model_->tensors()) {
+      if (!t.name.ends_with("_exps.weight")) continue;
+      const int block = std::stoi(t.name.substr(4));  // "blk.N."
+      const int j = (r - block + 3) % 3;
+      const int held = experts / 3 + (j < experts % 3 ? 1 : 0);
+      if (block == r) expected -= t.bytes;
+      expected += t.bytes / static_cast<std::uint64_t>(experts) * static_cast<std::uint64_t>(held);
+    }
+    EXPECT_EQ(share.bytes, expected) << "rank " << r;
+    // What it digested of the other experts' stacks was let go: only the
+    // pages at the edges of its slices stay beside its own.
+    EXPECT_LE(share.resident_bytes, share.bytes + 3 * 3 * 2 * 4096u) << "rank " << r;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, ExpertParallel, testing::Values("mixtral-Q4_K_M.gguf", "qwen3moe-Q4_K_M.gguf"));

@@ -22,8 +22,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include "actors/coordinator.hpp"
 #include "actors/distributed_session.hpp"
@@ -238,15 +240,16 @@ Result<Observation> observe(Operation op, Bench& bench) {
   return Observation{std::move(*output), std::move(*next)};
 }
 
-DistributedOptions options_for(int ranks) {
+DistributedOptions options_for(int ranks, int expert_ranks) {
   DistributedOptions options;
   options.ranks = ranks;
+  options.expert_ranks = expert_ranks;
   options.phase_timeout_ms = kPhaseTimeoutMs;
   return options;
 }
 
-Result<Bench> make_bench(const Model& model, int ranks, const std::filesystem::path& cache) {
-  auto session = DistributedSession::create(model, options_for(ranks));
+Result<Bench> make_bench(const Model& model, int ranks, const std::filesystem::path& cache, int expert_ranks = 1) {
+  auto session = DistributedSession::create(model, options_for(ranks, expert_ranks));
   if (!session) return session.error();
   if (Status ok = (*session)->set_phase_timeout(kSetUpTimeoutMs); !ok) return ok.error();
   return Bench{std::move(*session), cache, std::nullopt, std::nullopt};
@@ -259,6 +262,7 @@ struct Case {
   int ranks = 1;
   Operation op = Operation::prefill;
   Fault fault;
+  int expert_ranks = 1;
 };
 
 struct Verdict {
@@ -267,7 +271,8 @@ struct Verdict {
 };
 
 std::string describe(const Case& c) {
-  return std::to_string(c.ranks) + " rank(s), " + name(c.op) + ", fault " + to_string(c.fault);
+  const std::string experts = c.expert_ranks > 1 ? " (experts over " + std::to_string(c.expert_ranks) + ")" : "";
+  return std::to_string(c.ranks) + " rank(s)" + experts + ", " + name(c.op) + ", fault " + to_string(c.fault);
 }
 
 // Which generation of the cache a fresh session finds live: the faulted
@@ -314,7 +319,7 @@ Result<std::vector<float>> perform_faulted(Operation op, Bench& bench, const Fau
 
 Verdict run_case(const Model& model, const Case& c, const Observation& expected) {
   test::TempDir folder;
-  auto made = make_bench(model, c.ranks, folder.path() / "cache");
+  auto made = make_bench(model, c.ranks, folder.path() / "cache", c.expert_ranks);
   if (!made) return {Outcome::committed, made.error().message()};
   Bench& bench = *made;
   if (Status ok = set_up(c.op, bench); !ok) return {Outcome::committed, ok.error().message()};
@@ -365,23 +370,30 @@ Verdict run_case(const Model& model, const Case& c, const Observation& expected)
   return {Outcome::aborted, {}};
 }
 
+// Every case of `op` on `ranks` ranks, the experts spread over
+// `expert_ranks`, whose phase `wanted` picks.
+void add_cases(std::vector<Case>& cases, int ranks, int expert_ranks, Operation op,
+               const std::function<bool(const PhaseId&)>& wanted) {
+  const SessionRanks session(static_cast<RankId>(ranks), static_cast<RankId>(expert_ranks));
+  for (const PhaseId& phase : phases_of(request_of(op), session)) {
+    if (!wanted(phase)) continue;
+    for (FaultKind kind : kinds_for(phase)) {
+      for (int rank = 0; rank < ranks; ++rank) {
+        Fault fault;
+        fault.rank = static_cast<RankId>(rank);
+        fault.phase = phase.phase;
+        if (is_boundary_phase(phase.phase)) fault.route = phase.route;
+        fault.kind = kind;
+        cases.push_back({ranks, op, fault, expert_ranks});
+      }
+    }
+  }
+}
+
 std::vector<Case> matrix_cases(int max_ranks) {
   std::vector<Case> cases;
   for (int ranks = 1; ranks <= max_ranks; ++ranks) {
-    for (Operation op : kOperations) {
-      for (const PhaseId& phase : phases_of(request_of(op), static_cast<RankId>(ranks))) {
-        for (FaultKind kind : kinds_for(phase)) {
-          for (int rank = 0; rank < ranks; ++rank) {
-            Fault fault;
-            fault.rank = static_cast<RankId>(rank);
-            fault.phase = phase.phase;
-            if (is_boundary_phase(phase.phase)) fault.route = phase.route;
-            fault.kind = kind;
-            cases.push_back({ranks, op, fault});
-          }
-        }
-      }
-    }
+    for (Operation op : kOperations) add_cases(cases, ranks, 1, op, [](const PhaseId&) { return true; });
   }
   return cases;
 }
@@ -411,35 +423,45 @@ void write_report(const std::string& path, const std::vector<Case>& cases, const
   }
 }
 
-TEST(FaultMatrix, EveryPhaseRankAndKindCommitsAbortsOrPoisonsCleanly) {
-  const Model model = test::load_stories_model();
-  const std::vector<Case> cases = matrix_cases(4);
+// Each case's verdict, on several threads; `expected`: the unfaulted
+// observation of each case's operation on its ranks.
+using Expected = std::map<std::tuple<int, int, Operation>, Observation>;
 
-  // The unfaulted observation of every operation on every rank count.
-  std::map<std::pair<int, Operation>, Observation> expected;
-  for (int ranks = 1; ranks <= 4; ++ranks) {
-    for (Operation op : kOperations) {
-      test::TempDir cache;
-      auto bench = make_bench(model, ranks, cache.path() / "cache");
-      ASSERT_TRUE(bench) << bench.error().message();
-      ASSERT_TRUE(set_up(op, *bench));
-      auto observed = observe(op, *bench);
-      ASSERT_TRUE(observed) << name(op) << ": " << observed.error().message();
-      expected[{ranks, op}] = std::move(*observed);
-    }
-  }
-
+std::vector<Verdict> run_cases(const Model& model, const std::vector<Case>& cases, const Expected& expected) {
   std::vector<Verdict> verdicts(cases.size());
   std::atomic<std::size_t> next{0};
   std::vector<std::thread> runners;
   for (int t = 0; t < 8; ++t) {
     runners.emplace_back([&] {
       for (std::size_t i = next++; i < cases.size(); i = next++) {
-        verdicts[i] = run_case(model, cases[i], expected.at({cases[i].ranks, cases[i].op}));
+        const Case& c = cases[i];
+        verdicts[i] = run_case(model, c, expected.at({c.ranks, c.expert_ranks, c.op}));
       }
     });
   }
   for (auto& runner : runners) runner.join();
+  return verdicts;
+}
+
+// The unfaulted observation of `op` on `ranks` ranks into `expected`.
+void observe_unfaulted(const Model& model, int ranks, int expert_ranks, Operation op, Expected& expected) {
+  test::TempDir cache;
+  auto bench = make_bench(model, ranks, cache.path() / "cache", expert_ranks);
+  ASSERT_TRUE(bench) << bench.error().message();
+  ASSERT_TRUE(set_up(op, *bench));
+  auto observed = observe(op, *bench);
+  ASSERT_TRUE(observed) << name(op) << ": " << observed.error().message();
+  expected[{ranks, expert_ranks, op}] = std::move(*observed);
+}
+
+TEST(FaultMatrix, EveryPhaseRankAndKindCommitsAbortsOrPoisonsCleanly) {
+  const Model model = test::load_stories_model();
+  const std::vector<Case> cases = matrix_cases(4);
+  Expected expected;
+  for (int ranks = 1; ranks <= 4; ++ranks) {
+    for (Operation op : kOperations) observe_unfaulted(model, ranks, 1, op, expected);
+  }
+  const std::vector<Verdict> verdicts = run_cases(model, cases, expected);
 
   std::array<int, 3> totals{};
   for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -452,6 +474,34 @@ TEST(FaultMatrix, EveryPhaseRankAndKindCommitsAbortsOrPoisonsCleanly) {
   EXPECT_GT(totals[1], 0);
   EXPECT_GT(totals[2], 0);
   if (const char* path = std::getenv("ACCORD_FAULT_MATRIX_REPORT")) write_report(path, cases, verdicts);
+}
+
+// The expert routes (docs/protocol.md, "Expert routes") of the zoo's Mixtral
+// file, its experts over 2 and over 3 of 3 ranks: every expert-route phase
+// of every forward operation, on every rank, with every fault kind, ends as
+// the header says.
+TEST(FaultMatrix, EveryExpertRouteRankAndKindCommitsAbortsOrPoisonsCleanly) {
+  auto model = Model::load((test::shared_dir() / "models" / "zoo" / "mixtral-Q4_K_M.gguf").string());
+  ASSERT_TRUE(model) << model.error().message();
+  const auto expert_route = [](const PhaseId& phase) { return phase.route.kind == RouteKind::experts; };
+  std::vector<Case> cases;
+  Expected expected;
+  for (int expert_ranks : {2, 3}) {
+    for (Operation op : {Operation::prefill, Operation::decode, Operation::generation, Operation::prediction}) {
+      add_cases(cases, 3, expert_ranks, op, expert_route);
+      observe_unfaulted(*model, 3, expert_ranks, op, expected);
+    }
+  }
+  const std::vector<Verdict> verdicts = run_cases(*model, cases, expected);
+  std::array<int, 3> totals{};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    ++totals[static_cast<std::size_t>(verdicts[i].outcome)];
+    EXPECT_TRUE(verdicts[i].failure.empty()) << describe(cases[i]) << ": " << verdicts[i].failure;
+  }
+  std::cout << "[ matrix   ] " << cases.size() << " expert-route scenarios: " << totals[0] << " committed, "
+            << totals[1] << " aborted, " << totals[2] << " poisoned\n";
+  EXPECT_GT(totals[1], 0);
+  EXPECT_GT(totals[2], 0);
 }
 
 }  // namespace

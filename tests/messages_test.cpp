@@ -240,6 +240,7 @@ TEST_F(MessagesTest, NodeAssignmentRoundTrips) {
                                    1 << 20,
                                    "f16",
                                    300,
+                                   2,
                                    {"10.0.0.1:7001", "10.0.0.2:7001", "10.0.0.3:7001"}});
 }
 

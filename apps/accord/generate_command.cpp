@@ -412,11 +412,10 @@ void add_cluster_options(CLI::App& cmd, const std::shared_ptr<GenerateArgs>& arg
       ->type_name("HOST:PORT,...")
       ->excludes("--ranks");
   cmd.add_option("--expert-ranks", args->expert_ranks,
-                 "spread each mixture-of-experts block's experts over this many of the in-process ranks "
+                 "spread each mixture-of-experts block's experts over this many of the ranks (--ranks or --peers) "
                  "(docs/models.md, \"Experts over ranks\"); 1: each rank holds its own layers' experts")
       ->check(CLI::Range(1, 1024))
-      ->capture_default_str()
-      ->excludes("--peers");
+      ->capture_default_str();
   cmd.add_option("--secret-file", args->secret_file,
                  "with --peers: file of the cluster's shared secret (or ACCORD_SECRET_FILE), which the nodes "
                  "must prove and this coordinator proves to them")

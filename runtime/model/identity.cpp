@@ -72,6 +72,23 @@ TensorResult digest_tensor(const WeightTensor& tensor, bool release, const std::
   return result;
 }
 
+// Lets go of the pages of the experts a scope does not hold in the expert
+// stacks it digested whole (WeightScope::experts): steps never read them.
+void release_other_experts(const ModelConfig& c, const WeightScope& scope, const std::vector<WeightTensor>& tensors) {
+  if (scope.experts.empty() || !c.routed()) return;
+  for (const WeightTensor& tensor : tensors) {
+    const WeightKind kind = tensor.id.kind;
+    if (kind != WeightKind::w1 && kind != WeightKind::w2 && kind != WeightKind::w3) continue;
+    const cpu::Matrix& stack = *tensor.matrix;
+    const std::size_t expert_bytes = stack.bytes() / static_cast<std::size_t>(c.n_experts);
+    const ExpertRange held = scope.experts_of(tensor.id.layer, c.n_experts);
+    const auto* begin = static_cast<const std::byte*>(stack.data);
+    release_mapped_pages(begin, static_cast<std::size_t>(held.first) * expert_bytes);
+    const std::size_t kept_end = static_cast<std::size_t>(held.end()) * expert_bytes;
+    release_mapped_pages(begin + kept_end, stack.bytes() - kept_end);
+  }
+}
+
 // What a tensor takes as stored.
 std::uint64_t tensor_bytes(const WeightTensor& tensor) {
   return tensor.matrix != nullptr ? tensor.matrix->bytes() : tensor.length * sizeof(float);
@@ -148,6 +165,7 @@ Status identify(ModelContents& contents, std::span<const std::byte> bytes, const
   const auto tensors = weight_tensors(c, contents.weights, contents.scope);
   if (load.mapped && !load.scope.holds_everything(c)) confine_mapping(bytes, tensor_ranges(tensors, bytes));
   auto results = digest_tensors(contents, tensors, load, name, tensor_name);
+  if (load.mapped) release_other_experts(c, contents.scope, tensors);
   // The scope's tensors are a subsequence of the canonical order.
   const std::vector<WeightId> all = canonical_weights(c);
   contents.tensor_digests.assign(all.size(), std::string());

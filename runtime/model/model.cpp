@@ -35,6 +35,8 @@ Status validate_experts(const ModelConfig& c) {
 }  // namespace
 
 bool WeightScope::holds(const ModelConfig& config, WeightId id) const {
+  const bool expert_stack = id.kind == WeightKind::w1 || id.kind == WeightKind::w2 || id.kind == WeightKind::w3;
+  if (expert_stack && !experts.empty() && config.routed()) return experts_of(id.layer, config.n_experts).count > 0;
   switch (id.kind) {
     case WeightKind::token_embedding: return embedding || (head && config.shared_classifier);
     case WeightKind::rms_final:
@@ -45,7 +47,16 @@ bool WeightScope::holds(const ModelConfig& config, WeightId id) const {
 }
 
 bool WeightScope::holds_everything(const ModelConfig& config) const {
-  return embedding && head && first_unit == 0 && units >= config.n_layers;
+  return embedding && head && first_unit == 0 && units >= config.n_layers && experts.empty();
+}
+
+ExpertRange WeightScope::experts_of(int unit, int experts_per_block) const {
+  if (experts.empty()) {
+    const bool held = unit >= first_unit && unit - first_unit < units;
+    return {0, held ? experts_per_block : 0};
+  }
+  return unit >= 0 && static_cast<std::size_t>(unit) < experts.size() ? experts[static_cast<std::size_t>(unit)]
+                                                                      : ExpertRange{};
 }
 
 std::vector<WeightId> canonical_weights(const ModelConfig& c) {
@@ -174,11 +185,20 @@ void for_each_weight(const ModelConfig& c, const ModelWeights& w,
   for (const WeightTensor& tensor : weight_tensors(c, w)) for_each_piece(tensor, scratch, fn);
 }
 
+std::uint64_t held_bytes(const ModelConfig& c, const WeightScope& scope, const WeightTensor& tensor) {
+  const std::uint64_t bytes = tensor.matrix->bytes();
+  const bool expert_stack = c.routed() && (tensor.id.kind == WeightKind::w1 || tensor.id.kind == WeightKind::w2 ||
+                                           tensor.id.kind == WeightKind::w3);
+  if (!expert_stack) return bytes;
+  const auto experts = static_cast<std::uint64_t>(c.n_experts);
+  return bytes / experts * static_cast<std::uint64_t>(scope.experts_of(tensor.id.layer, c.n_experts).count);
+}
+
 std::map<std::string, std::uint64_t> Model::weight_bytes_by_type(const WeightScope& scope) const {
   std::map<std::string, std::uint64_t> bytes;
   for (const WeightTensor& t : weight_tensors(config(), weights(), scope)) {
     if (t.matrix != nullptr) {
-      bytes[cpu::to_string(t.matrix->type)] += t.matrix->bytes();
+      bytes[cpu::to_string(t.matrix->type)] += held_bytes(config(), scope, t);
     } else {
       bytes["F32"] += t.length * sizeof(float);
     }

@@ -117,15 +117,34 @@ std::vector<WeightId> canonical_weights(const ModelConfig& config);
 // The length of a vector weight (a norm, a bias, the RoPE factors); 0 for a matrix.
 std::size_t vector_length(const ModelConfig& config, WeightKind kind);
 
+// Some of a routed block's experts: [first, first + count).
+struct ExpertRange {
+  int first = 0;
+  int count = 0;
+  int end() const { return first + count; }
+  bool contains(int expert) const { return expert >= first && expert < end(); }
+  bool operator==(const ExpertRange&) const = default;
+};
+
 // Which of a model's weights a process reads and keeps: a rank's share
 // (docs/residency.md). The rest of the file is mapped but never touched, so
 // it takes no memory.
 struct WeightScope {
   static constexpr int kAllUnits = 1 << 30;
+  WeightScope() = default;
+  WeightScope(bool with_embedding, int first, int count, bool with_head, std::vector<ExpertRange> held_experts = {})
+      : embedding(with_embedding), first_unit(first), units(count), head(with_head), experts(std::move(held_experts)) {}
+
   bool embedding = true;  // the token embedding (the first rank)
   int first_unit = 0;     // the blocks [first_unit, first_unit + units)
   int units = kAllUnits;
   bool head = true;  // the final norm and the classifier (the output owner)
+  // Where experts are spread over ranks (runtime/rank/expert_placement.hpp):
+  // of each block of the model, by unit, the experts held. A block's expert
+  // stacks are then held where some of its experts are, whether or not the
+  // block is the scope's, and a mapped load lets go of the other experts'
+  // pages once it digested them. Empty: the scope's blocks' experts, all.
+  std::vector<ExpertRange> experts;
 
   static WeightScope everything() { return {}; }
   static WeightScope nothing() { return {false, 0, 0, false}; }
@@ -134,6 +153,8 @@ struct WeightScope {
   // RoPE factors go with any unit.
   bool holds(const ModelConfig& config, WeightId id) const;
   bool holds_everything(const ModelConfig& config) const;
+  // The experts of unit `unit` held, of a model with `experts` per block.
+  ExpertRange experts_of(int unit, int experts_per_block) const;
   bool operator==(const WeightScope&) const = default;
 };
 

@@ -76,6 +76,10 @@ struct WeightTensor {
 std::vector<WeightTensor> weight_tensors(const ModelConfig& config, const ModelWeights& weights,
                                          const WeightScope& scope = WeightScope::everything());
 
+// The bytes of `tensor` (a matrix) that `scope` keeps: of a routed block's
+// expert stack, its held experts' rows only.
+std::uint64_t held_bytes(const ModelConfig& config, const WeightScope& scope, const WeightTensor& tensor);
+
 // Calls fn for every piece of `tensor`, a few whole rows at a time: where
 // they lie for floats, else dequantized into `scratch`, so a quantized
 // model never exists whole as floats.

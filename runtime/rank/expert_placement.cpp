@@ -63,6 +63,13 @@ std::vector<int> ExpertPlacement::helped_stages(int rank) const {
   return stages;
 }
 
+WeightScope ExpertPlacement::scope(const Partition& partition, int rank) const {
+  WeightScope scope = partition.scope(rank);
+  if (!spread()) return scope;
+  for (int unit = 0; unit < static_cast<int>(stage_of_unit_.size()); ++unit) scope.experts.push_back(held(unit, rank));
+  return scope;
+}
+
 ExpertRange ExpertPlacement::held(int unit, int rank) const {
   if (!spread()) return {0, experts_};
   const int stage = stage_of_unit_.at(static_cast<std::size_t>(unit));

@@ -21,14 +21,6 @@
 
 namespace accord {
 
-struct ExpertRange {
-  int first = 0;
-  int count = 0;
-  int end() const { return first + count; }
-  bool contains(int expert) const { return expert >= first && expert < end(); }
-  bool operator==(const ExpertRange&) const = default;
-};
-
 class ExpertPlacement {
  public:
   // Every stage holds its own blocks' experts.
@@ -48,6 +40,9 @@ class ExpertPlacement {
   std::vector<int> helped_stages(int rank) const;
   // The experts of unit `unit` that `rank` holds (count 0: none).
   ExpertRange held(int unit, int rank) const;
+  // The weights `rank` reads: the partition's scope, and where experts
+  // are spread, the experts it holds of every block.
+  WeightScope scope(const Partition& partition, int rank) const;
 
  private:
   ExpertRange slice(int j) const;

@@ -11,9 +11,10 @@ RankStage::RankStage(const Model& model, cpu::ThreadPool& pool, const Partition&
       units_(partition.range(rank)),
       first_(partition.is_first(rank)),
       output_owner_(partition.is_output_owner(rank)) {
+  place_experts(partition, options);
   build_backend(pool, options);
   state_.emplace(backend_->kv());
-  place_experts(partition, options);
+  check_expert_placement(options);
   if (stage_error_ || options.max_resident_bytes == 0) return;
   if (cpu_ == nullptr) {
     stage_error_ = Error(ErrorCode::contract,
@@ -43,11 +44,12 @@ void RankStage::build_backend(cpu::ThreadPool& pool, const StageOptions& options
 
 void RankStage::place_experts(const Partition& partition, const StageOptions& options) {
   auto placement = ExpertPlacement::make(partition, model_.config(), options.expert_ranks);
-  if (!placement) {
-    stage_error_ = placement.error();
-    return;
-  }
-  experts_ = std::move(*placement);
+  if (placement) experts_ = std::move(*placement);
+  scope_ = experts_.scope(partition, rank_);
+  if (!placement) stage_error_ = placement.error();
+}
+
+void RankStage::check_expert_placement(const StageOptions& options) {
   if (!experts_.spread() || stage_error_) return;
   if (cpu_ == nullptr) {
     stage_error_ = Error(ErrorCode::contract, "experts spread over ranks (--expert-ranks) compute on the CPU; the " +

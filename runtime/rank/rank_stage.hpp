@@ -52,8 +52,9 @@ class RankStage {
   // Whether it computes on a device (CUDA), not on the CPU's pool.
   bool on_device() const { return cpu_ == nullptr; }
   bool is_output_owner() const { return output_owner_; }
-  // The weights this rank reads.
-  WeightScope scope() const { return {first_, units_.first, units_.count, output_owner_}; }
+  // The weights this rank reads: its units, and where experts are spread,
+  // the experts it holds of every block (expert_placement.hpp).
+  const WeightScope& scope() const { return scope_; }
   // What it holds of them now.
   WeightShare weight_share() const;
   SessionState& state() { return *state_; }
@@ -116,7 +117,10 @@ class RankStage {
 
  private:
   void build_backend(cpu::ThreadPool& pool, const StageOptions& options);
+  // The placement of the experts, before the backend is built; then
+  // check_expert_placement refuses what it cannot run with.
   void place_experts(const Partition& partition, const StageOptions& options);
+  void check_expert_placement(const StageOptions& options);
   // Shows the unit's output to the observer, which may change it.
   Status observe_unit(int unit, int position, StepObserver* observer);
 
@@ -131,6 +135,7 @@ class RankStage {
   std::unique_ptr<WeightResidency> residency_;  // with a budget
   std::optional<Error> stage_error_;            // a budget too small, a backend that could not be built
   ExpertPlacement experts_;
+  WeightScope scope_;
   // The step in progress: its first position, its next unit, and whether
   // that unit waits for other ranks' experts.
   int step_position_ = 0;
