@@ -519,6 +519,7 @@ Result<SessionReport> DistributedSession::report() const {
   add_weight_shares(r, weight_shares_of(*states));
   FastDigest digests;
   for (const RankStateReport& state : *states) {
+    if (impl_->model->config().routed()) r.expert_rows.push_back(state.expert_rows);
     r.kv_bytes_used += state.kv_bytes_used;
     r.kv_bytes_capacity += state.kv_bytes_capacity;
     digests.update(state.digest.data(), state.digest.size());

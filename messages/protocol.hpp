@@ -394,6 +394,9 @@ struct RankStateReport {
   std::uint64_t snapshot_copied_bytes = 0;
   std::uint64_t snapshot_shared_bytes = 0;
   std::uint64_t snapshot_copy_on_write_bytes = 0;
+  // Of a mixture of experts: the rows each expert computed on the rank so
+  // far, over every block (n_experts; empty for a dense model).
+  std::vector<std::uint64_t> expert_rows;
 
   bool operator==(const RankStateReport&) const = default;
 };
@@ -402,7 +405,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RankStateReport& x) {
   return f(x.digest, x.position, x.state_epoch, x.kv_bytes_used, x.kv_bytes_capacity, x.kv_held_bytes, x.high_water,
            x.kv_materialized_bytes, x.compute_seconds, x.weights, x.snapshot_copied_bytes, x.snapshot_shared_bytes,
-           x.snapshot_copy_on_write_bytes);
+           x.snapshot_copy_on_write_bytes, x.expert_rows);
 }
 
 // The save a rank's live prompt-cache generation belongs to

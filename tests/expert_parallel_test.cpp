@@ -142,14 +142,33 @@ class ExpertParallel : public testing::TestWithParam<const char*> {
   cpu::ThreadPool pool_{2};
 };
 
+// The same bits, and the same rows for each expert: the report's counts,
+// summed over the ranks, are one rank's, and every rank computed some.
 TEST_P(ExpertParallel, EveryPlacementGivesOneRanksBits) {
-  const std::vector<float> expected = one_ranks_logits();
+  Session one(*model_, pool_);
+  const std::vector<float> expected = greedy_logits(one, vocab());
   ASSERT_FALSE(expected.empty());
+  const auto one_rank_rows = one.report().expert_rows;
+  ASSERT_EQ(one_rank_rows.size(), 1u);
   for (const auto& [ranks, expert_ranks] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{3, 3}}) {
     auto session = spread(ranks, expert_ranks);
     ASSERT_NE(session, nullptr);
     EXPECT_TRUE(test::bit_identical(greedy_logits(*session, vocab()), expected))
         << ranks << " ranks, experts over " << expert_ranks;
+    auto report = session->report();
+    ASSERT_TRUE(report) << report.error().message();
+    ASSERT_EQ(report->expert_rows.size(), static_cast<std::size_t>(ranks));
+    std::vector<std::uint64_t> summed(one_rank_rows[0].size());
+    for (const auto& rank_rows : report->expert_rows) {
+      ASSERT_EQ(rank_rows.size(), summed.size());
+      std::uint64_t rank_total = 0;
+      for (std::size_t e = 0; e < summed.size(); ++e) {
+        summed[e] += rank_rows[e];
+        rank_total += rank_rows[e];
+      }
+      EXPECT_GT(rank_total, 0u);
+    }
+    EXPECT_EQ(summed, one_rank_rows[0]) << ranks << " ranks, experts over " << expert_ranks;
   }
 }
 

@@ -110,6 +110,7 @@ nlohmann::json to_json(const SessionReport& r) {
       {"weights_residency", r.weights_residency},
       {"weights_bytes_by_type", r.weights_bytes_by_type},
       {"weight_shares", shares},
+      {"expert_rows", r.expert_rows},
       {"kv_bytes_used", r.kv_bytes_used},
       {"kv_bytes_capacity", r.kv_bytes_capacity},
       {"position", r.position},

@@ -44,6 +44,7 @@ struct ServeArgs {
   int parallel = 1;
   int queue_limit = 64;
   int ranks = 1;
+  int expert_ranks = 1;  // --expert-ranks
   std::vector<NodeAddress> peers;
   std::string secret_file;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -88,7 +89,7 @@ Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, con
                                                       const std::vector<Fault>& faults, cpu::ThreadPool& pool,
                                                       StepBatcher& batcher, serve::Metrics& metrics,
                                                       const std::shared_ptr<KvPool>& kv_pool) {
-  if (args.ranks == 1 && args.peers.empty()) {
+  if (args.ranks == 1 && args.expert_ranks == 1 && args.peers.empty()) {
     auto timer = [&metrics](const PhaseId& phase, double seconds) {
       metrics.observe_phase(to_string(phase.phase), seconds);
     };
@@ -99,6 +100,7 @@ Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, con
   }
   DistributedOptions options;
   options.ranks = args.ranks;
+  options.expert_ranks = args.expert_ranks;
   options.threads = std::max(1, args.threads / args.parallel);
   options.phase_timeout_ms = args.phase_timeout_ms;
   options.secret_file = args.secret_file;
@@ -237,7 +239,7 @@ int run_serve(ServeArgs args) {
   const std::vector<Fault>& faults = environment->faults;
   args.secret_file = environment->secret_file_for(args.secret_file);
   const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
-  if (Status ok = check_fault_plan(faults, ranks); !ok) return fail(ok.error().message());
+  if (Status ok = check_fault_plan(faults, ranks, args.expert_ranks); !ok) return fail(ok.error().message());
   auto header = Model::read_header(args.model);
   if (!header) return fail(header.error().message());
   if (Status fits = check_kv_type(header->config, args.kv_type); !fits) return fail(fits.error().message());
@@ -350,6 +352,11 @@ Command add_serve_command(CLI::App& app) {
          "so the nodes need --slots K")
       ->type_name("HOST:PORT,...")
       ->excludes("--ranks");
+  cmd->add_option("--expert-ranks", args->expert_ranks,
+                  "spread each mixture-of-experts block's experts over this many of each slot's ranks "
+                  "(docs/models.md, \"Experts over ranks\")")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   cmd->add_option("--secret-file", args->secret_file, "with --peers: the cluster's shared secret")->needs("--peers");
   cmd->add_option("--threads", args->threads,
                   "CPU threads of the pool the slots share, one kernel at a time (with --ranks, each slot's "

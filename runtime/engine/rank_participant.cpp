@@ -497,6 +497,7 @@ RankStateReport RankParticipant::state_report() const {
   report.snapshot_copied_bytes = snapshot.copied_bytes;
   report.snapshot_shared_bytes = snapshot.shared_bytes;
   report.snapshot_copy_on_write_bytes = snapshot.copy_on_write_bytes;
+  report.expert_rows = worker_->expert_rows();
   return report;
 }
 

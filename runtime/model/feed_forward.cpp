@@ -58,7 +58,7 @@ cpu::Matrix expert_matrix(const cpu::Matrix& stack, int expert, int experts) {
 class RoutedFeedForward final : public ExpertMixture {
  public:
   RoutedFeedForward(const ModelConfig& c, cpu::ThreadPool& pool, cpu::GateActivation activation)
-      : config_(c), pool_(pool), dense_(c, pool, activation) {}
+      : config_(c), pool_(pool), dense_(c, pool, activation), rows_by_expert_(static_cast<std::size_t>(c.n_experts)) {}
 
   void run(const LayerWeights& w, const float* x, float* out, int batch) override {
     route(w, x, batch);
@@ -148,6 +148,8 @@ class RoutedFeedForward final : public ExpertMixture {
     run_expert_rows(w);
   }
 
+  std::span<const std::uint64_t> rows_by_expert() const override { return rows_by_expert_; }
+
  private:
   struct Choice {
     int expert = 0;
@@ -182,6 +184,7 @@ class RoutedFeedForward final : public ExpertMixture {
         if (slot_experts_[i] == e) picked_.push_back(i);
       }
       if (picked_.empty()) continue;
+      rows_by_expert_[static_cast<std::size_t>(e)] += picked_.size();
       inputs_.resize(picked_.size() * dim());
       for (std::size_t r = 0; r < picked_.size(); ++r) std::copy_n(slot_rows_[picked_[r]], dim(), &inputs_[r * dim()]);
       LayerWeights expert;
@@ -206,7 +209,8 @@ class RoutedFeedForward final : public ExpertMixture {
   std::vector<int> slot_experts_;
   std::vector<const float*> slot_rows_;
   std::vector<float*> slot_out_;
-  std::vector<std::size_t> picked_;    // indices into the slots
+  std::vector<std::uint64_t> rows_by_expert_;
+  std::vector<std::size_t> picked_;  // indices into the slots
   cpu::AlignedVector<float> inputs_;   // (rows, dim) routed to one expert
   cpu::AlignedVector<float> outputs_;  // (rows, dim)
 };

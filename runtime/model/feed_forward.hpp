@@ -4,6 +4,7 @@
 // forward pass, the session above it and its state never tell them apart.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -61,6 +62,8 @@ class ExpertMixture : public FeedForward {
   // order, so a row gets the bits it would get where it was routed.
   // rows, out: (slots, dim).
   virtual void run_slots(const LayerWeights& w, std::span<const int> experts, const float* rows, float* out) = 0;
+  // The rows each expert computed here so far, over every block (n_experts).
+  virtual std::span<const std::uint64_t> rows_by_expert() const = 0;
 };
 
 // The feed-forward of a model shaped like `config`: a routed one when it

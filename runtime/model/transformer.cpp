@@ -270,6 +270,12 @@ void Transformer::serve_experts(int unit, std::span<const int> experts, std::spa
   mixture_->run_slots(model_.weights().layers[static_cast<std::size_t>(unit)], experts, rows.data(), out.data());
 }
 
+std::vector<std::uint64_t> Transformer::expert_rows() const {
+  if (mixture_ == nullptr) return {};
+  const auto rows = mixture_->rows_by_expert();
+  return {rows.begin(), rows.end()};
+}
+
 std::span<float> Transformer::head(Rows rows) {
   head_rows_.clear();
   for (int t = rows == Rows::all ? 0 : batch_ - 1; t < batch_; ++t) head_rows_.push_back(t);

@@ -99,6 +99,9 @@ class Transformer {
   // Another rank's rows for experts of `unit` held here: out = each
   // slot's expert's output, (slots, dim). Leaves the residual stream as it is.
   void serve_experts(int unit, std::span<const int> experts, std::span<const float> rows, std::vector<float>& out);
+  // Of a mixture of experts: the rows each expert computed here so far,
+  // over every block; empty for a dense model.
+  std::vector<std::uint64_t> expert_rows() const;
 
   enum class Rows { last, all };
   std::span<float> head(Rows rows);  // (rows, vocab) logits, valid until the next call

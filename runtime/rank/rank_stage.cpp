@@ -144,6 +144,10 @@ Status RankStage::observe_unit(int unit, int position, StepObserver* observer) {
   return {};
 }
 
+std::vector<std::uint64_t> RankStage::expert_rows() const {
+  return cpu_ != nullptr ? cpu_->transformer().expert_rows() : std::vector<std::uint64_t>{};
+}
+
 Status RankStage::accept_experts(int rank, std::span<const float> outputs) {
   if (!awaiting_experts_) return Error(ErrorCode::state, "no unit of this rank waits for experts");
   const int unit = next_unit_;

@@ -92,6 +92,8 @@ class RankStage {
   // each slot's output, (slots, dim). Refused when an expert is not here.
   Result<std::vector<float>> serve_experts(int unit, std::span<const int> experts, std::span<const float> rows);
   const ExpertPlacement& expert_placement() const { return experts_; }
+  // Transformer::expert_rows of this rank (none on a device).
+  std::vector<std::uint64_t> expert_rows() const;
 
   // Whether a step can run in a StepBatcher's batch: this rank runs the
   // whole model with every weight held, and no observer looks between units.

@@ -95,6 +95,7 @@ class RankWorker {
   // Another stage's rows for experts this rank holds (RankStage::serve_experts).
   Result<std::vector<float>> serve_experts(int unit, std::span<const int> experts, std::span<const float> rows);
   const ExpertPlacement& expert_placement() const { return stage_.expert_placement(); }
+  std::vector<std::uint64_t> expert_rows() const { return stage_.expert_rows(); }
   // The units rank `rank` of the session runs.
   const UnitRange& units_of(int rank) const { return partition_.range(rank); }
   // The activations for the next rank, after run_units.

@@ -324,6 +324,7 @@ void add_weight_shares(MaterializationReport& report, std::vector<WeightShare> s
 SessionReport Session::report() const {
   SessionReport r = report_of(impl_->model, impl_->model_identity, impl_->record);
   add_weight_shares(r, impl_->weight_shares());
+  if (impl_->model.config().routed()) r.expert_rows.push_back(impl_->engine.worker(0).expert_rows());
   r.kv_bytes_used = impl_->state().used_bytes();
   r.kv_bytes_capacity = impl_->state().kv().capacity_bytes();
   r.position = impl_->state().position();

@@ -108,6 +108,9 @@ struct SessionReport {
   std::uint64_t weights_resident_bytes = 0;                    // the sum of the ranks' measured resident bytes
   std::string weights_residency;                               // "resident", or "layered" when a rank has a budget
   std::vector<WeightShare> weight_shares;                      // what each rank holds, in rank order
+  // Of a mixture of experts, for each rank: the rows each expert computed
+  // there so far, over every block (docs/models.md, "Experts over ranks").
+  std::vector<std::vector<std::uint64_t>> expert_rows;
   std::string kernel_path;                                     // the CPU kernels' path (kernels/cpu/isa.hpp)
   std::uint64_t kv_bytes_used = 0;
   std::uint64_t kv_bytes_capacity = 0;
