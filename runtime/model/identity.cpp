@@ -75,10 +75,9 @@ TensorResult digest_tensor(const WeightTensor& tensor, bool release, const std::
 // Lets go of the pages of the experts a scope does not hold in the expert
 // stacks it digested whole (WeightScope::experts): steps never read them.
 void release_other_experts(const ModelConfig& c, const WeightScope& scope, const std::vector<WeightTensor>& tensors) {
-  if (scope.experts.empty() || !c.routed()) return;
+  if (scope.experts.empty()) return;
   for (const WeightTensor& tensor : tensors) {
-    const WeightKind kind = tensor.id.kind;
-    if (kind != WeightKind::w1 && kind != WeightKind::w2 && kind != WeightKind::w3) continue;
+    if (!is_expert_stack(c, tensor.id.kind)) continue;
     const cpu::Matrix& stack = *tensor.matrix;
     const std::size_t expert_bytes = stack.bytes() / static_cast<std::size_t>(c.n_experts);
     const ExpertRange held = scope.experts_of(tensor.id.layer, c.n_experts);

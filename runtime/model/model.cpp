@@ -35,8 +35,7 @@ Status validate_experts(const ModelConfig& c) {
 }  // namespace
 
 bool WeightScope::holds(const ModelConfig& config, WeightId id) const {
-  const bool expert_stack = id.kind == WeightKind::w1 || id.kind == WeightKind::w2 || id.kind == WeightKind::w3;
-  if (expert_stack && !experts.empty() && config.routed()) return experts_of(id.layer, config.n_experts).count > 0;
+  if (is_expert_stack(config, id.kind) && !experts.empty()) return experts_of(id.layer, config.n_experts).count > 0;
   switch (id.kind) {
     case WeightKind::token_embedding: return embedding || (head && config.shared_classifier);
     case WeightKind::rms_final:
@@ -187,9 +186,7 @@ void for_each_weight(const ModelConfig& c, const ModelWeights& w,
 
 std::uint64_t held_bytes(const ModelConfig& c, const WeightScope& scope, const WeightTensor& tensor) {
   const std::uint64_t bytes = tensor.matrix->bytes();
-  const bool expert_stack = c.routed() && (tensor.id.kind == WeightKind::w1 || tensor.id.kind == WeightKind::w2 ||
-                                           tensor.id.kind == WeightKind::w3);
-  if (!expert_stack) return bytes;
+  if (!is_expert_stack(c, tensor.id.kind)) return bytes;
   const auto experts = static_cast<std::uint64_t>(c.n_experts);
   return bytes / experts * static_cast<std::uint64_t>(scope.experts_of(tensor.id.layer, c.n_experts).count);
 }

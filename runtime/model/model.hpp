@@ -126,6 +126,12 @@ struct ExpertRange {
   bool operator==(const ExpertRange&) const = default;
 };
 
+// Whether `kind` is one of a routed block's expert stacks (its w1, w2 or
+// w3 in a model shaped like `config`).
+inline bool is_expert_stack(const ModelConfig& config, WeightKind kind) {
+  return config.routed() && (kind == WeightKind::w1 || kind == WeightKind::w2 || kind == WeightKind::w3);
+}
+
 // Which of a model's weights a process reads and keeps: a rank's share
 // (docs/residency.md). The rest of the file is mapped but never touched, so
 // it takes no memory.
