@@ -218,6 +218,54 @@ TEST(Matmul, GatedProductIsSiluOfTheGateTimesUp) {
                std::invalid_argument);
 }
 
+// Products of slices of one batch (a mixture of experts' experts, each
+// over the tokens routed to it) give what each gives of its slice alone,
+// for every type a routed block's stacks come in, on any pool.
+TEST(Matmul, SlicesOfOneBatchGiveWhatEachSliceGivesAlone) {
+  constexpr WeightType types[] = {WeightType::f32, WeightType::q8_0, WeightType::q4_0, WeightType::q4_k,
+                                  WeightType::q6_k};
+  const TokenSlice slices[] = {{0, 3}, {3, 1}, {4, 5}};
+  const int batch = 9, rows = 40;
+  for (WeightType type : types) {
+    const int cols = is_k_quant(type) ? 512 : cols_for(type);
+    const auto x = random_floats(static_cast<std::size_t>(batch) * cols, 41);
+    std::vector<StoredMatrix> gates, ups;
+    std::vector<std::vector<float>> slice_x, expected_down, expected_hidden;
+    for (std::size_t i = 0; i < std::size(slices); ++i) {
+      gates.push_back(make_matrix(type, rows + static_cast<int>(i), cols, 42 + static_cast<unsigned>(i)));
+      ups.push_back(make_matrix(type, rows + static_cast<int>(i), cols, 52 + static_cast<unsigned>(i)));
+      const auto begin = x.begin() + static_cast<std::ptrdiff_t>(slices[i].first_token) * cols;
+      slice_x.emplace_back(begin, begin + static_cast<std::ptrdiff_t>(slices[i].tokens) * cols);
+      expected_down.push_back(product(gates[i].matrix, slice_x[i], slices[i].tokens, 1));
+      expected_hidden.push_back(expected_down[i]);
+      silu_mul(expected_hidden[i].data(), product(ups[i].matrix, slice_x[i], slices[i].tokens, 1).data(),
+               static_cast<int>(expected_hidden[i].size()));
+    }
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      std::vector<std::vector<float>> down, hidden, scratch;
+      std::vector<SliceProduct> products;
+      std::vector<GatedSlice> gated;
+      for (std::size_t i = 0; i < std::size(slices); ++i) {
+        down.emplace_back(expected_down[i].size());
+        hidden.emplace_back(expected_hidden[i].size());
+        scratch.emplace_back(expected_hidden[i].size());
+      }
+      for (std::size_t i = 0; i < std::size(slices); ++i) {
+        products.push_back({slices[i], &gates[i].matrix, down[i].data()});
+        gated.push_back({slices[i], &gates[i].matrix, &ups[i].matrix, hidden[i].data(), scratch[i].data()});
+      }
+      matmul_slices(pool, x.data(), batch, cols, products);
+      gated_matmul_slices(pool, x.data(), batch, cols, gated, GateActivation::silu);
+      for (std::size_t i = 0; i < std::size(slices); ++i) {
+        EXPECT_TRUE(bit_identical(down[i], expected_down[i])) << to_string(type) << ", slice " << i << ", " << threads;
+        EXPECT_TRUE(bit_identical(hidden[i], expected_hidden[i]))
+            << to_string(type) << ", slice " << i << ", " << threads;
+      }
+    }
+  }
+}
+
 // What a row of the product must be: the float formats exactly, the block
 // formats with the activations quantized as quantize_activations says.
 double reference_dot(const Matrix& w, int row, const float* x) {

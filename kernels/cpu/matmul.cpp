@@ -171,6 +171,59 @@ Activations prepare(ThreadPool& pool, const float* x, int batch, int cols, Input
 
 MatmulRows kernel_for(WeightType type) { return active_kernels().by_type[static_cast<int>(type)]; }
 
+// The activations of `slice`'s tokens: each form's rows from the slice's
+// first token on (every form lays out its tokens one after another).
+Activations tokens_of(const Activations& x, TokenSlice slice) {
+  const auto first = static_cast<std::size_t>(slice.first_token);
+  const auto cols = static_cast<std::size_t>(x.cols);
+  const std::size_t lanes = static_cast<std::size_t>(block_pairs(x.cols)) * kLanes;
+  auto offset = [](auto* p, std::size_t by) { return p != nullptr ? p + by : p; };
+  Activations part = x;
+  part.values = offset(x.values, first * cols);
+  part.bf16_values = offset(x.bf16_values, first * cols);
+  part.quants = offset(x.quants, first * cols);
+  part.scale_lanes = offset(x.scale_lanes, first * lanes);
+  part.nibble_offsets = offset(x.nibble_offsets, first * lanes);
+  part.byte_offsets = offset(x.byte_offsets, first * lanes);
+  part.sum_lanes = offset(x.sum_lanes, first * lanes);
+  part.k_quants = offset(x.k_quants, first * cols);
+  part.k_scales = offset(x.k_scales, first * (cols / kSuperBlock));
+  part.k_sums = offset(x.k_sums, first * (cols / 16));
+  part.batch = slice.tokens;
+  return part;
+}
+
+// The gate function of `tokens` rows of hidden [begin, end), each row
+// `width` wide, with their up rows.
+void gate_rows(GateActivation activation, float* hidden, const float* up, int tokens, std::size_t width,
+               std::size_t begin, std::size_t end) {
+  const int n = static_cast<int>(end - begin);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(tokens); ++t) {
+    float* row = hidden + t * width + begin;
+    const float* up_row = up + t * width + begin;
+    if (activation == GateActivation::silu) {
+      silu_mul(row, up_row, n);
+    } else if (activation == GateActivation::silu_ggml) {
+      silu_mul_ggml(row, up_row, n);
+    } else {
+      gelu_tanh_mul(row, up_row, n);
+    }
+  }
+}
+
+// Runs fn(product, from, to) for the rows [from, to) of each product that
+// [begin, end) of all their rows, one product after another, covers.
+template <class Products, class Rows, class Fn>
+void for_rows_of(const Products& products, Rows rows_of, std::size_t begin, std::size_t end, Fn fn) {
+  std::size_t first = 0;
+  for (const auto& p : products) {
+    const std::size_t last = first + rows_of(p);
+    const std::size_t from = std::max(begin, first), to = std::min(end, last);
+    if (from < to) fn(p, from - first, to - first);
+    first = last;
+  }
+}
+
 // Threads take this many weight rows at least: a few register tiles.
 constexpr std::size_t kMinRowsPerChunk = 16;
 
@@ -196,52 +249,67 @@ void matmul_group(ThreadPool& pool, const float* x, int batch, int cols, std::sp
   const Activations activations = prepare(pool, x, batch, cols, needs);
   // The products' rows, one after another, are split among threads; each
   // weight row is read once per batch.
+  auto rows = [](const Product& p) { return static_cast<std::size_t>(p.w->rows); };
   pool.parallel_for(
       total_rows,
       [&](std::size_t begin, std::size_t end) {
-        std::size_t first = 0;
-        for (const Product& p : products) {
-          const std::size_t last = first + static_cast<std::size_t>(p.w->rows);
-          const std::size_t from = std::max(begin, first), to = std::min(end, last);
-          if (from < to) {
-            kernel_for(p.w->type)(*p.w, activations, p.out, static_cast<int>(from - first),
-                                  static_cast<int>(to - first));
-          }
-          first = last;
-        }
+        for_rows_of(products, rows, begin, end, [&](const Product& p, std::size_t from, std::size_t to) {
+          kernel_for(p.w->type)(*p.w, activations, p.out, static_cast<int>(from), static_cast<int>(to));
+        });
+      },
+      kMinRowsPerChunk);
+}
+
+void matmul_slices(ThreadPool& pool, const float* x, int batch, int cols, std::span<const SliceProduct> products) {
+  InputNeeds needs;
+  std::size_t total_rows = 0;
+  for (const SliceProduct& p : products) {
+    if (p.w->cols != cols) throw std::invalid_argument("matmul_slices: a weight's columns differ from the input's");
+    needs.add(*p.w);
+    total_rows += static_cast<std::size_t>(p.w->rows);
+  }
+  const Activations activations = prepare(pool, x, batch, cols, needs);
+  auto rows = [](const SliceProduct& p) { return static_cast<std::size_t>(p.w->rows); };
+  pool.parallel_for(
+      total_rows,
+      [&](std::size_t begin, std::size_t end) {
+        for_rows_of(products, rows, begin, end, [&](const SliceProduct& p, std::size_t from, std::size_t to) {
+          kernel_for(p.w->type)(*p.w, tokens_of(activations, p.slice), p.out, static_cast<int>(from),
+                                static_cast<int>(to));
+        });
       },
       kMinRowsPerChunk);
 }
 
 void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const float* x, int batch, const Matrix& gate,
                   const Matrix& up, GateActivation activation) {
-  if (gate.rows != up.rows || gate.cols != up.cols) {
-    throw std::invalid_argument("gated_matmul: the gate and up matrices differ in shape");
-  }
+  const GatedSlice whole{{0, batch}, &gate, &up, hidden, up_scratch};
+  gated_matmul_slices(pool, x, batch, gate.cols, {&whole, 1}, activation);
+}
+
+void gated_matmul_slices(ThreadPool& pool, const float* x, int batch, int cols, std::span<const GatedSlice> products,
+                         GateActivation activation) {
   InputNeeds needs;
-  needs.add(gate);
-  needs.add(up);
-  const Activations activations = prepare(pool, x, batch, gate.cols, needs);
-  const auto width = static_cast<std::size_t>(gate.rows);
-  pool.parallel_for(
-      width,
-      [&](std::size_t begin, std::size_t end) {
-        kernel_for(gate.type)(gate, activations, hidden, static_cast<int>(begin), static_cast<int>(end));
-        kernel_for(up.type)(up, activations, up_scratch, static_cast<int>(begin), static_cast<int>(end));
-        for (std::size_t t = 0; t < static_cast<std::size_t>(batch); ++t) {
-          float* row = hidden + t * width + begin;
-          const float* up_row = up_scratch + t * width + begin;
-          const int n = static_cast<int>(end - begin);
-          if (activation == GateActivation::silu) {
-            silu_mul(row, up_row, n);
-          } else if (activation == GateActivation::silu_ggml) {
-            silu_mul_ggml(row, up_row, n);
-          } else {
-            gelu_tanh_mul(row, up_row, n);
-          }
-        }
-      },
-      kMinRowsPerChunk);
+  std::size_t total_rows = 0;
+  for (const GatedSlice& p : products) {
+    if (p.gate->rows != p.up->rows || p.gate->cols != p.up->cols || p.gate->cols != cols) {
+      throw std::invalid_argument("gated_matmul: the gate and up matrices differ in shape, or from the input");
+    }
+    needs.add(*p.gate);
+    needs.add(*p.up);
+    total_rows += static_cast<std::size_t>(p.gate->rows);
+  }
+  const Activations activations = prepare(pool, x, batch, cols, needs);
+  // A thread gates the rows it computed at once.
+  auto rows = [](const GatedSlice& p) { return static_cast<std::size_t>(p.gate->rows); };
+  pool.parallel_for(total_rows, [&](std::size_t begin, std::size_t end) {
+    for_rows_of(products, rows, begin, end, [&](const GatedSlice& p, std::size_t from, std::size_t to) {
+      const Activations part = tokens_of(activations, p.slice);
+      kernel_for(p.gate->type)(*p.gate, part, p.hidden, static_cast<int>(from), static_cast<int>(to));
+      kernel_for(p.up->type)(*p.up, part, p.up_scratch, static_cast<int>(from), static_cast<int>(to));
+      gate_rows(activation, p.hidden, p.up_scratch, p.slice.tokens, rows(p), from, to);
+    });
+  });
 }
 
 float dot(const float* a, const float* b, int n) { return active_kernels().dot(a, b, n); }

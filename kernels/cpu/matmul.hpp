@@ -44,6 +44,35 @@ void matmul_group(ThreadPool& pool, const float* x, int batch, int cols, std::sp
 // silu_ggml: silu_mul_ggml (ops.hpp).
 enum class GateActivation { silu, silu_ggml, gelu_tanh };
 
+// Consecutive tokens [first_token, first_token + tokens) of a batch.
+struct TokenSlice {
+  int first_token = 0;
+  int tokens = 0;
+};
+
+// One product of a batch's slice (matmul_slices).
+struct SliceProduct {
+  TokenSlice slice;
+  const Matrix* w = nullptr;
+  float* out = nullptr;  // (slice.tokens, w->rows)
+};
+
+// Several products, each of its own slice of x (batch, cols), in one pass
+// of the pool after x is prepared once: a mixture of experts' experts, each
+// over the tokens routed to it, cost one wait for the pool instead of one
+// each. Every w has `cols` columns; each out equals what matmul gives for
+// its w and its slice alone.
+void matmul_slices(ThreadPool& pool, const float* x, int batch, int cols, std::span<const SliceProduct> products);
+
+// One gated product of a batch's slice (gated_matmul_slices).
+struct GatedSlice {
+  TokenSlice slice;
+  const Matrix* gate = nullptr;
+  const Matrix* up = nullptr;   // gate's shape
+  float* hidden = nullptr;      // (slice.tokens, gate->rows)
+  float* up_scratch = nullptr;  // (slice.tokens, gate->rows)
+};
+
 // hidden = silu(x gate^T) * (x up^T) elementwise (the feed-forward's
 // SwiGLU), in one pass of the pool: a thread gates the rows it computed at
 // once. up_scratch receives x up^T. gate and up have the same shape.
@@ -52,6 +81,12 @@ enum class GateActivation { silu, silu_ggml, gelu_tanh };
 // gelu_tanh_mul).
 void gated_matmul(ThreadPool& pool, float* hidden, float* up_scratch, const float* x, int batch, const Matrix& gate,
                   const Matrix& up, GateActivation activation = GateActivation::silu);
+
+// gated_matmul of several slices of x (batch, cols) in one pass of the
+// pool, as matmul_slices; each hidden equals what gated_matmul gives for
+// its slice alone.
+void gated_matmul_slices(ThreadPool& pool, const float* x, int batch, int cols, std::span<const GatedSlice> products,
+                         GateActivation activation);
 
 // Dot product of a[n] and b[n] in the canonical F32 order.
 float dot(const float* a, const float* b, int n);

@@ -51,14 +51,16 @@ cpu::Matrix expert_matrix(const cpu::Matrix& stack, int expert, int experts) {
 // of the experts' indices. llama.cpp adds them in its top-k's order: the
 // same bits for two experts (float addition commutes), the zoo's files.
 //
-// A batch runs expert by expert: the rows routed to an expert are gathered
-// and multiplied as one product, whose kernels give each row the bits it
-// would have alone, so neither the batch, the thread count nor the rank
-// that holds the expert changes a row's result.
+// A batch runs grouped by expert: the rows routed to each expert are
+// gathered, one expert's after another's, and each expert's are multiplied
+// as one product of that slice, every expert's in one pass of the pool
+// (gated_matmul_slices, then matmul_slices). The kernels give each row the
+// bits it would have alone, so neither the batch, the thread count nor the
+// rank that holds the expert changes a row's result.
 class RoutedFeedForward final : public ExpertMixture {
  public:
   RoutedFeedForward(const ModelConfig& c, cpu::ThreadPool& pool, cpu::GateActivation activation)
-      : config_(c), pool_(pool), dense_(c, pool, activation), rows_by_expert_(static_cast<std::size_t>(c.n_experts)) {}
+      : config_(c), pool_(pool), activation_(activation), rows_by_expert_(static_cast<std::size_t>(c.n_experts)) {}
 
   void run(const LayerWeights& w, const float* x, float* out, int batch) override {
     route(w, x, batch);
@@ -176,30 +178,59 @@ class RoutedFeedForward final : public ExpertMixture {
   }
 
   // *slot_out_[i] = expert slot_experts_[i]'s output for *slot_rows_[i]:
-  // each expert's rows gathered and run as one product.
+  // the slots gathered by expert, each expert's a slice of one batch.
   void run_expert_rows(const LayerWeights& w) {
+    group_by_expert(w);
+    if (picked_.empty()) return;
+    const auto rows = picked_.size();
+    const auto hidden = static_cast<std::size_t>(config_.hidden_dim);
+    inputs_.resize(rows * dim());
+    for (std::size_t r = 0; r < rows; ++r) std::copy_n(slot_rows_[picked_[r]], dim(), &inputs_[r * dim()]);
+    hidden_.resize(rows * hidden);
+    up_.resize(rows * hidden);
+    outputs_.resize(rows * dim());
+    gated_.clear();
+    down_.clear();
+    for (const Group& g : groups_) {
+      const auto first = static_cast<std::size_t>(g.slice.first_token);
+      gated_.push_back({g.slice, &g.w1, &g.w3, &hidden_[first * hidden], &up_[first * hidden]});
+      down_.push_back({g.slice, &g.w2, &outputs_[first * dim()]});
+    }
+    const int batch = static_cast<int>(rows);
+    cpu::gated_matmul_slices(pool_, inputs_.data(), batch, config_.dim, gated_, activation_);
+    cpu::matmul_slices(pool_, hidden_.data(), batch, config_.hidden_dim, down_);
+    for (std::size_t r = 0; r < rows; ++r) std::copy_n(&outputs_[r * dim()], dim(), slot_out_[picked_[r]]);
+  }
+
+  // picked_: the slots in the order of their experts (by slot within
+  // one); groups_: each expert's slice of them, with its matrices.
+  void group_by_expert(const LayerWeights& w) {
+    picked_.clear();
+    groups_.clear();
     for (int e = 0; e < config_.n_experts; ++e) {
-      picked_.clear();  // slots routed to e, in order
+      const std::size_t first = picked_.size();
       for (std::size_t i = 0; i < slot_experts_.size(); ++i) {
         if (slot_experts_[i] == e) picked_.push_back(i);
       }
-      if (picked_.empty()) continue;
-      rows_by_expert_[static_cast<std::size_t>(e)] += picked_.size();
-      inputs_.resize(picked_.size() * dim());
-      for (std::size_t r = 0; r < picked_.size(); ++r) std::copy_n(slot_rows_[picked_[r]], dim(), &inputs_[r * dim()]);
-      LayerWeights expert;
-      expert.w1 = expert_matrix(w.w1, e, config_.n_experts);
-      expert.w2 = expert_matrix(w.w2, e, config_.n_experts);
-      expert.w3 = expert_matrix(w.w3, e, config_.n_experts);
-      outputs_.resize(picked_.size() * dim());
-      dense_.run(expert, inputs_.data(), outputs_.data(), static_cast<int>(picked_.size()));
-      for (std::size_t r = 0; r < picked_.size(); ++r) std::copy_n(&outputs_[r * dim()], dim(), slot_out_[picked_[r]]);
+      const std::size_t count = picked_.size() - first;
+      if (count == 0) continue;
+      rows_by_expert_[static_cast<std::size_t>(e)] += count;
+      groups_.push_back({{static_cast<int>(first), static_cast<int>(count)},
+                         expert_matrix(w.w1, e, config_.n_experts),
+                         expert_matrix(w.w2, e, config_.n_experts),
+                         expert_matrix(w.w3, e, config_.n_experts)});
     }
   }
 
+  // One expert's slice of the gathered rows, and its matrices.
+  struct Group {
+    cpu::TokenSlice slice;
+    cpu::Matrix w1, w2, w3;
+  };
+
   ModelConfig config_;
   cpu::ThreadPool& pool_;
-  DenseFeedForward dense_;                   // one expert's rows at a time
+  cpu::GateActivation activation_;
   int batch_ = 0;                            // rows of the routed batch
   cpu::AlignedVector<float> probabilities_;  // (batch, n_experts)
   std::vector<Choice> choices_;              // (batch, n_experts_used)
@@ -210,8 +241,13 @@ class RoutedFeedForward final : public ExpertMixture {
   std::vector<const float*> slot_rows_;
   std::vector<float*> slot_out_;
   std::vector<std::uint64_t> rows_by_expert_;
-  std::vector<std::size_t> picked_;  // indices into the slots
-  cpu::AlignedVector<float> inputs_;   // (rows, dim) routed to one expert
+  std::vector<std::size_t> picked_;  // indices into the slots, by expert
+  std::vector<Group> groups_;
+  std::vector<cpu::GatedSlice> gated_;
+  std::vector<cpu::SliceProduct> down_;
+  cpu::AlignedVector<float> inputs_;   // (rows, dim): the picked slots' rows
+  cpu::AlignedVector<float> hidden_;   // (rows, hidden_dim)
+  cpu::AlignedVector<float> up_;       // (rows, hidden_dim)
   cpu::AlignedVector<float> outputs_;  // (rows, dim)
 };
 
