@@ -211,7 +211,7 @@ Status check_shard(const NodeState& s, const Model& shard, const NodeAssignment&
   }
   std::vector<std::string> session = assignment.tensor_digests;
   if (auto differs = merge_digests(session, shard.tensor_digests())) {
-    return Error(ErrorCode::architecture, model + weight_name(weight_at(shard.config(), *differs)) + " differs");
+    return Error(ErrorCode::architecture, model + digest_name(shard.config(), *differs) + " differs");
   }
   return {};
 }

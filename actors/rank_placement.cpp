@@ -216,7 +216,7 @@ Status NodePlacement::on_node_or_spare(int r, const std::function<Status()>& att
 Status NodePlacement::identify_from_shards(SessionActors& session) {
   const Model& model = *session.model;
   const ModelConfig& config = model.config();
-  std::vector<std::string> digests(tensor_count(config));
+  std::vector<std::string> digests(digest_count(config));
   for (int r = 0; r < session.layout->partition.ranks(); ++r) {
     std::vector<std::string> shard;
     Status read = on_node_or_spare(r, [&] { return shard_digests(session, r, shard); });
@@ -227,7 +227,7 @@ Status NodePlacement::identify_from_shards(SessionActors& session) {
     }
     if (auto differs = merge_digests(digests, shard)) {
       return Error(ErrorCode::architecture, node + " has another model than the nodes before it: its " +
-                                                weight_name(weight_at(config, *differs)) + " differs");
+                                                digest_name(config, *differs) + " differs");
     }
   }
   auto identity = combine_identity(config, digests);

@@ -5,14 +5,18 @@
 // an expert route that aborts or poisons, then heals, like any other.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/distributed_session.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/agreement/transaction_plan.hpp"
 #include "runtime/fault/fault_plan.hpp"
+#include "runtime/model/identity.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/rank/expert_placement.hpp"
 #include "runtime/rank/partition.hpp"
@@ -112,10 +116,11 @@ std::vector<float> greedy_logits(AnySession& session, int vocab) {
   return all;
 }
 
-class ExpertParallel : public testing::TestWithParam<const char*> {
+// Sessions over one model whose experts spread over in-process ranks.
+class SpreadExperts : public testing::Test {
  protected:
-  void SetUp() override {
-    auto model = Model::load((test::shared_dir() / "models" / "zoo" / GetParam()).string());
+  void load(const std::filesystem::path& path) {
+    auto model = Model::load(path.string());
     ASSERT_TRUE(model) << model.error().message();
     model_ = std::make_unique<Model>(std::move(*model));
   }
@@ -138,38 +143,54 @@ class ExpertParallel : public testing::TestWithParam<const char*> {
   }
   int vocab() const { return model_->config().vocab_size; }
 
+  // The same bits as one rank for each (ranks, expert ranks), and the same
+  // rows for each expert: the report's counts, summed over the ranks, are
+  // one rank's, and every rank computed some.
+  void expect_one_ranks_bits(const std::vector<std::pair<int, int>>& placements) {
+    Session one(*model_, pool_);
+    const std::vector<float> expected = greedy_logits(one, vocab());
+    ASSERT_FALSE(expected.empty());
+    const auto one_rank_rows = one.report().expert_rows;
+    ASSERT_EQ(one_rank_rows.size(), 1u);
+    for (const auto& [ranks, expert_ranks] : placements) {
+      auto session = spread(ranks, expert_ranks);
+      ASSERT_NE(session, nullptr);
+      EXPECT_TRUE(test::bit_identical(greedy_logits(*session, vocab()), expected))
+          << ranks << " ranks, experts over " << expert_ranks;
+      auto report = session->report();
+      ASSERT_TRUE(report) << report.error().message();
+      ASSERT_EQ(report->expert_rows.size(), static_cast<std::size_t>(ranks));
+      std::vector<std::uint64_t> summed(one_rank_rows[0].size());
+      for (const auto& rank_rows : report->expert_rows) {
+        ASSERT_EQ(rank_rows.size(), summed.size());
+        std::uint64_t rank_total = 0;
+        for (std::size_t e = 0; e < summed.size(); ++e) {
+          summed[e] += rank_rows[e];
+          rank_total += rank_rows[e];
+        }
+        EXPECT_GT(rank_total, 0u);
+      }
+      EXPECT_EQ(summed, one_rank_rows[0]) << ranks << " ranks, experts over " << expert_ranks;
+    }
+  }
+
   std::unique_ptr<Model> model_;
   cpu::ThreadPool pool_{2};
 };
 
-// The same bits, and the same rows for each expert: the report's counts,
-// summed over the ranks, are one rank's, and every rank computed some.
-TEST_P(ExpertParallel, EveryPlacementGivesOneRanksBits) {
-  Session one(*model_, pool_);
-  const std::vector<float> expected = greedy_logits(one, vocab());
-  ASSERT_FALSE(expected.empty());
-  const auto one_rank_rows = one.report().expert_rows;
-  ASSERT_EQ(one_rank_rows.size(), 1u);
-  for (const auto& [ranks, expert_ranks] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{3, 3}}) {
-    auto session = spread(ranks, expert_ranks);
-    ASSERT_NE(session, nullptr);
-    EXPECT_TRUE(test::bit_identical(greedy_logits(*session, vocab()), expected))
-        << ranks << " ranks, experts over " << expert_ranks;
-    auto report = session->report();
-    ASSERT_TRUE(report) << report.error().message();
-    ASSERT_EQ(report->expert_rows.size(), static_cast<std::size_t>(ranks));
-    std::vector<std::uint64_t> summed(one_rank_rows[0].size());
-    for (const auto& rank_rows : report->expert_rows) {
-      ASSERT_EQ(rank_rows.size(), summed.size());
-      std::uint64_t rank_total = 0;
-      for (std::size_t e = 0; e < summed.size(); ++e) {
-        summed[e] += rank_rows[e];
-        rank_total += rank_rows[e];
-      }
-      EXPECT_GT(rank_total, 0u);
-    }
-    EXPECT_EQ(summed, one_rank_rows[0]) << ranks << " ranks, experts over " << expert_ranks;
-  }
+// The zoo's mixture-of-experts files (three blocks each).
+class ExpertParallel : public SpreadExperts, public testing::WithParamInterface<const char*> {
+ protected:
+  void SetUp() override { load(test::shared_dir() / "models" / "zoo" / GetParam()); }
+};
+
+TEST_P(ExpertParallel, EveryPlacementGivesOneRanksBits) { expect_one_ranks_bits({{2, 2}, {3, 2}, {3, 3}}); }
+
+// Four blocks of eight experts (tests/zoo/make_zoo_f32.sh writes them):
+// four ranks, the experts over two, three or all four of them.
+TEST_F(SpreadExperts, FourRanksZooF32GiveOneRanksBits) {
+  load(test::zoo_f32_dir() / "four-blocks" / "qwen3moe-f32.gguf");
+  expect_one_ranks_bits({{4, 2}, {4, 3}, {4, 4}});
 }
 
 // A helper that fails while it serves aborts the step: every rank restores,
@@ -225,8 +246,8 @@ TEST_P(ExpertParallel, ALostHelperPoisonsAndHealingBringsItBack) {
 
 // Three `accord node` processes, each block's experts over all three, give
 // one rank's bits. Each node keeps a third of every block's experts: its
-// weight share counts only those, and the pages of the others, digested
-// once, are let go (docs/residency.md).
+// weight share counts only those, and the others' pages are never mapped
+// in (docs/residency.md).
 TEST_P(ExpertParallel, ThreeNodesWithTheExpertsSpreadGiveOneRanksBits) {
   test::TempDir logs;
   std::vector<std::unique_ptr<test::NodeProcess>> nodes;
@@ -263,10 +284,51 @@ TEST_P(ExpertParallel, ThreeNodesWithTheExpertsSpreadGiveOneRanksBits) {
       expected += t.bytes / static_cast<std::uint64_t>(experts) * static_cast<std::uint64_t>(held);
     }
     EXPECT_EQ(share.bytes, expected) << "rank " << r;
-    // What it digested of the other experts' stacks was let go: only the
-    // pages at the edges of its slices stay beside its own.
+    // Only the pages at the edges of its slices lie beside its own.
     EXPECT_LE(share.resident_bytes, share.bytes + 3 * 3 * 2 * 4096u) << "rank " << r;
   }
+}
+
+// A rank holding a slice of each block's experts reads and digests only
+// that slice: a digest for each expert it holds, none for the others';
+// the ranks' digests together are the whole model's, and the rest of each
+// stack is never mapped in.
+TEST_P(ExpertParallel, EachRankDigestsOnlyItsExpertsAndTheRanksMakeTheWholeModel) {
+  const ModelConfig& c = model_->config();
+  const Partition partition = Partition::by_weight(*model_, 3).value();
+  const ExpertPlacement placement = ExpertPlacement::make(partition, c, 3).value();
+  const auto path = (test::shared_dir() / "models" / "zoo" / GetParam()).string();
+  std::vector<std::string> digests(digest_count(c));
+  for (int r = 0; r < 3; ++r) {
+    const WeightScope scope = placement.scope(partition, r);
+    auto shard = Model::load(path, {scope, 1});
+    ASSERT_TRUE(shard) << shard.error().message();
+    std::vector<std::string> experts_digested;
+    for (std::size_t i = 0; i < digests.size(); ++i) {
+      const std::string name = digest_name(c, i);
+      if (!shard->tensor_digests()[i].empty() && name.starts_with("expert ")) experts_digested.push_back(name);
+    }
+    std::vector<std::string> experts_held;
+    for (int unit = 0; unit < c.n_layers; ++unit) {
+      const ExpertRange held = placement.held(unit, r);
+      for (const char* stack : {"w1", "w2", "w3"}) {
+        for (int e = held.first; e < held.end(); ++e) {
+          experts_held.push_back("expert " + std::to_string(e) + " of " + stack + " of layer " + std::to_string(unit));
+        }
+      }
+    }
+    std::sort(experts_digested.begin(), experts_digested.end());
+    std::sort(experts_held.begin(), experts_held.end());
+    EXPECT_EQ(experts_digested, experts_held) << "rank " << r;
+    EXPECT_FALSE(merge_digests(digests, shard->tensor_digests())) << "rank " << r << " disagrees with another";
+    std::uint64_t held_bytes = shard->owned_floats() * sizeof(float);
+    for (const auto& [type, bytes] : shard->weight_bytes_by_type(scope)) held_bytes += bytes;
+    EXPECT_LE(shard->resident_bytes(), held_bytes + 2 * 4096u * shard->file_ranges(scope).size()) << "rank " << r;
+  }
+  EXPECT_EQ(digests, model_->tensor_digests());
+  auto identity = combine_identity(c, digests);
+  ASSERT_TRUE(identity) << identity.error().message();
+  EXPECT_EQ(*identity, model_->identity());
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, ExpertParallel, testing::Values("mixtral-Q4_K_M.gguf", "qwen3moe-Q4_K_M.gguf"));

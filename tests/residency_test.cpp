@@ -58,7 +58,7 @@ std::uint64_t total(const std::map<std::string, std::uint64_t>& bytes_by_type) {
 std::vector<std::string> digests_of_shards(const std::string& path, int ranks) {
   const Model whole = Model::load(path).value();
   const Partition partition = Partition::balanced(whole.config().n_layers, ranks).value();
-  std::vector<std::string> digests(tensor_count(whole.config()));
+  std::vector<std::string> digests(digest_count(whole.config()));
   for (int r = 0; r < ranks; ++r) {
     auto shard = Model::load(path, {partition.scope(r), 2});
     EXPECT_TRUE(shard) << shard.error().message();
@@ -104,7 +104,7 @@ TEST(ShardIdentity, AMissingOrDisagreeingDigestIsRefused) {
   std::vector<std::string> merged = model.tensor_digests();
   EXPECT_EQ(merge_digests(merged, other), std::optional<std::size_t>(0));
   EXPECT_EQ(merged, model.tensor_digests()) << "a refused merge changes nothing";
-  EXPECT_EQ(weight_name(weight_at(model.config(), 0)), "the token embedding");
+  EXPECT_EQ(digest_name(model.config(), 0), "the token embedding");
 }
 
 TEST(ShardLoad, ReadsOnlyItsOwnTensors) {

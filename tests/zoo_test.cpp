@@ -161,7 +161,7 @@ TEST_P(ZooF32, ShardsOfThreeRanksMakeTheWholeModel) {
   Transformer reference(*whole, pool_);
   KvCache cache(c, 0, c.n_layers);
   const auto expected = test::to_vector(*reference.forward(prompt, 0, cache));
-  std::vector<std::string> digests(tensor_count(c));
+  std::vector<std::string> digests(digest_count(c));
   std::vector<float> hidden;
   for (int r = 0; r < 3; ++r) {
     const WeightScope scope = partition.scope(r);

@@ -72,65 +72,88 @@ TensorResult digest_tensor(const WeightTensor& tensor, bool release, const std::
   return result;
 }
 
-// Lets go of the pages of the experts a scope does not hold in the expert
-// stacks it digested whole (WeightScope::experts): steps never read them.
-void release_other_experts(const ModelConfig& c, const WeightScope& scope, const std::vector<WeightTensor>& tensors) {
-  if (scope.experts.empty()) return;
-  for (const WeightTensor& tensor : tensors) {
-    if (!is_expert_stack(c, tensor.id.kind)) continue;
-    const cpu::Matrix& stack = *tensor.matrix;
-    const std::size_t expert_bytes = stack.bytes() / static_cast<std::size_t>(c.n_experts);
-    const ExpertRange held = scope.experts_of(tensor.id.layer, c.n_experts);
-    const auto* begin = static_cast<const std::byte*>(stack.data);
-    release_mapped_pages(begin, static_cast<std::size_t>(held.first) * expert_bytes);
-    const std::size_t kept_end = static_cast<std::size_t>(held.end()) * expert_bytes;
-    release_mapped_pages(begin + kept_end, stack.bytes() - kept_end);
+// One entry of a model's digest list and what it digests: a tensor, or
+// one expert's rows of a routed block's expert stack.
+struct DigestPart {
+  std::size_t index;  // in the digest list
+  WeightTensor tensor;
+};
+
+// The entries of a model's digest list, in canonical order: each weight,
+// but each expert of an expert stack apart, so that ranks holding
+// different experts of a block each read and digest only theirs.
+struct DigestEntry {
+  WeightId id;
+  int expert = -1;  // of an expert stack; -1: the whole tensor
+};
+std::vector<DigestEntry> digest_entries(const ModelConfig& c) {
+  std::vector<DigestEntry> entries;
+  for (const WeightId& id : canonical_weights(c)) {
+    if (!is_expert_stack(c, id.kind)) {
+      entries.push_back({id});
+      continue;
+    }
+    for (int expert = 0; expert < c.n_experts; ++expert) entries.push_back({id, expert});
   }
+  return entries;
 }
 
-// What a tensor takes as stored.
-std::uint64_t tensor_bytes(const WeightTensor& tensor) {
-  return tensor.matrix != nullptr ? tensor.matrix->bytes() : tensor.length * sizeof(float);
+// What `tensors` (weight_tensors, canonical order) come to as entries of
+// the digest list: an expert stack's held experts each apart.
+std::vector<DigestPart> digest_parts(const ModelConfig& c, const std::vector<WeightTensor>& tensors) {
+  const std::vector<DigestEntry> entries = digest_entries(c);
+  std::vector<DigestPart> parts;
+  std::size_t at = 0;
+  for (const WeightTensor& tensor : tensors) {
+    while (!(entries[at].id == tensor.id)) ++at;
+    if (!is_expert_stack(c, tensor.id.kind)) {
+      parts.push_back({at, tensor});
+      continue;
+    }
+    const int expert_rows = tensor.matrix->rows / c.n_experts;
+    for (int row = tensor.first_row; row < tensor.first_row + tensor.rows; row += expert_rows) {
+      WeightTensor expert = tensor;
+      expert.first_row = row;
+      expert.rows = expert_rows;
+      parts.push_back({at + static_cast<std::size_t>(row / expert_rows), expert});
+    }
+  }
+  return parts;
 }
 
-// Digests `tensors` on `threads` threads, each taking the next tensor not
-// yet taken.
-std::vector<TensorResult> digest_tensors(const ModelContents& contents, const std::vector<WeightTensor>& tensors,
-                                         const ModelLoad& load, const std::string& name,
-                                         const TensorNamer& tensor_name) {
+// Digests `parts` on `threads` threads, each taking the next part not yet
+// taken.
+std::vector<TensorResult> digest_each(const ModelContents& contents, const std::vector<DigestPart>& parts,
+                                      const ModelLoad& load, const std::string& name, const TensorNamer& tensor_name) {
   // Rank 0 looks up a few rows of the embedding each step; unless it is
   // also the classifier, nothing else reads it.
   const ModelConfig& c = contents.config;
   const bool lookup_only = embedding_is_lookup_only(c, load.scope);
-  std::vector<TensorResult> results(tensors.size());
+  std::vector<TensorResult> results(parts.size());
   std::atomic<std::size_t> next{0};
   std::uint64_t total = 0, done = 0;
-  for (const WeightTensor& tensor : tensors) total += tensor_bytes(tensor);
+  for (const DigestPart& part : parts) total += part.tensor.bytes();
   std::mutex progress_mutex;
   auto work = [&] {
-    for (std::size_t i = next++; i < tensors.size(); i = next++) {
-      const bool release = load.mapped && lookup_only && tensors[i].id.kind == WeightKind::token_embedding;
-      results[i] = digest_tensor(tensors[i], release, name, tensor_name);
+    for (std::size_t i = next++; i < parts.size(); i = next++) {
+      const WeightTensor& tensor = parts[i].tensor;
+      const bool release = load.mapped && lookup_only && tensor.id.kind == WeightKind::token_embedding;
+      results[i] = digest_tensor(tensor, release, name, tensor_name);
       if (!load.progress) continue;
       std::lock_guard lock(progress_mutex);
-      done += tensor_bytes(tensors[i]);
+      done += tensor.bytes();
       load.progress(done, total);
     }
   };
   std::vector<std::thread> helpers;
-  const auto extra = std::min<std::size_t>(static_cast<std::size_t>(std::max(load.threads, 1)) - 1, tensors.size());
+  const auto extra = std::min<std::size_t>(static_cast<std::size_t>(std::max(load.threads, 1)) - 1, parts.size());
   for (std::size_t t = 0; t < extra; ++t) helpers.emplace_back(work);
   work();
   for (std::thread& helper : helpers) helper.join();
   return results;
 }
 
-}  // namespace
-
-std::size_t tensor_count(const ModelConfig& config) { return canonical_weights(config).size(); }
-
-WeightId weight_at(const ModelConfig& config, std::size_t index) { return canonical_weights(config).at(index); }
-
+// How errors name a weight whatever the format: "wq of layer 3".
 std::string weight_name(WeightId id) {
   static const char* const names[] = {"the token embedding",
                                       "rms_att",
@@ -157,22 +180,28 @@ std::string weight_name(WeightId id) {
   return id.layer < 0 ? kind : kind + " of layer " + std::to_string(id.layer);
 }
 
+}  // namespace
+
+std::size_t digest_count(const ModelConfig& config) { return digest_entries(config).size(); }
+
+std::string digest_name(const ModelConfig& config, std::size_t index) {
+  const DigestEntry entry = digest_entries(config).at(index);
+  const std::string weight = weight_name(entry.id);
+  return entry.expert < 0 ? weight : "expert " + std::to_string(entry.expert) + " of " + weight;
+}
+
 Status identify(ModelContents& contents, std::span<const std::byte> bytes, const std::string& name,
                 const TensorNamer& tensor_name, const ModelLoad& load) {
   const ModelConfig& c = contents.config;
   contents.scope = load.scope;
   const auto tensors = weight_tensors(c, contents.weights, contents.scope);
   if (load.mapped && !load.scope.holds_everything(c)) confine_mapping(bytes, tensor_ranges(tensors, bytes));
-  auto results = digest_tensors(contents, tensors, load, name, tensor_name);
-  if (load.mapped) release_other_experts(c, contents.scope, tensors);
-  // The scope's tensors are a subsequence of the canonical order.
-  const std::vector<WeightId> all = canonical_weights(c);
-  contents.tensor_digests.assign(all.size(), std::string());
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
+  const std::vector<DigestPart> parts = digest_parts(c, tensors);
+  auto results = digest_each(contents, parts, load, name, tensor_name);
+  contents.tensor_digests.assign(digest_count(c), std::string());
+  for (std::size_t i = 0; i < parts.size(); ++i) {
     if (results[i].failure) return *results[i].failure;
-    while (!(all[at] == tensors[i].id)) ++at;
-    contents.tensor_digests[at] = std::move(results[i].digest);
+    contents.tensor_digests[parts[i].index] = std::move(results[i].digest);
   }
   if (!contents.scope.holds_everything(c)) return {};
   auto identity = combine_identity(c, contents.tensor_digests);
@@ -182,9 +211,9 @@ Status identify(ModelContents& contents, std::span<const std::byte> bytes, const
 }
 
 Result<std::string> combine_identity(const ModelConfig& c, const std::vector<std::string>& digests) {
-  if (digests.size() != tensor_count(c)) {
-    return Error(ErrorCode::contract, "a model of this shape has " + std::to_string(tensor_count(c)) +
-                                          " tensors, not " + std::to_string(digests.size()));
+  if (digests.size() != digest_count(c)) {
+    return Error(ErrorCode::contract, "a model of this shape has " + std::to_string(digest_count(c)) +
+                                          " digests, not " + std::to_string(digests.size()));
   }
   FastDigest digest;
   digest.update("accord-model-identity-2", 23);
@@ -204,7 +233,7 @@ Result<std::string> combine_identity(const ModelConfig& c, const std::vector<std
   if (c.routed()) digest.update_value(c.n_experts).update_value(c.n_experts_used);
   for (std::size_t i = 0; i < digests.size(); ++i) {
     if (digests[i].size() != 32) {
-      return Error(ErrorCode::contract, "no digest of " + weight_name(weight_at(c, i)) + " was given");
+      return Error(ErrorCode::contract, "no digest of " + digest_name(c, i) + " was given");
     }
     digest.update(digests[i].data(), digests[i].size());
   }

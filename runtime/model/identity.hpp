@@ -3,11 +3,11 @@
 // model in two formats has one identity (docs/residency.md). Prompt caches
 // record it and refuse to load into any other model; nodes check it.
 //
-// Each tensor's digest covers its values as floats. The identity covers
-// the configuration and the list of tensor digests, so a rank that reads
-// only its own tensors can check them against the list without reading the
-// rest, and the list of a whole model can be put together from the shards
-// of its ranks.
+// Each tensor's digest covers its values as floats; an expert stack has a
+// digest per expert. The identity covers the configuration and the list
+// of digests, so a rank that reads only its own tensors (and experts) can
+// check them against the list without reading the rest, and the list of a
+// whole model can be put together from the shards of its ranks.
 #pragma once
 
 #include <cstddef>
@@ -26,18 +26,17 @@ namespace accord {
 // How a file names one of its weights, for errors.
 using TensorNamer = std::function<std::string(WeightId id)>;
 
-// How many tensors a model shaped like `config` has: the length of its
-// digest list.
-std::size_t tensor_count(const ModelConfig& config);
+// How many digests a model shaped like `config` has: one per tensor, but
+// one per expert of a routed block's expert stack, so that ranks holding
+// different experts of a block each digest only theirs (docs/residency.md).
+std::size_t digest_count(const ModelConfig& config);
 
-// The tensor at `index` of the canonical order; index < tensor_count.
-WeightId weight_at(const ModelConfig& config, std::size_t index);
+// How errors name digest `index` < digest_count: "wq of layer 3", "expert
+// 5 of w1 of layer 2".
+std::string digest_name(const ModelConfig& config, std::size_t index);
 
-// How errors name a weight whatever the format: "wq of layer 3".
-std::string weight_name(WeightId id);
-
-// Sets contents.tensor_digests (32 hex digits, XXH3-128, per tensor the
-// scope holds; empty for the others) and, when the scope holds every
+// Sets contents.tensor_digests (32 hex digits, XXH3-128, per digest the
+// scope holds, digest_count in all; empty for the others) and, when the scope holds every
 // tensor, contents.identity, in one pass over the weights read that also
 // refuses (format error) a weight that is NaN or infinite: the file is
 // damaged, and the model would generate garbage. The scope and the number

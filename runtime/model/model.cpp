@@ -130,6 +130,19 @@ WeightSlot weight_slot(ModelWeights& w, WeightId id) {
   }
 }
 
+namespace {
+
+// The rows of `matrix`, weight `id`, that `scope` holds: of an expert
+// stack, whose rows are its experts' one after another, the held experts'.
+std::pair<int, int> held_rows(const ModelConfig& c, const WeightScope& scope, WeightId id, const cpu::Matrix& matrix) {
+  if (!is_expert_stack(c, id.kind)) return {0, matrix.rows};
+  const int expert_rows = matrix.rows / c.n_experts;
+  const ExpertRange held = scope.experts_of(id.layer, c.n_experts);
+  return {held.first * expert_rows, held.count * expert_rows};
+}
+
+}  // namespace
+
 std::vector<WeightTensor> weight_tensors(const ModelConfig& c, const ModelWeights& w, const WeightScope& scope) {
   std::vector<WeightTensor> tensors;
   // weight_slot only locates; nothing is written through it here.
@@ -138,7 +151,8 @@ std::vector<WeightTensor> weight_tensors(const ModelConfig& c, const ModelWeight
     if (!scope.holds(c, id)) continue;
     const WeightSlot slot = weight_slot(weights, id);
     if (slot.matrix != nullptr) {
-      tensors.push_back({id, slot.matrix, nullptr, 0});
+      const auto [first_row, rows] = held_rows(c, scope, id, *slot.matrix);
+      tensors.push_back({id, slot.matrix, nullptr, 0, first_row, rows});
     } else {
       tensors.push_back({id, nullptr, *slot.vector, vector_length(c, id.kind)});
     }
@@ -165,8 +179,9 @@ void for_each_piece(const WeightTensor& tensor, std::vector<float>& scratch,
   const bool in_place =
       m.type == cpu::WeightType::f32 && reinterpret_cast<std::uintptr_t>(m.data) % alignof(float) == 0;
   const int rows_per_piece = static_cast<int>(std::max<std::size_t>(1, kPieceFloats / cols));
-  for (int row = 0; row < m.rows; row += rows_per_piece) {
-    const int rows = std::min(rows_per_piece, m.rows - row);
+  const int end = tensor.first_row + tensor.rows;
+  for (int row = tensor.first_row; row < end; row += rows_per_piece) {
+    const int rows = std::min(rows_per_piece, end - row);
     const std::size_t first = static_cast<std::size_t>(row) * cols, count = static_cast<std::size_t>(rows) * cols;
     if (in_place) {
       fn({tensor.id, reinterpret_cast<const float*>(m.data) + first, count, first, total});
@@ -184,21 +199,10 @@ void for_each_weight(const ModelConfig& c, const ModelWeights& w,
   for (const WeightTensor& tensor : weight_tensors(c, w)) for_each_piece(tensor, scratch, fn);
 }
 
-std::uint64_t held_bytes(const ModelConfig& c, const WeightScope& scope, const WeightTensor& tensor) {
-  const std::uint64_t bytes = tensor.matrix->bytes();
-  if (!is_expert_stack(c, tensor.id.kind)) return bytes;
-  const auto experts = static_cast<std::uint64_t>(c.n_experts);
-  return bytes / experts * static_cast<std::uint64_t>(scope.experts_of(tensor.id.layer, c.n_experts).count);
-}
-
 std::map<std::string, std::uint64_t> Model::weight_bytes_by_type(const WeightScope& scope) const {
   std::map<std::string, std::uint64_t> bytes;
   for (const WeightTensor& t : weight_tensors(config(), weights(), scope)) {
-    if (t.matrix != nullptr) {
-      bytes[cpu::to_string(t.matrix->type)] += held_bytes(config(), scope, t);
-    } else {
-      bytes["F32"] += t.length * sizeof(float);
-    }
+    bytes[t.matrix != nullptr ? cpu::to_string(t.matrix->type) : "F32"] += t.bytes();
   }
   return bytes;
 }
@@ -229,9 +233,9 @@ std::uint64_t decode_weight_bytes(const Model& model) {
 }
 
 std::optional<ByteRange> tensor_range(const WeightTensor& tensor, std::span<const std::byte> bytes) {
-  const auto* data = tensor.matrix != nullptr ? static_cast<const std::byte*>(tensor.matrix->data)
+  const auto* data = tensor.matrix != nullptr ? tensor.matrix->row(tensor.first_row)
                                               : reinterpret_cast<const std::byte*>(tensor.vector);
-  const std::size_t length = tensor.matrix != nullptr ? tensor.matrix->bytes() : tensor.length * sizeof(float);
+  const std::size_t length = tensor.bytes();
   const std::byte* begin = bytes.data();
   if (data == nullptr || begin == nullptr || data < begin || data + length > begin + bytes.size()) return std::nullopt;
   return ByteRange{static_cast<std::size_t>(data - begin), length};

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
@@ -68,26 +69,34 @@ struct WeightTensor {
   const cpu::Matrix* matrix = nullptr;
   const float* vector = nullptr;  // (length), when matrix is null
   std::size_t length = 0;
+  // Of a matrix, the rows held: all of them, or of a routed block's expert
+  // stack the rows of the experts a scope holds (one range: a rank holds
+  // consecutive experts).
+  int first_row = 0;
+  int rows = 0;
+
+  // The bytes held: the rows' of a matrix, a vector's floats.
+  std::uint64_t bytes() const {
+    return matrix != nullptr ? static_cast<std::uint64_t>(rows) * matrix->row_bytes() : length * sizeof(float);
+  }
 };
 
 // Every weight tensor `scope` holds, in the canonical order
-// (canonical_weights), whatever the file layout. The index of a tensor in
-// the list of everything is its canonical index.
+// (canonical_weights), whatever the file layout, each with the rows the
+// scope holds of it. The index of a tensor in the list of everything is
+// its canonical index.
 std::vector<WeightTensor> weight_tensors(const ModelConfig& config, const ModelWeights& weights,
                                          const WeightScope& scope = WeightScope::everything());
 
-// The bytes of `tensor` (a matrix) that `scope` keeps: of a routed block's
-// expert stack, its held experts' rows only.
-std::uint64_t held_bytes(const ModelConfig& config, const WeightScope& scope, const WeightTensor& tensor);
-
-// Calls fn for every piece of `tensor`, a few whole rows at a time: where
-// they lie for floats, else dequantized into `scratch`, so a quantized
-// model never exists whole as floats.
+// Calls fn for every piece of `tensor`'s held rows, a few whole rows at a
+// time: where they lie for floats, else dequantized into `scratch`, so a
+// quantized model never exists whole as floats. A piece's `first` and
+// `total` count the whole tensor's values.
 void for_each_piece(const WeightTensor& tensor, std::vector<float>& scratch,
                     const std::function<void(const WeightPiece& piece)>& fn);
 
-// Where `tensor` lies in `bytes` (a model file's), as offsets; nullopt
-// when it lies elsewhere (a vector the Model owns).
+// Where `tensor`'s held rows lie in `bytes` (a model file's), as offsets;
+// nullopt when it lies elsewhere (a vector the Model owns).
 std::optional<ByteRange> tensor_range(const WeightTensor& tensor, std::span<const std::byte> bytes);
 
 // Where `tensors` lie in `bytes`, sorted by offset, touching ranges merged.

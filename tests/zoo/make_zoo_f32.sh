@@ -2,7 +2,9 @@
 # The ctest fixture of the ZooF32 tests: writes the model zoo's F32
 # originals into OUT with the zoo's own make_zoo.py (SHARED/models/zoo),
 # unless they are there already, and checks them against the sha256 list of
-# the zoo's README. make_zoo.py needs numpy and gguf==0.19.0: those of
+# the zoo's README. Then one more, not in the zoo: a qwen3moe of four
+# blocks of eight experts (four-blocks/qwen3moe-f32.gguf), so that experts
+# spread over four ranks (tests/expert_parallel_test.cpp). make_zoo.py needs numpy and gguf==0.19.0: those of
 # python3 (scripts/setup.sh installs them), else a virtual environment
 # beside OUT.
 #   make_zoo_f32.sh SHARED OUT
@@ -29,3 +31,7 @@ if ! (cd "$out" && sha256sum --quiet -c <<<"$expected"); then
   exit 1
 fi
 echo "make_zoo_f32.sh: $(wc -l <<<"$expected") F32 models in $out match the zoo's sha256"
+if [ ! -f "$out/four-blocks/qwen3moe-f32.gguf" ]; then
+  mkdir -p "$out/four-blocks"
+  "$python" "$zoo/make_zoo.py" "$out/four-blocks" 107 --one qwen3moe --layers 4 --experts 8 --used 2 --hidden 256 >/dev/null
+fi
