@@ -53,6 +53,8 @@ struct Totals {
   std::uint64_t power_losses = 0;
   std::uint64_t routed_steps = 0;
   std::uint64_t routed_committed = 0;
+  std::uint64_t routed_aborted = 0;
+  std::uint64_t routed_poisoned = 0;
   std::uint64_t expert_transfers = 0;
 
   void add(const accord::sim::SeedReport& report) {
@@ -63,6 +65,8 @@ struct Totals {
     power_losses += report.power_losses;
     routed_steps += static_cast<std::uint64_t>(report.routed_steps);
     routed_committed += static_cast<std::uint64_t>(report.routed_committed);
+    routed_aborted += static_cast<std::uint64_t>(report.routed_aborted);
+    routed_poisoned += static_cast<std::uint64_t>(report.routed_poisoned);
     expert_transfers += report.expert_transfers;
   }
 };
@@ -72,11 +76,13 @@ using ull = unsigned long long;
 void print_summary(std::uint64_t seeds, std::uint64_t from, const Totals& t, double seconds) {
   std::printf(
       "accord-sim: %llu seeds (%llu..%llu), %llu operations (%llu committed), %llu routed steps (%llu committed, "
-      "%llu expert transfers), %llu ranks lost, %llu power losses, %.1f s: %llu violations\n",
+      "%llu aborted, %llu poisoned; %llu expert transfers), %llu ranks lost, %llu power losses, %.1f s: "
+      "%llu violations\n",
       static_cast<ull>(seeds), static_cast<ull>(from), static_cast<ull>(from + seeds - 1),
       static_cast<ull>(t.operations), static_cast<ull>(t.committed), static_cast<ull>(t.routed_steps),
-      static_cast<ull>(t.routed_committed), static_cast<ull>(t.expert_transfers), static_cast<ull>(t.ranks_lost),
-      static_cast<ull>(t.power_losses), seconds, static_cast<ull>(t.violations));
+      static_cast<ull>(t.routed_committed), static_cast<ull>(t.routed_aborted), static_cast<ull>(t.routed_poisoned),
+      static_cast<ull>(t.expert_transfers), static_cast<ull>(t.ranks_lost), static_cast<ull>(t.power_losses), seconds,
+      static_cast<ull>(t.violations));
 }
 
 }  // namespace

@@ -347,12 +347,12 @@ class Run {
     const auto reply = cluster_.run(request);
     if (!reply) return violation(std::string(name_of(op)) + " never ended: nothing to deliver, no deadline, no reply");
     chained_ = chained_step(request, *reply);
+    const bool routed = !was_poisoned && count_routed(request, *reply);
     if (trace_) {
-      report_.trace.push_back(std::to_string(operation_) + " " + name_of(op) + ": " + name_of(reply->outcome) +
-                              (reply->message.empty() ? "" : " (" + reply->message + ")"));
+      report_.trace.push_back(std::to_string(operation_) + " " + name_of(op) + (routed ? " over experts" : "") + ": " +
+                              name_of(reply->outcome) + (reply->message.empty() ? "" : " (" + reply->message + ")"));
     }
     check_deadline(request, *reply);
-    count_routed(request, *reply);
     switch (reply->outcome) {
       case TransactionOutcome::committed:
         ++report_.committed;
@@ -430,13 +430,17 @@ class Run {
     return std::any_of(faults_.begin(), faults_.end(), [](const Fault& f) { return f.kind == FaultKind::corrupt; });
   }
 
-  // A transaction that ran (was not refused) over expert routes.
-  void count_routed(const TransactionRequest& request, const TransactionReply& reply) {
-    if (reply.outcome == TransactionOutcome::refused) return;
+  // Counts a transaction that ran over expert routes (was not refused, nor
+  // stopped by a poison it met); whether it did.
+  bool count_routed(const TransactionRequest& request, const TransactionReply& reply) {
+    if (reply.outcome == TransactionOutcome::refused) return false;
     const auto phases = phases_of(request, session_ranks_);
-    if (std::none_of(phases.begin(), phases.end(), is_expert_route)) return;
+    if (std::none_of(phases.begin(), phases.end(), is_expert_route)) return false;
     ++report_.routed_steps;
     if (reply.outcome == TransactionOutcome::committed) ++report_.routed_committed;
+    if (reply.outcome == TransactionOutcome::aborted) ++report_.routed_aborted;
+    if (reply.outcome == TransactionOutcome::poisoned) ++report_.routed_poisoned;
+    return true;
   }
 
   // Every phase decides within its status deadline, an abort within its

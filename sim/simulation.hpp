@@ -24,10 +24,12 @@ struct SeedReport {
   std::uint64_t cuts = 0;
   std::uint64_t power_losses = 0;
   // Transactions run over expert routes (a routed model, its experts over
-  // two ranks or more), those of them that committed, and the expert rows
-  // handed to a rank.
+  // two ranks or more), those of them that committed, aborted and
+  // poisoned, and the expert rows handed to a rank.
   int routed_steps = 0;
   int routed_committed = 0;
+  int routed_aborted = 0;
+  int routed_poisoned = 0;
   std::uint64_t expert_transfers = 0;
   std::vector<std::string> trace;  // with `trace`: one line per operation
 };
