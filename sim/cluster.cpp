@@ -42,27 +42,28 @@ void Cluster::Outbox::hold_back(Epoch epoch) {
   cluster_.ranks_[rank_]->held = {cluster_.now_ + wait, epoch};
 }
 
-Cluster::Cluster(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, int ranks,
+Cluster::Cluster(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, SessionRanks ranks,
                  const std::string& model_identity, std::vector<Fault> faults, Weather weather, MemEnv& disk,
                  Random& random)
     : model_(model),
       pool_(std::move(pool)),
-      partition_(Partition::balanced(model.config().n_layers, ranks).value()),
+      partition_(Partition::balanced(model.config().n_layers, static_cast<int>(ranks.ranks)).value()),
       model_identity_(model_identity),
       weather_(weather),
       disk_(disk),
       random_(random),
-      driver_(kSession, static_cast<RankId>(ranks)) {
+      driver_(kSession, ranks) {
+  stage_.expert_ranks = static_cast<int>(ranks.expert_ranks);
   // Every rank first: make_participant tells each participant the rank count, ranks().
-  for (int r = 0; r < ranks; ++r) ranks_.push_back(std::make_unique<Rank>(*this, static_cast<RankId>(r)));
-  for (int r = 0; r < ranks; ++r)
-    ranks_[static_cast<std::size_t>(r)]->participant = make_participant(*ranks_[r], r, faults);
+  for (RankId r = 0; r < ranks.ranks; ++r) ranks_.push_back(std::make_unique<Rank>(*this, r));
+  for (std::size_t r = 0; r < ranks_.size(); ++r)
+    ranks_[r]->participant = make_participant(*ranks_[r], static_cast<int>(r), faults);
 }
 
 Cluster::~Cluster() = default;
 
 std::unique_ptr<RankParticipant> Cluster::make_participant(Rank& rank, int r, const std::vector<Fault>& faults) {
-  auto worker = std::make_shared<RankWorker>(model_, pool_, partition_, r, model_identity_);
+  auto worker = std::make_shared<RankWorker>(model_, pool_, partition_, r, model_identity_, stage_);
   return std::make_unique<RankParticipant>(std::move(worker), kSession, static_cast<RankId>(ranks()), faults,
                                            rank.outbox, disk_);
 }
@@ -133,6 +134,7 @@ void Cluster::deliver_one(const Link& link) {
   auto& queue = links_.at(link);
   EngineMessage message = std::move(queue.front().message);
   queue.pop_front();
+  if (std::holds_alternative<ExpertTransfer>(message)) ++expert_transfers_;
   accord::deliver(driver_, link.second, message, [&](RankId r) -> RankParticipant& { return *ranks_[r]->participant; });
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.hpp"
+#include "runtime/agreement/transaction_plan.hpp"
 #include "runtime/engine/engine_message.hpp"
 #include "runtime/io/mem_env.hpp"
 #include "runtime/model/model.hpp"
@@ -44,8 +45,10 @@ struct Weather {
 class Cluster {
  public:
   // The ranks share `disk` (one machine's), which must outlive the cluster.
-  Cluster(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, int ranks, const std::string& model_identity,
-          std::vector<Fault> faults, Weather weather, MemEnv& disk, Random& random);
+  // A routed model's experts spread over `expert_ranks` of the ranks
+  // (runtime/rank/expert_placement.hpp); 1: each stage holds its own.
+  Cluster(const Model& model, std::shared_ptr<cpu::ThreadPool> pool, SessionRanks ranks,
+          const std::string& model_identity, std::vector<Fault> faults, Weather weather, MemEnv& disk, Random& random);
   ~Cluster();
 
   // Runs one transaction to its reply, then lets the network settle: every
@@ -72,6 +75,8 @@ class Cluster {
   std::uint64_t crashes() const { return crashes_; }
   std::uint64_t cuts() const { return cuts_; }
   std::uint64_t power_losses() const { return power_losses_; }
+  // Expert rows (ExpertTransfer) handed to a rank: dispatches and outputs.
+  std::uint64_t expert_transfers() const { return expert_transfers_; }
 
  private:
   static constexpr RankId kCoordinator = kNoRank;
@@ -98,6 +103,7 @@ class Cluster {
   const Model& model_;
   std::shared_ptr<cpu::ThreadPool> pool_;
   Partition partition_;
+  StageOptions stage_;
   std::string model_identity_;
   Weather weather_;
   MemEnv& disk_;
@@ -110,6 +116,7 @@ class Cluster {
   std::uint64_t crashes_ = 0;
   std::uint64_t cuts_ = 0;
   std::uint64_t power_losses_ = 0;
+  std::uint64_t expert_transfers_ = 0;
 };
 
 }  // namespace accord::sim

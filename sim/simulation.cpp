@@ -85,21 +85,57 @@ Weather draw_weather(Random& random) {
   return w;
 }
 
-// Up to three faults of any kind on any rank and phase.
-std::vector<Fault> draw_faults(Random& random, int ranks) {
+bool is_expert_route(const PhaseId& phase) { return phase.route.kind == RouteKind::experts; }
+
+// The phases of a step over expert routes (none unless experts spread).
+std::vector<PhaseId> expert_route_phases(SessionRanks ranks) {
+  ForwardStepRequest step;
+  step.tokens = {3};
+  std::vector<PhaseId> routes = phases_of(TransactionRequest{step}, ranks);
+  std::erase_if(routes, [](const PhaseId& phase) { return !is_expert_route(phase); });
+  return routes;
+}
+
+// Up to three faults of any kind on any rank and phase; where experts
+// spread, half of them on one expert route's phase, at one of its ends
+// (a stage that sent some units' rows, a helper that served some).
+std::vector<Fault> draw_faults(Random& random, SessionRanks ranks) {
   std::vector<Fault> plan;
   if (random.chance(0.5)) return plan;
+  const std::vector<PhaseId> routes = expert_route_phases(ranks);
   const int count = random.between(1, 3);
   for (int i = 0; i < count; ++i) {
     Fault fault;
-    fault.rank = static_cast<RankId>(random.below(static_cast<std::uint64_t>(ranks)));
+    fault.rank = static_cast<RankId>(random.below(ranks.ranks));
     fault.phase = static_cast<DistributedExecutionPhase>(random.below(kDistributedExecutionPhaseCount));
     fault.kind = static_cast<FaultKind>(random.below(6));
     fault.occurrence = static_cast<std::uint32_t>(random.between(1, 4));
+    if (!routes.empty() && random.chance(0.5)) {
+      const PhaseId& route = routes[random.below(routes.size())];
+      fault.phase = route.phase;
+      fault.route = route.route;
+      fault.rank = random.chance(0.5) ? route.route.source : route.route.target;
+    }
     plan.push_back(fault);
   }
-  if (!check_fault_plan(plan, ranks)) plan.clear();
+  if (!check_fault_plan(plan, static_cast<int>(ranks.ranks), static_cast<int>(ranks.expert_ranks))) plan.clear();
   return plan;
+}
+
+// Whether the seed runs the routed model, and its experts over how many of
+// the ranks: drawn from a stream of their own, so that a dense seed draws
+// every other choice as it did before routed models were drawn.
+struct Shape {
+  bool routed = false;
+  int expert_ranks = 1;
+};
+
+Shape draw_shape(std::uint64_t seed, int ranks) {
+  Random random(seed ^ 0x5EEDE4BE2700ull);
+  Shape shape;
+  shape.routed = random.chance(0.5);
+  if (shape.routed) shape.expert_ranks = random.between(1, ranks);
+  return shape;
 }
 
 // Everything of a rank's state that a later step or rollback can see:
@@ -126,15 +162,18 @@ bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
 
 class Run {
  public:
-  Run(std::uint64_t seed, const Model& model, const std::string& identity, bool trace)
+  // `dense` and `routed` have the same units (so the same rank counts).
+  Run(std::uint64_t seed, const SimModel& dense, const SimModel& routed, bool trace)
       : random_(seed),
-        model_(model),
-        ranks_(random_.between(1, std::min(4, model.config().n_layers))),
-        faults_(draw_faults(random_, ranks_)),
+        ranks_(random_.between(1, std::min(4, dense.model.config().n_layers))),
+        shape_(draw_shape(seed, ranks_)),
+        model_(shape_.routed ? routed : dense),
+        session_ranks_(static_cast<RankId>(ranks_), static_cast<RankId>(shape_.expert_ranks)),
+        faults_(draw_faults(random_, session_ranks_)),
         weather_(draw_weather(random_)),
-        cluster_(model, pool(), ranks_, identity, faults_, weather_, disk_, random_),
-        reference_(model, pool(), Partition::balanced(model.config().n_layers, 1).value(), identity, 7,
-                   DirectEngineOptions{{}, {}, &reference_disk_}),
+        cluster_(model_.model, pool(), session_ranks_, model_.identity, faults_, weather_, disk_, random_),
+        reference_(model_.model, pool(), Partition::balanced(model_.model.config().n_layers, 1).value(),
+                   model_.identity, 7, DirectEngineOptions{{}, {}, &reference_disk_}),
         trace_(trace) {
     report_.seed = seed;
     disk_.set_fault_hook([this](std::string_view, const std::filesystem::path&) {
@@ -144,7 +183,13 @@ class Run {
 
   SeedReport go() {
     if (trace_) {
-      std::string line = std::to_string(ranks_) + " rank(s), faults:";
+      std::string line = std::to_string(ranks_) + " rank(s), ";
+      if (shape_.routed) {
+        line += std::to_string(config().n_experts) + " experts (top " + std::to_string(config().n_experts_used) +
+                ") over " + std::to_string(shape_.expert_ranks) + " rank(s), faults:";
+      } else {
+        line += "dense, faults:";
+      }
       for (const Fault& fault : faults_) line.append(" ").append(to_string(fault));
       if (faults_.empty()) line.append(" none");
       report_.trace.push_back(std::move(line));
@@ -155,6 +200,7 @@ class Run {
     report_.crashes = cluster_.crashes();
     report_.cuts = cluster_.cuts();
     report_.power_losses = cluster_.power_losses();
+    report_.expert_transfers = cluster_.expert_transfers();
     return std::move(report_);
   }
 
@@ -179,8 +225,9 @@ class Run {
     return one_thread;
   }
 
+  const ModelConfig& config() const { return model_.model.config(); }
   int position() const { return reference_.worker(0).position(); }
-  int room() const { return model_.config().seq_len - position(); }
+  int room() const { return config().seq_len - position(); }
 
   Operation draw() {
     if ((cluster_.poisoned() || cluster_.any_rank_lost()) && random_.chance(0.6)) return Operation::recover;
@@ -198,7 +245,7 @@ class Run {
   }
 
   // Any token but the three specials.
-  int token() { return random_.between(3, model_.config().vocab_size - 1); }
+  int token() { return random_.between(3, config().vocab_size - 1); }
   std::vector<int> tokens(int count) {
     std::vector<int> out;
     for (int i = 0; i < count; ++i) out.push_back(token());
@@ -300,9 +347,10 @@ class Run {
     const auto reply = cluster_.run(request);
     if (!reply) return violation(std::string(name_of(op)) + " never ended: nothing to deliver, no deadline, no reply");
     chained_ = chained_step(request, *reply);
+    const bool routed = !was_poisoned && count_routed(request, *reply);
     if (trace_) {
-      report_.trace.push_back(std::to_string(operation_) + " " + name_of(op) + ": " + name_of(reply->outcome) +
-                              (reply->message.empty() ? "" : " (" + reply->message + ")"));
+      report_.trace.push_back(std::to_string(operation_) + " " + name_of(op) + (routed ? " over experts" : "") + ": " +
+                              name_of(reply->outcome) + (reply->message.empty() ? "" : " (" + reply->message + ")"));
     }
     check_deadline(request, *reply);
     switch (reply->outcome) {
@@ -382,12 +430,25 @@ class Run {
     return std::any_of(faults_.begin(), faults_.end(), [](const Fault& f) { return f.kind == FaultKind::corrupt; });
   }
 
+  // Counts a transaction that ran over expert routes (was not refused, nor
+  // stopped by a poison it met); whether it did.
+  bool count_routed(const TransactionRequest& request, const TransactionReply& reply) {
+    if (reply.outcome == TransactionOutcome::refused) return false;
+    const auto phases = phases_of(request, session_ranks_);
+    if (std::none_of(phases.begin(), phases.end(), is_expert_route)) return false;
+    ++report_.routed_steps;
+    if (reply.outcome == TransactionOutcome::committed) ++report_.routed_committed;
+    if (reply.outcome == TransactionOutcome::aborted) ++report_.routed_aborted;
+    if (reply.outcome == TransactionOutcome::poisoned) ++report_.routed_poisoned;
+    return true;
+  }
+
   // Every phase decides within its status deadline, an abort within its
   // acknowledgement's: a transaction takes no more ticks than that.
   void check_deadline(const TransactionRequest& request, const TransactionReply& reply) {
     if (reply.outcome == TransactionOutcome::refused) return;
     const AgreementOptions deadlines;
-    const auto phases = phases_of(request, static_cast<RankId>(cluster_.ranks())).size();
+    const auto phases = phases_of(request, session_ranks_).size();
     const std::uint64_t bound = phases * deadlines.status_deadline_ticks + deadlines.acknowledgement_deadline_ticks;
     if (cluster_.ticks_taken() > bound) {
       violation("took " + std::to_string(cluster_.ticks_taken()) + " ticks, past its deadlines' " +
@@ -519,8 +580,10 @@ class Run {
   }
 
   Random random_;
-  const Model& model_;
   int ranks_;
+  Shape shape_;
+  const SimModel& model_;
+  SessionRanks session_ranks_;
   std::vector<Fault> faults_;
   Weather weather_;
   MemEnv disk_;            // the cluster's machine's
@@ -542,8 +605,8 @@ class Run {
 
 }  // namespace
 
-SeedReport run_seed(std::uint64_t seed, const Model& model, const std::string& identity, bool trace) {
-  return Run(seed, model, identity, trace).go();
+SeedReport run_seed(std::uint64_t seed, const SimModel& dense, const SimModel& routed, bool trace) {
+  return Run(seed, dense, routed, trace).go();
 }
 
 }  // namespace accord::sim

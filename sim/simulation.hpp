@@ -23,10 +23,26 @@ struct SeedReport {
   std::uint64_t crashes = 0;
   std::uint64_t cuts = 0;
   std::uint64_t power_losses = 0;
+  // Transactions run over expert routes (a routed model, its experts over
+  // two ranks or more), those of them that committed, aborted and
+  // poisoned, and the expert rows handed to a rank.
+  int routed_steps = 0;
+  int routed_committed = 0;
+  int routed_aborted = 0;
+  int routed_poisoned = 0;
+  std::uint64_t expert_transfers = 0;
   std::vector<std::string> trace;  // with `trace`: one line per operation
 };
 
-// `model` is tiny and synthetic (sim_main.cpp); `identity` is its identity.
-SeedReport run_seed(std::uint64_t seed, const Model& model, const std::string& identity, bool trace = false);
+// A model the seeds draw, and its identity.
+struct SimModel {
+  const Model& model;
+  std::string identity;
+};
+
+// The models are tiny and synthetic (sim/main.cpp), of the same units: each
+// seed draws `dense` or `routed` (a mixture of experts), and for the
+// routed one over how many ranks its experts spread.
+SeedReport run_seed(std::uint64_t seed, const SimModel& dense, const SimModel& routed, bool trace = false);
 
 }  // namespace accord::sim

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -126,6 +127,27 @@ TEST(ModelLoader, SameSeedSameBytesOtherSeedOtherBytes) {
   ASSERT_TRUE(write_synthetic_model(dir.file("c.bin"), options));
   EXPECT_EQ(test::read_bytes(dir.file("a.bin")), test::read_bytes(dir.file("b.bin")));
   EXPECT_NE(test::read_bytes(dir.file("a.bin")), test::read_bytes(dir.file("c.bin")));
+}
+
+// A routed shape is written as GGUF (llama2.c holds no experts): it loads
+// with its experts and runs, and the same seed gives the same bytes.
+TEST(ModelLoader, SyntheticMixtureOfExpertsIsAGgufFileWithItsExperts) {
+  TempDir dir;
+  SyntheticModelOptions options{test::small_config(), 5, llama2c::Layout::legacy};
+  options.config.n_experts = 4;
+  options.config.n_experts_used = 2;
+  ASSERT_TRUE(write_synthetic_model(dir.file("a.gguf"), options));
+  ASSERT_TRUE(write_synthetic_model(dir.file("b.gguf"), options));
+  EXPECT_EQ(test::read_bytes(dir.file("a.gguf")), test::read_bytes(dir.file("b.gguf")));
+  auto model = Model::load(dir.file("a.gguf"));
+  ASSERT_TRUE(model) << model.error().message();
+  EXPECT_EQ(model->format().rfind("gguf", 0), 0u) << model->format();
+  EXPECT_EQ(model->config().n_experts, 4);
+  EXPECT_EQ(model->config().n_experts_used, 2);
+  EXPECT_EQ(model->config().hidden_dim, options.config.hidden_dim);
+  const std::vector<float> logits = first_logits(*model);
+  ASSERT_FALSE(logits.empty());
+  EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
 }
 
 // Loads `bytes` as a model file named `name` and expects a clear error of

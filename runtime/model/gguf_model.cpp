@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quant.hpp"
+#include "runtime/base/assert.hpp"
 #include "runtime/model/identity.hpp"
 
 namespace accord {
@@ -528,18 +529,23 @@ Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const st
 gguf::Metadata llama_metadata(const ModelConfig& c) {
   auto u32 = [](int v) { return Value::unsigned_int(ValueType::u32, static_cast<std::uint64_t>(v)); };
   auto f32 = [](float v) { return Value::floating(ValueType::f32, v); };
-  return {{"general.architecture", Value::string("llama")},
-          {"general.alignment", u32(static_cast<int>(gguf::kDefaultAlignment))},
-          {"llama.vocab_size", u32(c.vocab_size)},
-          {"llama.context_length", u32(c.seq_len)},
-          {"llama.embedding_length", u32(c.dim)},
-          {"llama.feed_forward_length", u32(c.hidden_dim)},
-          {"llama.block_count", u32(c.n_layers)},
-          {"llama.attention.head_count", u32(c.n_heads)},
-          {"llama.attention.head_count_kv", u32(c.n_kv_heads)},
-          {"llama.rope.dimension_count", u32(c.head_size())},
-          {"llama.rope.freq_base", f32(c.rope_theta)},
-          {"llama.attention.layer_norm_rms_epsilon", f32(c.norm_eps)}};
+  gguf::Metadata metadata = {{"general.architecture", Value::string("llama")},
+                             {"general.alignment", u32(static_cast<int>(gguf::kDefaultAlignment))},
+                             {"llama.vocab_size", u32(c.vocab_size)},
+                             {"llama.context_length", u32(c.seq_len)},
+                             {"llama.embedding_length", u32(c.dim)},
+                             {"llama.feed_forward_length", u32(c.hidden_dim)},
+                             {"llama.block_count", u32(c.n_layers)},
+                             {"llama.attention.head_count", u32(c.n_heads)},
+                             {"llama.attention.head_count_kv", u32(c.n_kv_heads)},
+                             {"llama.rope.dimension_count", u32(c.head_size())},
+                             {"llama.rope.freq_base", f32(c.rope_theta)},
+                             {"llama.attention.layer_norm_rms_epsilon", f32(c.norm_eps)}};
+  if (c.routed()) {
+    metadata.emplace_back("llama.expert_count", u32(c.n_experts));
+    metadata.emplace_back("llama.expert_used_count", u32(c.n_experts_used));
+  }
+  return metadata;
 }
 
 namespace {
@@ -623,6 +629,26 @@ Status write_gguf_model(const std::string& path, const Model& model, gguf::Metad
     std::vector<float> values(static_cast<std::size_t>(n));
     cpu::dequantize(*weight.matrix, values.data());
     tensors.push_back({slot.name, slot.shape, stored, encode(values.data(), values.size(), stored)});
+  }
+  return gguf::write(path, metadata, tensors);
+}
+
+Status write_gguf_weights(const std::string& path, const ModelConfig& c, const WeightFill& fill) {
+  if (c.arch != Arch::llama || c.head_dim > 0 || c.rope_factors) {
+    return Error(ErrorCode::architecture,
+                 "synthetic GGUF files are plain llama models, not '" + std::string(c.architecture().name) + "'");
+  }
+  if (Status ok = validate(c); !ok) return ok;
+  gguf::Metadata metadata = llama_metadata(c);
+  set(metadata, "general.file_type", Value::unsigned_int(ValueType::u32, 0));
+  std::vector<gguf::TensorData> tensors;
+  for (const Slot& slot : gguf_slots(c, "rope_freqs.weight")) {
+    ACCORD_ASSERT(slot.ids.size() == 1, "a plain llama's tensors are not fused");
+    std::uint64_t n = 1;
+    for (std::uint64_t extent : slot.shape) n *= extent;
+    std::vector<float> values(static_cast<std::size_t>(n));
+    fill(slot.ids.front(), values.data(), values.size());
+    tensors.push_back({slot.name, slot.shape, TensorType::f32, encode(values.data(), values.size(), TensorType::f32)});
   }
   return gguf::write(path, metadata, tensors);
 }

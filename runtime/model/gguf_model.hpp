@@ -30,8 +30,18 @@ Result<ModelContents> read_gguf_model(const gguf::File& file, std::span<const st
 // data.
 Result<ModelHeader> read_gguf_header(const gguf::File& file, const std::string& name);
 
-// The `general.*` and `llama.*` metadata that describe `config`.
+// The `general.*` and `llama.*` metadata that describe `config` (with
+// its experts' counts when it is routed).
 gguf::Metadata llama_metadata(const ModelConfig& config);
+
+// Fills the `count` floats of weight `id` for a new file (an expert stack:
+// every expert's matrix, one after another, as model.hpp lays them out).
+using WeightFill = std::function<void(WeightId id, float* out, std::size_t count)>;
+
+// Writes a llama model shaped like `config`, dense or routed, every
+// tensor F32, with the weights `fill` gives: for synthetic models
+// (synthetic.hpp), since a llama2.c checkpoint holds no experts.
+Status write_gguf_weights(const std::string& path, const ModelConfig& config, const WeightFill& fill);
 
 // Writes `model`'s weights as a GGUF file with `metadata` (which should
 // hold the llama keys and usually a vocabulary). Matrices and the embedding

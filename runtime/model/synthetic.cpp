@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/model/gguf_model.hpp"
+
 namespace accord {
 
 namespace {
@@ -36,18 +38,47 @@ int fan_in(llama2c::Tensor tensor, const ModelConfig& c) {
   }
 }
 
+// The fan-in of a weight of a GGUF model, or 0 for a vector.
+int fan_in(WeightKind kind, const ModelConfig& c) {
+  switch (kind) {
+    case WeightKind::wq:
+    case WeightKind::wk:
+    case WeightKind::wv:
+    case WeightKind::w1:
+    case WeightKind::w3:
+    case WeightKind::router:
+    case WeightKind::classifier:
+    case WeightKind::token_embedding: return c.dim;
+    case WeightKind::wo: return c.q_dim();
+    case WeightKind::w2: return c.hidden_dim;
+    default: return 0;
+  }
+}
+
+// Matrices: uniform with variance 1/fan_in, which keeps activations of
+// order one through the layers. Norm weights: close to one.
+void fill_uniform(std::uint64_t state, int fan, float* out, std::size_t count) {
+  const float scale = fan > 0 ? std::sqrt(3.0f / static_cast<float>(fan)) : 0.1f;
+  const float offset = fan > 0 ? 0.0f : 1.0f;
+  for (std::size_t i = 0; i < count; ++i) out[i] = offset + scale * uniform(state);
+}
+
+Status write_routed(const std::string& path, const SyntheticModelOptions& options) {
+  const ModelConfig& c = options.config;
+  return write_gguf_weights(path, c, [&](WeightId id, float* out, std::size_t count) {
+    const auto stream = static_cast<std::uint64_t>(id.kind) * 1024 + static_cast<std::uint64_t>(id.layer + 1);
+    fill_uniform(options.seed * 0x100000001B3ull + stream + 1, fan_in(id.kind, c), out, count);
+  });
+}
+
 }  // namespace
 
 Status write_synthetic_model(const std::string& path, const SyntheticModelOptions& options) {
   const ModelConfig& c = options.config;
+  if (c.routed()) return write_routed(path, options);
   auto fill = [&](llama2c::Tensor tensor, float* out, std::size_t count) {
-    std::uint64_t state = options.seed * 0x100000001B3ull + static_cast<std::uint64_t>(tensor) + 1;
-    const int fan = fan_in(tensor, c);
-    // Matrices: uniform with variance 1/fan_in, which keeps activations of
-    // order one through the layers. Norm weights: close to one.
-    const float scale = fan > 0 ? std::sqrt(3.0f / static_cast<float>(fan)) : 0.1f;
-    const float offset = fan > 0 ? 0.0f : 1.0f;
-    for (std::size_t i = 0; i < count; ++i) out[i] = offset + scale * uniform(state);
+    fill_uniform(options.seed * 0x100000001B3ull + static_cast<std::uint64_t>(tensor) + 1, fan_in(tensor, c), out,
+                 count);
   };
   return llama2c::write(path, c, options.layout, fill);
 }
