@@ -891,6 +891,20 @@ TEST_F(ServeServiceTest, TheChatPageIsServedWithoutTheKey) {
   EXPECT_LT(first_paint_bytes, 100u * 1000);
 }
 
+// The status page too; its feed needs the key (StatusEventsAskForTheKey...).
+TEST_F(ServeServiceTest, TheStatusPageIsServedWithoutTheKey) {
+  options_.api_key = "s3cret-key";
+  start(1);
+  const serve::HttpResponse page = get("/status");
+  ASSERT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("<script type=\"module\" src=\"status.js\">"), std::string::npos);
+  EXPECT_EQ(get("/status.html").body, page.body);
+  EXPECT_EQ(get("/status.js").status, 200);
+  EXPECT_EQ(get("/status.css").status, 200);
+  EXPECT_EQ(get("/api.js").content_type, "text/javascript; charset=utf-8");
+  EXPECT_EQ(get("/status/events").status, 401);
+}
+
 TEST_F(ServeServiceTest, TheChatPageIsNotSentAgainToAClientThatHoldsIt) {
   start(1);
   const serve::HttpResponse script = get("/chat.js");
