@@ -70,18 +70,17 @@ struct ServeArgs {
   std::uint64_t kv_budget_bytes = 0;  // --kv-budget-bytes: the single-rank slots' KV pool
 };
 
-// Where each rank of a slot's session runs and which layers it holds
-// (none known: 0 layers), in rank order.
+// Where each rank of a slot's session runs and which layers it holds, in
+// rank order: split as the session splits them
+// (DistributedSession::Impl::partition_for), in process or over nodes.
 std::vector<serve::RankFigures> rank_places(const ServeArgs& args, const Model& model) {
   const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
   std::vector<serve::RankFigures> places(static_cast<std::size_t>(ranks));
-  // In process, the session splits the layers so (DistributedSession::create);
-  // a node's model may hold no weights here to split by.
   auto partition = Partition::by_weight(model, ranks);
   for (int r = 0; r < ranks; ++r) {
     auto& place = places[static_cast<std::size_t>(r)];
     if (!args.peers.empty()) place.node = args.peers[static_cast<std::size_t>(r)].to_string();
-    if (partition && args.peers.empty()) {
+    if (partition) {
       place.first_layer = partition->range(r).first;
       place.layers = partition->range(r).count;
     }

@@ -84,7 +84,7 @@ function rankView(rank) {
   const view = element("div", rank.lost ? "rank lost" : "rank");
   view.dataset.state = rank.state;
   const where = rank.node ? ` on ${rank.node}` : "";
-  const layers = rank.layers ? `layers ${rank.first_layer}–${rank.first_layer + rank.layers - 1}` : "layers: its node's";
+  const layers = rank.layers ? `layers ${rank.first_layer}–${rank.first_layer + rank.layers - 1}` : "layers: not known";
   view.append(
     element("div", "", `rank ${rank.rank}${where}`),
     element("div", "state", rank.lost ? `${rank.state} (lost)` : rank.state),
