@@ -33,7 +33,7 @@ inline constexpr RankState kRankStates[] = {RankState::ready, RankState::computi
 struct RankFigures {
   std::string node;                 // where it runs: HOST:PORT of an `accord node`; empty: this process
   int first_layer = 0;              // its units: [first_layer, first_layer + layers)
-  int layers = 0;                   // 0: not known (a remote node's partition)
+  int layers = 0;                   // 0: not known
   std::uint64_t weights_bytes = 0;  // its tensors as held in memory
   std::uint64_t kv_bytes = 0;       // its keys and values in use
   // Of a mixture of experts: the rows each expert computed on the rank so
