@@ -5,7 +5,10 @@ the three ranks with their layers, ready; a completion then loses rank 1,
 the slot heals, and the page shows the heal naming rank 1 while it stays
 open. The first paint stays under 100 KB and no request leaves the
 server's origin. Without heals (--heal-attempts 0) the page shows the
-slot poisoned, naming rank 1, then ready once the scheduler reset it.
+slot poisoned, naming rank 1, then ready once the scheduler reset it. A
+mixture of experts over 2 ranks (--expert-ranks 2) gives /metrics the rows
+of each expert on each rank and the bytes each rank holds, and the page
+draws each rank's experts.
 Screenshots go to OUT_DIR.
 
 Run by tests/web/selenium.sh, which finds a python3 with Debian's selenium:
@@ -99,6 +102,42 @@ def test_poisoned(driver):
         server.stop()
 
 
+def metrics_of(server):
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as reply:
+        return reply.read().decode()
+
+
+def test_experts(driver):
+    """A mixture of experts spread over 2 ranks: /metrics gives the rows
+    each expert computed on each rank and what each rank holds, and the
+    page draws the experts of each rank."""
+    model = os.path.join(SHARED, "models", "zoo", "qwen3moe-Q4_K_M.gguf")
+    server = Server("--ranks", "2", "--expert-ranks", "2", "--threads", "2", model=model)
+    try:
+        body = json.dumps({"model": "qwen3moe-Q4_K_M", "prompt": "Once upon a time", "max_tokens": 4,
+                           "temperature": 0})
+        request = urllib.request.Request(server.url + "/v1/completions", data=body.encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            check(reply.status == 200, "the mixture of experts completes")
+        rows = {0: 0, 1: 0}
+        held = {}
+        for line in metrics_of(server).splitlines():
+            for rank in rows:
+                if line.startswith(f'accord_expert_rows_total{{slot="0",rank="{rank}",expert='):
+                    rows[rank] += int(line.split()[-1])
+                if line.startswith(f'accord_rank_weights_bytes{{slot="0",rank="{rank}"}}'):
+                    held[rank] = int(line.split()[-1])
+        check(rows[0] > 0 and rows[1] > 0, f"/metrics gives rows per expert on both ranks: {rows}")
+        check(len(held) == 2 and all(b > 0 for b in held.values()), f"/metrics gives the bytes each rank holds: {held}")
+        driver.get(server.url + "/status")
+        wait_for(driver, "return document.querySelectorAll('.rank .experts').length === 2",
+                 "the page draws each rank's experts")
+        driver.save_screenshot(os.path.join(OUT, "status_page_experts.png"))
+    finally:
+        server.stop()
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     driver = browser()
@@ -106,6 +145,7 @@ def main():
     try:
         test_status(driver, server)
         test_poisoned(driver)
+        test_experts(driver)
     finally:
         server.stop()
         driver.quit()

@@ -91,7 +91,9 @@ function rankView(rank) {
     element("div", "", layers),
     element("div", "", `weights ${bytes(rank.weights_bytes)}, KV ${bytes(rank.kv_bytes)}`),
   );
-  if (rank.expert_rows.length > 0) view.append(experts(rank.expert_rows));
+  if (rank.expert_rows.length > 0) {
+    view.append(element("div", "", `rows of its ${rank.expert_rows.length} experts`), experts(rank.expert_rows));
+  }
   return view;
 }
 
