@@ -316,6 +316,19 @@ TEST(ServeMetrics, RanksExpertsAndHealsAreReported) {
   EXPECT_EQ(status["slots"][0]["changes"][0]["state"], "poisoned");
 }
 
+// A reset that fails leaves the slot as unusable as a poisoned one; one
+// that succeeds makes it ready.
+TEST(ServeMetrics, AFailedResetShowsTheSlotPoisoned) {
+  serve::Metrics metrics;
+  const auto watch = metrics.watch_slot();
+  watch->reset(Error(ErrorCode::mechanism, "node 127.0.0.1:9 does not answer"));
+  EXPECT_EQ(watch->figures().state, serve::RankState::poisoned);
+  EXPECT_EQ(watch->figures().changes.back().cause, "reset failed: node 127.0.0.1:9 does not answer");
+  watch->reset({});
+  EXPECT_EQ(watch->figures().state, serve::RankState::ready);
+  EXPECT_EQ(metrics.prometheus_text().find("accord_rank_state{"), std::string::npos);  // it told no ranks
+}
+
 TEST(ServeMetrics, NoSlotWatchedWritesNoRankSeries) {
   serve::Metrics metrics;
   EXPECT_EQ(metrics.prometheus_text().find("accord_rank_state"), std::string::npos);

@@ -110,14 +110,17 @@ void SlotWatch::end_heal(const Result<HealReport>& report, double seconds) {
   if (healed_) healed_(record);
 }
 
-void SlotWatch::reset(bool succeeded) {
+void SlotWatch::reset(const Status& done) {
   bool in_request = false;
   {
     std::lock_guard lock(mutex_);
-    if (!succeeded && !notable(figures_.state)) return;
+    if (!done) {
+      poison_ = done.error().poison().value_or(Poison{"reset failed: " + done.error().message(), std::nullopt, "", 0});
+      figures_.lost_rank = poison_->rank;
+    }
     in_request = in_request_;
   }
-  if (succeeded) set_state(in_request ? RankState::computing : RankState::ready);
+  set_state(!done ? RankState::poisoned : in_request ? RankState::computing : RankState::ready);
 }
 
 void SlotWatch::set_ranks(std::vector<RankFigures> ranks) {

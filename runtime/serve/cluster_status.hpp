@@ -96,8 +96,9 @@ class SlotWatch {
   void end_step(const Error* error, int tokens);
   void begin_heal();
   void end_heal(const Result<HealReport>& report, double seconds);
-  // The session was reset: a reset heals a poisoned one where it succeeds.
-  void reset(bool succeeded);
+  // The session was reset: a reset heals a poisoned one where it succeeds;
+  // one that failed leaves the session as unusable as a poisoned one.
+  void reset(const Status& done);
   void set_ranks(std::vector<RankFigures> ranks);
 
   SlotFigures figures() const;

@@ -53,7 +53,7 @@ void WatchedSlot::read_ranks() {
 
 Status WatchedSlot::reset() {
   Status done = inner_->reset();
-  watch_->reset(static_cast<bool>(done));
+  watch_->reset(done);
   if (done) read_ranks();
   return done;
 }
