@@ -59,7 +59,10 @@ function showRates(now) {
     tile(String(now.heals.healed + now.heals.failed), "heals"),
   ];
   // Single-rank slots batch their steps and share the KV pool; others show neither.
-  if (now.batches?.batches) tiles.push(tile(`${now.batches.batches}`, `batches, widest ${now.batches.widest}`));
+  if (now.batches?.batches) {
+    const mean = (now.batches.steps / now.batches.batches).toFixed(1);
+    tiles.push(tile(`${now.batches.batches}`, `batches, width ${mean} mean, ${now.batches.widest} most`));
+  }
   if (now.kv_pool && (now.kv_pool.used_bytes || now.kv_pool.budget_bytes)) {
     const budget = now.kv_pool.budget_bytes ? ` of ${bytes(now.kv_pool.budget_bytes)}` : "";
     tiles.push(tile(bytes(now.kv_pool.used_bytes), `KV pool${budget}`));
