@@ -20,7 +20,9 @@
 #include "runtime/serve/progress.hpp"
 #include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
+#include "runtime/serve/status_feed.hpp"
 #include "runtime/serve/stop_filter.hpp"
+#include "runtime/serve/watched_slot.hpp"
 #include "runtime/serve/web_assets.hpp"
 #include "tests/serve_responder.hpp"
 #include "tests/support.hpp"
@@ -257,6 +259,98 @@ TEST(ServeMetrics, PhasesAndBatchesAreReported) {
   EXPECT_NE(text.find("accord_batches_total 3\n"), std::string::npos);
   EXPECT_NE(text.find("accord_batched_steps_total 10\n"), std::string::npos);
   EXPECT_NE(text.find("accord_batch_widest 4\n"), std::string::npos);
+}
+
+// Two ranks of one slot, the second lost: what /metrics and the status
+// feed say of them, from one snapshot.
+TEST(ServeMetrics, RanksExpertsAndHealsAreReported) {
+  serve::Metrics metrics;
+  const auto watch = metrics.watch_slot();
+  watch->set_ranks({{"", 0, 3, 4096, 512, {3, 0, 5}}, {"", 3, 2, 2048, 256, {1, 7, 0}}});
+  watch->begin_request();
+  watch->end_step(nullptr, 1);
+  watch->end_step(nullptr, 1);
+  const Error aborted(ErrorCode::mechanism, "injected");
+  watch->end_step(&aborted, 0);
+  const Error lost = Error::poisoned({"rank 1 is down", 1, "Execution", 4});
+  watch->end_step(&lost, 0);
+  std::string text = metrics.prometheus_text();
+  EXPECT_NE(text.find("accord_rank_state{slot=\"0\",rank=\"1\",state=\"poisoned\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("accord_rank_state{slot=\"0\",rank=\"1\",state=\"ready\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_rank_weights_bytes{slot=\"0\",rank=\"0\"} 4096\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_rank_weights_bytes{slot=\"0\",rank=\"1\"} 2048\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_rank_kv_bytes{slot=\"0\",rank=\"1\"} 256\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_expert_rows_total{slot=\"0\",rank=\"0\",expert=\"2\"} 5\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_expert_rows_total{slot=\"0\",rank=\"1\",expert=\"1\"} 7\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_slot_steps_total{slot=\"0\",outcome=\"committed\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_slot_steps_total{slot=\"0\",outcome=\"aborted\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_slot_steps_total{slot=\"0\",outcome=\"poisoned\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_slot_sampled_tokens_total{slot=\"0\"} 2\n"), std::string::npos);
+
+  watch->begin_heal();
+  EXPECT_EQ(watch->figures().state, serve::RankState::healing);
+  watch->end_heal(HealReport{true, 1, 2, 0}, 0.25);
+  EXPECT_EQ(watch->figures().state, serve::RankState::computing);  // its request goes on
+  const auto changes = watch->figures().changes;
+  ASSERT_EQ(changes.size(), 3u);
+  EXPECT_EQ(changes[0].state, serve::RankState::poisoned);
+  EXPECT_EQ(changes[0].lost_rank, 1u);
+  EXPECT_EQ(changes[0].cause, "rank 1 is down");
+  EXPECT_EQ(changes[1].state, serve::RankState::healing);
+  EXPECT_EQ(changes[2].state, serve::RankState::computing);
+  EXPECT_FALSE(changes[2].lost_rank);
+  text = metrics.prometheus_text();
+  EXPECT_NE(text.find("accord_heal_attempts_total{result=\"healed\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("accord_rank_state{slot=\"0\",rank=\"0\",state=\"computing\"} 1\n"), std::string::npos);
+
+  const json status = json::parse(serve::status_json(metrics.snapshot(), "m"));
+  ASSERT_EQ(status["slots"].size(), 1u);
+  ASSERT_EQ(status["slots"][0]["ranks"].size(), 2u);
+  EXPECT_EQ(status["slots"][0]["ranks"][1]["first_layer"], 3);
+  EXPECT_EQ(status["slots"][0]["ranks"][0]["expert_rows"], json({3, 0, 5}));
+  EXPECT_EQ(status["slots"][0]["sampled_tokens"], 2);
+  ASSERT_EQ(status["heals"]["recent"].size(), 1u);
+  EXPECT_EQ(status["heals"]["recent"][0]["rank"], 1);
+  EXPECT_EQ(status["heals"]["recent"][0]["cause"], "rank 1 is down");
+  EXPECT_EQ(status["heals"]["recent"][0]["replayed_tokens"], 2);
+  EXPECT_EQ(status["slots"][0]["changes"][0]["state"], "poisoned");
+}
+
+// A reset that fails leaves the slot as unusable as a poisoned one; one
+// that succeeds makes it ready.
+TEST(ServeMetrics, AFailedResetShowsTheSlotPoisoned) {
+  serve::Metrics metrics;
+  const auto watch = metrics.watch_slot();
+  watch->reset(Error(ErrorCode::mechanism, "node 127.0.0.1:9 does not answer"));
+  EXPECT_EQ(watch->figures().state, serve::RankState::poisoned);
+  EXPECT_EQ(watch->figures().changes.back().cause, "reset failed: node 127.0.0.1:9 does not answer");
+  watch->reset({});
+  EXPECT_EQ(watch->figures().state, serve::RankState::ready);
+  EXPECT_EQ(metrics.prometheus_text().find("accord_rank_state{"), std::string::npos);  // it told no ranks
+}
+
+TEST(ServeMetrics, NoSlotWatchedWritesNoRankSeries) {
+  serve::Metrics metrics;
+  EXPECT_EQ(metrics.prometheus_text().find("accord_rank_state"), std::string::npos);
+}
+
+TEST(ServeSlots, AWatchedSingleRankSlotReportsItsRank) {
+  const Model model = test::load_stories_model();
+  cpu::ThreadPool pool(1);
+  serve::Metrics metrics;
+  serve::WatchedSlot slot(std::make_unique<serve::SessionSlot>(model, pool), metrics.watch_slot());
+  const std::vector<int> prompt = {1, 403, 407};
+  ASSERT_TRUE(slot.target().prefill(prompt));
+  slot.begin_request();
+  slot.end_request();
+  const serve::SlotFigures figures = metrics.snapshot().slot_figures.at(0);
+  EXPECT_EQ(figures.state, serve::RankState::ready);
+  EXPECT_EQ(figures.committed_steps, 1u);
+  ASSERT_EQ(figures.ranks.size(), 1u);
+  EXPECT_EQ(figures.ranks[0].layers, model.config().n_layers);
+  EXPECT_GT(figures.ranks[0].weights_bytes, 0u);
+  EXPECT_GT(figures.ranks[0].kv_bytes, 0u);
+  EXPECT_TRUE(figures.ranks[0].expert_rows.empty());  // a dense model
 }
 
 TEST(ServeSlots, ASingleRankSlotTimesEveryPhaseItRuns) {
@@ -599,6 +693,59 @@ TEST_F(ServeServiceTest, MetricsMayBePublicBehindAKey) {
   EXPECT_EQ(get("/v1/models").status, 401);
 }
 
+TEST_F(ServeServiceTest, StatusEventsAskForTheKeyAndStreamTheSnapshot) {
+  options_.api_key = "k";
+  options_.metrics_public = true;  // the status feed asks for the key all the same
+  start(1);
+  EXPECT_EQ(get("/status/events").status, 401);
+  auto responder = std::make_shared<RecordingResponder>();
+  service_->handle({"GET", "/status/events", "", "Bearer k", ""}, responder);
+  ASSERT_FALSE(responder->events().empty());
+  const std::string first = responder->events().front();
+  ASSERT_EQ(first.rfind("data: ", 0), 0u);
+  const json status = json::parse(first.substr(6));
+  EXPECT_EQ(status["model"], "stories260K");
+  EXPECT_EQ(status["load"]["slots"], 0);  // set_load is the command's
+  // Later snapshots follow each period; a shutdown ends the stream.
+  for (int i = 0; i < 100 && responder->events().size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE(responder->events().size(), 2u);
+  service_->shut_down();
+  EXPECT_TRUE(responder->answered());
+}
+
+// A rank lost mid-request: the slot heals, and the status feed tells the
+// heal, naming the rank, at once.
+TEST_F(ServeServiceTest, AHealShowsOnTheStatusFeed) {
+  DistributedOptions options;
+  options.ranks = 2;
+  options.threads = 1;
+  options.faults = {*parse_fault("1:Execution:exit:2")};
+  std::vector<std::unique_ptr<serve::SlotSession>> sessions;
+  sessions.push_back(std::make_unique<serve::WatchedSlot>(std::make_unique<test::DistributedSlot>(model_, options),
+                                                          metrics_.watch_slot()));
+  start_with(std::move(sessions));
+  auto feed = std::make_shared<RecordingResponder>();
+  service_->handle({"GET", "/status/events", "", "", ""}, feed);
+  const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", 0}};
+  const json reply = json::parse(post("/v1/completions", body)->wait().body);
+  EXPECT_EQ(reply["choices"][0]["text"], generated("Once upon a time", 8));
+  const std::string text = metrics_.prometheus_text();
+  EXPECT_NE(text.find("accord_heal_attempts_total{result=\"healed\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("accord_slot_steps_total{slot=\"0\",outcome=\"poisoned\"} 1\n"), std::string::npos);
+  bool told = false;
+  for (int i = 0; i < 100 && !told; ++i) {
+    for (const std::string& event : feed->events()) {
+      const json status = json::parse(event.substr(6));
+      const json& heals = status["heals"]["recent"];
+      told = told || (heals.size() == 1 && heals[0]["rank"] == 1 && heals[0]["healed"] == true);
+    }
+    if (!told) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(told);
+}
+
 TEST_F(ServeServiceTest, AbortedStepsAreRetriedAndTheTextIsUnchanged) {
   start(1, 8, {*parse_fault("1:Execution:error:3")});
   const json body = {{"model", "stories260K"}, {"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}};
@@ -755,6 +902,20 @@ TEST_F(ServeServiceTest, TheChatPageIsServedWithoutTheKey) {
   std::size_t first_paint_bytes = 0;
   for (const serve::WebAsset& asset : serve::web_assets()) first_paint_bytes += asset.body.size();
   EXPECT_LT(first_paint_bytes, 100u * 1000);
+}
+
+// The status page too; its feed needs the key (StatusEventsAskForTheKey...).
+TEST_F(ServeServiceTest, TheStatusPageIsServedWithoutTheKey) {
+  options_.api_key = "s3cret-key";
+  start(1);
+  const serve::HttpResponse page = get("/status");
+  ASSERT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("<script type=\"module\" src=\"status.js\">"), std::string::npos);
+  EXPECT_EQ(get("/status.html").body, page.body);
+  EXPECT_EQ(get("/status.js").status, 200);
+  EXPECT_EQ(get("/status.css").status, 200);
+  EXPECT_EQ(get("/api.js").content_type, "text/javascript; charset=utf-8");
+  EXPECT_EQ(get("/status/events").status, 401);
 }
 
 TEST_F(ServeServiceTest, TheChatPageIsNotSentAgainToAClientThatHoldsIt) {

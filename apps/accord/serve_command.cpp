@@ -27,11 +27,13 @@
 #include "runtime/model/kv_cache.hpp"
 #include "runtime/model/kv_pool.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/rank/partition.hpp"
 #include "runtime/serve/chat_template.hpp"
 #include "runtime/serve/prefix_store.hpp"
 #include "runtime/serve/progress.hpp"
 #include "runtime/serve/scheduler.hpp"
 #include "runtime/serve/service.hpp"
+#include "runtime/serve/watched_slot.hpp"
 
 namespace accord::cli {
 
@@ -68,17 +70,50 @@ struct ServeArgs {
   std::uint64_t kv_budget_bytes = 0;  // --kv-budget-bytes: the single-rank slots' KV pool
 };
 
+// Where each rank of a slot's session runs and which layers it holds, in
+// rank order: split as the session splits them
+// (DistributedSession::Impl::partition_for), in process or over nodes.
+std::vector<serve::RankFigures> rank_places(const ServeArgs& args, const Model& model) {
+  const int ranks = args.peers.empty() ? args.ranks : static_cast<int>(args.peers.size());
+  std::vector<serve::RankFigures> places(static_cast<std::size_t>(ranks));
+  auto partition = Partition::by_weight(model, ranks);
+  for (int r = 0; r < ranks; ++r) {
+    auto& place = places[static_cast<std::size_t>(r)];
+    if (!args.peers.empty()) place.node = args.peers[static_cast<std::size_t>(r)].to_string();
+    if (partition) {
+      place.first_layer = partition->range(r).first;
+      place.layers = partition->range(r).count;
+    }
+  }
+  return places;
+}
+
 // A slot on a distributed session: in-process ranks, or remote nodes.
 class DistributedSlot final : public serve::SlotSession {
  public:
-  DistributedSlot(std::unique_ptr<DistributedSession> session, const Model& model)
-      : session_(std::move(session)), target_(*session_, model) {}
+  DistributedSlot(std::unique_ptr<DistributedSession> session, const Model& model,
+                  std::vector<serve::RankFigures> places)
+      : session_(std::move(session)), target_(*session_, model), places_(std::move(places)) {}
   GenerationTarget& target() override { return target_; }
   Status reset() override { return session_->reset(); }
+  // What each rank reports of its state (rank_states), where it runs.
+  Result<std::vector<serve::RankFigures>> rank_figures() override {
+    auto states = session_->rank_states();
+    if (!states) return states.error();
+    std::vector<serve::RankFigures> figures = places_;
+    for (std::size_t r = 0; r < figures.size() && r < states->size(); ++r) {
+      const RankStateReport& state = (*states)[r];
+      figures[r].weights_bytes = state.weights.bytes;
+      figures[r].kv_bytes = state.kv_held_bytes;
+      figures[r].expert_rows = state.expert_rows;
+    }
+    return figures;
+  }
 
  private:
   std::unique_ptr<DistributedSession> session_;
   DistributedTarget target_;
+  const std::vector<serve::RankFigures> places_;
 };
 
 // A single-rank slot computes on the shared `pool`, in `batcher`'s batches,
@@ -109,7 +144,8 @@ Result<std::unique_ptr<serve::SlotSession>> make_slot(const ServeArgs& args, con
   auto session = args.peers.empty() ? DistributedSession::create(model, options)
                                     : DistributedSession::connect(args.peers, model, options);
   if (!session) return session.error();
-  return std::unique_ptr<serve::SlotSession>(std::make_unique<DistributedSlot>(std::move(*session), model));
+  return std::unique_ptr<serve::SlotSession>(
+      std::make_unique<DistributedSlot>(std::move(*session), model, rank_places(args, model)));
 }
 
 // The chat template: --chat-template, else the GGUF's own, else `plain`.
@@ -271,7 +307,8 @@ int run_serve(ServeArgs args) {
     if (!slot)
       return fail("slot " + std::to_string(i + 1) + " of " + std::to_string(args.parallel) + ": " +
                   slot.error().message());
-    slots.push_back(std::move(*slot));
+    // What the slot's session does shows on /metrics and the status page.
+    slots.push_back(std::make_unique<serve::WatchedSlot>(std::move(*slot), metrics.watch_slot()));
   }
   auto store = prefix_store(args, *model);
   watch_sources(metrics, args, batcher, *kv_pool, store);
@@ -284,7 +321,7 @@ int run_serve(ServeArgs args) {
   const serve::ServiceOptions options = service_options(args, *model, *chat, *key);
   serve::Service service(*tokenizer, scheduler, metrics, options);
   spdlog::info("model '{}', chat template {}, {} slot(s)", options.model_id, chat->name(), args.parallel);
-  spdlog::info("chat with the model in a browser: open http://{}/", *bound);
+  spdlog::info("chat with the model in a browser: open http://{}/ (the cluster's status: /status)", *bound);
   // One line on stdout that scripts wait for.
   std::printf("accord: serving on http://%s\n", bound->c_str());
   std::fflush(stdout);

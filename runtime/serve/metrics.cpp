@@ -59,15 +59,15 @@ void Metrics::count_request(const std::string& endpoint, int http_status) {
 
 void Metrics::count_generation(const GenerationCounts& counts) {
   std::lock_guard lock(mutex_);
-  prompt_tokens_ += static_cast<std::uint64_t>(counts.prompt_tokens);
-  generated_tokens_ += static_cast<std::uint64_t>(counts.generated_tokens);
-  steps_ += static_cast<std::uint64_t>(counts.steps);
-  aborted_steps_ += static_cast<std::uint64_t>(counts.aborted_steps);
-  retries_ += static_cast<std::uint64_t>(counts.retries);
-  heals_ += static_cast<std::uint64_t>(counts.heals);
-  poisons_ += counts.poisoned ? 1 : 0;
-  prompt_cache_tokens_ += static_cast<std::uint64_t>(counts.prompt_cache_tokens_reused);
-  cached_prompt_tokens_ += static_cast<std::uint64_t>(counts.cached_prompt_tokens);
+  totals_.prompt_tokens += static_cast<std::uint64_t>(counts.prompt_tokens);
+  totals_.generated_tokens += static_cast<std::uint64_t>(counts.generated_tokens);
+  totals_.steps += static_cast<std::uint64_t>(counts.steps);
+  totals_.aborted_steps += static_cast<std::uint64_t>(counts.aborted_steps);
+  totals_.retries += static_cast<std::uint64_t>(counts.retries);
+  totals_.heals += static_cast<std::uint64_t>(counts.heals);
+  totals_.poisons += counts.poisoned ? 1 : 0;
+  totals_.prompt_cache_tokens += static_cast<std::uint64_t>(counts.prompt_cache_tokens_reused);
+  totals_.cached_prompt_tokens += static_cast<std::uint64_t>(counts.cached_prompt_tokens);
   if (counts.steps > 0) prefill_.observe(counts.prefill_seconds);
 }
 
@@ -108,6 +108,62 @@ void Metrics::set_prefix_store_source(std::function<PrefixStoreCounts()> source)
   prefix_store_source_ = std::move(source);
 }
 
+std::shared_ptr<SlotWatch> Metrics::watch_slot() {
+  std::lock_guard lock(mutex_);
+  auto watch = std::make_shared<SlotWatch>(
+      static_cast<int>(slots_watched_.size()), [this] { changed(); },
+      [this](const HealRecord& heal) { record_heal(heal); });
+  slots_watched_.push_back(watch);
+  return watch;
+}
+
+void Metrics::record_heal(const HealRecord& heal) {
+  {
+    std::lock_guard lock(mutex_);
+    ++(heal.healed ? heals_healed_ : heals_failed_);
+    heals_.push_back(heal);
+    if (heals_.size() > kHealsKept) heals_.erase(heals_.begin());
+  }
+  changed();
+}
+
+void Metrics::on_change(std::function<void()> listener) {
+  std::lock_guard lock(listener_mutex_);
+  listener_ = std::move(listener);
+}
+
+void Metrics::changed() {
+  std::lock_guard lock(listener_mutex_);
+  if (listener_) listener_();
+}
+
+MetricsSnapshot Metrics::snapshot() const {
+  std::lock_guard lock(mutex_);
+  MetricsSnapshot s;
+  s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  s.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  s.requests = requests_;
+  s.totals = totals_;
+  s.queued = queued_;
+  s.active = active_;
+  s.slots = slots_;
+  if (batch_source_) s.batches = batch_source_();
+  if (kv_pool_source_) s.kv_pool = kv_pool_source_();
+  if (prefix_store_source_) s.prefix_store = prefix_store_source_();
+  for (const auto& watch : slots_watched_) s.slot_figures.push_back(watch->figures());
+  s.heals = heals_;
+  s.heals_healed = heals_healed_;
+  s.heals_failed = heals_failed_;
+  s.prefill = prefill_;
+  s.decode_step = decode_step_;
+  s.request_seconds = request_seconds_;
+  s.phase_seconds = phase_seconds_;
+  return s;
+}
+
+std::string Metrics::prometheus_text() const { return serve::prometheus_text(snapshot()); }
+
 namespace {
 
 std::string prefix_store_text(const PrefixStoreCounts& store) {
@@ -125,60 +181,119 @@ std::string prefix_store_text(const PrefixStoreCounts& store) {
                static_cast<std::int64_t>(store.bytes));
 }
 
+// Each slot's ranks: state, held bytes, experts' rows; and each slot's
+// steps as they end.
+std::string ranks_text(const std::vector<SlotFigures>& slots) {
+  std::string states = header("accord_rank_state", "gauge",
+                              "1 for the state each slot's rank is in (ready, computing, poisoned, healing), else 0");
+  std::string weights = header("accord_rank_weights_bytes", "gauge", "the model's weights each rank holds in memory");
+  std::string kv = header("accord_rank_kv_bytes", "gauge", "the keys and values each rank holds");
+  std::string experts = header("accord_expert_rows_total", "counter",
+                               "of a mixture of experts: token rows each expert computed on each rank");
+  std::string steps = header("accord_slot_steps_total", "counter",
+                             "each slot's forward steps as they end: committed, aborted (every rank restored) or "
+                             "poisoned (a rank lost)");
+  std::string tokens =
+      header("accord_slot_sampled_tokens_total", "counter", "tokens each slot's committed steps sampled");
+  bool routed = false;
+  for (std::size_t s = 0; s < slots.size(); ++s) {
+    const SlotFigures& slot = slots[s];
+    const std::string of_slot = "slot=\"" + std::to_string(s) + "\"";
+    for (std::size_t r = 0; r < slot.ranks.size(); ++r) {
+      const std::string of_rank = of_slot + ",rank=\"" + std::to_string(r) + "\"";
+      for (RankState state : kRankStates) {
+        states += "accord_rank_state{" + of_rank + ",state=\"" + std::string(to_string(state)) + "\"} " +
+                  (state == slot.state ? "1" : "0") + "\n";
+      }
+      weights += sample("accord_rank_weights_bytes{" + of_rank + "}", slot.ranks[r].weights_bytes);
+      kv += sample("accord_rank_kv_bytes{" + of_rank + "}", slot.ranks[r].kv_bytes);
+      const auto& rows = slot.ranks[r].expert_rows;
+      for (std::size_t e = 0; e < rows.size(); ++e) {
+        routed = true;
+        experts += sample("accord_expert_rows_total{" + of_rank + ",expert=\"" + std::to_string(e) + "\"}", rows[e]);
+      }
+    }
+    steps += sample("accord_slot_steps_total{" + of_slot + ",outcome=\"committed\"}", slot.committed_steps);
+    steps += sample("accord_slot_steps_total{" + of_slot + ",outcome=\"aborted\"}", slot.aborted_steps);
+    steps += sample("accord_slot_steps_total{" + of_slot + ",outcome=\"poisoned\"}", slot.poisoned_steps);
+    tokens += sample("accord_slot_sampled_tokens_total{" + of_slot + "}", slot.sampled_tokens);
+  }
+  return states + weights + kv + (routed ? experts : "") + steps + tokens;
+}
+
+std::string totals_text(const GenerationTotals& totals) {
+  return counter("accord_prompt_tokens_total",
+                 "prompt tokens, BOS included, cached ones among them (accord_prompt_tokens_cached_total)",
+                 totals.prompt_tokens) +
+         counter("accord_prompt_tokens_cached_total",
+                 "prompt tokens not prefilled: held by the slot from its last request, or loaded from the prompt "
+                 "cache",
+                 totals.cached_prompt_tokens) +
+         counter("accord_generated_tokens_total", "tokens generated", totals.generated_tokens) +
+         counter("accord_steps_total", "forward steps committed (prefills and decode steps)", totals.steps) +
+         counter("accord_aborted_steps_total", "step attempts that aborted, every rank restored",
+                 totals.aborted_steps) +
+         counter("accord_retries_total", "aborted steps run again", totals.retries) +
+         counter("accord_heals_total", "poisoned steps run again after the session healed", totals.heals) +
+         counter("accord_poisons_total", "generations ended by a poisoned session", totals.poisons) +
+         counter("accord_prompt_cache_tokens_total", "prompt tokens loaded from the prompt cache, not prefilled",
+                 totals.prompt_cache_tokens);
+}
+
+std::string sources_text(const MetricsSnapshot& s) {
+  std::string out;
+  if (s.batches) {
+    out += counter("accord_batches_total", "batched forward passes (each reads the weights once)", s.batches->batches);
+    out += counter("accord_batched_steps_total", "the slots' steps run in those passes", s.batches->steps);
+    out += gauge("accord_batch_widest", "the most steps one pass held", s.batches->widest);
+  }
+  if (s.kv_pool) {
+    out += gauge("accord_kv_pool_bytes", "bytes of keys and values the slots hold (blocks in use)",
+                 static_cast<std::int64_t>(s.kv_pool->used_bytes));
+    out += gauge("accord_kv_pool_budget_bytes", "the KV pool's budget (--kv-budget-bytes; 0: none)",
+                 static_cast<std::int64_t>(s.kv_pool->budget_bytes));
+  }
+  if (s.prefix_store) out += prefix_store_text(*s.prefix_store);
+  return out;
+}
+
+std::string histograms_text(const MetricsSnapshot& s) {
+  std::string out =
+      header("accord_prefill_seconds", "histogram", "time of a prompt's prefill phase, prompt cache included");
+  out += s.prefill.text("accord_prefill_seconds", "");
+  out += header("accord_decode_step_seconds", "histogram", "time of one decode step, its transaction included");
+  out += s.decode_step.text("accord_decode_step_seconds", "");
+  out += header("accord_request_seconds", "histogram", "time from a request read to its last byte queued");
+  for (const auto& [endpoint, histogram] : s.request_seconds) {
+    out += histogram.text("accord_request_seconds", "endpoint=\"" + endpoint + "\"");
+  }
+  if (!s.phase_seconds.empty()) {
+    out += header("accord_phase_seconds", "histogram", "a transaction phase's local work on a rank, by phase");
+  }
+  for (const auto& [phase, histogram] : s.phase_seconds) {
+    out += histogram.text("accord_phase_seconds", "phase=\"" + phase + "\"");
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string Metrics::prometheus_text() const {
-  std::lock_guard lock(mutex_);
+std::string prometheus_text(const MetricsSnapshot& s) {
   std::string out = header("accord_requests_total", "counter", "HTTP requests answered, by endpoint and status");
-  for (const auto& [key, count] : requests_) {
+  for (const auto& [key, count] : s.requests) {
     out += "accord_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
            std::to_string(count) + "\n";
   }
-  out += counter("accord_prompt_tokens_total",
-                 "prompt tokens, BOS included, cached ones among them (accord_prompt_tokens_cached_total)",
-                 prompt_tokens_);
-  out += counter("accord_prompt_tokens_cached_total",
-                 "prompt tokens not prefilled: held by the slot from its last request, or loaded from the prompt cache",
-                 cached_prompt_tokens_);
-  out += counter("accord_generated_tokens_total", "tokens generated", generated_tokens_);
-  out += counter("accord_steps_total", "forward steps committed (prefills and decode steps)", steps_);
-  out += counter("accord_aborted_steps_total", "step attempts that aborted, every rank restored", aborted_steps_);
-  out += counter("accord_retries_total", "aborted steps run again", retries_);
-  out += counter("accord_heals_total", "poisoned steps run again after the session healed", heals_);
-  out += counter("accord_poisons_total", "generations ended by a poisoned session", poisons_);
-  out += counter("accord_prompt_cache_tokens_total", "prompt tokens loaded from the prompt cache, not prefilled",
-                 prompt_cache_tokens_);
-  out += gauge("accord_queued_requests", "requests waiting for a slot", queued_);
-  out += gauge("accord_active_requests", "requests generating", active_);
-  out += gauge("accord_slots", "sequences generated at once (--parallel)", slots_);
-  if (batch_source_) {
-    const BatchCounts batches = batch_source_();
-    out += counter("accord_batches_total", "batched forward passes (each reads the weights once)", batches.batches);
-    out += counter("accord_batched_steps_total", "the slots' steps run in those passes", batches.steps);
-    out += gauge("accord_batch_widest", "the most steps one pass held", batches.widest);
-  }
-  if (kv_pool_source_) {
-    const KvPoolCounts pool = kv_pool_source_();
-    out += gauge("accord_kv_pool_bytes", "bytes of keys and values the slots hold (blocks in use)",
-                 static_cast<std::int64_t>(pool.used_bytes));
-    out += gauge("accord_kv_pool_budget_bytes", "the KV pool's budget (--kv-budget-bytes; 0: none)",
-                 static_cast<std::int64_t>(pool.budget_bytes));
-  }
-  if (prefix_store_source_) out += prefix_store_text(prefix_store_source_());
-  out += header("accord_prefill_seconds", "histogram", "time of a prompt's prefill phase, prompt cache included");
-  out += prefill_.text("accord_prefill_seconds", "");
-  out += header("accord_decode_step_seconds", "histogram", "time of one decode step, its transaction included");
-  out += decode_step_.text("accord_decode_step_seconds", "");
-  out += header("accord_request_seconds", "histogram", "time from a request read to its last byte queued");
-  for (const auto& [endpoint, histogram] : request_seconds_) {
-    out += histogram.text("accord_request_seconds", "endpoint=\"" + endpoint + "\"");
-  }
-  if (!phase_seconds_.empty()) {
-    out += header("accord_phase_seconds", "histogram", "a transaction phase's local work on a rank, by phase");
-  }
-  for (const auto& [phase, histogram] : phase_seconds_) {
-    out += histogram.text("accord_phase_seconds", "phase=\"" + phase + "\"");
-  }
+  out += totals_text(s.totals);
+  out += gauge("accord_queued_requests", "requests waiting for a slot", s.queued);
+  out += gauge("accord_active_requests", "requests generating", s.active);
+  out += gauge("accord_slots", "sequences generated at once (--parallel)", s.slots);
+  out += sources_text(s);
+  if (!s.slot_figures.empty()) out += ranks_text(s.slot_figures);
+  out += header("accord_heal_attempts_total", "counter", "heals of a poisoned session as they end, by result");
+  out += sample("accord_heal_attempts_total{result=\"healed\"}", s.heals_healed);
+  out += sample("accord_heal_attempts_total{result=\"failed\"}", s.heals_failed);
+  out += histograms_text(s);
   return out;
 }
 

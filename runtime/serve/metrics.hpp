@@ -1,14 +1,22 @@
-// What `accord serve` counts, written as Prometheus text for /metrics.
-// Every method may be called from any thread.
+// What `accord serve` counts, taken as one MetricsSnapshot, from which
+// /metrics (Prometheus text) and the status page's events
+// (status_feed.hpp) are both written. Every method may be called from any
+// thread.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "runtime/serve/cluster_status.hpp"
 
 namespace accord::serve {
 
@@ -58,6 +66,21 @@ struct PrefixStoreCounts {
   std::uint64_t bytes = 0;  // as its byte bound counts them: each entry's whole blocks
 };
 
+// What the finished generations came to (GenerationCounts, summed).
+struct GenerationTotals {
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t cached_prompt_tokens = 0;
+  std::uint64_t generated_tokens = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t aborted_steps = 0;
+  std::uint64_t retries = 0;
+  std::uint64_t heals = 0;
+  std::uint64_t poisons = 0;
+  std::uint64_t prompt_cache_tokens = 0;
+};
+
+struct MetricsSnapshot;
+
 class Metrics {
  public:
   // Asked for the batch counts whenever the metrics are written.
@@ -78,21 +101,27 @@ class Metrics {
   void observe_phase(const std::string& phase, double seconds);
   void observe_request(const std::string& endpoint, double seconds);
   void set_load(int queued, int active, int slots);
+  // The watch of the next slot (numbered from 0), which the slot's
+  // WatchedSlot tells and every snapshot reads. Heals it records are kept.
+  std::shared_ptr<SlotWatch> watch_slot();
+  // Called (from a slot's thread, never under the caller's locks) when a
+  // slot turns poisoned or healing or back, or a heal ends; empty: none.
+  // Once it returns, the listener it replaced is not running.
+  void on_change(std::function<void()> listener);
 
+  MetricsSnapshot snapshot() const;
   std::string prometheus_text() const;
 
+  static constexpr std::size_t kHealsKept = 32;
+
  private:
+  void record_heal(const HealRecord& heal);
+  void changed();
+
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, std::uint64_t> requests_;
-  std::uint64_t prompt_tokens_ = 0;
-  std::uint64_t generated_tokens_ = 0;
-  std::uint64_t steps_ = 0;
-  std::uint64_t aborted_steps_ = 0;
-  std::uint64_t retries_ = 0;
-  std::uint64_t heals_ = 0;
-  std::uint64_t poisons_ = 0;
-  std::uint64_t prompt_cache_tokens_ = 0;
-  std::uint64_t cached_prompt_tokens_ = 0;
+  GenerationTotals totals_;
   Histogram prefill_;
   Histogram decode_step_;
   std::map<std::string, Histogram> request_seconds_;
@@ -103,6 +132,37 @@ class Metrics {
   std::function<BatchCounts()> batch_source_;
   std::function<KvPoolCounts()> kv_pool_source_;
   std::function<PrefixStoreCounts()> prefix_store_source_;
+  std::vector<std::shared_ptr<SlotWatch>> slots_watched_;
+  std::vector<HealRecord> heals_;  // the last kHealsKept, oldest first
+  std::uint64_t heals_healed_ = 0;
+  std::uint64_t heals_failed_ = 0;
+  std::mutex listener_mutex_;
+  std::function<void()> listener_;  // guarded by listener_mutex_
 };
+
+// Everything Metrics holds and its sources give, at one moment.
+struct MetricsSnapshot {
+  double uptime_seconds = 0;
+  std::int64_t unix_ms = 0;
+  std::map<std::pair<std::string, int>, std::uint64_t> requests;  // by endpoint and HTTP status
+  GenerationTotals totals;
+  int queued = 0;
+  int active = 0;
+  int slots = 0;
+  std::optional<BatchCounts> batches;
+  std::optional<Metrics::KvPoolCounts> kv_pool;
+  std::optional<PrefixStoreCounts> prefix_store;
+  std::vector<SlotFigures> slot_figures;  // by slot
+  std::vector<HealRecord> heals;          // the last Metrics::kHealsKept, oldest first
+  std::uint64_t heals_healed = 0;         // every heal recorded, not only those kept
+  std::uint64_t heals_failed = 0;
+  Histogram prefill;
+  Histogram decode_step;
+  std::map<std::string, Histogram> request_seconds;
+  std::map<std::string, Histogram> phase_seconds;
+};
+
+// The snapshot as Prometheus text.
+std::string prometheus_text(const MetricsSnapshot& snapshot);
 
 }  // namespace accord::serve

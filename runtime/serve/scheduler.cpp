@@ -335,4 +335,18 @@ GenerationOutcome Scheduler::run_choice(Slot& slot, Job& job, int choice) {
   return outcome;
 }
 
+Result<std::vector<RankFigures>> SessionSlot::rank_figures() {
+  const MaterializationReport held = session_.materialization_report();
+  RankFigures rank;
+  rank.layers = session_.model().config().n_layers;
+  rank.weights_bytes = held.weight_shares.empty() ? 0 : held.weight_shares.front().bytes;
+  rank.kv_bytes = held.kv_allocated_bytes;
+  // Of a mixture of experts only: the report hashes the state as well.
+  if (session_.model().config().routed()) {
+    SessionReport report = session_.report();
+    if (!report.expert_rows.empty()) rank.expert_rows = std::move(report.expert_rows.front());
+  }
+  return std::vector<RankFigures>{std::move(rank)};
+}
+
 }  // namespace accord::serve

@@ -43,6 +43,7 @@
 #include "runtime/generate/target.hpp"
 #include "runtime/model/kv_pool.hpp"
 #include "runtime/rank/step_batcher.hpp"
+#include "runtime/serve/cluster_status.hpp"
 #include "runtime/serve/prefix_store.hpp"
 #include "runtime/session/session.hpp"
 #include "runtime/text/tokenizer.hpp"
@@ -102,6 +103,9 @@ class SlotSession {
   virtual Status restore(const SessionSnapshot& /*snapshot*/) {
     return Error(ErrorCode::contract, "this slot takes no snapshots");
   }
+  // What each of its session's ranks holds now, in rank order (none: the
+  // slot does not say).
+  virtual Result<std::vector<RankFigures>> rank_figures() { return std::vector<RankFigures>{}; }
 };
 
 // A slot on a single-rank session. The slots share one pool, which runs one
@@ -134,6 +138,7 @@ class SessionSlot final : public SlotSession {
   bool takes_snapshots() const override { return true; }
   Result<SessionSnapshot> snapshot() override { return session_.snapshot(); }
   Status restore(const SessionSnapshot& snapshot) override { return session_.restore(snapshot); }
+  Result<std::vector<RankFigures>> rank_figures() override;
 
  private:
   Session session_;

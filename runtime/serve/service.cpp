@@ -20,6 +20,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::string_view kCompletionsPath = "/v1/completions";
 constexpr std::string_view kChatPath = "/v1/chat/completions";
+constexpr std::string_view kStatusEventsPath = "/status/events";
 // The status nginx logs for a client that closed its connection before the
 // answer: nobody receives it, but the metrics say what happened.
 constexpr int kClientClosed = 499;
@@ -318,7 +319,8 @@ Service::Service(const Tokenizer& tokenizer, Scheduler& scheduler, Metrics& metr
       metrics_(metrics),
       options_(std::move(options)),
       key_digest_(digest_of(options_.api_key)),
-      started_(unix_seconds()) {}
+      started_(unix_seconds()),
+      status_feed_(metrics, options_.model_id) {}
 
 void Service::answer(const std::string& endpoint, const std::shared_ptr<Responder>& responder, HttpResponse response) {
   metrics_.count_request(endpoint, response.status);
@@ -332,7 +334,7 @@ void Service::answer_error(const std::string& endpoint, const std::shared_ptr<Re
 
 bool Service::authorized(const HttpRequest& request, std::string_view path) const {
   if (options_.api_key.empty() || path == "/health" || path == "/ready") return true;
-  if (path == "/metrics" && options_.metrics_public) return true;
+  if (path == "/metrics" && options_.metrics_public) return true;  // not /status/events: it names the nodes
   const auto token = bearer_token(request.authorization);
   if (!token) return false;
   // In constant time: how long it takes tells nothing of how much of a
@@ -343,13 +345,14 @@ bool Service::authorized(const HttpRequest& request, std::string_view path) cons
 
 void Service::shut_down() {
   shutting_down_ = true;
+  status_feed_.close();
   scheduler_.shut_down();
 }
 
 void Service::handle(const HttpRequest& request, const std::shared_ptr<Responder>& responder) {
   const std::string path = request.target.substr(0, request.target.find('?'));
   if (request.method == "GET") {
-    // The chat page is open to all; what it asks for needs the key.
+    // The chat and status pages are open to all; what they ask for needs the key.
     if (const WebAsset* asset = find_web_asset(path)) {
       return answer("web", responder, web_response(*asset, request.if_none_match));
     }
@@ -381,8 +384,13 @@ void Service::handle(const HttpRequest& request, const std::shared_ptr<Responder
   if (path == "/metrics" && get) {
     return answer(path, responder, {200, "text/plain; version=0.0.4", metrics_.prometheus_text(), {}});
   }
+  if (path == kStatusEventsPath && get) {
+    // Counted when it opens: a status stream ends only when its client goes.
+    metrics_.count_request(path, 200);
+    return status_feed_.subscribe(responder);
+  }
   const bool known = path == kCompletionsPath || path == kChatPath || path == "/health" || path == "/ready" ||
-                     path == "/v1/models" || path == "/metrics";
+                     path == "/v1/models" || path == "/metrics" || path == kStatusEventsPath;
   if (known) {
     return answer_error("other", responder,
                         ApiError{405, request.method + " is not allowed on " + path, "invalid_request_error", "", ""});

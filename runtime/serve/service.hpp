@@ -15,6 +15,7 @@
 #include "runtime/serve/chat_template.hpp"
 #include "runtime/serve/metrics.hpp"
 #include "runtime/serve/scheduler.hpp"
+#include "runtime/serve/status_feed.hpp"
 #include "runtime/text/tokenizer.hpp"
 
 namespace accord::serve {
@@ -58,8 +59,9 @@ struct ServiceOptions {
   std::filesystem::path prompt_cache;  // empty: none
   int retries = GenerationOptions{}.retries;
   int heal_attempts = GenerationOptions{}.heal_attempts;
-  // Non-empty: every endpoint but /health, /ready and the chat page's files
-  // (and /metrics, when metrics_public) asks for "Authorization: Bearer <api_key>".
+  // Non-empty: every endpoint but /health, /ready and the pages' files
+  // (and /metrics, when metrics_public) asks for "Authorization: Bearer <api_key>";
+  // /status/events asks for it even then.
   std::string api_key;
   bool metrics_public = false;
 };
@@ -97,6 +99,7 @@ class Service {
   const ServiceOptions options_;
   const KeyDigest key_digest_;  // of options_.api_key
   const std::int64_t started_;  // Unix seconds, the models' "created"
+  StatusFeed status_feed_;      // GET /status/events
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<bool> shutting_down_{false};
 };

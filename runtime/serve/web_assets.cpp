@@ -4,6 +4,7 @@ namespace accord::serve {
 
 const WebAsset* find_web_asset(std::string_view path) {
   if (path == "/") path = "/index.html";
+  if (path == "/status") path = "/status.html";
   for (const WebAsset& asset : web_assets()) {
     if (asset.path == path) return &asset;
   }

@@ -1,4 +1,4 @@
-// The chat page of `accord serve` (runtime/serve/web/): its files, compiled
+// The chat and status pages of `accord serve` (runtime/serve/web/): its files, compiled
 // into the binary by cmake/embed_files.cmake, so that the page needs no
 // file, network or build step at run time. The Service answers GET / and
 // each file's path with them, without the API key (the data the page asks
@@ -21,7 +21,7 @@ struct WebAsset {
 // Every file, in the order runtime/CMakeLists.txt lists them.
 std::span<const WebAsset> web_assets();
 
-// The file served at `path` ("/" is "/index.html"), or nullptr.
+// The file served at `path` ("/" is "/index.html", "/status" "/status.html"), or nullptr.
 const WebAsset* find_web_asset(std::string_view path);
 
 }  // namespace accord::serve

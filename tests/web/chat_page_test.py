@@ -5,30 +5,26 @@ reply, the first paint stays under 100 KB and no request leaves the
 server's origin. With --api-key the page asks for the key once, refuses a
 wrong one, and then chats. Screenshots go to OUT_DIR.
 
-Run by tests/web/chat_page.sh, which finds a python3 with Debian's selenium:
-    chat_page_test.py ACCORD_BINARY SHARED_DIR OUT_DIR
+Run by tests/web/selenium.sh, which finds a python3 with Debian's selenium:
+    selenium.sh chat_page_test.py ACCORD_BINARY SHARED_DIR OUT_DIR
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
 from serve_process import Server, check, failures  # noqa: E402
+from browser import browser, check_first_paint, wait_for  # noqa: E402
 
 ACCORD, SHARED, OUT = sys.argv[1], os.environ.get("ACCORD_SHARED") or sys.argv[2], sys.argv[3]
 MODEL = os.path.join(SHARED, "models", "stories260K.bin")
 PROMPT = "Once upon a time"
 MAX_TOKENS = 24
-WAIT_S = 120  # the 2-core machine may be busy with a build
 Server.accord, Server.model = ACCORD, MODEL
 
 
@@ -49,29 +45,6 @@ def status_of(url, headers=None):
             return reply.status
     except urllib.error.HTTPError as error:
         return error.code
-
-
-def browser():
-    """Headless Chromium; Debian's chromium and chromium-driver, never a download."""
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not chromium or not driver:
-        raise RuntimeError("no chromium or chromedriver on PATH: scripts/setup.sh installs them")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1000,800"]:
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(driver), options=options)
-
-
-def wait_for(driver, script, what):
-    """Polls `script` (JavaScript returning a boolean) until it holds."""
-    try:
-        WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(lambda d: d.execute_script(script))
-        return True
-    except Exception:  # a timeout: say what did not happen, and go on to the next check
-        check(False, f"{what} within {WAIT_S} s")
-        return False
 
 
 def set_field(driver, field, value):
@@ -96,19 +69,6 @@ def chat_once(driver, content, max_tokens):
                      f"document.querySelectorAll('.message.assistant').length === {before + 1}", "the reply ends")
     shown = replies(driver)
     return shown[-1] if len(shown) > before else None
-
-
-def check_first_paint(driver, origin):
-    """What the page loaded: from its origin only, under 100 KB, painted."""
-    entries = driver.execute_script("""return performance.getEntriesByType('navigation')
-        .concat(performance.getEntriesByType('resource'))
-        .map((e) => ({name: e.name, type: e.initiatorType, bytes: e.transferSize}))""")
-    outside = [e["name"] for e in entries if not e["name"].startswith(origin + "/")]
-    check(not outside, f"no request leaves {origin}: {outside}")
-    page_bytes = sum(e["bytes"] for e in entries if e["type"] in ("navigation", "link", "script"))
-    print(f"first paint: {len(entries)} requests, {page_bytes} bytes transferred for the page's files", flush=True)
-    check(0 < page_bytes < 100_000, f"the page's files transfer under 100 KB ({page_bytes} bytes)")
-    check(driver.execute_script("return performance.getEntriesByType('paint').length > 0"), "the page painted")
 
 
 def test_chat(driver, server):

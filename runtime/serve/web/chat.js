@@ -1,14 +1,13 @@
 // The chat page of `accord serve`: a conversation streamed token by token
-// from the server's own /v1/chat/completions. The stream is read from
-// fetch()'s body, which carries the server-sent events and, unlike
-// EventSource, can send the API key as a Bearer header. No request leaves
-// the page's origin.
+// from the server's own /v1/chat/completions, with the API key where the
+// server asks for one (api.js). No request leaves the page's origin.
 //
 // document.body.dataset.state says what the page does: "loading", "idle"
 // or "generating" (the browser test waits on it).
 
+import { api, errorText, eventData } from "./api.js";
+
 const $ = (id) => document.getElementById(id);
-const KEY_ITEM = "accord-api-key"; // sessionStorage: the key lasts as long as the tab
 
 const chat = {
   model: null, // the model's id, which requests name
@@ -22,62 +21,6 @@ function setState(state) {
   $("send").disabled = !idle;
   $("stop").disabled = state !== "generating";
   $("regenerate").disabled = !idle || chat.messages.length === 0;
-}
-
-// Asks for the API key; `refused` says the last one was wrong.
-function askKey(refused) {
-  const dialog = $("key-dialog");
-  $("key-refused").hidden = !refused;
-  $("key").value = "";
-  dialog.returnValue = "";
-  dialog.showModal();
-  return new Promise((resolve, reject) => {
-    const closed = () => {
-      if (dialog.returnValue === "ok") resolve($("key").value.trim());
-      else reject(new Error("no API key given"));
-    };
-    dialog.addEventListener("close", closed, { once: true });
-  });
-}
-
-// fetch() with the API key, once one was given. A 401 asks for the key
-// and sends the request again.
-async function api(path, init = {}) {
-  for (;;) {
-    const key = sessionStorage.getItem(KEY_ITEM);
-    const headers = { ...init.headers };
-    if (key) headers.Authorization = `Bearer ${key}`;
-    const response = await fetch(path, { ...init, headers });
-    if (response.status !== 401) return response;
-    sessionStorage.setItem(KEY_ITEM, await askKey(key !== null));
-  }
-}
-
-// The message of an error answer (OpenAI's shape), or its status.
-async function errorText(response) {
-  try {
-    return (await response.json()).error.message;
-  } catch {
-    return `the server answered ${response.status}`;
-  }
-}
-
-// Each event's data of a server-sent event stream, as it arrives.
-async function* eventData(body) {
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += value.replaceAll("\r\n", "\n");
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const lines = buffer.slice(0, end).split("\n");
-      buffer = buffer.slice(end + 2);
-      const data = lines.filter((line) => line.startsWith("data:")).map((line) => line.slice(5).replace(/^ /, ""));
-      if (data.length > 0) yield data.join("\n");
-    }
-  }
 }
 
 // Adds a message's view to the conversation; returns its text element.
