@@ -111,7 +111,7 @@ struct SessionReport {
   // Of a mixture of experts, for each rank: the rows each expert computed
   // there so far, over every block (docs/models.md, "Experts over ranks").
   std::vector<std::vector<std::uint64_t>> expert_rows;
-  std::string kernel_path;                                     // the CPU kernels' path (kernels/cpu/isa.hpp)
+  std::string kernel_path;  // the CPU kernels' path (kernels/cpu/isa.hpp)
   std::uint64_t kv_bytes_used = 0;
   std::uint64_t kv_bytes_capacity = 0;
   int position = 0;
