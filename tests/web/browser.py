@@ -1,12 +1,13 @@
 """What the browser tests of `accord serve` share: headless Chromium, a
 wait that says what did not happen, and the first paint's checks."""
 import shutil
+import sys
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
-from serve_process import check
+from serve_process import check, failures
 
 WAIT_S = 120  # the 2-core machine may be busy with a build
 
@@ -45,3 +46,20 @@ def check_first_paint(driver, origin):
     print(f"first paint: {len(entries)} requests, {page_bytes} bytes transferred for the page's files", flush=True)
     check(0 < page_bytes < 100_000, f"the page's files transfer under 100 KB ({page_bytes} bytes)")
     check(driver.execute_script("return performance.getEntriesByType('paint').length > 0"), "the page painted")
+
+
+def run(name, out, server, tests):
+    """Runs each test(driver, server) in one headless Chromium, stops the
+    server, and exits 1 when a check failed; screenshots lie in `out`."""
+    driver = browser()
+    try:
+        for test in tests:
+            test(driver, server)
+    finally:
+        server.stop()
+        driver.quit()
+    print(f"screenshots in {out}")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print(f"{name}: every check passed")

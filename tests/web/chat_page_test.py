@@ -18,8 +18,8 @@ import urllib.request
 from selenium.webdriver.common.by import By
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
-from serve_process import Server, check, failures  # noqa: E402
-from browser import browser, check_first_paint, wait_for  # noqa: E402
+from serve_process import Server, check  # noqa: E402
+from browser import check_first_paint, run, wait_for  # noqa: E402
 
 ACCORD, SHARED, OUT = sys.argv[1], os.environ.get("ACCORD_SHARED") or sys.argv[2], sys.argv[3]
 MODEL = os.path.join(SHARED, "models", "stories260K.bin")
@@ -110,11 +110,11 @@ def test_api_key(driver, key_file):
         check(status_of(server.url + "/chat.js") == 200, "the page's files are open with a key")
         check(status_of(server.url + "/v1/models") == 401, "/v1/models asks for the key")
         driver.get(server.url + "/")
-        wait_for(driver, "return document.getElementById('key-dialog').open", "the page asks for the key")
+        wait_for(driver, "return document.getElementById('key-dialog')?.open", "the page asks for the key")
         driver.save_screenshot(os.path.join(OUT, "chat_page_key.png"))
         set_field(driver, "key", "wrong-key")
         driver.find_element(By.ID, "key-ok").click()
-        wait_for(driver, "return document.getElementById('key-dialog').open && "
+        wait_for(driver, "return document.getElementById('key-dialog')?.open && "
                          "!document.getElementById('key-refused').hidden", "a wrong key is refused and asked again")
         set_field(driver, "key", "web-test-key")
         driver.find_element(By.ID, "key-ok").click()
@@ -124,7 +124,7 @@ def test_api_key(driver, key_file):
         check(shown == expected, f"with the key, the page's reply {shown!r} is generate's {expected!r}")
         driver.refresh()
         wait_for(driver, "return document.body.dataset.state === 'idle'", "a reload keeps the key (sessionStorage)")
-        check(not driver.execute_script("return document.getElementById('key-dialog').open"),
+        check(not driver.execute_script("return document.getElementById('key-dialog')?.open"),
               "the key is asked for once")
     finally:
         server.stop()
@@ -135,19 +135,7 @@ def main():
     key_file = os.path.join(OUT, "api-key")
     with open(key_file, "w") as file:
         file.write("web-test-key\n")
-    driver = browser()
-    server = Server()
-    try:
-        test_chat(driver, server)
-        test_api_key(driver, key_file)
-    finally:
-        server.stop()
-        driver.quit()
-    print(f"screenshots in {OUT}")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
-    print("chat page: every check passed")
+    run("chat page", OUT, Server(), [test_chat, lambda driver, _: test_api_key(driver, key_file)])
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
-from serve_process import Server, check, failures  # noqa: E402
-from browser import browser, check_first_paint, wait_for  # noqa: E402
+from serve_process import Server, check  # noqa: E402
+from browser import check_first_paint, run, wait_for  # noqa: E402
 
 ACCORD, SHARED, OUT = sys.argv[1], os.environ.get("ACCORD_SHARED") or sys.argv[2], sys.argv[3]
 Server.accord, Server.model = ACCORD, os.path.join(SHARED, "models", "stories260K.bin")
@@ -140,20 +140,9 @@ def test_experts(driver):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    driver = browser()
     server = Server("--ranks", "3", "--heal-attempts", "2", env={"ACCORD_FAULTS": FAULT})
-    try:
-        test_status(driver, server)
-        test_poisoned(driver)
-        test_experts(driver)
-    finally:
-        server.stop()
-        driver.quit()
-    print(f"screenshots in {OUT}")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
-    print("status page: every check passed")
+    run("status page", OUT, server,
+        [test_status, lambda driver, _: test_poisoned(driver), lambda driver, _: test_experts(driver)])
 
 
 if __name__ == "__main__":

@@ -1,15 +1,31 @@
 // What the pages of `accord serve` share: requests that carry the API
 // key (asked for once, kept for the tab's life) and a reader of
 // server-sent events from fetch()'s body, which, unlike EventSource, can
-// send the key as a Bearer header. A page that uses them holds the
-// key dialog (#key-dialog, #key-refused, #key).
+// send the key as a Bearer header. The key dialog (#key-dialog) is made
+// the first time a page needs it.
 
 const $ = (id) => document.getElementById(id);
 const KEY_ITEM = "accord-api-key"; // sessionStorage: the key lasts as long as the tab
 
+// The dialog that asks for the key, added to the page once.
+function keyDialog() {
+  const made = $("key-dialog");
+  if (made) return made;
+  const dialog = document.createElement("dialog");
+  dialog.id = "key-dialog";
+  dialog.innerHTML = `<form method="dialog">
+    <p>This server asks for its API key (<code>--api-key</code>).</p>
+    <p id="key-refused" class="error" hidden>The server refused that key.</p>
+    <input id="key" type="password" autocomplete="off" required aria-label="API key">
+    <button id="key-ok" value="ok">Use the key</button>
+  </form>`;
+  document.body.append(dialog);
+  return dialog;
+}
+
 // Asks for the API key; `refused` says the last one was wrong.
 function askKey(refused) {
-  const dialog = $("key-dialog");
+  const dialog = keyDialog();
   $("key-refused").hidden = !refused;
   $("key").value = "";
   dialog.returnValue = "";
