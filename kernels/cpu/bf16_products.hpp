@@ -4,6 +4,7 @@
 // templates). Internal to kernels/cpu.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -47,7 +48,13 @@ template <class V>
 void bf16_row(const Matrix& w, const Activations& x, float* out, int r, int tok0, int count) {
   const int n = w.cols, whole = n / 64 * 64;
   const std::byte* row = w.row(r);
-  float low[kBf16Tokens][16] = {}, high[kBf16Tokens][16] = {};
+  // Zeroed for the tokens there are: all kBf16Tokens would be 8 KB of
+  // stores a row, four times a 1024-column row's bytes.
+  float low[kBf16Tokens][16], high[kBf16Tokens][16];
+  for (int t = 0; t < count; ++t) {
+    std::fill_n(low[t], 16, 0.0f);
+    std::fill_n(high[t], 16, 0.0f);
+  }
   float odd[kBf16Chunk / 2], even[kBf16Chunk / 2];
   for (int c = 0; c < whole; c += kBf16Chunk) {
     const int pairs = (whole - c < kBf16Chunk ? whole - c : kBf16Chunk) / 2;

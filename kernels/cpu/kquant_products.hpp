@@ -28,10 +28,12 @@ inline constexpr int kKquantTokens = 64;
 
 // One row's running sums for one token: ggml's eight lanes and the
 // minimums' part (Order::lanes), or the values' sum in lane 0 and the
-// minimums' (Order::repacked).
+// minimums' (Order::repacked). No initializers: a row zeroes the sums of
+// the tokens it has, not all kKquantTokens (2.3 KB a row, four times a
+// decode row's Q4_K bytes at 1024 columns).
 struct KquantSums {
-  float lane[8] = {};
-  float mins = 0.0f;
+  float lane[8];
+  float mins;
 };
 
 // A row's super-block unpacked once (kq::SuperBlock) for all the tokens it
@@ -134,6 +136,7 @@ void kquant_row(const Matrix& w, const Activations& x, float* out, int r, int to
   const int blocks = w.cols / kq::kValues;
   const std::byte* row = w.data + static_cast<std::size_t>(r) * blocks * Format::kBlockBytes;
   KquantSums sums[kKquantTokens];
+  for (int t = 0; t < count; ++t) sums[t] = {};
   for (int b = 0; b < blocks; ++b) {
     const typename BlockReader<V, Format>::type block(row + static_cast<std::size_t>(b) * Format::kBlockBytes);
     for (int t = 0; t < count; ++t) {
