@@ -15,12 +15,12 @@ std::string_view to_string(RankState state) {
   return "ready";
 }
 
-namespace {
-
 std::int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+namespace {
 
 bool notable(RankState state) { return state == RankState::poisoned || state == RankState::healing; }
 

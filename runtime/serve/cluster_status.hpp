@@ -18,6 +18,10 @@
 
 namespace accord::serve {
 
+// Now, in milliseconds since the Unix epoch: when a change, a heal or a
+// snapshot happened, as the status page shows it.
+std::int64_t unix_ms();
+
 // A rank's state, as its slot's session last showed it.
 enum class RankState {
   ready,      // idle and usable

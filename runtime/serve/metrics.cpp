@@ -141,8 +141,7 @@ MetricsSnapshot Metrics::snapshot() const {
   std::lock_guard lock(mutex_);
   MetricsSnapshot s;
   s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  s.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-                  .count();
+  s.unix_ms = unix_ms();
   s.requests = requests_;
   s.totals = totals_;
   s.queued = queued_;
